@@ -1,0 +1,1 @@
+"""kerntune agents: planning, templating, tuning and testing roles."""

@@ -1,0 +1,1 @@
+"""kerntune engine: templates, spaces, evaluation, search and sessions. Imports nothing of the UI."""

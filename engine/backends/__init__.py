@@ -1,0 +1,104 @@
+"""Backends: one small interface, real implementations for CUDA (pycuda) and OpenCL (pyopencl).
+
+The evaluator drives a backend through these primitives only, so the verification and timing
+protocol is written once, in engine/evaluate.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from ..device import DeviceLimits
+from ..result import Resources
+from ..space import Geometry
+
+BACKEND_NAMES = ("cuda", "opencl")
+
+
+class BackendError(RuntimeError):
+    """A backend that cannot be opened (no driver, no device, missing package)."""
+
+
+class CompileError(RuntimeError):
+    """The source did not compile; the message holds the compiler's first error lines."""
+
+
+class LaunchError(RuntimeError):
+    """The kernel could not be launched or failed while running."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device a backend can open, for `kerntune devices`."""
+
+    backend: str
+    index: int
+    limits: DeviceLimits
+
+
+class Backend(Protocol):
+    """What the evaluator needs from a compute API."""
+
+    name: str
+    limits: DeviceLimits
+
+    def compile(self, source: str, entry: str, defines: Mapping[str, str],
+                options: Sequence[str] = ()) -> Any:
+        """Compile and load; raises CompileError."""
+
+    def resources(self, kernel: Any) -> Resources:
+        """Registers, shared and local memory of a compiled kernel."""
+
+    def launch_limit(self, kernel: Any) -> int:
+        """The most threads per block this compiled kernel can be launched with."""
+
+    def alloc(self, nbytes: int) -> Any:
+        """A device buffer of nbytes."""
+
+    def upload(self, buffer: Any, array: np.ndarray) -> None: ...
+
+    def download(self, buffer: Any, array: np.ndarray) -> None: ...
+
+    def launch(self, kernel: Any, geo: Geometry, args: Sequence[Any]) -> None:
+        """Run once and wait; raises LaunchError."""
+
+    def time(self, kernel: Any, geo: Geometry, args: Sequence[Any], repeats: int,
+             flush: bool) -> list[float]:
+        """Device-timed runs in microseconds, each after a cache flush when `flush`."""
+
+    def flush_bytes(self) -> int:
+        """Size of the buffer written between timed runs to evict the cache."""
+
+    def close(self) -> None: ...
+
+
+def _module(name: str):
+    if name not in BACKEND_NAMES:
+        raise BackendError(f"unknown backend {name!r} (known: {', '.join(BACKEND_NAMES)})")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def open_backend(name: str, device: int = 0) -> Backend:
+    """Open a backend by name; 'auto' picks CUDA when a CUDA device exists, else OpenCL."""
+    if name == "auto":
+        name = pick_auto()
+    return _module(name).open(device)
+
+
+def pick_auto() -> str:
+    """CUDA when pycuda finds a device, otherwise OpenCL."""
+    try:
+        if _module("cuda").device_count() > 0:
+            return "cuda"
+    except BackendError:
+        pass
+    return "opencl"
+
+
+def list_devices(name: str) -> list[DeviceInfo]:
+    """Every device a backend can see; raises BackendError when the backend itself is missing."""
+    return _module(name).list_devices()

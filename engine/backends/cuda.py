@@ -1,0 +1,505 @@
+"""The CUDA backend: nvcc builds a cubin, pycuda loads, launches and times it.
+
+Compilation is split off into `compile_cubin`, which needs nvcc but neither pycuda nor a GPU, so
+that the parallel compile pool and the CPU tests can run it anywhere. Cubins are cached on disk.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..device import DeviceLimits
+from ..result import Resources
+from ..space import Geometry
+from . import BackendError, CompileError, DeviceInfo, LaunchError
+
+try:
+    import pycuda.driver as drv
+    _IMPORT_ERROR = ""
+except ImportError as e:  # pragma: no cover - depends on the machine
+    drv = None
+    _IMPORT_ERROR = str(e)
+except OSError as e:  # pragma: no cover - pycuda is there but libcuda is not
+    drv = None
+    _IMPORT_ERROR = str(e)
+
+NVCC_FLAGS = ("-O3", "-lineinfo", "-Xptxas=-v")
+NVCC_TIMEOUT_S = 300
+# Dynamic shared memory above this needs the function's opt-in attribute before launch.
+DEFAULT_SHARED_LIMIT = 48 * 1024
+
+_DEFINE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+# compile (no pycuda, no GPU) -------------------------------------------------------------------
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, else under CUDA_HOME / CUDA_PATH, else the usual install place."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root and os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
+            return os.path.join(root, "bin", "nvcc")
+    if os.access("/usr/local/cuda/bin/nvcc", os.X_OK):
+        return "/usr/local/cuda/bin/nvcc"
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def nvcc_version(nvcc: str) -> str:
+    """`nvcc --version` output; part of the cache key, so a new toolkit never reuses old cubins."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CompileError(f"cannot run {nvcc} --version: {e}") from None
+    return out.stdout.strip()
+
+
+def cache_dir() -> Path:
+    """Where cubins are kept: $KERNTUNE_CACHE_DIR/cubin, by default ~/.cache/kerntune/cubin."""
+    root = os.environ.get("KERNTUNE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "kerntune")
+    return Path(root) / "cubin"
+
+
+def normalize_arch(arch: str) -> str:
+    """'9.0', '90', 'sm_90' and 'sm_90a' all name a real architecture for -arch."""
+    a = arch.strip().lower()
+    m = re.fullmatch(r"(\d+)\.(\d+)([af]?)", a)
+    if m:
+        return f"sm_{m.group(1)}{m.group(2)}{m.group(3)}"
+    if re.fullmatch(r"\d+[af]?", a):
+        return f"sm_{a}"
+    if re.fullmatch(r"sm_\d+[af]?", a):
+        return a
+    raise CompileError(f"not a CUDA architecture: {arch!r} (expected e.g. sm_90 or 9.0)")
+
+
+def cache_key(source: str, defines: Mapping[str, str], options: Sequence[str], arch: str,
+              version: str) -> str:
+    """sha256 over everything that changes the cubin."""
+    blob = json.dumps(
+        {
+            "source": source,
+            "defines": sorted((str(k), str(v)) for k, v in defines.items()),
+            "options": [str(o) for o in options],
+            "arch": arch,
+            "nvcc": version,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def compile_cubin(source: str, entry: str, defines: Mapping[str, str],
+                  options: Sequence[str] = (), arch: str = "sm_90") -> tuple[bytes, dict, bool]:
+    """Build a cubin with nvcc, or take it from the cache.
+
+    Returns (cubin bytes, ptxas figures for `entry`, whether it came from the cache). The figures
+    are registers, spill_stores, spill_loads, stack_frame, smem (bytes), barriers and cmem where
+    ptxas printed them. Raises CompileError with nvcc's first error lines.
+    """
+    arch = normalize_arch(arch)
+    for name in defines:
+        # one -DNAME=VALUE argument each, but a name like "-o..." must not reach nvcc at all
+        if not _DEFINE_NAME.match(str(name)):
+            raise CompileError(f"not a preprocessor name: {name!r}")
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise CompileError("nvcc not found: put the CUDA toolkit's bin/ on PATH or set CUDA_HOME")
+    key = cache_key(source, defines, options, arch, nvcc_version(nvcc))
+    where = cache_dir()
+    cubin_path, info_path = where / f"{key}.cubin", where / f"{key}.json"
+
+    try:
+        functions = json.loads(info_path.read_text())
+        cubin = cubin_path.read_bytes()
+    except (OSError, ValueError):
+        pass
+    else:
+        return cubin, _entry_info(functions, entry), True
+
+    cubin, log = _run_nvcc(nvcc, source, defines, options, arch)
+    functions = parse_ptxas(log)
+    info = _entry_info(functions, entry)
+    _store(where, key, cubin, functions)
+    return cubin, info, False
+
+
+def _run_nvcc(nvcc: str, source: str, defines: Mapping[str, str], options: Sequence[str],
+              arch: str) -> tuple[bytes, str]:
+    with tempfile.TemporaryDirectory(prefix="kerntune-nvcc-") as tmp:
+        src = os.path.join(tmp, "kernel.cu")
+        out = os.path.join(tmp, "kernel.cubin")
+        # (`open` in this module is the backend's; files go through Path)
+        Path(src).write_text(source, encoding="utf-8")
+        cmd = [nvcc, "-cubin", f"-arch={arch}", *NVCC_FLAGS,
+               *(f"-D{k}={v}" for k, v in defines.items()), *map(str, options), "-o", out, src]
+        try:
+            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True,
+                                  timeout=NVCC_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"nvcc took longer than {NVCC_TIMEOUT_S} s") from None
+        except OSError as e:
+            raise CompileError(f"cannot run nvcc: {e}") from None
+        # The temporary path means nothing to the user; the file is their kernel.
+        log = (proc.stdout + proc.stderr).replace(src, "kernel.cu").replace(tmp + os.sep, "")
+        if proc.returncode != 0 or not os.path.exists(out):
+            raise CompileError(first_errors(log))
+        return Path(out).read_bytes(), log
+
+
+def _store(where: Path, key: str, cubin: bytes, functions: dict) -> None:
+    # Written under a temporary name and renamed, because compile workers share the cache: a
+    # reader sees a whole file or none. A cache that cannot be written only costs a recompile.
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        for name, data in ((f"{key}.cubin", cubin), (f"{key}.json", json.dumps(functions).encode())):
+            fd, tmp = tempfile.mkstemp(dir=where, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, where / name)
+    except OSError:
+        pass
+
+
+def _entry_info(functions: Mapping[str, dict], entry: str) -> dict:
+    if entry in functions:
+        return dict(functions[entry])
+    kernels = sorted(n for n, f in functions.items() if f.get("entry"))
+    if not kernels:  # ptxas printed nothing we could read: let the loader decide
+        return {}
+    hint = " (is it declared extern \"C\" __global__?)"
+    raise CompileError(f"the program has no kernel named {entry!r}; it has "
+                       f"{', '.join(kernels)}{hint}")
+
+
+_FUNC_RE = re.compile(r"(?:Compiling entry function|Function properties for) '?([^'\s]+)'?")
+_PROPS_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED_RE = re.compile(r"Used (\d+) registers")
+_FIELDS = {
+    "smem": re.compile(r"(\d+) bytes smem"),
+    "cmem": re.compile(r"(\d+) bytes cmem\[0\]"),
+    "barriers": re.compile(r"used (\d+) barriers"),
+}
+
+
+def parse_ptxas(log: str) -> dict[str, dict]:
+    """ptxas -v figures for every function it reports, by name.
+
+    Entry functions carry "entry": True, registers, spill_stores, spill_loads, stack_frame and,
+    where printed, smem, cmem and barriers (all byte counts except registers and barriers).
+    """
+    functions: dict[str, dict] = {}
+    current: dict | None = None
+    for line in log.splitlines():
+        m = _FUNC_RE.search(line)
+        if m:
+            current = functions.setdefault(m.group(1), {})
+            if "Compiling entry function" in line:
+                current["entry"] = True
+            continue
+        if current is None:
+            continue
+        m = _PROPS_RE.search(line)
+        if m:
+            current["stack_frame"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
+            continue
+        m = _USED_RE.search(line)
+        if m:
+            current["registers"] = int(m.group(1))
+            current["smem"] = 0  # ptxas leaves out a zero smem
+            for name, rx in _FIELDS.items():
+                fm = rx.search(line)
+                if fm:
+                    current[name] = int(fm.group(1))
+    return functions
+
+
+def first_errors(log: str, limit: int = 6) -> str:
+    """nvcc's first error lines, joined on one line, at most about 800 characters."""
+    lines = [l.rstrip() for l in log.splitlines() if l.strip()]
+    errors = [l for l in lines if re.search(r"\berror\b", l, re.IGNORECASE)
+              and not re.match(r"\d+ errors? detected", l.strip())]
+    chosen = errors[:limit] or lines[-limit:]
+    return " | ".join(chosen)[:800] or "nvcc failed"
+
+
+# the device (pycuda) ---------------------------------------------------------------------------
+
+def _require() -> None:
+    if drv is None:
+        raise BackendError(f"pycuda is not available ({_IMPORT_ERROR}); pip install 'kerntune[cuda]'")
+    try:
+        drv.init()
+    except Exception as e:  # pycuda raises its own RuntimeError when no driver or device
+        raise BackendError(f"CUDA cannot start: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def _devices() -> list[Any]:
+    _require()
+    try:
+        return [drv.Device(i) for i in range(drv.Device.count())]
+    except drv.Error as e:
+        raise BackendError(f"cannot list CUDA devices: {str(e).splitlines()[0]}") from None
+
+
+def _attr(dev: Any, name: str, default: int = 0) -> int:
+    # Older pycuda builds lack some attribute names; a missing one reads as unknown (0).
+    which = getattr(drv.device_attribute, name, None)
+    if which is None:
+        return default
+    try:
+        return int(dev.get_attribute(which))
+    except (drv.Error, TypeError, ValueError):
+        return default
+
+
+def _limits(dev: Any) -> DeviceLimits:
+    major, minor = dev.compute_capability()
+    try:
+        v = drv.get_driver_version()
+        driver = f"CUDA {v // 1000}.{(v % 1000) // 10}"
+    except drv.Error:
+        driver = ""
+    shared_block = _attr(dev, "MAX_SHARED_MEMORY_PER_BLOCK", DEFAULT_SHARED_LIMIT)
+    extra: dict[str, Any] = {
+        "reserved_shared_per_block": _attr(dev, "RESERVED_SHARED_MEMORY_PER_BLOCK",
+                                           1024 if major >= 8 else 0),
+    }
+    try:
+        extra["pci_bus_id"] = dev.pci_bus_id()
+    except (drv.Error, AttributeError):
+        pass
+    return DeviceLimits(
+        backend="cuda",
+        name=dev.name().strip(),
+        vendor="NVIDIA",
+        compute_capability=f"{major}.{minor}",
+        driver=driver,
+        max_threads_per_block=_attr(dev, "MAX_THREADS_PER_BLOCK", 1024),
+        max_block_dims=(_attr(dev, "MAX_BLOCK_DIM_X", 1024), _attr(dev, "MAX_BLOCK_DIM_Y", 1024),
+                        _attr(dev, "MAX_BLOCK_DIM_Z", 64)),
+        max_grid_dims=(_attr(dev, "MAX_GRID_DIM_X", 2**31 - 1), _attr(dev, "MAX_GRID_DIM_Y", 65535),
+                       _attr(dev, "MAX_GRID_DIM_Z", 65535)),
+        max_shared_per_block=shared_block,
+        max_shared_per_block_optin=_attr(dev, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", shared_block),
+        max_shared_per_sm=_attr(dev, "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+        max_threads_per_sm=_attr(dev, "MAX_THREADS_PER_MULTIPROCESSOR"),
+        max_blocks_per_sm=_attr(dev, "MAX_BLOCKS_PER_MULTIPROCESSOR"),
+        max_regs_per_block=_attr(dev, "MAX_REGISTERS_PER_BLOCK"),
+        max_regs_per_sm=_attr(dev, "MAX_REGISTERS_PER_MULTIPROCESSOR"),
+        sm_count=_attr(dev, "MULTIPROCESSOR_COUNT", 1),
+        warp_size=_attr(dev, "WARP_SIZE", 32),
+        l2_bytes=_attr(dev, "L2_CACHE_SIZE"),
+        global_mem_bytes=int(dev.total_memory()),
+        clock_mhz=_attr(dev, "CLOCK_RATE") // 1000,  # the driver reports kHz
+        memory_clock_mhz=_attr(dev, "MEMORY_CLOCK_RATE") // 1000,
+        memory_bus_width=_attr(dev, "GLOBAL_MEMORY_BUS_WIDTH"),
+        extra=extra,
+    )
+
+
+def list_devices() -> list[DeviceInfo]:
+    return [DeviceInfo("cuda", i, _limits(d)) for i, d in enumerate(_devices())]
+
+
+def device_count() -> int:
+    try:
+        return len(_devices())
+    except BackendError:
+        return 0
+
+
+def open(device: int = 0) -> "CUDABackend":
+    devs = _devices()
+    if not devs:
+        raise BackendError("no CUDA device found")
+    if not 0 <= device < len(devs):
+        raise BackendError(f"CUDA device {device} does not exist ({len(devs)} found)")
+    return CUDABackend(devs[device])
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+@dataclass(eq=False)
+class CUDAKernel:
+    """A loaded kernel: the pycuda function, its module (kept alive with it) and ptxas figures."""
+
+    function: Any
+    module: Any
+    entry: str
+    ptxas: Mapping[str, int] = field(default_factory=dict)
+    cached: bool = False  # the cubin came from the compile cache
+    dynamic_shared_limit: int = 0  # what MAX_DYNAMIC_SHARED_SIZE_BYTES was last set to
+
+
+class CUDABackend:
+    """Compile, launch and time CUDA kernels on one device, in its primary context."""
+
+    name = "cuda"
+
+    def __init__(self, dev: Any):
+        self.device = dev
+        self.limits = _limits(dev)
+        major, minor = dev.compute_capability()
+        self.arch = f"sm_{major}{minor}"
+        try:
+            self.ctx = dev.retain_primary_context()
+            self.ctx.push()
+        except drv.Error as e:
+            raise BackendError(f"cannot open a context on {self.limits.name}: {_one_line(e)}") from None
+        self._flush_bytes = max(2 * self.limits.l2_bytes, 4 * 2**20)
+        self._flush_buf = None
+        self._flush_count = 0
+
+    # compile -----------------------------------------------------------------------------------
+    def compile(self, source: str, entry: str, defines: Mapping[str, str],
+                options: Sequence[str] = ()) -> CUDAKernel:
+        cubin, info, cached = compile_cubin(source, entry, defines, options, self.arch)
+        return self.load(cubin, entry, info, cached)
+
+    def load(self, cubin: bytes, entry: str, ptxas: Mapping[str, int] | None = None,
+             cached: bool = False) -> CUDAKernel:
+        """Load a cubin built elsewhere (the compile pool) and find its kernel."""
+        try:
+            module = drv.module_from_buffer(cubin)
+        except drv.Error as e:
+            raise CompileError(f"cannot load the cubin: {_one_line(e)}") from None
+        try:
+            function = module.get_function(entry)
+        except drv.Error:
+            raise CompileError(f"the program has no kernel named {entry!r} "
+                               "(is it declared extern \"C\" __global__?)") from None
+        return CUDAKernel(function, module, entry, dict(ptxas or {}), cached)
+
+    def resources(self, kernel: CUDAKernel) -> Resources:
+        fa = drv.function_attribute
+        f = kernel.function
+        try:
+            return Resources(
+                registers=int(f.get_attribute(fa.NUM_REGS)),
+                shared_static=int(f.get_attribute(fa.SHARED_SIZE_BYTES)),
+                local_bytes=int(f.get_attribute(fa.LOCAL_SIZE_BYTES)),
+                max_threads=int(f.get_attribute(fa.MAX_THREADS_PER_BLOCK)),
+                # bytes spilled and reloaded per thread, as ptxas counts them
+                spills=int(kernel.ptxas.get("spill_stores", 0)) + int(kernel.ptxas.get("spill_loads", 0)),
+            )
+        except drv.Error:
+            return Resources()
+
+    def launch_limit(self, kernel: CUDAKernel) -> int:
+        try:
+            return int(kernel.function.get_attribute(drv.function_attribute.MAX_THREADS_PER_BLOCK))
+        except drv.Error:
+            return self.limits.max_threads_per_block
+
+    # memory ------------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> Any:
+        try:
+            return drv.mem_alloc(max(int(nbytes), 1))
+        except drv.Error as e:
+            raise LaunchError(f"cannot allocate {nbytes} bytes: {_one_line(e)}") from None
+
+    def upload(self, buffer: Any, array: np.ndarray) -> None:
+        try:
+            drv.memcpy_htod(buffer, np.ascontiguousarray(array))
+        except drv.Error as e:
+            raise LaunchError(f"upload failed: {_one_line(e)}") from None
+
+    def download(self, buffer: Any, array: np.ndarray) -> None:
+        try:
+            drv.memcpy_dtoh(array, buffer)
+        except drv.Error as e:
+            raise LaunchError(f"download failed: {_one_line(e)}") from None
+
+    # run ---------------------------------------------------------------------------------------
+    def _enqueue(self, kernel: CUDAKernel, geo: Geometry, args: Sequence[Any]) -> None:
+        try:
+            self._allow_shared(kernel, geo.shared_bytes)
+            kernel.function(*args, block=tuple(geo.block), grid=tuple(geo.grid),
+                            shared=int(geo.shared_bytes))
+        except (drv.Error, TypeError, ValueError) as e:
+            raise LaunchError(_one_line(e)) from None
+
+    def _allow_shared(self, kernel: CUDAKernel, shared: int) -> None:
+        # Without the opt-in a block gets at most 48 KiB of shared memory, static and dynamic
+        # together; more needs the function's dynamic limit raised first.
+        if shared <= kernel.dynamic_shared_limit:
+            return
+        static = int(kernel.function.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES))
+        if static + shared > self.limits.max_shared_per_block:
+            kernel.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+            kernel.dynamic_shared_limit = shared
+
+    def launch(self, kernel: CUDAKernel, geo: Geometry, args: Sequence[Any]) -> None:
+        self._enqueue(kernel, geo, args)
+        try:
+            drv.Context.synchronize()
+        except drv.Error as e:
+            raise LaunchError(_one_line(e)) from None
+
+    def flush_bytes(self) -> int:
+        return self._flush_bytes
+
+    def _flush(self) -> None:
+        if self._flush_buf is None:
+            self._flush_buf = self.alloc(self._flush_bytes)
+        # a new value each time, so no run is served by memory that already holds it
+        self._flush_count = (self._flush_count + 1) % 256
+        drv.memset_d8_async(self._flush_buf, self._flush_count, self._flush_bytes)
+
+    def time(self, kernel: CUDAKernel, geo: Geometry, args: Sequence[Any], repeats: int,
+             flush: bool) -> list[float]:
+        pairs = []
+        try:
+            for _ in range(repeats):
+                if flush:
+                    self._flush()
+                start, end = drv.Event(), drv.Event()
+                start.record()
+                self._enqueue(kernel, geo, args)
+                end.record()
+                pairs.append((start, end))
+            drv.Context.synchronize()
+            return [start.time_till(end) * 1000.0 for start, end in pairs]
+        except drv.Error as e:
+            raise LaunchError(_one_line(e)) from None
+
+    def close(self) -> None:
+        """Free the flush buffer and leave the context. Free your own buffers first."""
+        if self.ctx is None:
+            return
+        try:
+            drv.Context.synchronize()
+        except drv.Error:
+            pass
+        if self._flush_buf is not None:
+            try:
+                self._flush_buf.free()
+            except drv.Error:
+                pass
+            self._flush_buf = None
+        try:
+            self.ctx.pop()
+            # releases the primary-context reference that retain_primary_context took
+            self.ctx.detach()
+        except drv.Error:
+            pass
+        self.ctx = None

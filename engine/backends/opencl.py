@@ -1,0 +1,220 @@
+"""The OpenCL backend, through pyopencl. PoCL runs it on any CPU, which is how machines without a
+GPU run the whole pipeline for real: compile, verify, time."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..device import DeviceLimits
+from ..result import Resources
+from ..space import Geometry
+from . import BackendError, CompileError, DeviceInfo, LaunchError
+
+try:
+    import pyopencl as cl
+except ImportError:  # pragma: no cover - depends on the machine
+    cl = None
+
+# A CPU's last-level cache can be hundreds of MiB; writing twice that between every timed run
+# would cost more than the kernels. The flush is capped there, and the evaluator knows from
+# `cold_cache` whether the cap left part of the cache warm.
+CPU_FLUSH_CAP = 64 * 2**20
+GPU_FLUSH_CAP = 1024 * 2**20
+
+_FLUSH_SRC = """
+__kernel void kerntune_flush(__global int4 *buf, int value) {
+    buf[get_global_id(0)] = (int4)(value, value + 1, value + 2, value + 3);
+}
+"""
+
+
+def _require() -> None:
+    if cl is None:
+        raise BackendError("pyopencl is not installed (pip install 'kerntune[opencl]')")
+
+
+def _devices() -> list[Any]:
+    _require()
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as e:
+        raise BackendError(f"no OpenCL platform: {e}") from None
+    gpus, others = [], []
+    for p in platforms:
+        try:
+            devs = p.get_devices()
+        except cl.Error:
+            continue
+        for d in devs:
+            (gpus if d.type & cl.device_type.GPU else others).append(d)
+    # GPUs first: `--backend opencl` on a GPU machine should not pick the CPU
+    return gpus + others
+
+
+def _limits(dev: Any) -> DeviceLimits:
+    is_cpu = bool(dev.type & cl.device_type.CPU)
+    dims = tuple(dev.max_work_item_sizes) + (1, 1, 1)
+    cache = int(dev.global_mem_cache_size or 0)
+    return DeviceLimits(
+        backend="opencl",
+        name=dev.name.strip(),
+        vendor=dev.vendor.strip(),
+        compute_capability="",
+        driver=f"{dev.platform.name.strip()} {dev.driver_version.strip()}",
+        max_threads_per_block=int(dev.max_work_group_size),
+        max_block_dims=(int(dims[0]), int(dims[1]), int(dims[2])),
+        max_grid_dims=(2**31 - 1, 2**31 - 1, 2**31 - 1),
+        max_shared_per_block=int(dev.local_mem_size),
+        max_shared_per_block_optin=int(dev.local_mem_size),
+        sm_count=int(dev.max_compute_units),
+        warp_size=1 if is_cpu else 32,
+        l2_bytes=cache,
+        global_mem_bytes=int(dev.global_mem_size),
+        clock_mhz=int(dev.max_clock_frequency or 0),
+        extra={"device_type": "cpu" if is_cpu else "gpu", "version": dev.version.strip()},
+    )
+
+
+def list_devices() -> list[DeviceInfo]:
+    return [DeviceInfo("opencl", i, _limits(d)) for i, d in enumerate(_devices())]
+
+
+def device_count() -> int:
+    try:
+        return len(_devices())
+    except BackendError:
+        return 0
+
+
+def open(device: int = 0) -> "OpenCLBackend":
+    devs = _devices()
+    if not devs:
+        raise BackendError("no OpenCL device found (install pocl-binary-distribution for the CPU)")
+    if not 0 <= device < len(devs):
+        raise BackendError(f"OpenCL device {device} does not exist ({len(devs)} found)")
+    return OpenCLBackend(devs[device])
+
+
+class OpenCLBackend:
+    """Compile, launch and time OpenCL kernels on one device."""
+
+    name = "opencl"
+
+    def __init__(self, dev: Any):
+        self.device = dev
+        self.limits = _limits(dev)
+        self.ctx = cl.Context([dev])
+        self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        cap = CPU_FLUSH_CAP if self.limits.extra.get("device_type") == "cpu" else GPU_FLUSH_CAP
+        want = max(2 * self.limits.l2_bytes, 4 * 2**20)
+        self._flush_bytes = min(want, cap, int(dev.max_mem_alloc_size)) // 16 * 16
+        self._flush_buf = None
+        self._flush_kernel = None
+        self._flush_count = 0
+
+    # compile -----------------------------------------------------------------------------------
+    def compile(self, source: str, entry: str, defines: Mapping[str, str],
+                options: Sequence[str] = ()) -> Any:
+        opts = [f"-D{k}={v}" for k, v in defines.items()] + list(options)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # pyopencl warns on any compiler output
+                program = cl.Program(self.ctx, source).build(options=opts)
+        except cl.Error as e:
+            raise CompileError(_first_errors(str(e))) from None
+        try:
+            return getattr(program, entry)
+        except (AttributeError, cl.Error):
+            raise CompileError(f"the program has no kernel named {entry!r}") from None
+
+    def resources(self, kernel: Any) -> Resources:
+        info = cl.kernel_work_group_info
+        try:
+            local = int(kernel.get_work_group_info(info.LOCAL_MEM_SIZE, self.device))
+            private = int(kernel.get_work_group_info(info.PRIVATE_MEM_SIZE, self.device))
+            wg = int(kernel.get_work_group_info(info.WORK_GROUP_SIZE, self.device))
+        except cl.Error:
+            return Resources()
+        return Resources(registers=0, shared_static=local, local_bytes=private, max_threads=wg)
+
+    def launch_limit(self, kernel: Any) -> int:
+        try:
+            return int(kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
+        except cl.Error:
+            return self.limits.max_threads_per_block
+
+    # memory ------------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> Any:
+        try:
+            return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
+        except cl.Error as e:
+            raise LaunchError(f"cannot allocate {nbytes} bytes: {e}") from None
+
+    def upload(self, buffer: Any, array: np.ndarray) -> None:
+        cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=True)
+
+    def download(self, buffer: Any, array: np.ndarray) -> None:
+        cl.enqueue_copy(self.queue, array, buffer, is_blocking=True)
+
+    # run ---------------------------------------------------------------------------------------
+    def _enqueue(self, kernel: Any, geo: Geometry, args: Sequence[Any]) -> Any:
+        global_size = tuple(g * b for g, b in zip(geo.grid, geo.block))
+        try:
+            kernel.set_args(*args)
+            if geo.shared_bytes:
+                raise LaunchError("dynamic local memory is not supported by the OpenCL backend")
+            return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, geo.block)
+        except cl.Error as e:
+            raise LaunchError(str(e).splitlines()[0]) from None
+
+    def launch(self, kernel: Any, geo: Geometry, args: Sequence[Any]) -> None:
+        ev = self._enqueue(kernel, geo, args)
+        try:
+            ev.wait()
+        except cl.Error as e:
+            raise LaunchError(str(e).splitlines()[0]) from None
+
+    def flush_bytes(self) -> int:
+        return self._flush_bytes
+
+    def _flush(self) -> None:
+        if self._flush_kernel is None:
+            self._flush_buf = self.alloc(self._flush_bytes)
+            self._flush_kernel = cl.Program(self.ctx, _FLUSH_SRC).build().kerntune_flush
+        self._flush_count += 1
+        self._flush_kernel.set_args(self._flush_buf, np.int32(self._flush_count))
+        cl.enqueue_nd_range_kernel(self.queue, self._flush_kernel, (self._flush_bytes // 16,), None)
+
+    def time(self, kernel: Any, geo: Geometry, args: Sequence[Any], repeats: int,
+             flush: bool) -> list[float]:
+        events = []
+        for _ in range(repeats):
+            if flush:
+                self._flush()
+            events.append(self._enqueue(kernel, geo, args))
+        try:
+            self.queue.finish()
+            return [(ev.profile.end - ev.profile.start) * 1e-3 for ev in events]
+        except cl.Error as e:
+            raise LaunchError(str(e).splitlines()[0]) from None
+
+    def close(self) -> None:
+        try:
+            self.queue.finish()
+        except Exception:
+            pass
+
+
+def _first_errors(log: str, limit: int = 6) -> str:
+    """The first error lines of a build log, without the noise around them."""
+    log = re.sub(r"\S*tempfile_\w+\.cl:", "source:", log)
+    lines = [l.rstrip() for l in log.splitlines() if l.strip()]
+    errors = [l for l in lines if re.search(r"\berror\b", l, re.IGNORECASE) and "BUILD_PROGRAM_FAILURE" not in l]
+    chosen = errors[:limit] or lines[-limit:]
+    text = " | ".join(chosen)
+    return text[:800] or "build failed"
+

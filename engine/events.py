@@ -1,0 +1,166 @@
+"""The engine's events: everything a run does, as a stream of small frozen records.
+
+The session file is the list of these events after a header; the dashboard and the text mode
+render them and do not know whether they come live or from a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, Mapping
+
+from .result import Result
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of all events; `t` is seconds since the run started."""
+
+    kind: ClassVar[str] = ""
+    t: float
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    kind: ClassVar[str] = "run_started"
+    template: str
+    problem: Mapping[str, int]
+    problem_name: str
+    backend: str
+    device: str
+    strategy: str
+    budget: int = 0
+    time_limit: float = 0.0
+    seed: int = 0
+    resumed: int = 0  # results carried over from an earlier run of this session
+
+
+@dataclass(frozen=True)
+class SpaceBuilt(Event):
+    kind: ClassVar[str] = "space_built"
+    total: int
+    feasible: int
+    pruned: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Note(Event):
+    """A line of plan or commentary, from the engine or an agent."""
+
+    kind: ClassVar[str] = "note"
+    text: str
+    source: str = "engine"
+
+
+@dataclass(frozen=True)
+class ConfigEvaluated(Event):
+    kind: ClassVar[str] = "config_evaluated"
+    index: int
+    result: Result
+
+
+@dataclass(frozen=True)
+class BestImproved(Event):
+    kind: ClassVar[str] = "best_improved"
+    index: int
+    config: Mapping[str, Any]
+    median_us: float
+    sol_fraction: float = 0.0
+    speedup: float = 0.0  # over the template's default configuration
+
+
+@dataclass(frozen=True)
+class WinnerVerified(Event):
+    """The winner checked again on inputs it has never seen."""
+
+    kind: ClassVar[str] = "winner_verified"
+    config: Mapping[str, Any]
+    ok: bool
+    message: str = ""
+    seeds: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    kind: ClassVar[str] = "run_finished"
+    reason: str
+    evaluated: int
+    verified: int
+    best: Mapping[str, Any] = field(default_factory=dict)
+    best_us: float = 0.0
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (RunStarted, SpaceBuilt, Note, ConfigEvaluated, BestImproved, WinnerVerified, RunFinished)
+}
+
+
+class EventFormatError(ValueError):
+    """An event table that does not match its kind."""
+
+
+def event_to_dict(ev: Event) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": ev.kind}
+    for f in fields(ev):
+        v = getattr(ev, f.name)
+        if isinstance(v, Result):
+            v = v.to_dict()
+        elif isinstance(v, Mapping):
+            v = dict(v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        out[f.name] = v
+    return out
+
+
+_NUMBER = (int, float)
+
+
+def event_from_dict(d: Mapping[str, Any]) -> Event:
+    """Rebuild an event, checking its kind and the types of its fields."""
+    kind = d.get("kind")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise EventFormatError(f"unknown event kind {kind!r}")
+    kw: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in d:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise EventFormatError(f"{kind} event lacks `{f.name}`")
+            continue
+        v = d[f.name]
+        expected = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        try:
+            kw[f.name] = _coerce(f.name, v, expected)
+        except (TypeError, ValueError) as e:
+            raise EventFormatError(f"{kind} event field `{f.name}`: {e}") from None
+    return cls(**kw)
+
+
+def _coerce(name: str, v: Any, expected: str) -> Any:
+    if expected == "Result":
+        if not isinstance(v, Mapping):
+            raise TypeError("expected a table")
+        return Result.from_dict(v)
+    if expected.startswith("Mapping"):
+        if not isinstance(v, Mapping):
+            raise TypeError("expected a table")
+        return dict(v)
+    if expected.startswith("tuple"):
+        if not isinstance(v, list):
+            raise TypeError("expected a list")
+        return tuple(v)
+    if expected == "str":
+        if not isinstance(v, str):
+            raise TypeError("expected a string")
+        return v
+    if expected == "bool":
+        if not isinstance(v, bool):
+            raise TypeError("expected true or false")
+        return v
+    if expected in ("int", "float"):
+        if isinstance(v, bool) or not isinstance(v, _NUMBER):
+            raise TypeError("expected a number")
+        return v
+    return v

@@ -1,0 +1,115 @@
+"""The outcome of evaluating one configuration.
+
+A failing configuration is a Result with a status and a message, never an exception that ends a
+run. Results are plain data: they travel from the worker process, into sessions and onto screens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+STATUSES = (
+    "ok",  # compiled, verified and timed
+    "suspect",  # verified, but measured faster than its speed-of-light bound: not ranked
+    "compile_error",
+    "pruned",  # broke a limit known only after compiling (registers, shared memory, spills)
+    "launch_error",
+    "wrong_result",
+    "timeout",
+    "crashed",
+)
+FAILED = tuple(s for s in STATUSES if s not in ("ok", "suspect"))
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a compiled kernel uses, as reported by the backend."""
+
+    registers: int = 0
+    shared_static: int = 0
+    local_bytes: int = 0
+    max_threads: int = 0
+    spills: int = 0
+
+
+@dataclass(frozen=True)
+class Result:
+    """One configuration's compile, verification and timing record."""
+
+    config: Mapping[str, Any]
+    status: str
+    message: str = ""
+    times_us: tuple[float, ...] = ()
+    median_us: float | None = None
+    spread: float | None = None  # (p75 - p25) / median, a fraction
+    min_us: float | None = None
+    compile_s: float = 0.0
+    verify_s: float = 0.0
+    time_s: float = 0.0
+    resources: Resources | None = None
+    occupancy: float | None = None
+    bandwidth_gbs: float | None = None
+    gflops: float | None = None
+    sol_us: float | None = None
+    sol_fraction: float | None = None  # sol_us / median_us: 1.0 is the hardware's limit
+    max_error: float | None = None  # largest error seen in verification, relative to tolerance
+    seeds: tuple[int, ...] = ()
+    grid: tuple[int, ...] = ()
+    block: tuple[int, ...] = ()
+    cached: bool = False  # the binary came from the compile cache
+
+    @property
+    def ranked(self) -> bool:
+        return self.status == "ok" and self.median_us is not None
+
+    @property
+    def verified(self) -> bool:
+        return self.status in ("ok", "suspect")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A TOML-ready dict (TOML has no null: absent fields are left out)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            if f.name == "resources":
+                v = asdict(v)
+            elif f.name == "config":
+                v = dict(v)
+            elif isinstance(v, tuple):
+                v = list(v)
+            out[f.name] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Result":
+        known = {f.name: f for f in fields(cls)}
+        kw: dict[str, Any] = {}
+        for k, v in d.items():
+            if k not in known:
+                continue
+            if k == "resources" and isinstance(v, Mapping):
+                rk = {f.name for f in fields(Resources)}
+                v = Resources(**{a: b for a, b in v.items() if a in rk})
+            elif k in ("times_us", "seeds", "grid", "block") and isinstance(v, list):
+                v = tuple(v)
+            kw[k] = v
+        if "config" not in kw or "status" not in kw:
+            raise ValueError("a result needs config and status")
+        if kw["status"] not in STATUSES:
+            raise ValueError(f"unknown status {kw['status']!r}")
+        if not isinstance(kw["config"], Mapping):
+            raise ValueError("config must be a table")
+        return cls(**kw)
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """The canonical text of a configuration, used to recognise it again (resume, replay)."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return "1" if v else "0"
+        return str(v)
+
+    return ",".join(f"{k}={fmt(v)}" for k, v in config.items())

@@ -1,0 +1,296 @@
+"""Sessions: a header and the run's events, as TOML, appended and flushed as events happen.
+
+    [session]   format, version, id, created, tool version, command
+    [device]    the device's limits
+    [template]  name, fingerprint, backend, the spec, the source and the original source
+    [space]     problem, total, feasible, pruned by rule
+    [tuning]    strategy, budget, seed, timing policy
+    [[event]]   one table per event, in order
+
+A run killed at any point leaves a file that loads: a partial last event is dropped with a
+warning. Loading never evaluates anything it reads; a session never holds secrets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import tomli_w
+
+from .events import ConfigEvaluated, Event, EventFormatError, RunFinished, RunStarted, event_from_dict, event_to_dict
+from .result import FAILED, Result, config_key
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FORMAT = "kerntune-session"
+VERSION = 1
+HEADER_TABLES = ("session", "device", "template", "space", "tuning")
+_EVENT_HEADER = re.compile(r"^\[\[event\]\]\s*$", re.MULTILINE)
+
+
+class SessionError(ValueError):
+    """A session file that cannot be read; the message is one line naming the file."""
+
+
+def tool_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("kerntune")
+    except Exception:
+        return "0+unknown"
+
+
+def new_header(*, command: Iterable[str], device: Mapping[str, Any], template: Mapping[str, Any],
+               space: Mapping[str, Any], tuning: Mapping[str, Any]) -> dict[str, Any]:
+    now = datetime.now(timezone.utc)
+    return {
+        "session": {
+            "format": FORMAT,
+            "version": VERSION,
+            "id": uuid.uuid4().hex[:12],
+            "created": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "tool_version": tool_version(),
+            "command": [str(c) for c in command],
+        },
+        "device": dict(device),
+        "template": dict(template),
+        "space": dict(space),
+        "tuning": dict(tuning),
+    }
+
+
+class SessionWriter:
+    """Appends events to a session file, flushing each one so that a crash loses at most one."""
+
+    def __init__(self, path: Path, header: Mapping[str, Any] | None = None):
+        self.path = Path(path)
+        if header is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            text = tomli_w.dumps(_clean(dict(header)))
+            with open(self.path, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        elif not self.path.exists():
+            raise SessionError(f"{self.path}: no such session to append to")
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def write(self, ev: Event) -> None:
+        self._f.write("\n" + tomli_w.dumps({"event": [_clean(event_to_dict(ev))]}))
+        self._f.flush()
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+
+    def __enter__(self) -> "SessionWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _clean(v: Any) -> Any:
+    """TOML has no null and no NaN-safe floats everywhere: drop None, keep the rest."""
+    if isinstance(v, Mapping):
+        return {str(k): _clean(x) for k, x in v.items() if x is not None}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v if x is not None]
+    return v
+
+
+@dataclass
+class Session:
+    """A loaded session: its header, its events, and what loading had to say."""
+
+    path: Path
+    header: dict[str, Any]
+    events: list[Event]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.header.get("session", {})
+
+    @property
+    def template(self) -> dict[str, Any]:
+        return self.header.get("template", {})
+
+    @property
+    def device(self) -> dict[str, Any]:
+        return self.header.get("device", {})
+
+    @property
+    def space(self) -> dict[str, Any]:
+        return self.header.get("space", {})
+
+    def results(self) -> list[Result]:
+        return [e.result for e in self.events if isinstance(e, ConfigEvaluated)]
+
+    def evaluated_keys(self) -> set[str]:
+        return {config_key(r.config) for r in self.results()}
+
+    def baseline(self) -> Result | None:
+        default = self.template.get("default_config")
+        if not isinstance(default, Mapping):
+            return None
+        key = config_key(default)
+        for r in self.results():
+            if config_key(r.config) == key:
+                return r
+        return None
+
+    def best(self) -> Result | None:
+        ranked = [r for r in self.results() if r.ranked]
+        return min(ranked, key=lambda r: r.median_us) if ranked else None
+
+    def finished(self) -> RunFinished | None:
+        for e in reversed(self.events):
+            if isinstance(e, RunFinished):
+                return e
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """The facts `kerntune show --json` prints."""
+        results = self.results()
+        failed: dict[str, int] = {}
+        for r in results:
+            if r.status in FAILED:
+                failed[r.status] = failed.get(r.status, 0) + 1
+        best, base = self.best(), self.baseline()
+        out: dict[str, Any] = {
+            "path": str(self.path),
+            "id": self.info.get("id", ""),
+            "created": self.info.get("created", ""),
+            "template": self.template.get("name", ""),
+            "backend": self.template.get("backend", ""),
+            "device": self.device.get("name", ""),
+            "problem": self.space.get("problem", {}),
+            "feasible": self.space.get("feasible", 0),
+            "evaluated": len(results),
+            "verified": sum(1 for r in results if r.verified),
+            "suspect": sum(1 for r in results if r.status == "suspect"),
+            "failed": failed,
+            "best": None,
+            "baseline": None,
+            "speedup": None,
+            "finished": None,
+            "warnings": list(self.warnings),
+        }
+        if best is not None:
+            out["best"] = {"config": dict(best.config), "median_us": best.median_us,
+                           "sol_fraction": best.sol_fraction, "spread": best.spread}
+        if base is not None and base.median_us is not None:
+            out["baseline"] = {"config": dict(base.config), "median_us": base.median_us, "status": base.status}
+            if best is not None and best.median_us:
+                out["speedup"] = base.median_us / best.median_us
+        fin = self.finished()
+        if fin is not None:
+            out["finished"] = {"reason": fin.reason}
+        return out
+
+
+def load_session(path: str | Path) -> Session:
+    """Read and validate a session file; a partial last event is dropped with a warning."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise SessionError(f"{p}: no such file") from None
+    except OSError as e:
+        raise SessionError(f"{p}: cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SessionError(f"{p}: not a text file (byte {e.start} is not UTF-8)") from None
+    warnings: list[str] = []
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        data = _recover(p, text, e, warnings)
+    session = _validate(p, data, warnings)
+    return session
+
+
+def _recover(p: Path, text: str, err: Exception, warnings: list[str]) -> dict:
+    """Drop a cut-off last event; anything else wrong is an error."""
+    starts = [m.start() for m in _EVENT_HEADER.finditer(text)]
+    if starts:
+        try:
+            data = tomllib.loads(text[: starts[-1]])
+        except tomllib.TOMLDecodeError:
+            pass
+        else:
+            warnings.append(f"{p}: the last event was cut off and has been dropped")
+            return data
+    raise SessionError(f"{p}: not a valid session file: {err}") from None
+
+
+def _validate(p: Path, data: dict, warnings: list[str]) -> Session:
+    info = data.get("session")
+    if not isinstance(info, dict):
+        raise SessionError(f"{p}: [session] table missing: not a kerntune session file")
+    if info.get("format") != FORMAT:
+        raise SessionError(f"{p}: [session] format is {info.get('format')!r}, expected {FORMAT!r}")
+    version = info.get("version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise SessionError(f"{p}: [session] version must be an integer, got {version!r}")
+    if version > VERSION:
+        raise SessionError(
+            f"{p}: session format version {version} is newer than this kerntune reads ({VERSION}); upgrade kerntune"
+        )
+    if version < 1:
+        raise SessionError(f"{p}: [session] version {version} is not a known format version")
+    header: dict[str, Any] = {}
+    for key in HEADER_TABLES:
+        v = data.get(key, {})
+        if not isinstance(v, dict):
+            raise SessionError(f"{p}: [{key}] must be a table")
+        header[key] = v
+    template = header["template"]
+    for key in ("name", "backend"):
+        if not isinstance(template.get(key), str):
+            raise SessionError(f"{p}: [template] {key} must be a string")
+    raw_events = data.get("event", [])
+    if not isinstance(raw_events, list):
+        raise SessionError(f"{p}: `event` must be an array of tables ([[event]])")
+    events: list[Event] = []
+    for i, item in enumerate(raw_events):
+        try:
+            if not isinstance(item, dict):
+                raise EventFormatError("not a table")
+            events.append(event_from_dict(item))
+        except (EventFormatError, ValueError, TypeError) as e:
+            if i == len(raw_events) - 1:
+                warnings.append(f"{p}: the last event is incomplete ({e}) and has been dropped")
+                break
+            raise SessionError(f"{p}: event {i + 1}: {e}") from None
+    return Session(p, header, events, warnings)
+
+
+def default_path(template: str, directory: Path | None = None) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = directory if directory is not None else Path("sessions")
+    path = base / f"{template}-{stamp}.toml"
+    n = 2
+    while path.exists():
+        path = base / f"{template}-{stamp}-{n}.toml"
+        n += 1
+    return path
+
+
+def started_events(session: Session) -> list[RunStarted]:
+    return [e for e in session.events if isinstance(e, RunStarted)]

@@ -1,0 +1,189 @@
+"""The feasible configurations of a template for one problem size on one device.
+
+Value lists x constraints x device limits, counting how many configurations each rule pruned.
+Limits known only after compiling (registers, spills) are checked in engine/evaluate.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+from .device import DeviceLimits
+from .expressions import ExpressionError
+from .result import config_key
+from .template import ParamValue, Problem, Template
+
+MAX_SPACE = 2_000_000  # configurations enumerated before we refuse
+
+
+class SpaceError(ValueError):
+    """A space that cannot be built (too large, or an expression that cannot be evaluated)."""
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """One assignment of values to a template's parameters."""
+
+    items: tuple[tuple[str, ParamValue], ...]
+
+    @classmethod
+    def of(cls, values: Mapping[str, ParamValue]) -> "Config":
+        return cls(tuple(values.items()))
+
+    def as_dict(self) -> dict[str, ParamValue]:
+        return dict(self.items)
+
+    def __getitem__(self, name: str) -> ParamValue:
+        for k, v in self.items:
+            if k == name:
+                return v
+        raise KeyError(name)
+
+    @property
+    def key(self) -> str:
+        return config_key(self.as_dict())
+
+    def defines(self) -> dict[str, str]:
+        return {k: _fmt(v) for k, v in self.items}
+
+    def __str__(self) -> str:
+        return " ".join(f"{k}={_fmt(v)}" for k, v in self.items)
+
+
+def _fmt(v: ParamValue) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Launch geometry of one configuration: blocks in the grid, threads per block, shared bytes."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.grid)
+
+
+def environment(template: Template, config: Mapping[str, ParamValue], problem: Problem,
+                limits: DeviceLimits | None = None) -> dict[str, ParamValue]:
+    env: dict[str, ParamValue] = {}
+    if limits is not None:
+        env.update(limits.expression_names())
+    env.update(problem.values)
+    env.update(config)
+    return env
+
+
+def geometry(template: Template, config: Mapping[str, ParamValue], problem: Problem,
+             limits: DeviceLimits | None = None) -> Geometry:
+    """Evaluate the template's launch expressions for one configuration."""
+    env = environment(template, config, problem, limits)
+
+    def dims(exprs) -> tuple[int, int, int]:
+        out = []
+        for e in exprs:
+            v = e.evaluate(env)
+            if isinstance(v, float):
+                if not v.is_integer():
+                    raise ExpressionError(f"launch dimension `{e.source}` is not whole: {v}")
+                v = int(v)
+            out.append(int(v))
+        while len(out) < 3:
+            out.append(1)
+        return (out[0], out[1], out[2])
+
+    shared = int(template.shared_bytes.evaluate(env)) if template.shared_bytes is not None else 0
+    return Geometry(dims(template.grid), dims(template.block), shared)
+
+
+@dataclass(frozen=True)
+class Space:
+    """Feasible configurations plus how many of the full product each rule removed."""
+
+    template: str
+    problem: Problem
+    configs: tuple[Config, ...]
+    total: int
+    pruned: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> int:
+        return len(self.configs)
+
+    def index(self, config: Config) -> int:
+        return self.configs.index(config)
+
+
+def device_violation(geo: Geometry, limits: DeviceLimits) -> str | None:
+    """The device limit a launch geometry breaks, or None."""
+    if any(d < 1 for d in geo.block):
+        return "block dimension < 1"
+    if any(d < 1 for d in geo.grid):
+        return "grid dimension < 1"
+    if geo.threads_per_block > limits.max_threads_per_block:
+        return f"threads per block > {limits.max_threads_per_block}"
+    for i, (d, m) in enumerate(zip(geo.block, limits.max_block_dims)):
+        if d > m:
+            return f"block dim {'xyz'[i]} > {m}"
+    for i, (d, m) in enumerate(zip(geo.grid, limits.max_grid_dims)):
+        if d > m:
+            return f"grid dim {'xyz'[i]} > {m}"
+    shared_limit = max(limits.max_shared_per_block, limits.max_shared_per_block_optin)
+    if geo.shared_bytes > shared_limit:
+        return f"shared memory per block > {shared_limit}"
+    return None
+
+
+def iter_product(template: Template) -> Iterator[dict[str, ParamValue]]:
+    names = [p.name for p in template.parameters]
+    for values in itertools.product(*(p.values for p in template.parameters)):
+        yield dict(zip(names, values))
+
+
+def build_space(template: Template, problem: Problem, limits: DeviceLimits) -> Space:
+    """Enumerate feasible configurations, naming the rule that pruned each infeasible one."""
+    total = math.prod(len(p.values) for p in template.parameters)
+    if total > MAX_SPACE:
+        raise SpaceError(
+            f"{template.name}: {total:,} configurations in the full product; at most {MAX_SPACE:,} "
+            "are enumerated (narrow the value lists)"
+        )
+    pruned: dict[str, int] = {}
+    configs: list[Config] = []
+    for values in iter_product(template):
+        reason = infeasible_reason(template, values, problem, limits)
+        if reason is None:
+            configs.append(Config.of(values))
+        else:
+            pruned[reason] = pruned.get(reason, 0) + 1
+    return Space(template.name, problem, tuple(configs), total, pruned)
+
+
+def infeasible_reason(template: Template, values: Mapping[str, ParamValue], problem: Problem,
+                      limits: DeviceLimits) -> str | None:
+    """The first rule a configuration breaks (a constraint's text or a device limit), or None."""
+    env = environment(template, values, problem, limits)
+    for c in template.constraints:
+        try:
+            ok = c.expr.evaluate(env)
+        except ExpressionError as e:
+            return f"{c.text} (cannot evaluate: {e})"
+        if not ok:
+            return c.text
+    try:
+        geo = geometry(template, values, problem, limits)
+    except ExpressionError as e:
+        return f"launch geometry ({e})"
+    return device_violation(geo, limits)

@@ -1,0 +1,600 @@
+"""Templates: kernel source plus a `kernel.toml` spec.
+
+The spec names the parameters (values and default), the constraints between them, the launch
+geometry, the kernel's arguments (dtype, shape, role), the problem sizes to tune for, and a cost
+model. Parameters reach the source as preprocessor defines; the source keeps `#ifndef NAME` /
+`#define NAME default` so that it compiles alone as the baseline.
+
+Every spec error is a `TemplateError` whose message is one line naming the file, the key and what
+was expected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .expressions import Expression, ExpressionError, parse
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+BACKENDS = ("cuda", "opencl")
+ROLES = ("input", "output", "inout", "scalar")
+DTYPES = {
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+}
+FLOAT_DTYPES = ("float16", "float32", "float64")
+INITS = ("normal", "uniform", "randint")
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names that expressions may use to reach the device's limits (see engine/space.py).
+DEVICE_NAMES = (
+    "max_threads_per_block",
+    "max_shared_per_block",
+    "warp_size",
+    "sm_count",
+)
+
+ParamValue = int | float | bool
+
+
+class TemplateError(ValueError):
+    """A template spec or source that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One tunable parameter, passed to the source as a preprocessor define."""
+
+    name: str
+    values: tuple[ParamValue, ...]
+    default: ParamValue
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A boolean expression every configuration must satisfy."""
+
+    text: str
+    expr: Expression
+
+
+@dataclass(frozen=True)
+class Argument:
+    """A kernel argument: a buffer with dtype, shape and role, or a scalar with a value."""
+
+    name: str
+    dtype: str
+    role: str
+    shape: tuple[Expression, ...] = ()
+    value: Expression | None = None
+    init: str = "normal"
+    low: float = -1.0
+    high: float = 1.0
+    rtol: float | None = None
+    atol: float | None = None
+
+    @property
+    def is_buffer(self) -> bool:
+        return self.role != "scalar"
+
+    @property
+    def is_output(self) -> bool:
+        return self.role in ("output", "inout")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A named problem size: values for the problem's names (tokens, d, n, ...)."""
+
+    name: str
+    values: Mapping[str, int]
+
+    def label(self) -> str:
+        return self.name or ",".join(f"{k}={v}" for k, v in self.values.items())
+
+
+@dataclass(frozen=True)
+class Template:
+    """A parameterised kernel: sources per backend and the parsed spec."""
+
+    name: str
+    description: str
+    directory: Path
+    spec_path: Path
+    spec_text: str
+    entry: str
+    sources: Mapping[str, str]
+    parameters: tuple[Parameter, ...]
+    constraints: tuple[Constraint, ...]
+    grid: tuple[Expression, ...]
+    block: tuple[Expression, ...]
+    shared_bytes: Expression | None
+    arguments: tuple[Argument, ...]
+    problems: tuple[Problem, ...]
+    verify_problems: tuple[Problem, ...]
+    cost_bytes: Expression
+    cost_flops: Expression
+    reference_path: Path | None = None
+    reference_function: str = "reference"
+    original_sources: Mapping[str, str] = field(default_factory=dict)
+    forbid_spills: bool = False
+    compile_options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def problem_names(self) -> tuple[str, ...]:
+        return tuple(self.problems[0].values) if self.problems else ()
+
+    def default_config(self) -> dict[str, ParamValue]:
+        return {p.name: p.default for p in self.parameters}
+
+    def parameter(self, name: str) -> Parameter:
+        for p in self.parameters:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def problem(self, name: str | None = None, overrides: Mapping[str, int] | None = None) -> Problem:
+        """The named problem (the first when None), with `overrides` applied to its values."""
+        base = self.problems[0]
+        if name is not None:
+            matches = [p for p in self.problems if p.name == name]
+            if not matches:
+                known = ", ".join(p.name for p in self.problems)
+                raise TemplateError(f"{self.spec_path}: no problem named {name!r} (known: {known})")
+            base = matches[0]
+        if not overrides:
+            return base
+        unknown = set(overrides) - set(base.values)
+        if unknown:
+            raise TemplateError(
+                f"{self.spec_path}: unknown problem name(s) {', '.join(sorted(unknown))}; "
+                f"this template's are {', '.join(base.values)}"
+            )
+        values = {**base.values, **overrides}
+        return Problem(",".join(f"{k}={v}" for k, v in values.items()), values)
+
+    def source_for(self, backend: str) -> str:
+        try:
+            return self.sources[backend]
+        except KeyError:
+            raise TemplateError(
+                f"{self.spec_path}: template {self.name!r} has no source for the {backend} backend"
+            ) from None
+
+    def fingerprint(self) -> str:
+        """A hash of the spec and every source: a session resumes only on the same template."""
+        h = hashlib.sha256(self.spec_text.encode())
+        for k in sorted(self.sources):
+            h.update(k.encode())
+            h.update(self.sources[k].encode())
+        return h.hexdigest()[:16]
+
+    def load_reference(self) -> Callable[..., dict] | None:
+        """Import the template's numpy reference (the template author's own Python file)."""
+        if self.reference_path is None:
+            return None
+        modname = f"kerntune_reference_{self.name}_{abs(hash(str(self.reference_path)))}"
+        spec = importlib.util.spec_from_file_location(modname, self.reference_path)
+        if spec is None or spec.loader is None:
+            raise TemplateError(f"{self.spec_path}: cannot load reference {self.reference_path}")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # the reference is the template author's code
+            raise TemplateError(f"{self.reference_path}: reference failed to import: {e}") from None
+        fn = getattr(module, self.reference_function, None)
+        if not callable(fn):
+            raise TemplateError(
+                f"{self.reference_path}: expected a function named {self.reference_function!r}"
+            )
+        return fn
+
+
+class _Spec:
+    """Typed access to the parsed TOML with one-line errors naming file and key."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, key: str, expected: str, got: Any = None) -> TemplateError:
+        tail = "" if got is None else f", got {_describe(got)}"
+        return TemplateError(f"{self.path}: [{key}] expected {expected}{tail}")
+
+    def table(self, data: Mapping, key: str, where: str, required: bool = True) -> dict:
+        if key not in data:
+            if required:
+                raise self.fail(_join(where, key), "a table")
+            return {}
+        v = data[key]
+        if not isinstance(v, dict):
+            raise self.fail(_join(where, key), "a table", v)
+        return v
+
+    def string(self, data: Mapping, key: str, where: str, default: str | None = None) -> str:
+        if key not in data:
+            if default is None:
+                raise self.fail(_join(where, key), "a string")
+            return default
+        v = data[key]
+        if not isinstance(v, str):
+            raise self.fail(_join(where, key), "a string", v)
+        return v
+
+    def expr(self, value: Any, key: str) -> Expression:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise self.fail(key, "an expression (string or number)", value)
+        try:
+            return parse(value)
+        except ExpressionError as e:
+            raise self.fail(key, f"a valid expression ({e})") from None
+
+    def check_keys(self, data: Mapping, allowed: set[str], where: str) -> None:
+        for k in data:
+            if k not in allowed:
+                raise self.fail(
+                    _join(where, k), f"one of the known keys ({', '.join(sorted(allowed))})", k
+                )
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _describe(v: Any) -> str:
+    text = repr(v)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(v).__name__} {text}"
+
+
+def load_template(path: str | Path) -> Template:
+    """Load a template from a `kernel.toml` path or the folder holding one."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "kernel.toml"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TemplateError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TemplateError(f"{p}: cannot read: {e}") from None
+    return parse_template(text, p)
+
+
+def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = None) -> Template:
+    """Parse spec text; sources are read beside `path` unless given."""
+    s = _Spec(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise TemplateError(f"{path}: not valid TOML: {e}") from None
+    s.check_keys(
+        data,
+        {"kernel", "param", "constraints", "launch", "arg", "problem", "verify", "cost"},
+        "",
+    )
+    kernel = s.table(data, "kernel", "")
+    s.check_keys(
+        kernel,
+        {"name", "description", "entry", "sources", "baseline", "reference", "forbid_spills", "options"},
+        "kernel",
+    )
+    name = s.string(kernel, "name", "kernel")
+    if not NAME_RE.match(name):
+        raise s.fail("kernel.name", "a name of letters, digits and _", name)
+    description = s.string(kernel, "description", "kernel", "")
+    entry = s.string(kernel, "entry", "kernel", name)
+    if not NAME_RE.match(entry):
+        raise s.fail("kernel.entry", "a C identifier", entry)
+
+    directory = path.parent
+    source_files = s.table(kernel, "sources", "kernel")
+    if not source_files:
+        raise s.fail("kernel.sources", "at least one of cuda, opencl")
+    loaded: dict[str, str] = {}
+    for backend, fname in source_files.items():
+        if backend not in BACKENDS:
+            raise s.fail(f"kernel.sources.{backend}", f"a backend name ({', '.join(BACKENDS)})", backend)
+        if not isinstance(fname, str):
+            raise s.fail(f"kernel.sources.{backend}", "a file name", fname)
+        if sources is not None and backend in sources:
+            loaded[backend] = sources[backend]
+            continue
+        loaded[backend] = _read_beside(s, directory, fname, f"kernel.sources.{backend}")
+    originals: dict[str, str] = {}
+    baseline = kernel.get("baseline", {})
+    if not isinstance(baseline, dict):
+        raise s.fail("kernel.baseline", "a table of backend = file", baseline)
+    for backend, fname in baseline.items():
+        if backend not in BACKENDS or not isinstance(fname, str):
+            raise s.fail(f"kernel.baseline.{backend}", "backend = file name", fname)
+        originals[backend] = _read_beside(s, directory, fname, f"kernel.baseline.{backend}")
+
+    options: dict[str, tuple[str, ...]] = {}
+    raw_opts = kernel.get("options", {})
+    if not isinstance(raw_opts, dict):
+        raise s.fail("kernel.options", "a table of backend = [options]", raw_opts)
+    for backend, opts in raw_opts.items():
+        if backend not in BACKENDS or not isinstance(opts, list) or not all(
+            isinstance(o, str) and re.match(r"^-[A-Za-z0-9_=.,+-]+$", o) for o in opts
+        ):
+            raise s.fail(f"kernel.options.{backend}", "a list of compiler flags such as \"-O3\"", opts)
+        options[backend] = tuple(opts)
+
+    forbid_spills = kernel.get("forbid_spills", False)
+    if not isinstance(forbid_spills, bool):
+        raise s.fail("kernel.forbid_spills", "true or false", forbid_spills)
+
+    reference_path: Path | None = None
+    reference_fn = "reference"
+    if "reference" in kernel:
+        ref = s.string(kernel, "reference", "kernel")
+        file_part, _, fn_part = ref.partition(":")
+        reference_fn = fn_part or "reference"
+        if not NAME_RE.match(reference_fn):
+            raise s.fail("kernel.reference", "file.py or file.py:function", ref)
+        reference_path = (directory / file_part).resolve()
+        if not reference_path.is_file():
+            raise s.fail("kernel.reference", f"an existing file beside the spec ({file_part} not found)")
+
+    # problems first: their names are what the other expressions may use
+    raw_problems = data.get("problem")
+    if not isinstance(raw_problems, list) or not raw_problems:
+        raise s.fail("problem", "at least one [[problem]] table with a name and sizes", raw_problems)
+    problems = _problems(s, raw_problems, "problem")
+    problem_names = set(problems[0].values)
+    verify_problems: tuple[Problem, ...] = ()
+    if "verify" in data:
+        verify = s.table(data, "verify", "")
+        s.check_keys(verify, {"problem"}, "verify")
+        raw = verify.get("problem", [])
+        if not isinstance(raw, list):
+            raise s.fail("verify.problem", "a list of [[verify.problem]] tables", raw)
+        verify_problems = _problems(s, raw, "verify.problem", problem_names)
+
+    params = _parameters(s, data.get("param", []))
+    param_names = {p.name for p in params}
+    clash = param_names & problem_names
+    if clash:
+        raise s.fail("param", f"names distinct from the problem's ({', '.join(sorted(clash))} used by both)")
+    known = param_names | problem_names | set(DEVICE_NAMES)
+
+    def checked(value: Any, key: str, allowed: set[str] = known) -> Expression:
+        e = s.expr(value, key)
+        unknown = e.names - allowed
+        if unknown:
+            raise s.fail(key, f"only known names, not {', '.join(sorted(unknown))}")
+        return e
+
+    raw_constraints = data.get("constraints", [])
+    if not isinstance(raw_constraints, list):
+        raise s.fail("constraints", "a list of expression strings", raw_constraints)
+    constraints = tuple(
+        Constraint(str(c).strip(), checked(c, f"constraints[{i}]")) for i, c in enumerate(raw_constraints)
+    )
+
+    launch = s.table(data, "launch", "")
+    s.check_keys(launch, {"grid", "block", "shared_bytes"}, "launch")
+    grid = _dims(s, launch, "grid", checked)
+    block = _dims(s, launch, "block", checked)
+    shared = checked(launch["shared_bytes"], "launch.shared_bytes") if "shared_bytes" in launch else None
+
+    arguments = _arguments(s, data.get("arg"), checked, problem_names)
+
+    cost = s.table(data, "cost", "")
+    s.check_keys(cost, {"bytes", "flops"}, "cost")
+    if "bytes" not in cost:
+        raise s.fail("cost.bytes", "an expression for the bytes the kernel must move")
+    cost_bytes = checked(cost["bytes"], "cost.bytes", problem_names)
+    cost_flops = checked(cost.get("flops", 0), "cost.flops", problem_names)
+
+    for backend, src in loaded.items():
+        for p in params:
+            if not re.search(rf"\b{re.escape(p.name)}\b", src):
+                raise s.fail(
+                    f"param.{p.name}", f"a parameter the {backend} source uses (it never mentions {p.name})"
+                )
+        if not re.search(rf"\b{re.escape(entry)}\b", src):
+            raise s.fail("kernel.entry", f"a function in the {backend} source ({entry} not found)")
+
+    return Template(
+        name=name,
+        description=description,
+        directory=directory,
+        spec_path=path,
+        spec_text=text,
+        entry=entry,
+        sources=loaded,
+        parameters=params,
+        constraints=constraints,
+        grid=grid,
+        block=block,
+        shared_bytes=shared,
+        arguments=arguments,
+        problems=problems,
+        verify_problems=verify_problems,
+        cost_bytes=cost_bytes,
+        cost_flops=cost_flops,
+        reference_path=reference_path,
+        reference_function=reference_fn,
+        original_sources=originals,
+        forbid_spills=forbid_spills,
+        compile_options=options,
+    )
+
+
+def _read_beside(s: _Spec, directory: Path, fname: str, key: str) -> str:
+    if Path(fname).is_absolute() or ".." in Path(fname).parts:
+        raise s.fail(key, "a file name beside the spec", fname)
+    try:
+        return (directory / fname).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise s.fail(key, f"an existing file beside the spec ({fname} not found)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise s.fail(key, f"a readable text file ({e})") from None
+
+
+def _problems(s: _Spec, raw: list, key: str, names: set[str] | None = None) -> tuple[Problem, ...]:
+    out: list[Problem] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"{key}[{i}]"
+        if not isinstance(item, dict):
+            raise s.fail(where, "a table with a name and integer sizes", item)
+        pname = item.get("name", "")
+        if not isinstance(pname, str):
+            raise s.fail(f"{where}.name", "a string", pname)
+        values: dict[str, int] = {}
+        for k, v in item.items():
+            if k == "name":
+                continue
+            if not NAME_RE.match(k):
+                raise s.fail(f"{where}.{k}", "a size name of letters, digits and _", k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise s.fail(f"{where}.{k}", "a non-negative integer", v)
+            values[k] = v
+        if not values:
+            raise s.fail(where, "at least one size, such as n = 1024")
+        expected = names if names is not None else (set(out[0].values) if out else None)
+        if expected is not None and set(values) != expected:
+            raise s.fail(where, f"the same size names as the others ({', '.join(sorted(expected))})", item)
+        if pname in seen:
+            raise s.fail(f"{where}.name", "a name used once", pname)
+        if pname:
+            seen.add(pname)
+        out.append(Problem(pname, values))
+    return tuple(out)
+
+
+def _parameters(s: _Spec, raw: Any) -> tuple[Parameter, ...]:
+    if not isinstance(raw, list):
+        raise s.fail("param", "a list of [[param]] tables", raw)
+    out: list[Parameter] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"param[{i}]"
+        if not isinstance(item, dict):
+            raise s.fail(where, "a table with name, values and default", item)
+        s.check_keys(item, {"name", "values", "default", "description"}, where)
+        name = s.string(item, "name", where)
+        if not NAME_RE.match(name):
+            raise s.fail(f"{where}.name", "a C identifier", name)
+        where = f"param.{name}"
+        if name in seen:
+            raise s.fail(where, "a parameter declared once")
+        seen.add(name)
+        values = item.get("values")
+        if not isinstance(values, list) or not values:
+            raise s.fail(f"{where}.values", "a non-empty list of numbers or booleans", values)
+        for v in values:
+            if not isinstance(v, (int, float, bool)):
+                raise s.fail(f"{where}.values", "numbers or booleans only", v)
+        if len(set(values)) != len(values):
+            raise s.fail(f"{where}.values", "distinct values", values)
+        if "default" not in item:
+            raise s.fail(f"{where}.default", "the value that reproduces the original kernel")
+        default = item["default"]
+        if default not in values or type(default) is not type(values[values.index(default)]):
+            raise s.fail(f"{where}.default", "one of its values", default)
+        description = s.string(item, "description", where, "")
+        out.append(Parameter(name, tuple(values), default, description))
+    return tuple(out)
+
+
+def _dims(s: _Spec, launch: Mapping, key: str, checked: Callable) -> tuple[Expression, ...]:
+    raw = launch.get(key)
+    if raw is None:
+        raise s.fail(f"launch.{key}", "a list of one to three expressions")
+    if not isinstance(raw, list):
+        raw = [raw]
+    if not 1 <= len(raw) <= 3:
+        raise s.fail(f"launch.{key}", "a list of one to three expressions", raw)
+    return tuple(checked(v, f"launch.{key}[{i}]") for i, v in enumerate(raw))
+
+
+def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -> tuple[Argument, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise s.fail("arg", "a list of [[arg]] tables, one for each kernel argument", raw)
+    out: list[Argument] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"arg[{i}]"
+        if not isinstance(item, dict):
+            raise s.fail(where, "a table with name, dtype and role", item)
+        s.check_keys(
+            item, {"name", "dtype", "role", "shape", "value", "init", "range", "rtol", "atol"}, where
+        )
+        name = s.string(item, "name", where)
+        if not NAME_RE.match(name):
+            raise s.fail(f"{where}.name", "a C identifier", name)
+        where = f"arg.{name}"
+        if name in seen:
+            raise s.fail(where, "an argument declared once")
+        seen.add(name)
+        dtype = s.string(item, "dtype", where)
+        if dtype not in DTYPES:
+            raise s.fail(f"{where}.dtype", f"one of {', '.join(DTYPES)}", dtype)
+        role = s.string(item, "role", where)
+        if role not in ROLES:
+            raise s.fail(f"{where}.role", f"one of {', '.join(ROLES)}", role)
+        shape: tuple[Expression, ...] = ()
+        value = None
+        if role == "scalar":
+            if "value" not in item:
+                raise s.fail(f"{where}.value", "the scalar's value (a number or an expression)")
+            value = checked(item["value"], f"{where}.value", problem_names)
+        else:
+            raw_shape = item.get("shape")
+            if not isinstance(raw_shape, list) or not raw_shape:
+                raise s.fail(f"{where}.shape", "a list of size expressions", raw_shape)
+            shape = tuple(checked(d, f"{where}.shape[{j}]", problem_names) for j, d in enumerate(raw_shape))
+        init = s.string(item, "init", where, "randint" if dtype not in FLOAT_DTYPES else "normal")
+        if init not in INITS:
+            raise s.fail(f"{where}.init", f"one of {', '.join(INITS)}", init)
+        low, high = -1.0, 1.0
+        if init == "randint":
+            low, high = 0, 100
+        if "range" in item:
+            r = item["range"]
+            if (
+                not isinstance(r, list)
+                or len(r) != 2
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in r)
+                or not r[0] < r[1]
+            ):
+                raise s.fail(f"{where}.range", "[low, high] with low < high", r)
+            low, high = r
+        tols = {}
+        for t in ("rtol", "atol"):
+            if t in item:
+                v = item[t]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                    raise s.fail(f"{where}.{t}", "a non-negative number", v)
+                tols[t] = float(v)
+        out.append(Argument(name, dtype, role, shape, value, init, low, high, **tols))
+    if not any(a.is_output for a in out):
+        raise s.fail("arg", "at least one argument with role output or inout")
+    return tuple(out)
+
+
+def read_spec_toml(text: str) -> dict:
+    """Parse TOML text (used where a spec travels inside a session)."""
+    return tomllib.loads(text)

@@ -1,0 +1,323 @@
+"""One tuning run: build the space, search it through the worker, and emit every step as an event.
+
+Events go to the session file (appended and flushed as they happen) and to any other sinks (the
+dashboard, the text renderer). A run can be stopped or paused from another thread, and resumed
+later from its session file without evaluating any configuration twice.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .backends import BackendError, list_devices, open_backend, pick_auto
+from .device import DeviceLimits
+from .evaluate import TimingPolicy, VerifyPolicy
+from .events import (
+    BestImproved,
+    ConfigEvaluated,
+    Event,
+    Note,
+    RunFinished,
+    RunStarted,
+    SpaceBuilt,
+    WinnerVerified,
+)
+from .result import Result, config_key
+from .search import make_strategy
+from .session import Session, SessionError, SessionWriter, default_path, load_session, new_header
+from .sol import Peaks, load_peaks, save_peaks
+from .space import Config, Space, build_space
+from .template import Problem, Template
+from .worker import Worker, WorkerError, WorkerSpec
+
+Sink = Callable[[Event], None]
+
+
+class TuneError(RuntimeError):
+    """A run that cannot start: no feasible configuration, a session for another template, ..."""
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    backend: str = "auto"
+    device: int = 0
+    strategy: str = "grid"
+    budget: int = 0  # evaluations; 0 = no limit
+    time_limit: float = 0.0  # seconds; 0 = no limit
+    seed: int | None = None  # None: a new random seed, recorded in the session
+    problem: str | None = None
+    overrides: Mapping[str, int] = field(default_factory=dict)
+    session_path: Path | None = None
+    resume: bool = False
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
+    verify: VerifyPolicy = field(default_factory=VerifyPolicy)
+    config_timeout: float = 120.0
+    probe: bool = True
+    command: Sequence[str] = ()
+
+
+@dataclass
+class Outcome:
+    session_path: Path
+    reason: str
+    results: list[Result]
+    best: Result | None
+    baseline: Result | None
+    space: Space
+    limits: DeviceLimits
+    winner_ok: bool | None = None
+
+
+def resolve_device(backend: str, device: int) -> tuple[str, DeviceLimits]:
+    name = pick_auto() if backend == "auto" else backend
+    devices = list_devices(name)
+    if not devices:
+        raise BackendError(f"no {name} device found")
+    if not 0 <= device < len(devices):
+        raise BackendError(f"{name} device {device} does not exist ({len(devices)} found)")
+    return name, devices[device].limits
+
+
+def peaks_for(backend: str, device: int, limits: DeviceLimits, measure: bool,
+              note: Callable[[str], None]) -> DeviceLimits:
+    """The device's limits with peak rates: cached measurement, a new measurement, or datasheet."""
+    peaks = load_peaks(limits)
+    if (peaks is None or peaks.source == "datasheet") and measure:
+        from .probe import probe
+
+        note(f"measuring {limits.name}'s copy bandwidth and arithmetic peak (once; cached)")
+        b = open_backend(backend, device)
+        try:
+            r = probe(b)
+        finally:
+            b.close()
+        save_peaks(limits, r.bandwidth_gbs, r.gflops)
+        peaks = Peaks(r.bandwidth_gbs, r.gflops, "measured")
+    if peaks is None:
+        note(f"no peak rates known for {limits.name}: % of speed-of-light is not shown (run `kerntune probe`)")
+        return limits
+    return limits.with_peaks(peaks.bandwidth_gbs, peaks.gflops, peaks.source)
+
+
+class TuneRun:
+    """Drives one run; `run()` blocks, `stop()` and `pause()` may be called from other threads."""
+
+    def __init__(self, template: Template, options: TuneOptions, sinks: Sequence[Sink] = ()):
+        self.template = template
+        self.options = options
+        self.sinks = list(sinks)
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._t0 = time.monotonic()
+        self._time_offset = 0.0
+        self.stop_reason = "stopped"
+
+    # control -----------------------------------------------------------------------------------
+    def stop(self, reason: str = "stopped") -> None:
+        self.stop_reason = reason
+        self._stop.set()
+        self._running.set()
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    # events ------------------------------------------------------------------------------------
+    def _now(self) -> float:
+        return round(self._time_offset + time.monotonic() - self._t0, 4)
+
+    def _emit(self, ev: Event) -> None:
+        if self._writer is not None:
+            self._writer.write(ev)
+        for sink in self.sinks:
+            sink(ev)
+
+    def note(self, text: str) -> None:
+        self._emit(Note(self._now(), text))
+
+    # the run -----------------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        self._writer: SessionWriter | None = None
+        opts, template = self.options, self.template
+        pending: list[str] = []
+        backend, limits = resolve_device(opts.backend, opts.device)
+        limits = peaks_for(backend, opts.device, limits, opts.probe, pending.append)
+        problem = template.problem(opts.problem, opts.overrides)
+        space = build_space(template, problem, limits)
+        default = Config.of(template.default_config())
+        if space.feasible == 0:
+            rules = ", ".join(f"`{k}` ({v})" for k, v in space.pruned.items())
+            raise TuneError(f"{template.name}: no feasible configuration for {problem.label()} on "
+                            f"{limits.name}; pruned by {rules}")
+
+        previous: Session | None = None
+        path = opts.session_path or default_path(template.name)
+        if opts.resume:
+            previous = self._check_resumable(path, template, problem, backend)
+        results: list[Result] = previous.results() if previous else []
+        seed = opts.seed
+        if previous is not None and isinstance(previous.header.get("tuning", {}).get("seed"), int):
+            seed = previous.header["tuning"]["seed"]
+        if seed is None:
+            seed = random.SystemRandom().randrange(1 << 31)
+        self.options = opts = replace(opts, seed=seed)
+        done = {config_key(r.config) for r in results}
+        if previous is not None:
+            last = previous.events[-1].t if previous.events else 0.0
+            self._time_offset = float(last)
+            self._writer = SessionWriter(path)
+        else:
+            header = new_header(
+                command=opts.command,
+                device=limits.to_dict(),
+                template={
+                    "name": template.name,
+                    "description": template.description,
+                    "path": str(template.spec_path),
+                    "fingerprint": template.fingerprint(),
+                    "backend": backend,
+                    "entry": template.entry,
+                    "parameters": [p.name for p in template.parameters],
+                    "default_config": template.default_config(),
+                    "spec": template.spec_text,
+                    "source": template.source_for(backend),
+                    "original_source": template.original_sources.get(backend, template.source_for(backend)),
+                },
+                space={
+                    "problem_name": problem.name,
+                    "problem": dict(problem.values),
+                    "total": space.total,
+                    "feasible": space.feasible,
+                    "pruned": dict(space.pruned),
+                },
+                tuning={
+                    "strategy": opts.strategy,
+                    "budget": opts.budget,
+                    "time_limit": opts.time_limit,
+                    "seed": opts.seed,
+                    "config_timeout": opts.config_timeout,
+                    "timing": vars_of(opts.timing),
+                    "verify": vars_of(opts.verify),
+                },
+            )
+            self._writer = SessionWriter(path, header)
+        try:
+            return self._search(template, problem, space, limits, backend, default, results, done, path, pending)
+        finally:
+            self._writer.close()
+
+    def _check_resumable(self, path: Path, template: Template, problem: Problem, backend: str) -> Session | None:
+        if not path.exists():
+            return None
+        previous = load_session(path)
+        t = previous.template
+        if t.get("fingerprint") != template.fingerprint():
+            raise TuneError(f"{path}: this session was recorded for a different template "
+                            f"({t.get('name')}, fingerprint {t.get('fingerprint')}); it cannot be resumed with this one")
+        if dict(previous.space.get("problem", {})) != dict(problem.values):
+            raise TuneError(f"{path}: this session tuned {previous.space.get('problem')}, not {dict(problem.values)}")
+        if t.get("backend") != backend:
+            raise TuneError(f"{path}: this session ran on the {t.get('backend')} backend, not {backend}")
+        return previous
+
+    def _search(self, template: Template, problem: Problem, space: Space, limits: DeviceLimits,
+                backend: str, default: Config, results: list[Result], done: set[str], path: Path,
+                pending: list[str]) -> Outcome:
+        opts = self.options
+        self._emit(RunStarted(self._now(), template.name, dict(problem.values), problem.name, backend,
+                              limits.name, opts.strategy, opts.budget, opts.time_limit, opts.seed, len(results)))
+        self._emit(SpaceBuilt(self._now(), space.total, space.feasible, dict(space.pruned)))
+        for text in pending:
+            self.note(text)
+        if results:
+            self.note(f"resuming: {len(results)} configurations already evaluated are kept")
+        if default not in space.configs:
+            self.note("the default configuration is not feasible for this problem: speedups are relative to the fastest")
+        strategy = make_strategy(opts.strategy, space, seed=opts.seed, done=done,
+                                 first=default if default in space.configs else None)
+        spec = WorkerSpec(backend, opts.device, str(template.spec_path), template.spec_text,
+                          dict(template.sources), problem.name, dict(problem.values), opts.seed,
+                          opts.timing, opts.verify,
+                          (limits.peak_bandwidth_gbs, limits.peak_gflops, limits.peaks_source)
+                          if limits.peaks_source else None)
+        baseline = next((r for r in results if config_key(r.config) == default.key), None)
+        best = min((r for r in results if r.ranked), key=lambda r: r.median_us, default=None)
+        new = 0
+        reason = "space exhausted"
+        started = time.monotonic()
+        worker = Worker(spec, config_timeout=opts.config_timeout)
+        winner_ok = None
+        try:
+            try:
+                worker.start()
+            except WorkerError as e:
+                raise TuneError(f"cannot start the evaluation worker: {e}") from None
+            if not worker.info.get("cold_cache", True):
+                flush = worker.info.get("flush_bytes", 0) / 2**20
+                self.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "
+                          "flushed between timed runs: small problems may time warm, and % of SOL can pass 100")
+            while True:
+                self._running.wait()
+                if self._stop.is_set():
+                    reason = self.stop_reason
+                    break
+                if opts.budget and len(results) >= opts.budget:
+                    reason = f"budget of {opts.budget} evaluations reached"
+                    break
+                if opts.time_limit and time.monotonic() - started >= opts.time_limit:
+                    reason = f"time limit of {opts.time_limit:g} s reached"
+                    break
+                config = strategy.propose()
+                if config is None:
+                    break
+                result = worker.evaluate(config.as_dict())
+                strategy.observe(config, result)
+                results.append(result)
+                new += 1
+                index = len(results) - 1
+                self._emit(ConfigEvaluated(self._now(), index, result))
+                if config == default:
+                    baseline = result
+                if result.ranked and (best is None or result.median_us < best.median_us):
+                    best = result
+                    speedup = (baseline.median_us / result.median_us
+                               if baseline is not None and baseline.ranked else 1.0)
+                    self._emit(BestImproved(self._now(), index, dict(result.config), result.median_us,
+                                            result.sol_fraction or 0.0, speedup))
+            if best is not None and not self._stop.is_set():
+                seeds = tuple(_fresh_seeds(max(2, opts.verify.seeds)))
+                winner_ok, msg = worker.verify_again(best.config, seeds)
+                self._emit(WinnerVerified(self._now(), dict(best.config), winner_ok, msg, seeds))
+                if not winner_ok:
+                    self.note(f"the winner failed its final check on new inputs: {msg}")
+        except KeyboardInterrupt:
+            reason = "interrupted"
+        finally:
+            worker.close()
+        verified = sum(1 for r in results if r.verified)
+        self._emit(RunFinished(self._now(), reason, len(results), verified,
+                               dict(best.config) if best else {}, best.median_us if best else 0.0))
+        return Outcome(path, reason, results, best, baseline, space, limits, winner_ok)
+
+
+def _fresh_seeds(count: int = 2) -> list[int]:
+    """Seeds no earlier check used, from the system's entropy; recorded in the session."""
+    rng = random.SystemRandom()
+    return [rng.randrange(1 << 20, 1 << 31) for _ in range(count)]
+
+
+def vars_of(obj: Any) -> dict[str, Any]:
+    return asdict(obj)
+

@@ -1,0 +1,223 @@
+"""Evaluation in a child process that owns the device context.
+
+A kernel that faults or hangs kills only the child: the parent records `crashed` or `timeout`
+for that configuration, starts a new child when the next one comes, and goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .evaluate import Evaluator, TimingPolicy, VerifyPolicy
+from .result import Result
+from .template import Problem, parse_template
+
+
+class WorkerError(RuntimeError):
+    """The worker could not start (no device, a broken reference): nothing can be evaluated."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything the child needs to rebuild the evaluator; plain, picklable data."""
+
+    backend: str
+    device: int
+    spec_path: str
+    spec_text: str
+    sources: Mapping[str, str]
+    problem_name: str
+    problem: Mapping[str, int]
+    seed: int = 0
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
+    verify: VerifyPolicy = field(default_factory=VerifyPolicy)
+    peaks: tuple[float, float, str] | None = None
+
+
+def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
+    # Compilers and drivers write to fd 2; keep it off the user's terminal (and the dashboard).
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    warnings.simplefilter("ignore")
+    try:
+        from .backends import open_backend
+
+        backend = open_backend(spec.backend, spec.device)
+        if spec.peaks is not None:
+            backend.limits = backend.limits.with_peaks(*spec.peaks)
+        template = parse_template(spec.spec_text, Path(spec.spec_path), spec.sources)
+        problem = Problem(spec.problem_name, dict(spec.problem))
+        ev = Evaluator(backend, template, problem, seed=spec.seed, timing=spec.timing, verify=spec.verify)
+        ev.prepare()
+    except Exception as e:  # reported to the parent as one line; the run cannot go on without it
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", {"limits": backend.limits.to_dict(), "cold_cache": ev.cold_cache,
+                         "flush_bytes": backend.flush_bytes()}))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if msg[0] == "eval":
+            conn.send(("result", ev.evaluate(msg[1]).to_dict()))
+        elif msg[0] == "verify":
+            ok, text = ev.verify_again(msg[1], tuple(msg[2]))
+            conn.send(("verified", ok, text))
+        else:
+            backend.close()
+            return
+
+
+class Worker:
+    """The parent's handle on the evaluation child; restarts it after a crash or a timeout."""
+
+    def __init__(self, spec: WorkerSpec, config_timeout: float = 120.0, start_timeout: float = 600.0):
+        self.spec = spec
+        self.config_timeout = config_timeout
+        self.start_timeout = start_timeout
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Any = None
+        self.restarts = 0
+        self.info: dict = {}
+        fd, self.log_path = tempfile.mkstemp(prefix="kerntune-worker-", suffix=".log")
+        os.close(fd)
+
+    def start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=_child, args=(child, self.spec, self.log_path), daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        if not parent.poll(self.start_timeout):
+            self._kill()
+            raise WorkerError(f"the worker did not start within {self.start_timeout:.0f} s")
+        try:
+            msg = parent.recv()
+        except EOFError:
+            code = self._kill()
+            raise WorkerError(f"the worker died while starting ({_exit_text(code)}){self._log_tail()}") from None
+        if msg[0] == "error":
+            self._kill()
+            raise WorkerError(msg[1])
+        self.info = msg[1]
+
+    def _ensure(self) -> None:
+        if self._proc is None or not self._proc.is_alive():
+            if self._proc is not None:
+                self.restarts += 1
+            self.start()
+
+    def _kill(self) -> int | None:
+        proc, self._proc = self._proc, None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if proc is None:
+            return None
+        if proc.is_alive():
+            proc.kill()
+        proc.join(10)
+        return proc.exitcode
+
+    def _log_tail(self, lines: int = 3) -> str:
+        try:
+            text = Path(self.log_path).read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        tail = [l for l in text if l.strip()][-lines:]
+        return (": " + " | ".join(tail))[:400] if tail else ""
+
+    def _call(self, msg: tuple) -> tuple[str, Any]:
+        """Send a request; ('timeout', s), ('crashed', text) or the child's reply."""
+        self._ensure()
+        log_size = _size(self.log_path)
+        t0 = time.perf_counter()
+        self._conn.send(msg)
+        if not self._conn.poll(self.config_timeout):
+            self._kill()
+            return "timeout", time.perf_counter() - t0
+        try:
+            return "reply", self._conn.recv()
+        except (EOFError, OSError):
+            code = self._kill()
+            detail = _read_from(self.log_path, log_size)
+            return "crashed", f"the worker died ({_exit_text(code)}){detail}"
+
+    def evaluate(self, config: Mapping[str, Any]) -> Result:
+        config = dict(config)
+        kind, payload = self._call(("eval", config))
+        if kind == "timeout":
+            return Result(config=config, status="timeout",
+                          message=f"no result within {self.config_timeout:.0f} s; the worker was restarted",
+                          time_s=payload)
+        if kind == "crashed":
+            return Result(config=config, status="crashed", message=payload)
+        return Result.from_dict(payload[1])
+
+    def verify_again(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> tuple[bool, str]:
+        kind, payload = self._call(("verify", dict(config), list(seeds)))
+        if kind == "timeout":
+            return False, "the final check timed out"
+        if kind == "crashed":
+            return False, payload
+        return bool(payload[1]), str(payload[2])
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive() and self._conn is not None:
+            try:
+                self._conn.send(("stop",))
+                self._proc.join(5)
+            except (OSError, BrokenPipeError):
+                pass
+        self._kill()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        import signal
+
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _read_from(path: str, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    return (": " + " | ".join(lines[-3:]))[:400] if lines else ""
+

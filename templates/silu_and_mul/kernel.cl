@@ -1,0 +1,54 @@
+// silu_and_mul template for OpenCL: half storage through vload_half / vstore_half (no fp16
+// extension needed), float math.
+#ifndef BLOCK
+#define BLOCK 1024
+#endif
+#ifndef VEC
+#define VEC 8
+#endif
+#ifndef ROWS
+#define ROWS 1
+#endif
+#ifndef UNROLL
+#define UNROLL 1
+#endif
+#ifndef FAST_EXP
+#define FAST_EXP 0
+#endif
+
+#if FAST_EXP
+#define EXP native_exp
+#else
+#define EXP exp
+#endif
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#if VEC == 1
+typedef float vfloat;
+#define VLOAD(i, p) vload_half(i, p)
+#define VSTORE(v, i, p) vstore_half(v, i, p)
+#else
+typedef CAT(float, VEC) vfloat;
+#define VLOAD(i, p) CAT(vload_half, VEC)(i, p)
+#define VSTORE(v, i, p) CAT(vstore_half, VEC)(v, i, p)
+#endif
+
+__kernel __attribute__((reqd_work_group_size(BLOCK, 1, 1)))
+void silu_and_mul(__global half *out, __global const half *x, int tokens, int d)
+{
+    const int nvec = d / VEC;
+    for (int r = 0; r < ROWS; ++r) {
+        const long t = (long)get_group_id(0) * ROWS + r;
+        if (t >= tokens) return;
+        const long gate = t * 2 * nvec;  // offsets in units of VEC halves
+        const long up = gate + nvec;
+        const long o = t * nvec;
+#pragma unroll UNROLL
+        for (int i = get_local_id(0); i < nvec; i += BLOCK) {
+            const vfloat g = VLOAD(gate + i, x);
+            const vfloat u = VLOAD(up + i, x);
+            VSTORE(g / (1.0f + EXP(-g)) * u, o + i, out);
+        }
+    }
+}

@@ -1,0 +1,242 @@
+"""compile_cubin with the real nvcc (no GPU needed), and the CUDA backend on a GPU."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from kerntune.engine.backends import BackendError, CompileError
+from kerntune.engine.backends import cuda
+from kerntune.engine.space import Geometry
+
+needs_nvcc = pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
+
+VADD = r"""
+#ifndef SCALE
+#define SCALE 1.0f
+#endif
+extern "C" __global__ void vadd(const float *a, const float *b, float *c, int n) {
+    __shared__ float stage[256];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    stage[threadIdx.x] = i < n ? a[i] : 0.0f;
+    __syncthreads();
+    if (i < n) c[i] = SCALE * stage[threadIdx.x] + b[i];
+}
+"""
+
+BROKEN = """extern "C" __global__ void broken(float *x) {
+    int i = threadIdx.x
+    x[i] = 1.0f;
+}
+"""
+
+# Many live values under a small register cap: ptxas must spill.
+SPILLER = r"""
+extern "C" __global__ void spill(float *out, const float *in, int n) {
+    float acc[64];
+#pragma unroll
+    for (int k = 0; k < 64; ++k) acc[k] = in[(threadIdx.x + k * 131) % n];
+    for (int it = 0; it < n; ++it) {
+#pragma unroll
+        for (int k = 0; k < 64; ++k) acc[k] = fmaf(acc[k], acc[(k + 1) % 64], in[it]);
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 64; ++k) s += acc[k];
+    out[threadIdx.x] = s;
+}
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path))
+    return tmp_path / "cubin"
+
+
+@needs_nvcc
+def test_good_kernel_compiles_and_reports_ptxas_figures(cache):
+    cubin, info, cached = cuda.compile_cubin(VADD, "vadd", {}, (), "sm_90")
+    assert cubin[:4] == b"\x7fELF"
+    assert not cached
+    assert 4 <= info["registers"] <= 64
+    assert info["smem"] == 256 * 4
+    assert info["spill_stores"] == info["spill_loads"] == 0
+    assert info["stack_frame"] == 0
+    assert info["barriers"] == 1
+
+
+@needs_nvcc
+def test_spills_are_reported(cache):
+    _, info, _ = cuda.compile_cubin(SPILLER, "spill", {}, ("-maxrregcount=32",), "sm_90")
+    assert info["registers"] <= 32
+    assert info["spill_stores"] > 0 and info["spill_loads"] > 0
+    assert info["stack_frame"] > 0
+
+
+@needs_nvcc
+def test_syntax_error_names_the_line(cache):
+    with pytest.raises(CompileError) as e:
+        cuda.compile_cubin(BROKEN, "broken", {}, (), "sm_90")
+    message = str(e.value)
+    assert re.search(r"kernel\.cu\(\d+\): error", message), message
+    assert "kernel.cu(3)" in message or "kernel.cu(2)" in message
+    assert "kerntune-nvcc-" not in message  # no temporary paths
+    assert len(message) <= 800
+    assert not list(cache.glob("*.cubin"))
+
+
+@needs_nvcc
+def test_second_compile_is_a_cache_hit(cache, monkeypatch):
+    first = cuda.compile_cubin(VADD, "vadd", {"SCALE": "2.0f"}, (), "sm_90")
+    assert not first[2]
+
+    def no_nvcc(*a, **k):
+        raise AssertionError("nvcc ran on a cache hit")
+
+    monkeypatch.setattr(cuda, "_run_nvcc", no_nvcc)
+    second = cuda.compile_cubin(VADD, "vadd", {"SCALE": "2.0f"}, (), "9.0")
+    assert second[2]
+    assert second[0] == first[0] and second[1] == first[1]
+
+
+@needs_nvcc
+def test_different_defines_are_different_entries(cache):
+    a = cuda.compile_cubin(VADD, "vadd", {"SCALE": "2.0f"}, (), "sm_90")
+    b = cuda.compile_cubin(VADD, "vadd", {"SCALE": "3.0f"}, (), "sm_90")
+    assert not a[2] and not b[2]
+    assert a[0] != b[0]
+    assert len(list(cache.glob("*.cubin"))) == 2
+    # the order defines are given in does not matter
+    c = cuda.compile_cubin(VADD, "vadd", {"SCALE": "3.0f", "UNUSED": "1"}, (), "sm_90")
+    d = cuda.compile_cubin(VADD, "vadd", {"UNUSED": "1", "SCALE": "3.0f"}, (), "sm_90")
+    assert not c[2] and d[2]
+
+
+@needs_nvcc
+def test_missing_entry_is_a_compile_error(cache):
+    with pytest.raises(CompileError, match=r"no kernel named 'vad'.*vadd"):
+        cuda.compile_cubin(VADD, "vad", {}, (), "sm_90")
+
+
+def test_bad_define_name_is_refused(cache):
+    with pytest.raises(CompileError, match="preprocessor name"):
+        cuda.compile_cubin(VADD, "vadd", {"-o/tmp/x": "1"}, (), "sm_90")
+
+
+def test_missing_nvcc_is_a_compile_error(cache, monkeypatch):
+    monkeypatch.setattr(cuda, "find_nvcc", lambda: None)
+    with pytest.raises(CompileError, match="nvcc not found"):
+        cuda.compile_cubin(VADD, "vadd", {}, (), "sm_90")
+
+
+def test_arch_names():
+    assert cuda.normalize_arch("9.0") == "sm_90"
+    assert cuda.normalize_arch("90") == "sm_90"
+    assert cuda.normalize_arch("sm_90a") == "sm_90a"
+    with pytest.raises(CompileError):
+        cuda.normalize_arch("hopper")
+
+
+def test_parse_ptxas():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+    48 bytes stack frame, 44 bytes spill stores, 40 bytes spill loads
+ptxas info    : Used 32 registers, used 1 barriers, 48 bytes cumulative stack size, 2048 bytes smem, 368 bytes cmem[0]
+ptxas info    : Compile time = 10.0 ms
+ptxas info    : Function properties for helper
+    8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+"""
+    funcs = cuda.parse_ptxas(log)
+    assert funcs["k"] == {"entry": True, "stack_frame": 48, "spill_stores": 44, "spill_loads": 40,
+                          "registers": 32, "smem": 2048, "cmem": 368, "barriers": 1}
+    assert "entry" not in funcs["helper"]
+
+
+def test_without_pycuda_the_backend_says_so(monkeypatch):
+    monkeypatch.setattr(cuda, "drv", None)
+    assert cuda.device_count() == 0
+    with pytest.raises(BackendError, match="pycuda"):
+        cuda.open(0)
+    with pytest.raises(BackendError):
+        cuda.list_devices()
+
+
+# on a GPU ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def backend(tmp_path, monkeypatch):
+    pytest.importorskip("pycuda.driver")
+    if cuda.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    if cuda.device_count() == 0:
+        pytest.skip("no CUDA device")
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path))
+    b = cuda.open(0)
+    yield b
+    b.close()
+
+
+@pytest.mark.gpu
+def test_open_reads_the_limits(backend):
+    lim = backend.limits
+    assert re.fullmatch(r"\d+\.\d+", lim.compute_capability)
+    assert lim.max_threads_per_block >= 1024 and lim.warp_size == 32
+    assert lim.max_threads_per_sm >= 1024 and lim.max_blocks_per_sm > 0
+    assert lim.max_regs_per_sm >= 65536 and lim.sm_count > 0 and lim.l2_bytes > 0
+    assert lim.max_shared_per_block_optin >= lim.max_shared_per_block > 0
+    assert backend.flush_bytes() >= max(2 * lim.l2_bytes, 4 * 2**20)
+
+
+@pytest.mark.gpu
+def test_vector_add(backend):
+    n = 100_000
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    k = backend.compile(VADD, "vadd", {"SCALE": "2.0f"})
+    res = backend.resources(k)
+    assert res.registers == k.ptxas["registers"] and res.shared_static == 1024 and res.spills == 0
+    assert backend.launch_limit(k) >= 256
+    bufs = [backend.alloc(n * 4) for _ in range(3)]
+    backend.upload(bufs[0], a)
+    backend.upload(bufs[1], b)
+    geo = Geometry(((n + 255) // 256, 1, 1), (256, 1, 1))
+    backend.launch(k, geo, [*bufs, np.int32(n)])
+    c = np.full(n, np.nan, dtype=np.float32)
+    backend.download(bufs[2], c)
+    np.testing.assert_allclose(c, 2.0 * a + b, rtol=1e-6)
+
+    times = backend.time(k, geo, [*bufs, np.int32(n)], repeats=5, flush=True)
+    assert len(times) == 5 and all(isinstance(t, float) and t > 0 for t in times)
+    for buf in bufs:
+        buf.free()
+
+
+@pytest.mark.gpu
+def test_dynamic_shared_memory_above_48k(backend):
+    src = r"""
+    extern "C" __global__ void fill(float *out, int words) {
+        extern __shared__ float buf[];
+        for (int i = threadIdx.x; i < words; i += blockDim.x) buf[i] = (float)i;
+        __syncthreads();
+        if (threadIdx.x == 0) out[0] = buf[words - 1];
+    }
+    """
+    k = backend.compile(src, "fill", {})
+    words = 64 * 1024 // 4
+    out = backend.alloc(4)
+    backend.launch(k, Geometry((1, 1, 1), (128, 1, 1), words * 4), [out, np.int32(words)])
+    got = np.zeros(1, dtype=np.float32)
+    backend.download(out, got)
+    assert got[0] == words - 1
+    out.free()
+
+
+@pytest.mark.gpu
+def test_unknown_kernel_name_on_load(backend):
+    cubin, _, _ = cuda.compile_cubin(VADD, "vadd", {}, (), backend.arch)
+    with pytest.raises(CompileError, match="no kernel named"):
+        backend.load(cubin, "nope")

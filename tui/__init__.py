@@ -1,0 +1,1 @@
+"""kerntune user interfaces: the command line, the text renderer and the dashboard."""

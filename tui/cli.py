@@ -1,0 +1,268 @@
+"""The `kerntune` command.
+
+Every command exits non-zero with one clear line on bad input, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from kerntune.engine.backends import BACKEND_NAMES, BackendError, list_devices, open_backend
+from kerntune.engine.device import describe
+from kerntune.engine.evaluate import TimingPolicy, VerifyPolicy
+from kerntune.engine.expressions import ExpressionError
+from kerntune.engine.session import SessionError, load_session
+from kerntune.engine.space import SpaceError
+from kerntune.engine.template import Template, TemplateError, load_template
+from kerntune.engine.tune import TuneError, TuneOptions, TuneRun
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+class UsageError(ValueError):
+    """A bad command-line argument."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage dump
+        raise UsageError(message)
+
+
+def resolve_template(name: str) -> Template:
+    """A built-in template by name, or a path to a kernel.toml (or its folder)."""
+    from kerntune import templates
+
+    builtin = templates.path(name)
+    if builtin is not None and not Path(name).exists():
+        return load_template(builtin)
+    p = Path(name)
+    if p.exists():
+        return load_template(p)
+    raise TemplateError(f"{name}: no built-in template of that name and no such file "
+                        f"(built-in: {', '.join(templates.names())})")
+
+
+def _parse_shape(items: Sequence[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"--shape expects NAME=VALUE, got {item!r}")
+        try:
+            v = int(value, 0)
+        except ValueError:
+            raise UsageError(f"--shape {name}: expected an integer, got {value!r}") from None
+        if v < 0:
+            raise UsageError(f"--shape {name}: expected a non-negative integer, got {v}")
+        out[name.strip()] = v
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kerntune", description="Tune GPU kernels: templates, constrained search, verified timing.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.add_parser("list", help="built-in templates with their parameters and problem sizes")
+    sub.add_parser("devices", help="every device found, by backend, with its limits")
+
+    t = sub.add_parser("tune", help="tune a template")
+    t.add_argument("template", help="a built-in template name or a path to a kernel.toml")
+    t.add_argument("--backend", choices=("auto",) + BACKEND_NAMES, default="auto")
+    t.add_argument("--device", type=int, default=0, help="device index within the backend")
+    t.add_argument("--strategy", choices=("grid", "random"), default="grid")
+    t.add_argument("--budget", type=int, default=0, help="most configurations to evaluate (0: all)")
+    t.add_argument("--time-limit", type=float, default=0.0, metavar="S", help="stop after S seconds")
+    t.add_argument("--problem", help="a named problem size of the template (default: its first)")
+    t.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
+                   help="override one problem size, e.g. --shape tokens=64")
+    t.add_argument("--session", type=Path, help="session file to write (default: sessions/NAME-TIME.toml)")
+    t.add_argument("--resume", action="store_true", help="continue the run recorded in --session")
+    t.add_argument("--seed", type=int, help="seed for inputs and random search (default: new each run)")
+    t.add_argument("--repeats", type=int, default=0, help="fix the number of timed repetitions")
+    t.add_argument("--config-timeout", type=float, default=120.0, metavar="S",
+                   help="a configuration taking longer is recorded as timeout (default 120)")
+    t.add_argument("--no-probe", action="store_true", help="do not measure the device's peaks when unknown")
+    t.add_argument("--headless", action="store_true", help="print text instead of the dashboard")
+    t.add_argument("--show-failed", action="store_true", help="list failed configurations in the final table")
+
+    s = sub.add_parser("show", help="summarise a session file")
+    s.add_argument("session", type=Path)
+    s.add_argument("--json", action="store_true", help="one JSON object")
+    s.add_argument("--failed", action="store_true", help="also list failed configurations")
+
+    pr = sub.add_parser("probe", help="measure and cache a device's bandwidth and arithmetic peak")
+    pr.add_argument("--backend", choices=("auto",) + BACKEND_NAMES, default="auto")
+    pr.add_argument("--device", type=int, default=0)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help()
+            return EXIT_BAD_INPUT
+        return COMMANDS[args.command](args, argv)
+    except (UsageError, TemplateError, SessionError, ExpressionError, SpaceError) as e:
+        _error(str(e))
+        return EXIT_BAD_INPUT
+    except (BackendError, TuneError) as e:
+        _error(str(e))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except BrokenPipeError:
+        return EXIT_FAILED
+    except OSError as e:
+        _error(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": "))
+        return EXIT_FAILED
+
+
+def _error(text: str) -> None:
+    line = " ".join(str(text).split())
+    print(f"kerntune: error: {line}", file=sys.stderr)
+
+
+def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune import templates
+
+    for name in templates.names():
+        t = load_template(templates.path(name))
+        print(f"{t.name}: {t.description}")
+        for p in t.parameters:
+            print(f"    {p.name:<10} {', '.join(map(str, p.values))}  (default {p.default})")
+        sizes = "; ".join(f"{pr.name} ({', '.join(f'{k}={v}' for k, v in pr.values.items())})" for pr in t.problems)
+        print(f"    problems   {sizes}")
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    found = 0
+    for backend in BACKEND_NAMES:
+        try:
+            devices = list_devices(backend)
+        except BackendError as e:
+            print(f"{backend}: {e}")
+            continue
+        if not devices:
+            print(f"{backend}: no devices")
+        for d in devices:
+            found += 1
+            print(f"{backend} device {d.index}: {d.limits.name}")
+            for label, value in describe(d.limits):
+                if label in ("backend", "name"):
+                    continue
+                print(f"    {label:<22} {value}")
+    try:
+        from kerntune.engine import nvml
+    except ImportError:
+        nvml = None
+    if nvml is not None:
+        for line in nvml.describe_all():
+            print(line)
+    return 0 if found else EXIT_FAILED
+
+
+def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    template = resolve_template(args.template)
+    overrides = _parse_shape(args.shape)
+    template.problem(args.problem, overrides)  # fail early on a bad --problem/--shape
+    if args.resume and args.session is None:
+        raise UsageError("--resume needs --session PATH")
+    if args.budget < 0 or args.time_limit < 0 or args.repeats < 0:
+        raise UsageError("--budget, --time-limit and --repeats must not be negative")
+    if args.config_timeout <= 0:
+        raise UsageError("--config-timeout must be positive")
+    timing = TimingPolicy()
+    if args.repeats:
+        timing = TimingPolicy(min_repeats=args.repeats, max_repeats=args.repeats)
+    options = TuneOptions(
+        backend=args.backend, device=args.device, strategy=args.strategy, budget=args.budget,
+        time_limit=args.time_limit, seed=args.seed, problem=args.problem, overrides=overrides,
+        session_path=args.session, resume=args.resume, timing=timing, verify=VerifyPolicy(),
+        config_timeout=args.config_timeout, probe=not args.no_probe, command=["kerntune", *argv],
+    )
+    if not args.headless and sys.stdout.isatty() and os.environ.get("KERNTUNE_HEADLESS") is None:
+        try:
+            from kerntune.tui.app import run_live
+        except ImportError:
+            pass
+        else:
+            return run_live(template, options)
+    return _tune_headless(template, options, args.show_failed)
+
+
+def _tune_headless(template: Template, options: TuneOptions, show_failed: bool) -> int:
+    from kerntune.tui.text import TextRenderer
+
+    renderer = TextRenderer()
+    renderer.set_default(template.default_config())
+    run = TuneRun(template, options, [renderer])
+    outcome = run.run()
+    title = f"{template.name} - {outcome.space.problem.label()} - {outcome.limits.name}"
+    renderer.finish(title, show_failed)
+    print(f"session: {outcome.session_path}")
+    if outcome.best is None:
+        _error("no configuration was verified")
+        return EXIT_FAILED
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    session = load_session(args.session)
+    summary = session.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+        return 0
+    from kerntune.tui.text import TextRenderer, fmt_config
+
+    for w in session.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    out = TextRenderer()
+    print(f"session {summary['id']} ({summary['created']}): {summary['template']} on {summary['device']} "
+          f"({summary['backend']}), problem {fmt_config(summary['problem'])}")
+    failed = ", ".join(f"{k} {v}" for k, v in summary["failed"].items()) or "none"
+    print(f"evaluated {summary['evaluated']} of {summary['feasible']} feasible; verified {summary['verified']}; "
+          f"failed: {failed}")
+    if summary["speedup"]:
+        print(f"best {summary['best']['median_us']:.2f} us, {summary['speedup']:.2f}x the default configuration")
+    out.results = session.results()
+    out.baseline = session.baseline()
+    out.finish(show_failed=args.failed)
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.engine.probe import probe
+    from kerntune.engine.sol import save_peaks
+
+    backend = open_backend(args.backend, args.device)
+    try:
+        r = probe(backend)
+    finally:
+        backend.close()
+    path = save_peaks(backend.limits, r.bandwidth_gbs, r.gflops)
+    print(f"{backend.limits.name} ({backend.name}): copy bandwidth {r.bandwidth_gbs:.1f} GB/s "
+          f"(spread {100 * r.bandwidth_spread:.1f}%, {r.copy_bytes / 2**20:.0f} MiB each way), "
+          f"fp32 FMA {r.gflops:.0f} GFLOP/s (spread {100 * r.gflops_spread:.1f}%)")
+    print(f"saved to {path}")
+    return 0
+
+
+COMMANDS: dict[str, Any] = {
+    "list": cmd_list,
+    "devices": cmd_devices,
+    "tune": cmd_tune,
+    "show": cmd_show,
+    "probe": cmd_probe,
+}
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

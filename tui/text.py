@@ -1,0 +1,162 @@
+"""Text rendering of engine events, for terminals without the dashboard and for pipes.
+
+The same events the dashboard shows: a progress line while a run goes, then the leaderboard.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Iterable, Mapping, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from kerntune.engine.events import (
+    BestImproved,
+    ConfigEvaluated,
+    Event,
+    Note,
+    RunFinished,
+    RunStarted,
+    SpaceBuilt,
+    WinnerVerified,
+)
+from kerntune.engine.result import Result, config_key
+
+
+def fmt_config(config: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items())
+
+
+def fmt_us(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 10000:
+        return f"{v:,.0f}"
+    if v >= 100:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: int = 15,
+                     failed: bool = False) -> list[list[str]]:
+    """Rows of the leaderboard: ranked results fastest first, then suspect ones, then failures."""
+    results = list(results)
+    ranked = sorted((r for r in results if r.ranked), key=lambda r: r.median_us)
+    suspect = [r for r in results if r.status == "suspect"]
+    base = baseline.median_us if baseline is not None and baseline.ranked else None
+    rows = []
+    for i, r in enumerate(ranked[:limit]):
+        rows.append(_row(str(i + 1), r, base))
+    for r in suspect:
+        rows.append(_row("!", r, base))
+    if failed:
+        for r in results:
+            if not r.verified:
+                rows.append(_row("x", r, base))
+    return rows
+
+
+def _row(rank: str, r: Result, base: float | None) -> list[str]:
+    speed = f"{base / r.median_us:.2f}x" if base and r.median_us else "-"
+    return [
+        rank,
+        fmt_config(r.config),
+        fmt_us(r.median_us),
+        f"{100 * r.spread:.1f}%" if r.spread is not None else "-",
+        f"{r.bandwidth_gbs:.1f}" if r.bandwidth_gbs is not None else "-",
+        f"{100 * r.sol_fraction:.1f}%" if r.sol_fraction is not None else "-",
+        speed,
+        r.status if not r.message or r.verified else f"{r.status}: {r.message[:60]}",
+    ]
+
+
+HEADERS = ["#", "parameters", "median us", "spread", "GB/s", "% SOL", "speedup", "status"]
+
+
+def leaderboard_table(results: Iterable[Result], baseline: Result | None, title: str = "",
+                      limit: int = 15, failed: bool = False) -> Table:
+    table = Table(title=title or None, title_justify="left", header_style="bold")
+    for h in HEADERS:
+        table.add_column(h, justify="right" if h not in ("parameters", "status") else "left",
+                         overflow="fold")
+    for row in leaderboard_rows(results, baseline, limit, failed):
+        table.add_row(*row)
+    return table
+
+
+class TextRenderer:
+    """An event sink that prints a run as text: a progress bar on a terminal, lines in a pipe."""
+
+    def __init__(self, out: TextIO | None = None, verbose: bool = False):
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty()
+        self.console = Console(file=self.out, highlight=False, soft_wrap=False,
+                               width=None if self.tty else 120)
+        self.verbose = verbose
+        self.results: list[Result] = []
+        self.baseline: Result | None = None
+        self.default_key = ""
+        self.feasible = 0
+        self.best: Result | None = None
+        self._t0 = time.monotonic()
+        self._line = False
+
+    def __call__(self, ev: Event) -> None:
+        if isinstance(ev, RunStarted):
+            resumed = f", resuming after {ev.resumed}" if ev.resumed else ""
+            self._print(f"tuning {ev.template} at {fmt_config(ev.problem)} on {ev.device} "
+                        f"({ev.backend}), {ev.strategy} search{resumed}")
+        elif isinstance(ev, SpaceBuilt):
+            self.feasible = ev.feasible
+            pruned = "; ".join(f"{k}: {v}" for k, v in ev.pruned.items())
+            self._print(f"space: {ev.feasible} feasible of {ev.total}" + (f" (pruned: {pruned})" if pruned else ""))
+        elif isinstance(ev, Note):
+            self._print(f"note: {ev.text}")
+        elif isinstance(ev, ConfigEvaluated):
+            r = ev.result
+            self.results.append(r)
+            if self.default_key and config_key(r.config) == self.default_key:
+                self.baseline = r
+            if not self.tty:
+                msg = f" {r.message[:100]}" if r.message and not r.ranked else ""
+                self._print(f"[{len(self.results):>4}/{self.feasible}] {fmt_config(r.config)}: "
+                            f"{r.status} {fmt_us(r.median_us)} us{msg}")
+            else:
+                self._progress()
+        elif isinstance(ev, BestImproved):
+            self.best = next((r for r in reversed(self.results) if r.config == ev.config), self.best)
+        elif isinstance(ev, WinnerVerified):
+            state = "passed" if ev.ok else f"FAILED: {ev.message}"
+            self._print(f"winner re-verified on new inputs (seeds {', '.join(map(str, ev.seeds))}): {state}")
+        elif isinstance(ev, RunFinished):
+            self._print(f"finished ({ev.reason}): {ev.evaluated} evaluated, {ev.verified} verified")
+
+    def set_default(self, config: Mapping[str, Any]) -> None:
+        self.default_key = config_key(config)
+
+    def _progress(self) -> None:
+        n, total = len(self.results), max(self.feasible, 1)
+        width = 24
+        filled = int(width * min(n, total) / total)
+        rate = n / max(time.monotonic() - self._t0, 1e-6)
+        best = f"best {fmt_us(self.best.median_us)} us" if self.best and self.best.median_us else "best -"
+        failed = sum(1 for r in self.results if not r.verified)
+        line = (f"\r[{'#' * filled}{'.' * (width - filled)}] {n}/{self.feasible}  {rate:.1f}/s  {best}"
+                f"  failed {failed}")
+        self.out.write(line)
+        self.out.flush()
+        self._line = True
+
+    def _print(self, text: str) -> None:
+        if self._line:
+            self.out.write("\n")
+            self._line = False
+        self.console.print(text, markup=False, soft_wrap=True)
+
+    def finish(self, title: str = "", show_failed: bool = False) -> None:
+        if self._line:
+            self.out.write("\n")
+            self._line = False
+        self.console.print(leaderboard_table(self.results, self.baseline, title, failed=show_failed))
