@@ -85,24 +85,44 @@ class Result:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Result":
+        """Rebuild a result, checking the type of every field (it may come from a file)."""
         known = {f.name: f for f in fields(cls)}
         kw: dict[str, Any] = {}
         for k, v in d.items():
             if k not in known:
                 continue
-            if k == "resources" and isinstance(v, Mapping):
+            kind = str(known[k].type)
+            if k == "resources":
+                if not isinstance(v, Mapping) or not all(_is_number(x) for x in v.values()):
+                    raise ValueError("resources must be a table of numbers")
                 rk = {f.name for f in fields(Resources)}
-                v = Resources(**{a: b for a, b in v.items() if a in rk})
-            elif k in ("times_us", "seeds", "grid", "block") and isinstance(v, list):
+                v = Resources(**{a: int(b) for a, b in v.items() if a in rk})
+            elif k == "config":
+                if not isinstance(v, Mapping) or not all(
+                        isinstance(x, (int, float, bool, str)) for x in v.values()):
+                    raise ValueError("config must be a table of values")
+                v = dict(v)
+            elif kind.startswith("tuple"):
+                if not isinstance(v, list) or not all(_is_number(x) for x in v):
+                    raise ValueError(f"{k} must be a list of numbers")
                 v = tuple(v)
+            elif kind.startswith("float"):
+                if not _is_number(v):
+                    raise ValueError(f"{k} must be a number, got {v!r}")
+            elif kind == "str" and not isinstance(v, str):
+                raise ValueError(f"{k} must be a string")
+            elif kind == "bool" and not isinstance(v, bool):
+                raise ValueError(f"{k} must be true or false")
             kw[k] = v
         if "config" not in kw or "status" not in kw:
             raise ValueError("a result needs config and status")
         if kw["status"] not in STATUSES:
             raise ValueError(f"unknown status {kw['status']!r}")
-        if not isinstance(kw["config"], Mapping):
-            raise ValueError("config must be a table")
         return cls(**kw)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def config_key(config: Mapping[str, Any]) -> str:

@@ -36,6 +36,8 @@ FORMAT = "kerntune-session"
 VERSION = 1
 HEADER_TABLES = ("session", "device", "template", "space", "tuning")
 _EVENT_HEADER = re.compile(r"^\[\[event\]\]\s*$", re.MULTILINE)
+# Each event ends with this comment line: an event without it was cut off mid-write.
+END_MARK = "# end\n"
 
 
 class SessionError(ValueError):
@@ -87,7 +89,7 @@ class SessionWriter:
         self._f = open(self.path, "a", encoding="utf-8")
 
     def write(self, ev: Event) -> None:
-        self._f.write("\n" + tomli_w.dumps({"event": [_clean(event_to_dict(ev))]}))
+        self._f.write("\n" + event_toml(ev))
         self._f.flush()
 
     def close(self) -> None:
@@ -101,6 +103,14 @@ class SessionWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def event_toml(ev: Event) -> str:
+    """One event as an `[[event]]` table; its sub-tables follow as `[event.name]`, which TOML
+    attaches to the last element of the array, so events can be appended one by one."""
+    text = tomli_w.dumps({"event": _clean(event_to_dict(ev))})
+    assert text.startswith("[event]\n")
+    return "[[event]]\n" + text[len("[event]\n"):] + END_MARK
 
 
 def _clean(v: Any) -> Any:
@@ -217,26 +227,30 @@ def load_session(path: str | Path) -> Session:
     except UnicodeDecodeError as e:
         raise SessionError(f"{p}: not a text file (byte {e.start} is not UTF-8)") from None
     warnings: list[str] = []
+    complete = _complete_prefix(text)
+    if complete != text:
+        warnings.append(f"{p}: the last event was cut off and has been dropped")
     try:
-        data = tomllib.loads(text)
+        data = tomllib.loads(complete)
     except tomllib.TOMLDecodeError as e:
-        data = _recover(p, text, e, warnings)
-    session = _validate(p, data, warnings)
-    return session
+        raise SessionError(f"{p}: not a valid session file: {e}") from None
+    return _validate(p, data, warnings)
 
 
-def _recover(p: Path, text: str, err: Exception, warnings: list[str]) -> dict:
-    """Drop a cut-off last event; anything else wrong is an error."""
-    starts = [m.start() for m in _EVENT_HEADER.finditer(text)]
-    if starts:
-        try:
-            data = tomllib.loads(text[: starts[-1]])
-        except tomllib.TOMLDecodeError:
-            pass
-        else:
-            warnings.append(f"{p}: the last event was cut off and has been dropped")
-            return data
-    raise SessionError(f"{p}: not a valid session file: {err}") from None
+def _complete_prefix(text: str) -> str:
+    """The text up to the end of the last complete event (all of it when nothing was cut)."""
+    first = _EVENT_HEADER.search(text)
+    if first is None or text.endswith("\n" + END_MARK):
+        marker = text.rfind("\n" + END_MARK)
+        if first is None and marker < 0:
+            # no events; a partial first event header ("[[ev") is cut off here too
+            partial = re.search(r"^\[\[e?v?e?n?t?\]?$", text.rstrip("\n"), re.MULTILINE)
+            return text[: partial.start()] if partial and text.rstrip("\n").endswith(partial.group(0)) else text
+        return text
+    marker = text.rfind("\n" + END_MARK)
+    if marker < first.start():
+        return text[: first.start()]
+    return text[: marker + 1 + len(END_MARK)]
 
 
 def _validate(p: Path, data: dict, warnings: list[str]) -> Session:

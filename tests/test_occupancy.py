@@ -240,25 +240,30 @@ def test_matches_the_driver(tmp_path, monkeypatch):
         func = _check(cu.cuModuleGetFunction(module, b"occ"))
         regs = int(_check(cu.cuFuncGetAttribute(F.CU_FUNC_ATTRIBUTE_NUM_REGS, func)))
         static_bytes = int(_check(cu.cuFuncGetAttribute(F.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, func)))
-        max_threads = int(_check(cu.cuFuncGetAttribute(F.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func)))
         assert regs == info["registers"] and static_bytes == static
         registers_seen.add(regs)
         # as the CUDA backend does before a launch that needs more than 48 KiB
         room = limits.max_shared_per_block_optin - static_bytes
         _check(cu.cuFuncSetAttribute(func, F.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, room))
-        for threads in BLOCK_SIZES:
-            if threads > max_threads:  # beyond __launch_bounds__ the launch itself is refused
-                continue
-            for dynamic in DYNAMIC_SHARED + [room]:
-                if dynamic > room:
-                    continue
-                want = int(_check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(func, threads, dynamic)))
-                got = occupancy(limits, threads, regs, static_bytes + dynamic,
-                                reserved_shared_per_block=reserved)
-                compared += 1
-                if got.blocks_per_sm != want:
-                    mismatches.append((regs, static_bytes, threads, dynamic, want, got))
+        # None first: the function's carveout is unset until the loop sets one
+        for carveout in (None, 0, 33, 50, 100):
+            if carveout is not None:
+                _check(cu.cuFuncSetAttribute(
+                    func, F.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout))
+            # block sizes beyond __launch_bounds__ too: the driver's count does not apply them
+            for threads in BLOCK_SIZES:
+                for dynamic in DYNAMIC_SHARED + [room]:
+                    if dynamic > room:
+                        continue
+                    want = int(_check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                        func, threads, dynamic)))
+                    got = occupancy(limits, threads, regs, static_bytes + dynamic,
+                                    reserved_shared_per_block=reserved, carveout=carveout)
+                    compared += 1
+                    if got.blocks_per_sm != want:
+                        mismatches.append((regs, static_bytes, threads, dynamic, carveout, want, got))
         _check(cu.cuModuleUnload(module))
     _check(cu.cuDevicePrimaryCtxRelease(dev))
     assert len(registers_seen) >= 8, registers_seen
+    print(f"{compared} configurations agree; registers seen: {sorted(registers_seen)}")
     assert not mismatches, f"{len(mismatches)} of {compared} differ, e.g. {mismatches[:5]}"

@@ -37,7 +37,7 @@ except OSError as e:  # pragma: no cover - pycuda is there but libcuda is not
 
 NVCC_FLAGS = ("-O3", "-lineinfo", "-Xptxas=-v")
 NVCC_TIMEOUT_S = 300
-# Dynamic shared memory above this needs the function's opt-in attribute before launch.
+# What a block may use without opting in, where the device does not say.
 DEFAULT_SHARED_LIMIT = 48 * 1024
 
 _DEFINE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -134,9 +134,8 @@ def compile_cubin(source: str, entry: str, defines: Mapping[str, str],
 
     cubin, log = _run_nvcc(nvcc, source, defines, options, arch)
     functions = parse_ptxas(log)
-    info = _entry_info(functions, entry)
     _store(where, key, cubin, functions)
-    return cubin, info, False
+    return cubin, _entry_info(functions, entry), False
 
 
 def _run_nvcc(nvcc: str, source: str, defines: Mapping[str, str], options: Sequence[str],
@@ -347,6 +346,7 @@ class CUDAKernel:
     entry: str
     ptxas: Mapping[str, int] = field(default_factory=dict)
     cached: bool = False  # the cubin came from the compile cache
+    static_shared: int = 0
     dynamic_shared_limit: int = 0  # what MAX_DYNAMIC_SHARED_SIZE_BYTES was last set to
 
 
@@ -387,7 +387,11 @@ class CUDABackend:
         except drv.Error:
             raise CompileError(f"the program has no kernel named {entry!r} "
                                "(is it declared extern \"C\" __global__?)") from None
-        return CUDAKernel(function, module, entry, dict(ptxas or {}), cached)
+        try:
+            static = int(function.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES))
+        except drv.Error:
+            static = 0
+        return CUDAKernel(function, module, entry, dict(ptxas or {}), cached, static)
 
     def resources(self, kernel: CUDAKernel) -> Resources:
         fa = drv.function_attribute
@@ -443,8 +447,7 @@ class CUDABackend:
         # together; more needs the function's dynamic limit raised first.
         if shared <= kernel.dynamic_shared_limit:
             return
-        static = int(kernel.function.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES))
-        if static + shared > self.limits.max_shared_per_block:
+        if kernel.static_shared + shared > self.limits.max_shared_per_block:
             kernel.function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
             kernel.dynamic_shared_limit = shared
 

@@ -16,6 +16,10 @@
 #define FAST_EXP 0
 #endif
 
+// `#pragma unroll N` does not expand macros; _Pragma on a stringised argument does.
+#define PRAGMA_(x) _Pragma(#x)
+#define PRAGMA(x) PRAGMA_(x)
+
 #if FAST_EXP
 #define EXP native_exp
 #else
@@ -44,7 +48,7 @@ void silu_and_mul(__global half *out, __global const half *x, int tokens, int d)
         const long gate = t * 2 * nvec;  // offsets in units of VEC halves
         const long up = gate + nvec;
         const long o = t * nvec;
-#pragma unroll UNROLL
+PRAGMA(unroll UNROLL)
         for (int i = get_local_id(0); i < nvec; i += BLOCK) {
             const vfloat g = VLOAD(gate + i, x);
             const vfloat u = VLOAD(up + i, x);

@@ -18,6 +18,10 @@
 #define FAST_EXP 0
 #endif
 
+// `#pragma unroll N` does not expand macros; _Pragma on a stringised argument does.
+#define PRAGMA_(x) _Pragma(#x)
+#define PRAGMA(x) PRAGMA_(x)
+
 #if FAST_EXP
 #define EXP __expf
 #else
@@ -37,7 +41,7 @@ silu_and_mul(__half *__restrict__ out, const __half *__restrict__ x, int tokens,
         const halfvec *gate = reinterpret_cast<const halfvec *>(x + t * 2 * d);
         const halfvec *up = reinterpret_cast<const halfvec *>(x + t * 2 * d + d);
         halfvec *o = reinterpret_cast<halfvec *>(out + t * d);
-#pragma unroll UNROLL
+PRAGMA(unroll UNROLL)
         for (int i = threadIdx.x; i < nvec; i += BLOCK) {
             const halfvec g = gate[i], u = up[i];
             halfvec res;

@@ -1,0 +1,153 @@
+"""The `kerntune` command end to end on the OpenCL CPU device, and its one-line errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kerntune.engine.result import config_key
+from kerntune.engine.session import load_session
+from kerntune.tui.cli import main
+
+QUICK = ["--headless", "--no-probe", "--repeats", "5", "--seed", "11"]
+
+
+def kerntune(*args, timeout=600, **kw):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "kerntune.tui.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, **kw)
+
+
+def test_tune_silu_and_mul_prints_the_leaderboard_and_a_session_show_reads(tmp_path):
+    session = tmp_path / "silu.toml"
+    r = kerntune("tune", "silu_and_mul", "--shape", "tokens=4", "--shape", "d=4096", "--budget", "12",
+                 "--session", str(session), *QUICK)
+    assert r.returncode == 0, r.stderr
+    assert "median us" in r.stdout and "% SOL" in r.stdout
+    assert "BLOCK=1024 VEC=8 ROWS=1 UNROLL=1 FAST_EXP=0" in r.stdout  # the baseline is evaluated first
+    assert "winner re-verified on new inputs" in r.stdout and "passed" in r.stdout
+    show = kerntune("show", str(session), "--json")
+    assert show.returncode == 0, show.stderr
+    summary = json.loads(show.stdout)
+    assert summary["template"] == "silu_and_mul"
+    assert summary["evaluated"] == 12 and summary["verified"] == 12
+    assert summary["failed"] == {}
+    assert summary["baseline"]["config"]["BLOCK"] == 1024
+    best = summary["best"]
+    assert best["median_us"] > 0 and set(best["config"]) == {"BLOCK", "VEC", "ROWS", "UNROLL", "FAST_EXP"}
+    assert summary["speedup"] == pytest.approx(summary["baseline"]["median_us"] / best["median_us"])
+
+
+def test_a_grid_over_vector_add_finds_verified_configs(tmp_path):
+    session = tmp_path / "va.toml"
+    r = kerntune("tune", "vector_add", "--shape", "n=20000", "--session", str(session), *QUICK)
+    assert r.returncode == 0, r.stderr
+    s = load_session(session)
+    results = s.results()
+    assert len(results) == 24 and all(x.status == "ok" for x in results)
+    assert len({config_key(x.config) for x in results}) == 24
+
+
+def test_hostile_template_statuses_while_the_run_goes_on(tmp_path, hostile_dir):
+    session = tmp_path / "h.toml"
+    r = kerntune("tune", str(hostile_dir), "--session", str(session), "--config-timeout", "10", *QUICK)
+    assert r.returncode == 0, r.stderr
+    statuses = {x.config["MODE"]: x.status for x in load_session(session).results()}
+    assert statuses == {0: "ok", 1: "compile_error", 2: "wrong_result", 3: "wrong_result",
+                        5: "timeout", 6: "crashed"}
+    s = load_session(session)
+    assert s.space["pruned"] == {"MODE != 4": 1}
+    assert s.summary()["best"]["config"] == {"MODE": 0}
+
+
+def test_a_constraint_that_never_holds_is_one_line(tmp_path, hostile_dir, capsys):
+    spec = hostile_dir / "kernel.toml"
+    spec.write_text(spec.read_text().replace('["MODE != 4"]', '["MODE > 100"]'))
+    code = main(["tune", str(hostile_dir), "--session", str(tmp_path / "x.toml"), *QUICK])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert err.count("\n") == 1 and "no feasible configuration" in err and "`MODE > 100` (7)" in err
+
+
+def test_a_killed_run_leaves_a_session_that_loads_and_resume_finishes_it(tmp_path):
+    session = tmp_path / "killed.toml"
+    args = ["tune", "vector_add", "--shape", "n=30000", "--session", str(session), *QUICK]
+    proc = subprocess.Popen([sys.executable, "-m", "kerntune.tui.cli", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if session.exists() and session.read_text().count('kind = "config_evaluated"') >= 5:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the run never got going")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = load_session(session)
+    done = [config_key(r.config) for r in before.results()]
+    assert 5 <= len(done) < 24
+    assert before.finished() is None
+
+    r = kerntune(*args, "--resume")
+    assert r.returncode == 0, r.stderr
+    after = load_session(session)
+    keys = [config_key(x.config) for x in after.results()]
+    assert len(keys) == 24 and len(set(keys)) == 24  # every config once, none repeated
+    assert keys[: len(done)] == done
+    assert after.finished() is not None and after.finished().reason == "space exhausted"
+
+
+def test_resume_refuses_a_session_of_another_template(tmp_path):
+    session = tmp_path / "va.toml"
+    assert kerntune("tune", "vector_add", "--shape", "n=1000", "--budget", "1", "--session", str(session),
+                    *QUICK).returncode == 0
+    r = kerntune("tune", "silu_and_mul", "--session", str(session), "--resume", *QUICK)
+    assert r.returncode != 0
+    assert r.stderr.count("\n") == 1 and "different template" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["tune", "no_such_kernel"], "no built-in template of that name"),
+        (["tune", "vector_add", "--shape", "n"], "--shape expects NAME=VALUE"),
+        (["tune", "vector_add", "--shape", "m=3"], "unknown problem name(s) m"),
+        (["tune", "vector_add", "--shape", "n=abc"], "expected an integer"),
+        (["tune", "vector_add", "--problem", "huge"], "no problem named 'huge'"),
+        (["tune", "vector_add", "--strategy", "magic"], "invalid choice"),
+        (["tune", "vector_add", "--budget", "-1"], "must not be negative"),
+        (["tune", "vector_add", "--resume"], "--resume needs --session"),
+        (["show", "/nonexistent/session.toml"], "no such file"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_a_non_zero_exit(capsys, args, words):
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code != 0
+    assert err.count("\n") == 1 and err.startswith("kerntune: error:") and words in err
+    assert "Traceback" not in err
+
+
+def test_show_on_a_malformed_file_is_one_line(tmp_path, capsys):
+    p = tmp_path / "bad.toml"
+    p.write_text("[session]\nformat = 'kerntune-session'\nversion = 'x'\n")
+    assert main(["show", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "version must be an integer" in err
+
+
+def test_list_and_devices(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "silu_and_mul" in out and "vector_add" in out and "llama7b-t2048" in out
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    assert "opencl device 0" in out and "threads / block" in out

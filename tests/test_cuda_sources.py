@@ -1,0 +1,44 @@
+"""The built-in CUDA sources compile with nvcc for sm_90, at every value of every parameter."""
+
+import pytest
+
+from kerntune import templates
+from kerntune.engine.backends.cuda import compile_cubin
+from kerntune.engine.space import iter_product
+from kerntune.engine.template import load_template
+
+from conftest import needs_nvcc
+
+
+def _one_per_value(t):
+    """The default config, and for each parameter value a config that uses it."""
+    default = t.default_config()
+    configs = [default]
+    for p in t.parameters:
+        for v in p.values:
+            if v != p.default:
+                configs.append({**default, p.name: v})
+    return configs
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", templates.names())
+def test_builtin_cuda_templates_compile(name):
+    t = load_template(templates.path(name))
+    for config in _one_per_value(t):
+        _, info, _ = compile_cubin(t.sources["cuda"], t.entry, {k: str(int(v)) for k, v in config.items()})
+        assert info.get("registers", 0) > 0, config
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", templates.names())
+def test_builtin_baselines_compile(name):
+    t = load_template(templates.path(name))
+    for backend, source in t.original_sources.items():
+        assert backend == "cuda"
+        compile_cubin(source, t.entry, {})
+
+
+def test_the_product_covers_every_value():
+    t = load_template(templates.path("silu_and_mul"))
+    assert sum(1 for _ in iter_product(t)) == 360

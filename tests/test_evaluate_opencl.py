@@ -1,0 +1,108 @@
+"""The evaluation protocol on a real OpenCL device (PoCL on the CPU)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from kerntune import templates
+from kerntune.engine.evaluate import Evaluator, TimingPolicy, VerifyPolicy, compare
+from kerntune.engine.template import Argument, load_template
+
+FAST = TimingPolicy(warmup=1, min_repeats=5, max_repeats=10, target_s=0.005)
+
+
+def test_vector_add_default_config_verifies_and_times(opencl_backend):
+    t = load_template(templates.path("vector_add"))
+    ev = Evaluator(opencl_backend, t, t.problem(None, {"n": 50000}), seed=3, timing=FAST)
+    r = ev.evaluate(t.default_config())
+    assert r.status == "ok", r.message
+    assert len(r.times_us) >= 5 and all(x > 0 for x in r.times_us)
+    assert r.median_us == pytest.approx(float(np.median(r.times_us)))
+    assert r.max_error == 0.0
+    assert len(r.seeds) == 2 * 2  # two seeds at the tuning size and at the odd verification size
+    assert r.compile_s > 0 and r.verify_s > 0 and r.time_s > 0
+
+
+def test_silu_and_mul_configs_verify_against_numpy(opencl_backend):
+    t = load_template(templates.path("silu_and_mul"))
+    ev = Evaluator(opencl_backend, t, t.problem(None, {"tokens": 5, "d": 1024}), seed=1, timing=FAST)
+    for config in ({"BLOCK": 128, "VEC": 8, "ROWS": 2, "UNROLL": 2, "FAST_EXP": 1},
+                   {"BLOCK": 64, "VEC": 1, "ROWS": 4, "UNROLL": 1, "FAST_EXP": 0}):
+        r = ev.evaluate(config)
+        assert r.status == "ok", r.message
+        assert 0 < r.max_error <= 1.0
+
+
+def test_without_a_reference_the_default_configs_output_is_the_reference(opencl_backend, tmp_path):
+    import shutil
+
+    d = tmp_path / "va"
+    shutil.copytree(templates.path("vector_add").parent, d)
+    spec = (d / "kernel.toml").read_text().replace('reference = "reference.py"\n', "")
+    (d / "kernel.toml").write_text(spec)
+    t = load_template(d)
+    assert t.reference_path is None
+    ev = Evaluator(opencl_backend, t, t.problem(None, {"n": 3000}), timing=FAST)
+    assert ev.evaluate({"BLOCK": 64, "ITEMS": 4}).status == "ok"
+
+
+def test_each_configuration_sees_different_inputs(opencl_backend):
+    t = load_template(templates.path("vector_add"))
+    ev = Evaluator(opencl_backend, t, t.problem(None, {"n": 1000}), seed=5, timing=FAST,
+                   verify=VerifyPolicy(seeds=2, pool=4))
+    a = ev.evaluate({"BLOCK": 64, "ITEMS": 1})
+    b = ev.evaluate({"BLOCK": 64, "ITEMS": 2})
+    assert set(a.seeds[:2]).isdisjoint(b.seeds[:2])
+    for inputs in ev._pool(0):
+        assert np.count_nonzero(inputs.host["a"]) == inputs.host["a"].size  # never zeros
+
+
+@pytest.mark.parametrize(
+    "mode, status, words",
+    [
+        (0, "ok", ""),
+        (1, "compile_error", "undeclared identifier"),
+        (2, "wrong_result", "2048 of 4096 elements are NaN"),
+        (3, "wrong_result", "1 of 4096 elements are NaN"),
+    ],
+)
+def test_hostile_configs_end_with_the_right_status(opencl_backend, hostile_dir, mode, status, words):
+    t = load_template(hostile_dir)
+    ev = Evaluator(opencl_backend, t, t.problem(), timing=FAST)
+    r = ev.evaluate({"MODE": mode})
+    assert r.status == status
+    assert words in r.message
+
+
+def _arg(dtype):
+    return Argument("out", dtype, "output")
+
+
+def test_compare_tolerates_rounding_but_not_errors():
+    ref = np.linspace(-3, 3, 1000).astype(np.float32)
+    assert compare("out", ref * (1 + 3e-6), ref, "float32", _arg("float32"))[0] <= 1.0
+    worst, msg = compare("out", ref * (1 + 1e-3), ref, "float32", _arg("float32"))
+    assert worst > 1.0 and "outside tolerance" in msg
+    h = ref.astype(np.float16)
+    assert compare("out", h, h, "float16", _arg("float16")) == (0.0, "")
+
+
+def test_compare_fails_nan_and_inf_where_the_reference_has_none():
+    ref = np.ones(10, dtype=np.float32)
+    out = ref.copy()
+    out[3] = np.nan
+    assert compare("out", out, ref, "float32", _arg("float32"))[0] == math.inf
+    out[3] = np.inf
+    assert "Inf" in compare("out", out, ref, "float32", _arg("float32"))[1]
+    ref2 = ref.copy()
+    ref2[3] = np.inf
+    assert compare("out", out, ref2, "float32", _arg("float32"))[1] == ""
+
+
+def test_compare_requires_integers_to_match_exactly():
+    ref = np.arange(10, dtype=np.int32)
+    out = ref.copy()
+    out[9] = 0
+    worst, msg = compare("out", out, ref, "int32", _arg("int32"))
+    assert worst == math.inf and "1 of 10 elements differ" in msg

@@ -1,0 +1,158 @@
+"""Session files: written event by event, loaded back exactly, and every bad file is one line."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kerntune.engine.events import (
+    BestImproved,
+    ConfigEvaluated,
+    Note,
+    RunFinished,
+    RunStarted,
+    SpaceBuilt,
+    WinnerVerified,
+)
+from kerntune.engine.result import Resources, Result
+from kerntune.engine.session import SessionError, SessionWriter, load_session, new_header
+
+
+def header():
+    return new_header(
+        command=["kerntune", "tune", "x"],
+        device={"name": "test device", "backend": "opencl"},
+        template={"name": "x", "backend": "opencl", "default_config": {"B": 1}, "spec": "a\n[[event]]\nb",
+                  "source": "__kernel void x() {}\n"},
+        space={"problem": {"n": 10}, "total": 2, "feasible": 2, "pruned": {"B * 2 > n": 0}},
+        tuning={"strategy": "grid", "seed": 3},
+    )
+
+
+def events():
+    ok = Result(config={"B": 1}, status="ok", times_us=(1.5, 1.25, 1.75), median_us=1.5, spread=0.1,
+                resources=Resources(registers=12), seeds=(1, 2), grid=(4, 1, 1), block=(64, 1, 1),
+                sol_us=1.0, sol_fraction=0.66)
+    bad = Result(config={"B": 2}, status="wrong_result", message="c: 5 of 10 elements are NaN")
+    return [
+        RunStarted(0.0, "x", {"n": 10}, "small", "opencl", "test device", "grid", 0, 0.0, 3, 0),
+        SpaceBuilt(0.1, 2, 2, {}),
+        Note(0.2, "hello \"quoted\" and\nnewline"),
+        ConfigEvaluated(0.5, 0, ok),
+        BestImproved(0.5, 0, {"B": 1}, 1.5, 0.66, 1.0),
+        ConfigEvaluated(0.9, 1, bad),
+        WinnerVerified(1.0, {"B": 1}, True, "", (7, 8)),
+        RunFinished(1.1, "space exhausted", 2, 1, {"B": 1}, 1.5),
+    ]
+
+
+def write(path, evs=None):
+    with SessionWriter(path, header()) as w:
+        for ev in evs if evs is not None else events():
+            w.write(ev)
+    return path
+
+
+def test_a_session_round_trips_every_event_exactly(tmp_path):
+    s = load_session(write(tmp_path / "s.toml"))
+    assert s.events == events()
+    assert s.warnings == []
+    assert s.template["spec"] == "a\n[[event]]\nb"
+
+
+def test_summary_reports_best_baseline_and_failures(tmp_path):
+    s = load_session(write(tmp_path / "s.toml"))
+    summary = s.summary()
+    assert summary["evaluated"] == 2 and summary["verified"] == 1
+    assert summary["failed"] == {"wrong_result": 1}
+    assert summary["best"]["config"] == {"B": 1} and summary["best"]["median_us"] == 1.5
+    assert summary["baseline"]["median_us"] == 1.5 and summary["speedup"] == 1.0
+
+
+def test_a_file_cut_anywhere_in_its_last_event_loads_without_it(tmp_path):
+    full = write(tmp_path / "full.toml").read_text()
+    last = full.rindex("[[event]]")
+    n_events = len(events())
+    for cut in range(last + 1, len(full) - 1, 7):
+        p = tmp_path / "cut.toml"
+        p.write_text(full[:cut])
+        s = load_session(p)
+        assert len(s.events) in (n_events - 1, n_events)
+        if len(s.events) == n_events - 1:
+            assert s.warnings and "dropped" in s.warnings[0]
+
+
+def test_a_cut_in_the_middle_event_keeps_the_ones_before(tmp_path):
+    full = write(tmp_path / "full.toml").read_text()
+    fourth = [i for i in range(len(full)) if full.startswith("\n[[event]]\n", i)][3]
+    p = tmp_path / "cut.toml"
+    p.write_text(full[: fourth + 40])
+    s = load_session(p)
+    assert s.events == events()[:3]
+
+
+def _bad(tmp_path, text):
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(SessionError) as info:
+        load_session(p)
+    assert "\n" not in str(info.value) and str(p) in str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda t: t.replace('format = "kerntune-session"', 'format = "other"'), "format is 'other'"),
+        (lambda t: t.replace("version = 1", "version = 99"), "newer than this kerntune reads"),
+        (lambda t: t.replace("version = 1", 'version = "1"'), "version must be an integer"),
+        (lambda t: t.replace("[session]", "[sessio]"), "[session] table missing"),
+        (lambda t: t.replace('kind = "note"', 'kind = "explode"'), "event 3: unknown event kind 'explode'"),
+        (lambda t: t.replace('reason = "space exhausted"\n', "").replace("[[event]]\nkind = \"winner_verified\"",
+                                                                         "[[event]]\nkind = \"run_finished\"", 1),
+         "event 7"),
+        (lambda t: t.replace('status = "wrong_result"', 'status = "fine"'), "unknown status 'fine'"),
+        (lambda t: t.replace("median_us = 1.5\n", 'median_us = "fast"\n', 1), "event 4: config_evaluated event field `result`: median_us must be a number"),
+        (lambda t: "garbage = = =\n" + t, "not a valid session file"),
+    ],
+)
+def test_malformed_sessions_give_one_line(tmp_path, mutate, expected):
+    text = write(tmp_path / "s.toml").read_text()
+    changed = mutate(text)
+    assert changed != text
+    assert expected in _bad(tmp_path, changed)
+
+
+def test_missing_and_binary_files_are_one_line(tmp_path):
+    with pytest.raises(SessionError, match="no such file"):
+        load_session(tmp_path / "none.toml")
+    p = tmp_path / "bin.toml"
+    p.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(SessionError, match="not a text file"):
+        load_session(p)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_fuzzed_sessions_load_or_fail_with_one_line(tmp_path, data):
+    text = write(tmp_path / "s.toml").read_text()
+    lines = text.splitlines()
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        action = data.draw(st.sampled_from(["drop", "garble", "swap"]))
+        if action == "drop":
+            del lines[i]
+        elif action == "garble":
+            lines[i] = data.draw(st.text(max_size=40))
+        else:
+            j = data.draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        if not lines:
+            lines = [""]
+    p = tmp_path / "f.toml"
+    p.write_text("\n".join(lines))
+    try:
+        s = load_session(p)
+    except SessionError as e:
+        assert "\n" not in str(e)
+    else:
+        s.summary()  # whatever loaded can be summarised
