@@ -52,6 +52,32 @@ class VerifyPolicy:
     pool: int = 4  # input sets drawn per size for the run; configurations rotate through them
 
 
+class Expected:
+    """A reference output prepared once for fast comparisons: values in the working precision,
+    the tolerance of each element, and where the reference itself is NaN or infinite."""
+
+    def __init__(self, ref: np.ndarray, dtype: str, arg: Argument):
+        self.shape = ref.shape
+        self.dtype = dtype
+        self.exact = dtype not in TOLERANCE
+        if self.exact:
+            self.values = np.ascontiguousarray(ref).ravel()
+            return
+        rtol, atol = TOLERANCE[dtype]
+        self.rtol = arg.rtol if arg.rtol is not None else rtol
+        self.atol = arg.atol if arg.atol is not None else atol
+        work = np.float64 if dtype == "float64" else np.float32
+        self.values = ref.astype(work).ravel()
+        nan, inf = np.isnan(self.values), np.isinf(self.values)
+        self.nan = nan if nan.any() else None
+        self.inf = inf if inf.any() else None
+        with np.errstate(invalid="ignore"):
+            self.tol = (self.atol + self.rtol * np.abs(self.values)).astype(work)
+        if self.nan is not None or self.inf is not None:
+            special = (nan | inf)
+            self.tol[special] = np.inf
+
+
 class Inputs:
     """One random input set for a problem, with its reference outputs."""
 
@@ -60,6 +86,8 @@ class Inputs:
         self.host = host
         self.scalars = scalars
         self.expected: dict[str, np.ndarray] = {}
+        self.checks: dict[str, Expected] = {}
+        self.device: dict[str, Any] = {}  # pristine copies on the device, uploaded once
 
 
 def arg_shape(arg: Argument, problem: Problem) -> tuple[int, ...]:
@@ -103,42 +131,48 @@ def make_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
     return Inputs(seed, host, scalars)
 
 
-def compare(name: str, out: np.ndarray, ref: np.ndarray, dtype: str, arg: Argument) -> tuple[float, str]:
+def compare(name: str, out: np.ndarray, exp: Expected) -> tuple[float, str]:
     """(worst error as a fraction of the tolerance, message); a fraction above 1 fails."""
-    if out.shape != ref.shape:
-        return math.inf, f"{name}: shape {out.shape} but the reference has {ref.shape}"
-    if dtype not in TOLERANCE:
-        bad = np.flatnonzero(out.ravel() != ref.ravel())
+    if out.shape != exp.shape:
+        return math.inf, f"{name}: shape {out.shape} but the reference has {exp.shape}"
+    if exp.exact:
+        o = out.ravel()
+        bad = np.flatnonzero(o != exp.values)
         if bad.size:
             i = int(bad[0])
-            return math.inf, (f"{name}: {bad.size} of {out.size} elements differ; "
-                              f"first at {i}: {out.ravel()[i]} != {ref.ravel()[i]}")
+            return math.inf, (f"{name}: {bad.size} of {o.size} elements differ; "
+                              f"first at {i}: {o[i]} != {exp.values[i]}")
         return 0.0, ""
-    rtol, atol = TOLERANCE[dtype]
-    rtol = arg.rtol if arg.rtol is not None else rtol
-    atol = arg.atol if arg.atol is not None else atol
-    o = out.astype(np.float64).ravel()
-    r = ref.astype(np.float64).ravel()
-    o_nan, r_nan = np.isnan(o), np.isnan(r)
-    bad = np.flatnonzero(o_nan & ~r_nan)
-    if bad.size:
+    o = out.astype(exp.values.dtype, copy=False).ravel()
+    r = exp.values
+    o_nan = np.isnan(o)
+    bad_nan = o_nan if exp.nan is None else (o_nan & ~exp.nan)
+    if bad_nan.any():
+        bad = np.flatnonzero(bad_nan)
         return math.inf, (f"{name}: {bad.size} of {o.size} elements are NaN (unwritten or invalid); "
                           f"first at {int(bad[0])}")
-    bad = np.flatnonzero(np.isinf(o) & ~np.isinf(r) & ~r_nan)
-    if bad.size:
-        return math.inf, f"{name}: {bad.size} elements are Inf where the reference is finite; first at {int(bad[0])}"
-    both_inf = np.isinf(o) & np.isinf(r)
-    if np.any(both_inf & (np.sign(o) != np.sign(r))):
-        return math.inf, f"{name}: an infinity has the wrong sign"
-    finite = ~(r_nan | both_inf)
-    err = np.zeros_like(o)
-    err[finite] = np.abs(o[finite] - r[finite]) / (atol + rtol * np.abs(r[finite]))
-    i = int(np.argmax(err)) if err.size else 0
-    worst = float(err[i]) if err.size else 0.0
+    o_inf = np.isinf(o)
+    if o_inf.any() or exp.inf is not None:
+        ref_inf = exp.inf if exp.inf is not None else np.zeros_like(o_inf)
+        bad = np.flatnonzero(o_inf & ~ref_inf & (True if exp.nan is None else ~exp.nan))
+        if bad.size:
+            return math.inf, (f"{name}: {bad.size} elements are Inf where the reference is finite; "
+                              f"first at {int(bad[0])}")
+        both = o_inf & ref_inf
+        if np.any(np.signbit(o[both]) != np.signbit(r[both])):
+            return math.inf, f"{name}: an infinity has the wrong sign"
+        if np.any(~o_inf & ref_inf):
+            return math.inf, f"{name}: finite where the reference is infinite"
+    with np.errstate(invalid="ignore"):
+        ratio = np.abs(o - r) / exp.tol
+    if exp.nan is not None or exp.inf is not None:
+        ratio[~np.isfinite(ratio)] = 0.0
+    i = int(np.argmax(ratio)) if ratio.size else 0
+    worst = float(ratio[i]) if ratio.size else 0.0
     if worst > 1.0:
-        nbad = int(np.count_nonzero(err > 1.0))
-        return worst, (f"{name}: {nbad} of {o.size} elements outside tolerance (rtol {rtol:g}, atol {atol:g}); "
-                       f"worst at {i}: {o[i]:.6g} vs {r[i]:.6g}")
+        nbad = int(np.count_nonzero(ratio > 1.0))
+        return worst, (f"{name}: {nbad} of {o.size} elements outside tolerance (rtol {exp.rtol:g}, "
+                       f"atol {exp.atol:g}); worst at {i}: {o[i]:.6g} vs {r[i]:.6g}")
     return worst, ""
 
 
@@ -160,6 +194,7 @@ class Evaluator:
         self.reference = reference if reference is not None else template.load_reference()
         self.problems = (problem,) + tuple(template.verify_problems)
         self._buffers: dict[int, dict[str, Any]] = {}
+        self._host_out: dict[tuple[int, str], np.ndarray] = {}
         self._pools: dict[int, list[Inputs]] = {}
         self._next = 0
         self._baseline_kernel: Any = None
@@ -194,7 +229,9 @@ class Evaluator:
                     raise RuntimeError(f"the template's reference returned no `{a.name}`")
                 inputs.expected[a.name] = np.asarray(expected[a.name]).astype(a.dtype).reshape(arg_shape(a, problem))
         else:
-            inputs.expected = self._baseline_outputs(inputs, which)
+            inputs.expected = {k: v.copy() for k, v in self._baseline_outputs(inputs, which).items()}
+        for a in outputs:
+            inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a)
         return inputs
 
     def _baseline_outputs(self, inputs: Inputs, which: int) -> dict[str, np.ndarray]:
@@ -211,12 +248,10 @@ class Evaluator:
 
     def _device_buffers(self, which: int) -> dict[str, Any]:
         if which not in self._buffers:
-            problem = self.problems[which]
             bufs = {}
             for a in self.template.arguments:
                 if a.is_buffer:
-                    n = math.prod(arg_shape(a, problem)) * np.dtype(a.dtype).itemsize
-                    bufs[a.name] = self.backend.alloc(n)
+                    bufs[a.name] = self.backend.alloc(self._nbytes(a, which))
             self._buffers[which] = bufs
         return self._buffers[which]
 
@@ -225,26 +260,40 @@ class Evaluator:
         return [bufs[a.name] if a.is_buffer else inputs.scalars[a.name] for a in self.template.arguments]
 
     def _run_checked(self, kernel: Any, geo: Geometry, inputs: Inputs, which: int) -> dict[str, np.ndarray]:
-        """Upload inputs, poison outputs, launch once, and read the outputs back."""
+        """Restore the inputs, poison the outputs, launch once, and read the outputs back.
+
+        Inputs live on the device in pristine copies, uploaded once per input set and copied
+        into the working buffers before every run (a kernel that writes its inputs cannot
+        change what later configurations see). Float outputs are poisoned with all-ones bytes,
+        a NaN in every float format."""
         problem = self.problems[which]
         bufs = self._device_buffers(which)
         for a in self.template.arguments:
             if not a.is_buffer:
                 continue
+            nbytes = self._nbytes(a, which)
             if a.name in inputs.host:
-                self.backend.upload(bufs[a.name], inputs.host[a.name])
+                if a.name not in inputs.device:
+                    inputs.device[a.name] = self.backend.alloc(nbytes)
+                    self.backend.upload(inputs.device[a.name], inputs.host[a.name])
+                self.backend.copy(bufs[a.name], inputs.device[a.name], nbytes)
+            elif a.dtype in TOLERANCE:
+                self.backend.fill(bufs[a.name], 0xFF, nbytes)
             else:
-                shape = arg_shape(a, problem)
-                poison = np.full(shape, np.nan if a.dtype.startswith("float") else INT_POISON, dtype=a.dtype)
-                self.backend.upload(bufs[a.name], poison)
+                self.backend.upload(bufs[a.name], np.full(arg_shape(a, problem), INT_POISON, dtype=a.dtype))
         self.backend.launch(kernel, geo, self._args(which, inputs))
         outs = {}
         for a in self.template.arguments:
             if a.is_output:
-                arr = np.empty(arg_shape(a, problem), dtype=a.dtype)
-                self.backend.download(bufs[a.name], arr)
-                outs[a.name] = arr
+                key = (which, a.name)
+                if key not in self._host_out:
+                    self._host_out[key] = np.empty(arg_shape(a, problem), dtype=a.dtype)
+                self.backend.download(bufs[a.name], self._host_out[key])
+                outs[a.name] = self._host_out[key]
         return outs
+
+    def _nbytes(self, a: Argument, which: int) -> int:
+        return math.prod(arg_shape(a, self.problems[which])) * np.dtype(a.dtype).itemsize
 
     def prepare(self) -> None:
         """Draw the input pools and their references for every verification size now."""
@@ -269,7 +318,7 @@ class Evaluator:
                 for a in self.template.arguments:
                     if not a.is_output:
                         continue
-                    err, msg = compare(a.name, outs[a.name], inputs.expected[a.name], a.dtype, a)
+                    err, msg = compare(a.name, outs[a.name], inputs.checks[a.name])
                     worst = max(worst, err)
                     if msg:
                         where = "" if which == 0 else f" at {problem.label()}"

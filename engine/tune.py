@@ -10,11 +10,13 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .backends import BackendError, list_devices, open_backend, pick_auto
+from .backends import BackendError, CompileError, list_devices, open_backend, pick_auto
+from .compile_pool import CompilePool, default_jobs
 from .device import DeviceLimits
 from .evaluate import TimingPolicy, VerifyPolicy
 from .events import (
@@ -58,6 +60,7 @@ class TuneOptions:
     verify: VerifyPolicy = field(default_factory=VerifyPolicy)
     config_timeout: float = 120.0
     probe: bool = True
+    compile_jobs: int = 0  # CUDA: threads compiling ahead of the device; 0 = one per core, 1 = off
     command: Sequence[str] = ()
 
 
@@ -258,6 +261,9 @@ class TuneRun:
         reason = "space exhausted"
         started = time.monotonic()
         worker = Worker(spec, config_timeout=opts.config_timeout)
+        ahead = _Ahead(strategy, self._compile_pool(template, backend, limits))
+        if ahead.pool is not None:
+            self.note(f"compiling ahead on {ahead.pool.jobs} threads")
         winner_ok = None
         try:
             try:
@@ -279,10 +285,10 @@ class TuneRun:
                 if opts.time_limit and time.monotonic() - started >= opts.time_limit:
                     reason = f"time limit of {opts.time_limit:g} s reached"
                     break
-                config = strategy.propose()
-                if config is None:
+                item = ahead.next()
+                if item is None:
                     break
-                result = worker.evaluate(config.as_dict())
+                config, result = item[0], self._evaluate(worker, item)
                 strategy.observe(config, result)
                 results.append(result)
                 new += 1
@@ -305,11 +311,56 @@ class TuneRun:
         except KeyboardInterrupt:
             reason = "interrupted"
         finally:
+            ahead.close()
             worker.close()
         verified = sum(1 for r in results if r.verified)
         self._emit(RunFinished(self._now(), reason, len(results), verified,
                                dict(best.config) if best else {}, best.median_us if best else 0.0))
         return Outcome(path, reason, results, best, baseline, space, limits, winner_ok)
+
+
+    def _compile_pool(self, template: Template, backend: str, limits: DeviceLimits):
+        jobs = self.options.compile_jobs or default_jobs()
+        if backend != "cuda" or jobs <= 1:
+            return None
+        cc = limits.compute_capability.replace(".", "")
+        return CompilePool(template, f"sm_{cc}" if cc else "sm_90", jobs)
+
+    @staticmethod
+    def _evaluate(worker: Worker, item: tuple) -> Result:
+        config, future = item
+        if future is None:
+            return worker.evaluate(config.as_dict())
+        try:
+            built = future.result()
+        except CompileError as e:
+            return Result(config=config.as_dict(), status="compile_error", message=str(e))
+        return worker.evaluate(config.as_dict(), (built.binary, dict(built.info), built.cached, built.seconds))
+
+
+class _Ahead:
+    """Proposals from the strategy, each with its compilation already started in the pool."""
+
+    def __init__(self, strategy, pool: CompilePool | None):
+        self.strategy = strategy
+        self.pool = pool
+        self.queue: deque = deque()
+        self.depth = 2 * pool.jobs if pool is not None else 0
+
+    def next(self) -> tuple | None:
+        if self.pool is None:
+            config = self.strategy.propose()
+            return None if config is None else (config, None)
+        while len(self.queue) < self.depth:
+            config = self.strategy.propose()
+            if config is None:
+                break
+            self.queue.append((config, self.pool.submit(config.as_dict())))
+        return self.queue.popleft() if self.queue else None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
 
 def _fresh_seeds(count: int = 2) -> list[int]:

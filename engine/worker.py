@@ -67,7 +67,21 @@ def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
         except (EOFError, KeyboardInterrupt):
             return
         if msg[0] == "eval":
-            conn.send(("result", ev.evaluate(msg[1]).to_dict()))
+            config, built = msg[1], msg[2] if len(msg) > 2 else None
+            if built is None:
+                result = ev.evaluate(config)
+            else:
+                binary, info, cached, seconds = built
+                try:
+                    kernel = backend.load(binary, template.entry, info, cached)
+                except Exception as e:  # a binary that does not load is that config's compile error
+                    result = Result(config=config, status="compile_error", message=str(e), compile_s=seconds)
+                else:
+                    result = ev.evaluate(config, kernel=kernel, compile_s=seconds, cached=cached)
+            conn.send(("result", result.to_dict()))
+            if result.status == "launch_error" and backend.name == "cuda":
+                # a fault leaves the CUDA context unusable: the next configuration gets a new worker
+                return
         elif msg[0] == "verify":
             ok, text = ev.verify_again(msg[1], tuple(msg[2]))
             conn.send(("verified", ok, text))
@@ -152,9 +166,10 @@ class Worker:
             detail = _read_from(self.log_path, log_size)
             return "crashed", f"the worker died ({_exit_text(code)}){detail}"
 
-    def evaluate(self, config: Mapping[str, Any]) -> Result:
+    def evaluate(self, config: Mapping[str, Any], built: tuple | None = None) -> Result:
+        """Evaluate one configuration; `built` is (binary, info, cached, seconds) from the pool."""
         config = dict(config)
-        kind, payload = self._call(("eval", config))
+        kind, payload = self._call(("eval", config, built))
         if kind == "timeout":
             return Result(config=config, status="timeout",
                           message=f"no result within {self.config_timeout:.0f} s; the worker was restarted",

@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--repeats", type=int, default=0, help="fix the number of timed repetitions")
     t.add_argument("--config-timeout", type=float, default=120.0, metavar="S",
                    help="a configuration taking longer is recorded as timeout (default 120)")
+    t.add_argument("--compile-jobs", type=int, default=0, metavar="N",
+                   help="CUDA: compile N configurations ahead in parallel (0: one per core, 1: off)")
     t.add_argument("--no-probe", action="store_true", help="do not measure the device's peaks when unknown")
     t.add_argument("--headless", action="store_true", help="print text instead of the dashboard")
     t.add_argument("--show-failed", action="store_true", help="list failed configurations in the final table")
@@ -187,7 +189,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         backend=args.backend, device=args.device, strategy=args.strategy, budget=args.budget,
         time_limit=args.time_limit, seed=args.seed, problem=args.problem, overrides=overrides,
         session_path=args.session, resume=args.resume, timing=timing, verify=VerifyPolicy(),
-        config_timeout=args.config_timeout, probe=not args.no_probe, command=["kerntune", *argv],
+        config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs, command=["kerntune", *argv],
     )
     if not args.headless and sys.stdout.isatty() and os.environ.get("KERNTUNE_HEADLESS") is None:
         try:

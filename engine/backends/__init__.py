@@ -59,6 +59,12 @@ class Backend(Protocol):
     def alloc(self, nbytes: int) -> Any:
         """A device buffer of nbytes."""
 
+    def copy(self, dst: Any, src: Any, nbytes: int) -> None:
+        """Device-to-device copy."""
+
+    def fill(self, buffer: Any, byte: int, nbytes: int) -> None:
+        """Set every byte of a device buffer."""
+
     def upload(self, buffer: Any, array: np.ndarray) -> None: ...
 
     def download(self, buffer: Any, array: np.ndarray) -> None: ...

@@ -421,6 +421,18 @@ class CUDABackend:
         except drv.Error as e:
             raise LaunchError(f"cannot allocate {nbytes} bytes: {_one_line(e)}") from None
 
+    def copy(self, dst: Any, src: Any, nbytes: int) -> None:
+        try:
+            drv.memcpy_dtod(dst, src, int(nbytes))
+        except drv.Error as e:
+            raise LaunchError(f"device copy failed: {_one_line(e)}") from None
+
+    def fill(self, buffer: Any, byte: int, nbytes: int) -> None:
+        try:
+            drv.memset_d8(buffer, int(byte) & 0xFF, int(nbytes))
+        except drv.Error as e:
+            raise LaunchError(f"device fill failed: {_one_line(e)}") from None
+
     def upload(self, buffer: Any, array: np.ndarray) -> None:
         try:
             drv.memcpy_htod(buffer, np.ascontiguousarray(array))

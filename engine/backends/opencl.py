@@ -154,6 +154,18 @@ class OpenCLBackend:
         except cl.Error as e:
             raise LaunchError(f"cannot allocate {nbytes} bytes: {e}") from None
 
+    def copy(self, dst: Any, src: Any, nbytes: int) -> None:
+        try:
+            cl.enqueue_copy(self.queue, dst, src, byte_count=int(nbytes)).wait()
+        except cl.Error as e:
+            raise LaunchError(f"device copy failed: {e}") from None
+
+    def fill(self, buffer: Any, byte: int, nbytes: int) -> None:
+        try:
+            cl.enqueue_fill_buffer(self.queue, buffer, np.uint8(byte & 0xFF), 0, int(nbytes)).wait()
+        except cl.Error as e:
+            raise LaunchError(f"device fill failed: {e}") from None
+
     def upload(self, buffer: Any, array: np.ndarray) -> None:
         cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=True)
 

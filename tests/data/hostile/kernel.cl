@@ -1,12 +1,15 @@
 // MODE 0 correct; 1 does not compile; 2 writes half the output; 3 writes NaN;
-// 4 is pruned by the constraint; 5 never ends; 6 writes through a wild pointer.
+// 4 is pruned by the constraint; 5 never ends; 7 runs 1024-thread blocks; 6 writes through a wild pointer.
 #ifndef MODE
 #define MODE 0
+#endif
+#ifndef THREADS
+#define THREADS 64
 #endif
 
 __kernel void hostile(__global const float *a, __global float *c, int n)
 {
-    const int i = get_global_id(0);
+    const int i = get_group_id(0) * THREADS + get_local_id(0);
     if (i >= n) return;
 #if MODE == 1
     this is not OpenCL C;

@@ -1,0 +1,65 @@
+"""Configurations per second end to end (compile + verify + time) on the CUDA backend, with
+parallel compilation and without it, in the same run.
+
+    python bench/throughput.py [--problem llama7b-t128] [--sequential-budget 60]
+
+Each mode starts from an empty compile cache, so every configuration is really compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from kerntune import templates
+from kerntune.engine.template import load_template
+from kerntune.engine.tune import TuneOptions, TuneRun
+
+
+def run(problem: str, jobs: int, budget: int) -> dict:
+    t = load_template(templates.path("silu_and_mul"))
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
+        os.environ["KERNTUNE_CACHE_DIR"] = cache
+        opts = TuneOptions(backend="cuda", strategy="grid", problem=problem, budget=budget, seed=1,
+                           session_path=Path(out) / "s.toml", probe=False, compile_jobs=jobs)
+        t0 = time.perf_counter()
+        o = TuneRun(t, opts).run()
+        wall = time.perf_counter() - t0
+    rs = o.results
+    return {
+        "mode": f"parallel ({jobs} threads)" if jobs > 1 else "sequential",
+        "configs": len(rs),
+        "ok": sum(r.status == "ok" for r in rs),
+        "wall": wall,
+        "rate": len(rs) / wall,
+        "compile": statistics.median(r.compile_s for r in rs),
+        "verify": statistics.median(r.verify_s for r in rs),
+        "time": statistics.median(r.time_s for r in rs),
+        "best": o.best.median_us if o.best else float("nan"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--problem", default="llama7b-t128")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--budget", type=int, default=0, help="parallel mode: 0 = the whole grid")
+    ap.add_argument("--sequential-budget", type=int, default=60)
+    args = ap.parse_args()
+    rows = [run(args.problem, args.jobs, args.budget), run(args.problem, 1, args.sequential_budget)]
+    print(f"silu_and_mul {args.problem}, CUDA backend, empty compile cache per mode")
+    print(f"{'mode':<24}{'configs':>8}{'ok':>6}{'wall s':>9}{'configs/s':>11}"
+          f"{'compile s':>11}{'verify s':>10}{'time s':>8}{'best us':>9}")
+    for r in rows:
+        print(f"{r['mode']:<24}{r['configs']:>8}{r['ok']:>6}{r['wall']:>9.1f}{r['rate']:>11.2f}"
+              f"{r['compile']:>11.3f}{r['verify']:>10.3f}{r['time']:>8.3f}{r['best']:>9.2f}")
+    print(f"parallel / sequential rate: {rows[0]['rate'] / rows[1]['rate']:.1f}x "
+          "(compile, verify, time: medians per configuration)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""On a CUDA device: the built-in templates tune with every result verified, and hostile kernels
+end with the right status while the run goes on."""
+
+from pathlib import Path
+
+import pytest
+
+from kerntune import templates
+from kerntune.engine.backends import pick_auto
+from kerntune.engine.evaluate import TimingPolicy
+from kerntune.engine.session import load_session
+from kerntune.engine.template import load_template
+from kerntune.engine.tune import TuneOptions, TuneRun
+from kerntune.engine.worker import Worker, WorkerSpec
+
+pytestmark = pytest.mark.gpu
+
+QUICK = TimingPolicy(warmup=2, min_repeats=10, max_repeats=50, target_s=0.01)
+
+
+def _tune(name, tmp_path, **kw):
+    t = load_template(templates.path(name)) if not isinstance(name, Path) else load_template(name)
+    opts = TuneOptions(backend="cuda", session_path=tmp_path / "s.toml", timing=QUICK, seed=1, probe=False, **kw)
+    return TuneRun(t, opts).run()
+
+
+def test_auto_picks_the_cuda_backend():
+    assert pick_auto() == "cuda"
+
+
+def test_vector_add_tunes_on_cuda_with_every_result_verified(tmp_path):
+    out = _tune("vector_add", tmp_path, problem="16M")
+    assert len(out.results) == out.space.feasible == 24
+    assert all(r.status == "ok" for r in out.results), [r.message for r in out.results if r.status != "ok"]
+    assert out.winner_ok is True
+    best = out.best
+    assert best.resources.registers > 0 and best.occupancy is not None
+    assert out.limits.backend == "cuda"
+
+
+def test_silu_and_mul_tunes_on_cuda_with_every_result_verified(tmp_path):
+    out = _tune("silu_and_mul", tmp_path, problem="llama7b-t128")
+    assert len(out.results) == out.space.feasible
+    bad = [(r.config, r.status, r.message) for r in out.results if r.status != "ok"]
+    assert not bad
+    assert out.winner_ok is True
+    assert out.best.median_us <= out.baseline.median_us
+    s = load_session(out.session_path)
+    assert s.summary()["verified"] == out.space.feasible
+
+
+def test_hostile_kernels_on_the_gpu_end_with_the_right_status(tmp_path):
+    hostile = Path(__file__).parent / "data" / "hostile"
+    out = _tune(hostile, tmp_path, config_timeout=10)
+    by_mode = {r.config["MODE"]: r for r in out.results}
+    assert by_mode[0].status == "ok"
+    assert by_mode[1].status == "compile_error"
+    assert by_mode[2].status == "wrong_result" and by_mode[3].status == "wrong_result"
+    assert by_mode[5].status == "timeout"
+    assert by_mode[6].status in ("launch_error", "crashed")
+    assert "illegal" in by_mode[6].message or "died" in by_mode[6].message
+    assert by_mode[7].status == "pruned" and "registers" in by_mode[7].message
+    assert out.best.config["MODE"] == 0 and out.winner_ok is True
+
+
+def test_the_worker_comes_back_after_a_fault():
+    hostile = load_template(Path(__file__).parent / "data" / "hostile")
+    p = hostile.problem()
+    spec = WorkerSpec("cuda", 0, str(hostile.spec_path), hostile.spec_text, dict(hostile.sources), p.name,
+                      dict(p.values), 1, QUICK)
+    with Worker(spec, config_timeout=10) as w:
+        assert w.evaluate({"MODE": 0, "THREADS": 64}).status == "ok"
+        assert w.evaluate({"MODE": 6, "THREADS": 64}).status in ("launch_error", "crashed")
+        again = w.evaluate({"MODE": 0, "THREADS": 64})
+        assert again.status == "ok", again.message
+        assert w.restarts == 1
