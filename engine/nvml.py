@@ -90,12 +90,16 @@ def device_count() -> int:
     return int(_try(nv.nvmlDeviceGetCount))
 
 
-def identity(index: int = 0) -> Identity:
+def _handle(index: int):
     nv = _nvml()
     try:
-        h = nv.nvmlDeviceGetHandleByIndex(index)
+        return nv, nv.nvmlDeviceGetHandleByIndex(index)
     except Exception as e:
         raise NVMLUnavailable(f"NVML: no device {index} ({_text(e)})") from None
+
+
+def identity(index: int = 0) -> Identity:
+    nv, h = _handle(index)
     name = _try(nv.nvmlDeviceGetName, h, default="")
     uuid = _try(nv.nvmlDeviceGetUUID, h, default="")
     mem = _try(nv.nvmlDeviceGetMemoryInfo, h, default=None)
@@ -117,11 +121,7 @@ def identity(index: int = 0) -> Identity:
 
 def telemetry(index: int = 0) -> Telemetry:
     """One reading of clocks, power, temperature, memory, utilisation and throttle reasons."""
-    nv = _nvml()
-    try:
-        h = nv.nvmlDeviceGetHandleByIndex(index)
-    except Exception as e:
-        raise NVMLUnavailable(f"NVML: no device {index} ({_text(e)})") from None
+    nv, h = _handle(index)
     reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
         nv, "nvmlDeviceGetCurrentClocksThrottleReasons")
     bits = int(_try(reasons_fn, h))

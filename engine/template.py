@@ -484,23 +484,28 @@ def _problems(s: _Spec, raw: list, key: str, names: set[str] | None = None) -> t
     return tuple(out)
 
 
+def _named_table(s: _Spec, table: str, i: int, item: Any, keys: set[str], seen: set[str]) -> tuple[str, str]:
+    """Check one [[param]] or [[arg]] table's shape and name; (name, its key for messages)."""
+    where = f"{table}[{i}]"
+    if not isinstance(item, dict):
+        raise s.fail(where, "a table with a name", item)
+    s.check_keys(item, keys, where)
+    name = s.string(item, "name", where)
+    if not NAME_RE.match(name):
+        raise s.fail(f"{where}.name", "a C identifier", name)
+    if name in seen:
+        raise s.fail(f"{table}.{name}", "a name declared once")
+    seen.add(name)
+    return name, f"{table}.{name}"
+
+
 def _parameters(s: _Spec, raw: Any) -> tuple[Parameter, ...]:
     if not isinstance(raw, list):
         raise s.fail("param", "a list of [[param]] tables", raw)
     out: list[Parameter] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
-        where = f"param[{i}]"
-        if not isinstance(item, dict):
-            raise s.fail(where, "a table with name, values and default", item)
-        s.check_keys(item, {"name", "values", "default", "description"}, where)
-        name = s.string(item, "name", where)
-        if not NAME_RE.match(name):
-            raise s.fail(f"{where}.name", "a C identifier", name)
-        where = f"param.{name}"
-        if name in seen:
-            raise s.fail(where, "a parameter declared once")
-        seen.add(name)
+        name, where = _named_table(s, "param", i, item, {"name", "values", "default", "description"}, seen)
         values = item.get("values")
         if not isinstance(values, list) or not values:
             raise s.fail(f"{where}.values", "a non-empty list of numbers or booleans", values)
@@ -535,20 +540,9 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
         raise s.fail("arg", "a list of [[arg]] tables, one for each kernel argument", raw)
     out: list[Argument] = []
     seen: set[str] = set()
+    keys = {"name", "dtype", "role", "shape", "value", "init", "range", "rtol", "atol"}
     for i, item in enumerate(raw):
-        where = f"arg[{i}]"
-        if not isinstance(item, dict):
-            raise s.fail(where, "a table with name, dtype and role", item)
-        s.check_keys(
-            item, {"name", "dtype", "role", "shape", "value", "init", "range", "rtol", "atol"}, where
-        )
-        name = s.string(item, "name", where)
-        if not NAME_RE.match(name):
-            raise s.fail(f"{where}.name", "a C identifier", name)
-        where = f"arg.{name}"
-        if name in seen:
-            raise s.fail(where, "an argument declared once")
-        seen.add(name)
+        name, where = _named_table(s, "arg", i, item, keys, seen)
         dtype = s.string(item, "dtype", where)
         if dtype not in DTYPES:
             raise s.fail(f"{where}.dtype", f"one of {', '.join(DTYPES)}", dtype)

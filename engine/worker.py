@@ -78,9 +78,10 @@ def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
                     result = Result(config=config, status="compile_error", message=str(e), compile_s=seconds)
                 else:
                     result = ev.evaluate(config, kernel=kernel, compile_s=seconds, cached=cached)
-            conn.send(("result", result.to_dict()))
-            if result.status == "launch_error" and backend.name == "cuda":
-                # a fault leaves the CUDA context unusable: the next configuration gets a new worker
+            # a fault leaves a CUDA context unusable: this worker ends, the next one starts fresh
+            ending = result.status == "launch_error" and backend.name == "cuda"
+            conn.send(("result", result.to_dict(), ending))
+            if ending:
                 return
         elif msg[0] == "verify":
             ok, text = ev.verify_again(msg[1], tuple(msg[2]))
@@ -101,11 +102,13 @@ class Worker:
         self._proc: Any = None
         self._conn: Any = None
         self.restarts = 0
+        self._starts = 0
         self.info: dict = {}
         fd, self.log_path = tempfile.mkstemp(prefix="kerntune-worker-", suffix=".log")
         os.close(fd)
 
     def start(self) -> None:
+        self._starts += 1
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_child, args=(child, self.spec, self.log_path), daemon=True)
         self._proc.start()
@@ -126,7 +129,7 @@ class Worker:
 
     def _ensure(self) -> None:
         if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
+            if self._starts:
                 self.restarts += 1
             self.start()
 
@@ -176,6 +179,8 @@ class Worker:
                           time_s=payload)
         if kind == "crashed":
             return Result(config=config, status="crashed", message=payload)
+        if len(payload) > 2 and payload[2]:
+            self._kill()  # the child is ending on its own; wait for it before the next request
         return Result.from_dict(payload[1])
 
     def verify_again(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> tuple[bool, str]:
