@@ -46,7 +46,9 @@ class DeviceLimits:
         """The device names that template expressions may use."""
         return {
             "max_threads_per_block": self.max_threads_per_block,
-            "max_shared_per_block": self.max_shared_per_block_optin or self.max_shared_per_block,
+            # static shared memory; dynamic shared memory may go up to the opt-in limit
+            "max_shared_per_block": self.max_shared_per_block,
+            "max_shared_per_block_optin": max(self.max_shared_per_block_optin, self.max_shared_per_block),
             "warp_size": self.warp_size,
             "sm_count": self.sm_count,
         }

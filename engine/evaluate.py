@@ -10,6 +10,7 @@ a result faster than its speed-of-light bound is flagged, not ranked.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
@@ -127,53 +128,114 @@ def make_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
             data = rng.uniform(arg.low, arg.high, size=shape)
         else:
             data = rng.standard_normal(size=shape, dtype=np.float32)
-        host[arg.name] = np.ascontiguousarray(data.astype(arg.dtype))
+        data = data.astype(arg.dtype)
+        if arg.inf_fraction:
+            data[rng.random(size=shape) < arg.inf_fraction] = -np.inf
+        host[arg.name] = np.ascontiguousarray(data)
     return Inputs(seed, host, scalars)
+
+
+CHUNK = 1 << 22  # elements compared per task; large outputs are compared on every core
+
+
+@dataclass
+class _Stats:
+    nan: int = 0
+    first_nan: int = -1
+    inf: int = 0
+    first_inf: int = -1
+    sign: int = 0  # infinities of the wrong sign, or finite where the reference is infinite
+    bad: int = 0  # elements outside the tolerance
+    worst: float = 0.0
+    worst_at: int = 0
+
+
+def _chunk_stats(out: np.ndarray, exp: Expected, lo: int, hi: int) -> _Stats:
+    st = _Stats()
+    o = out[lo:hi].astype(exp.values.dtype, copy=False)
+    r = exp.values[lo:hi]
+    ref_nan = exp.nan[lo:hi] if exp.nan is not None else None
+    ref_inf = exp.inf[lo:hi] if exp.inf is not None else None
+    o_nan = np.isnan(o)
+    bad_nan = o_nan if ref_nan is None else (o_nan & ~ref_nan)
+    if bad_nan.any():
+        idx = np.flatnonzero(bad_nan)
+        st.nan, st.first_nan = idx.size, lo + int(idx[0])
+    o_inf = np.isinf(o)
+    if o_inf.any() or ref_inf is not None:
+        rinf = ref_inf if ref_inf is not None else np.zeros_like(o_inf)
+        wrong = o_inf & ~rinf
+        if ref_nan is not None:
+            wrong &= ~ref_nan
+        if wrong.any():
+            idx = np.flatnonzero(wrong)
+            st.inf, st.first_inf = idx.size, lo + int(idx[0])
+        both = o_inf & rinf
+        st.sign = int(np.count_nonzero(np.signbit(o[both]) != np.signbit(r[both])))
+        st.sign += int(np.count_nonzero(~o_inf & rinf & ~o_nan))
+    with np.errstate(invalid="ignore"):
+        ratio = np.abs(o - r) / exp.tol[lo:hi]
+    if ref_nan is not None or ref_inf is not None or st.nan or st.inf:
+        ratio[~np.isfinite(ratio)] = 0.0
+    if ratio.size:
+        i = int(np.argmax(ratio))
+        st.worst, st.worst_at = float(ratio[i]), lo + i
+        if st.worst > 1.0:
+            st.bad = int(np.count_nonzero(ratio > 1.0))
+    return st
+
+
+def _first(values: list[int]) -> int:
+    found = [v for v in values if v >= 0]
+    return min(found) if found else -1
 
 
 def compare(name: str, out: np.ndarray, exp: Expected) -> tuple[float, str]:
     """(worst error as a fraction of the tolerance, message); a fraction above 1 fails."""
     if out.shape != exp.shape:
         return math.inf, f"{name}: shape {out.shape} but the reference has {exp.shape}"
+    o = np.ascontiguousarray(out).ravel()
     if exp.exact:
-        o = out.ravel()
         bad = np.flatnonzero(o != exp.values)
         if bad.size:
             i = int(bad[0])
             return math.inf, (f"{name}: {bad.size} of {o.size} elements differ; "
                               f"first at {i}: {o[i]} != {exp.values[i]}")
         return 0.0, ""
-    o = out.astype(exp.values.dtype, copy=False).ravel()
-    r = exp.values
-    o_nan = np.isnan(o)
-    bad_nan = o_nan if exp.nan is None else (o_nan & ~exp.nan)
-    if bad_nan.any():
-        bad = np.flatnonzero(bad_nan)
-        return math.inf, (f"{name}: {bad.size} of {o.size} elements are NaN (unwritten or invalid); "
-                          f"first at {int(bad[0])}")
-    o_inf = np.isinf(o)
-    if o_inf.any() or exp.inf is not None:
-        ref_inf = exp.inf if exp.inf is not None else np.zeros_like(o_inf)
-        bad = np.flatnonzero(o_inf & ~ref_inf & (True if exp.nan is None else ~exp.nan))
-        if bad.size:
-            return math.inf, (f"{name}: {bad.size} elements are Inf where the reference is finite; "
-                              f"first at {int(bad[0])}")
-        both = o_inf & ref_inf
-        if np.any(np.signbit(o[both]) != np.signbit(r[both])):
-            return math.inf, f"{name}: an infinity has the wrong sign"
-        if np.any(~o_inf & ref_inf):
-            return math.inf, f"{name}: finite where the reference is infinite"
-    with np.errstate(invalid="ignore"):
-        ratio = np.abs(o - r) / exp.tol
-    if exp.nan is not None or exp.inf is not None:
-        ratio[~np.isfinite(ratio)] = 0.0
-    i = int(np.argmax(ratio)) if ratio.size else 0
-    worst = float(ratio[i]) if ratio.size else 0.0
-    if worst > 1.0:
-        nbad = int(np.count_nonzero(ratio > 1.0))
-        return worst, (f"{name}: {nbad} of {o.size} elements outside tolerance (rtol {exp.rtol:g}, "
-                       f"atol {exp.atol:g}); worst at {i}: {o[i]:.6g} vs {r[i]:.6g}")
-    return worst, ""
+    bounds = [(lo, min(lo + CHUNK, o.size)) for lo in range(0, o.size, CHUNK)] or [(0, 0)]
+    if len(bounds) > 1:
+        stats = list(_pool().map(lambda b: _chunk_stats(o, exp, *b), bounds))
+    else:
+        stats = [_chunk_stats(o, exp, *bounds[0])]
+    nan = sum(s.nan for s in stats)
+    if nan:
+        return math.inf, (f"{name}: {nan} of {o.size} elements are NaN (unwritten or invalid); "
+                          f"first at {_first([s.first_nan for s in stats])}")
+    inf = sum(s.inf for s in stats)
+    if inf:
+        return math.inf, (f"{name}: {inf} elements are Inf where the reference is finite; "
+                          f"first at {_first([s.first_inf for s in stats])}")
+    if sum(s.sign for s in stats):
+        return math.inf, f"{name}: an infinity of the reference is not reproduced"
+    top = max(stats, key=lambda s: s.worst)
+    if top.worst > 1.0:
+        nbad = sum(s.bad for s in stats)
+        i = top.worst_at
+        return top.worst, (f"{name}: {nbad} of {o.size} elements outside tolerance (rtol {exp.rtol:g}, "
+                           f"atol {exp.atol:g}); worst at {i}: {float(o[i]):.6g} vs {float(exp.values[i]):.6g}")
+    return top.worst, ""
+
+
+_POOL = None
+
+
+def _pool():
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="kerntune-compare")
+    return _POOL
 
 
 class Evaluator:
@@ -305,13 +367,14 @@ class Evaluator:
     def compile(self, config: Mapping[str, ParamValue]) -> Any:
         return self.backend.compile(self.source, self.template.entry, _defines(config), self.options)
 
-    def check(self, kernel: Any, config: Mapping[str, ParamValue], inputs_for: Callable[[int], list[Inputs]]
-              ) -> tuple[bool, float, str, tuple[int, ...]]:
-        """Verify on every verification size; (ok, worst error / tolerance, message, seeds)."""
+    def check(self, kernel: Any, config: Mapping[str, ParamValue] | None,
+              inputs_for: Callable[[int], list[Inputs]]) -> tuple[bool, float, str, tuple[int, ...]]:
+        """Verify on every verification size; (ok, worst error / tolerance, message, seeds).
+        A config of None checks the original kernel, at its own launch geometry."""
         worst = 0.0
         seeds: list[int] = []
         for which, problem in enumerate(self.problems):
-            geo = geometry(self.template, config, problem, self.backend.limits)
+            geo = self._geometry(config, problem)
             for inputs in inputs_for(which):
                 seeds.append(inputs.seed)
                 outs = self._run_checked(kernel, geo, inputs, which)
@@ -325,6 +388,29 @@ class Evaluator:
                         return False, worst, f"{msg}{where} (seed {inputs.seed})", tuple(seeds)
         return True, worst, "", tuple(seeds)
 
+    def _geometry(self, config: Mapping[str, ParamValue] | None, problem: Problem) -> Geometry:
+        if config is not None:
+            return geometry(self.template, config, problem, self.backend.limits)
+        t = self.template
+        if not t.baseline_block:
+            return geometry(t, t.default_config(), problem, self.backend.limits)
+        dims = [[int(e.evaluate(problem.values)) for e in exprs] for exprs in (t.baseline_grid, t.baseline_block)]
+        pad = [tuple((d + [1, 1, 1])[:3]) for d in dims]
+        return Geometry(pad[0], pad[1])
+
+    def evaluate_original(self) -> Result:
+        """The protocol for the original, untemplated kernel (the template's baseline source)."""
+        source = self.template.original_sources.get(self.backend.name)
+        if source is None:
+            return Result(config={}, status="compile_error",
+                          message=f"the template has no original {self.backend.name} source")
+        t0 = time.perf_counter()
+        try:
+            kernel = self.backend.compile(source, self.template.entry, {}, self.options)
+        except CompileError as e:
+            return Result(config={}, status="compile_error", message=str(e))
+        return self.evaluate({}, kernel=kernel, compile_s=time.perf_counter() - t0, original=True)
+
     def _rotating(self, which: int) -> list[Inputs]:
         pool = self._pool(which)
         n = min(self.verify_policy.seeds, len(pool))
@@ -332,12 +418,13 @@ class Evaluator:
         return [pool[(start + k) % len(pool)] for k in range(n)]
 
     def evaluate(self, config: Mapping[str, ParamValue], kernel: Any = None, compile_s: float = 0.0,
-                 resources: Resources | None = None, cached: bool = False) -> Result:
+                 resources: Resources | None = None, cached: bool = False, original: bool = False) -> Result:
         """The whole protocol for one configuration. Failures become statuses, never exceptions."""
         config = dict(config)
         base = Result(config=config, status="ok", compile_s=compile_s, cached=cached)
+        which_config = None if original else config
         try:
-            geo = geometry(self.template, config, self.problem, self.backend.limits)
+            geo = self._geometry(which_config, self.problem)
         except ExpressionError as e:
             return replace(base, status="pruned", message=f"launch geometry: {e}")
         base = replace(base, grid=geo.grid, block=geo.block)
@@ -358,7 +445,7 @@ class Evaluator:
 
         t0 = time.perf_counter()
         try:
-            ok, worst, msg, seeds = self.check(kernel, config, self._rotating)
+            ok, worst, msg, seeds = self.check(kernel, which_config, self._rotating)
         except LaunchError as e:
             return replace(base, status="launch_error", message=str(e), verify_s=time.perf_counter() - t0)
         finally:

@@ -66,6 +66,9 @@ class Geometry:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0
+    # The template declares dynamic shared memory: OpenCL kernels then take it as a trailing
+    # `__local` pointer argument (CUDA kernels as `extern __shared__`).
+    dynamic_shared: bool = False
 
     @property
     def threads_per_block(self) -> int:
@@ -105,7 +108,7 @@ def geometry(template: Template, config: Mapping[str, ParamValue], problem: Prob
         return (out[0], out[1], out[2])
 
     shared = int(template.shared_bytes.evaluate(env)) if template.shared_bytes is not None else 0
-    return Geometry(dims(template.grid), dims(template.block), shared)
+    return Geometry(dims(template.grid), dims(template.block), shared, template.shared_bytes is not None)
 
 
 @dataclass(frozen=True)

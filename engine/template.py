@@ -47,6 +47,7 @@ NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEVICE_NAMES = (
     "max_threads_per_block",
     "max_shared_per_block",
+    "max_shared_per_block_optin",
     "warp_size",
     "sm_count",
 )
@@ -90,6 +91,7 @@ class Argument:
     high: float = 1.0
     rtol: float | None = None
     atol: float | None = None
+    inf_fraction: float = 0.0  # share of random inputs set to -inf (log-sum-exps of empty rows)
 
     @property
     def is_buffer(self) -> bool:
@@ -132,6 +134,8 @@ class Template:
     verify_problems: tuple[Problem, ...]
     cost_bytes: Expression
     cost_flops: Expression
+    baseline_grid: tuple[Expression, ...] = ()
+    baseline_block: tuple[Expression, ...] = ()
     reference_path: Path | None = None
     reference_function: str = "reference"
     original_sources: Mapping[str, str] = field(default_factory=dict)
@@ -392,9 +396,15 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
     )
 
     launch = s.table(data, "launch", "")
-    s.check_keys(launch, {"grid", "block", "shared_bytes"}, "launch")
+    s.check_keys(launch, {"grid", "block", "shared_bytes", "baseline_grid", "baseline_block"}, "launch")
     grid = _dims(s, launch, "grid", checked)
     block = _dims(s, launch, "block", checked)
+    # The original kernel's own launch (its block size may follow the row length).
+    baseline_grid = baseline_block = ()
+    if "baseline_grid" in launch or "baseline_block" in launch:
+        only_problem = lambda v, k: checked(v, k, problem_names)  # noqa: E731
+        baseline_grid = _dims(s, launch, "baseline_grid", only_problem)
+        baseline_block = _dims(s, launch, "baseline_block", only_problem)
     shared = checked(launch["shared_bytes"], "launch.shared_bytes") if "shared_bytes" in launch else None
 
     arguments = _arguments(s, data.get("arg"), checked, problem_names)
@@ -433,6 +443,8 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         verify_problems=verify_problems,
         cost_bytes=cost_bytes,
         cost_flops=cost_flops,
+        baseline_grid=baseline_grid,
+        baseline_block=baseline_block,
         reference_path=reference_path,
         reference_function=reference_fn,
         original_sources=originals,
@@ -540,7 +552,7 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
         raise s.fail("arg", "a list of [[arg]] tables, one for each kernel argument", raw)
     out: list[Argument] = []
     seen: set[str] = set()
-    keys = {"name", "dtype", "role", "shape", "value", "init", "range", "rtol", "atol"}
+    keys = {"name", "dtype", "role", "shape", "value", "init", "range", "rtol", "atol", "inf_fraction"}
     for i, item in enumerate(raw):
         name, where = _named_table(s, "arg", i, item, keys, seen)
         dtype = s.string(item, "dtype", where)
@@ -583,7 +595,12 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                     raise s.fail(f"{where}.{t}", "a non-negative number", v)
                 tols[t] = float(v)
-        out.append(Argument(name, dtype, role, shape, value, init, low, high, **tols))
+        inf_fraction = item.get("inf_fraction", 0.0)
+        if (isinstance(inf_fraction, bool) or not isinstance(inf_fraction, (int, float))
+                or not 0 <= inf_fraction < 1 or (inf_fraction and dtype not in FLOAT_DTYPES)):
+            raise s.fail(f"{where}.inf_fraction", "a fraction in [0, 1) of a float argument", inf_fraction)
+        out.append(Argument(name, dtype, role, shape, value, init, low, high, **tols,
+                            inf_fraction=float(inf_fraction)))
     if not any(a.is_output for a in out):
         raise s.fail("arg", "at least one argument with role output or inout")
     return tuple(out)

@@ -175,10 +175,10 @@ class OpenCLBackend:
     # run ---------------------------------------------------------------------------------------
     def _enqueue(self, kernel: Any, geo: Geometry, args: Sequence[Any]) -> Any:
         global_size = tuple(g * b for g, b in zip(geo.grid, geo.block))
+        if geo.dynamic_shared:
+            args = [*args, cl.LocalMemory(max(int(geo.shared_bytes), 16))]
         try:
             kernel.set_args(*args)
-            if geo.shared_bytes:
-                raise LaunchError("dynamic local memory is not supported by the OpenCL backend")
             return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, geo.block)
         except cl.Error as e:
             raise LaunchError(str(e).splitlines()[0]) from None

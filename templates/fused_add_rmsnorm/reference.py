@@ -1,0 +1,12 @@
+"""numpy reference for fused_add_rmsnorm: the residual is rounded to float16 before the norm,
+as the kernels store it and read it back."""
+
+import numpy as np
+
+
+def reference(inputs, sizes):
+    summed = (inputs["input"].astype(np.float32) + inputs["residual"].astype(np.float32)).astype(np.float16)
+    r = summed.astype(np.float64)
+    scale = 1.0 / np.sqrt(np.mean(r * r, axis=1, keepdims=True) + float(inputs["eps"]))
+    normed = (r * scale * inputs["weight"].astype(np.float64)).astype(np.float16)
+    return {"residual": summed, "input": normed}

@@ -1,0 +1,70 @@
+"""The kernel library on the OpenCL CPU device: every template's default and a random sample of
+its feasible configurations verify against numpy, and its spaces prune what they must."""
+
+import random
+
+import pytest
+
+from kerntune import templates
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.evaluate import Evaluator, TimingPolicy
+from kerntune.engine.space import build_space
+from kerntune.engine.template import load_template
+
+FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.001)
+SMALL = {
+    "silu_and_mul": {"tokens": 5, "d": 4096},
+    "fused_add_rmsnorm": {"tokens": 5, "d": 4096},
+    "merge_attn_states": {"tokens": 9, "heads": 4, "head_dim": 128},
+    "matmul": {"M": 128, "N": 128, "K": 256},
+    "vector_add": {"n": 5000},
+}
+H100 = DeviceLimits(backend="cuda", name="H100-like", max_threads_per_block=1024, warp_size=32,
+                    max_shared_per_block=48 * 1024, max_shared_per_block_optin=227 * 1024)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_library_configs_verify_on_the_cpu(opencl_backend, name):
+    t = load_template(templates.path(name))
+    problem = t.problem(None, SMALL[name])
+    space = build_space(t, problem, opencl_backend.limits)
+    ev = Evaluator(opencl_backend, t, problem, seed=2, timing=FAST)
+    sample = random.Random(name).sample(list(space.configs), min(5, space.feasible))
+    for config in [t.default_config(), *(c.as_dict() for c in sample)]:
+        r = ev.evaluate(config)
+        assert r.status == "ok", (config, r.message)
+
+
+def test_merge_attn_states_inputs_hold_empty_partials(opencl_backend):
+    import numpy as np
+
+    t = load_template(templates.path("merge_attn_states"))
+    ev = Evaluator(opencl_backend, t, t.problem(None, {"tokens": 256}), seed=4, timing=FAST)
+    inputs = ev._pool(0)[0]
+    both = np.isneginf(inputs.host["s_a"]) & np.isneginf(inputs.host["s_b"])
+    assert both.any()  # the both-empty case is always exercised
+    assert np.isneginf(inputs.expected["s_out"]).sum() == both.sum()
+
+
+def test_matmul_space_prunes_by_shared_memory_and_threads():
+    t = load_template(templates.path("matmul"))
+    space = build_space(t, t.problem("2048"), H100)
+    assert space.pruned["(BM + BN) * BK * 4 <= max_shared_per_block"] > 0
+    assert space.pruned["(BM // TM) * (BN // TN) <= max_threads_per_block"] > 0
+    for c in space.configs:
+        assert (c["BM"] + c["BN"]) * c["BK"] * 4 <= 48 * 1024
+
+
+def test_rmsnorm_staging_needs_the_row_in_shared_memory():
+    t = load_template(templates.path("fused_add_rmsnorm"))
+    small = DeviceLimits(backend="cuda", name="small", max_shared_per_block=16 * 1024,
+                         max_shared_per_block_optin=16 * 1024)
+    space = build_space(t, t.problem(None, {"tokens": 4, "d": 8192}), small)
+    assert all(c["STAGE"] == 0 for c in space.configs)
+    assert space.pruned["STAGE == 0 or d * 4 <= max_shared_per_block_optin"] > 0
+
+
+@pytest.mark.parametrize("name", ["silu_and_mul", "fused_add_rmsnorm", "merge_attn_states", "matmul"])
+def test_library_templates_have_baselines_and_launch_them(name):
+    t = load_template(templates.path(name))
+    assert "cuda" in t.original_sources and t.baseline_block
