@@ -6,7 +6,8 @@ import numpy as np
 
 def reference(inputs, sizes):
     summed = (inputs["input"].astype(np.float32) + inputs["residual"].astype(np.float32)).astype(np.float16)
-    r = summed.astype(np.float64)
-    scale = 1.0 / np.sqrt(np.mean(r * r, axis=1, keepdims=True) + float(inputs["eps"]))
-    normed = (r * scale * inputs["weight"].astype(np.float64)).astype(np.float16)
+    r = summed.astype(np.float32)
+    mean_sq = np.mean(np.square(r, dtype=np.float64), axis=1, keepdims=True)
+    scale = (1.0 / np.sqrt(mean_sq + float(inputs["eps"]))).astype(np.float32)
+    normed = (r * scale * inputs["weight"].astype(np.float32)).astype(np.float16)
     return {"residual": summed, "input": normed}

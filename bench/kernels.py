@@ -1,0 +1,221 @@
+"""The kernel library against its baselines and PyTorch, on a CUDA device.
+
+    python bench/kernels.py [--kernels silu_and_mul,...] [--budget 48] [--sessions DIR] [--md FILE]
+
+For every kernel and problem size: the original kernel (baseline.cu at its own launch), PyTorch
+eager and torch.compile (one static compile per size), the tuned best for that size, and the
+general config (the one configuration with the best geometric mean over all sizes). Every time
+is a median of device-event timings with the L2 flushed before each run. Tuned results pass the
+full verification protocol; each size's winner is verified again on new inputs. One size per
+kernel is searched exhaustively and its session saved; the others sample the same random
+configurations (same seed), so the general config is chosen from results measured at every size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from kerntune import templates
+from kerntune.engine.backends import open_backend
+from kerntune.engine.evaluate import Evaluator, VerifyPolicy
+from kerntune.engine.result import config_key
+from kerntune.engine.sol import load_peaks
+from kerntune.engine.template import load_template
+from kerntune.engine.tune import TuneOptions, TuneRun, resolve_device
+from kerntune.tui.text import fmt_config
+
+PLAN = {
+    "silu_and_mul": (["llama7b-t1", "llama7b-t128", "llama7b-t2048", "llama70b-t8192"], "llama7b-t2048"),
+    "fused_add_rmsnorm": (["llama7b-t1", "llama7b-t128", "llama70b-t2048", "llama70b-t8192"], "llama70b-t2048"),
+    "merge_attn_states": (["llama7b-t1", "llama7b-t512", "llama7b-t4096", "llama70b-t8192"], "llama7b-t4096"),
+    "matmul": (["1024", "2048", "4096"], "2048"),
+}
+
+
+# PyTorch versions of each kernel ---------------------------------------------------------------
+def torch_case(name: str, sizes: dict, torch):
+    """(function, its arguments) computing the same thing as the kernel with PyTorch."""
+    F = torch.nn.functional
+    dev = "cuda"
+    if name == "silu_and_mul":
+        t, d = sizes["tokens"], sizes["d"]
+        x = torch.randn(t, 2 * d, dtype=torch.float16, device=dev)
+
+        def fn(x):
+            return F.silu(x[:, :d]) * x[:, d:]
+
+        return fn, (x,)
+    if name == "fused_add_rmsnorm":
+        t, d = sizes["tokens"], sizes["d"]
+        x = torch.randn(t, d, dtype=torch.float16, device=dev)
+        res = torch.randn(t, d, dtype=torch.float16, device=dev)
+        w = torch.randn(d, dtype=torch.float16, device=dev)
+
+        def fn(x, res, w):
+            r = x + res
+            res.copy_(r)
+            rf = r.float()
+            x.copy_((rf * torch.rsqrt(rf.pow(2).mean(-1, keepdim=True) + 1e-6)).half() * w)
+
+        return fn, (x, res, w)
+    if name == "merge_attn_states":
+        t, h, hd = sizes["tokens"], sizes["heads"], sizes["head_dim"]
+        va = torch.randn(t, h, hd, dtype=torch.float16, device=dev)
+        vb = torch.randn(t, h, hd, dtype=torch.float16, device=dev)
+        sa = torch.randn(t, h, dtype=torch.float32, device=dev)
+        sb = torch.randn(t, h, dtype=torch.float32, device=dev)
+
+        def fn(va, sa, vb, sb):
+            ninf = torch.full_like(sa, -math.inf)
+            sa = torch.where(torch.isinf(sa), ninf, sa)
+            sb = torch.where(torch.isinf(sb), ninf, sb)
+            m = torch.maximum(sa, sb)
+            empty = torch.isinf(m)
+            m0 = torch.where(empty, torch.zeros_like(m), m)
+            wa, wb = torch.exp(sa - m0), torch.exp(sb - m0)
+            total = wa + wb
+            fa = torch.where(empty, torch.ones_like(wa), wa / total).unsqueeze(-1)
+            fb = torch.where(empty, torch.zeros_like(wb), wb / total).unsqueeze(-1)
+            out = (va.float() * fa + vb.float() * fb).half()
+            return out, torch.where(empty, m, torch.log(total) + m0)
+
+        return fn, (va, sa, vb, sb)
+    if name == "matmul":
+        a = torch.rand(sizes["M"], sizes["K"], device=dev) * 2 - 1
+        b = torch.rand(sizes["K"], sizes["N"], device=dev) * 2 - 1
+        return (lambda a, b: a @ b), (a, b)
+    raise KeyError(name)
+
+
+def torch_time(fn, args, torch, flush, reps: int = 100) -> float:
+    """Median microseconds of fn(*args), the L2 flushed before each run."""
+    for _ in range(5):
+        fn(*args)
+    torch.cuda.synchronize()
+    pairs = []
+    for i in range(reps):
+        flush.fill_(i & 0xFF)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn(*args)
+        e.record()
+        pairs.append((s, e))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in pairs)
+
+
+# the bench -------------------------------------------------------------------------------------
+def bench_kernel(name: str, budget: int, sessions: Path, tmp: Path, torch, flush, backend_name: str = "cuda",
+                 plan: dict | None = None, shape: dict | None = None) -> list[dict]:
+    t = load_template(templates.path(name))
+    sizes, full = (plan or PLAN)[name]
+    runs = {}
+    for size in sizes:
+        exhaustive = size == full
+        opts = TuneOptions(backend=backend_name, strategy="grid" if exhaustive else "random",
+                           budget=0 if exhaustive else budget, seed=7, problem=size, probe=False,
+                           overrides=(shape or {}).get(size, {}),
+                           session_path=(sessions if exhaustive else tmp) / f"{name}-{size}.toml",
+                           verify=VerifyPolicy(seeds=2, pool=2),
+                           command=["python", "bench/kernels.py", "--kernels", name])
+        t0 = time.perf_counter()
+        out = TuneRun(t, opts).run()
+        runs[size] = out
+        print(f"  {name} {size}: {len(out.results)} configs in {time.perf_counter() - t0:.0f} s, "
+              f"best {out.best.median_us:.2f} us ({fmt_config(out.best.config)}), winner check "
+              f"{'passed' if out.winner_ok else 'FAILED'}", flush=True)
+
+    # the general config: measured and verified at every size, best geometric mean
+    by_size = {s: {config_key(r.config): r for r in o.results if r.ranked} for s, o in runs.items()}
+    common = set.intersection(*(set(m) for m in by_size.values()))
+    general = min(common, key=lambda k: sum(math.log(by_size[s][k].median_us) for s in sizes))
+
+    backend = open_backend(backend_name)
+    rows = []
+    try:
+        for size in sizes:
+            out = runs[size]
+            problem = t.problem(size, (shape or {}).get(size))
+            ev = Evaluator(backend, t, problem, seed=11, verify=VerifyPolicy(seeds=2, pool=2))
+            original = ev.evaluate_original()
+            eager = compile_us = float("nan")
+            if torch is not None:
+                fn, args = torch_case(name, dict(problem.values), torch)
+                eager = torch_time(fn, args, torch, flush)
+                compiled = torch.compile(fn, dynamic=False)
+                compile_us = torch_time(compiled, args, torch, flush)
+                del compiled
+            best = out.best
+            gen = by_size[size][general]
+            rows.append({
+                "kernel": name, "size": size, "mb": ev.bytes_moved / 1e6, "sol_us": ev.sol_us,
+                "baseline": original.median_us if original.ranked else float("nan"),
+                "baseline_status": original.status, "eager": eager, "compile": compile_us,
+                "tuned": best.median_us, "tuned_config": fmt_config(best.config),
+                "general": gen.median_us, "general_config": fmt_config(gen.config),
+                "winner_ok": out.winner_ok, "configs": len(out.results),
+            })
+    finally:
+        backend.close()
+    return rows
+
+
+def table(rows: list[dict], device: str, bandwidth: float) -> str:
+    lines = [
+        f"device: {device}; SOL = bytes / {bandwidth:.0f} GB/s (measured copy) or flops / measured fp32 peak",
+        "",
+        "| kernel | size | MB | baseline us | eager us | compile us | tuned us | general us | % SOL | x baseline | x compile | tuned config |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sol = 100 * r["sol_us"] / r["tuned"] if r["sol_us"] else float("nan")
+        if r["baseline_status"] != "ok":
+            r["baseline"] = float("nan")
+        lines.append(
+            f"| {r['kernel']} | {r['size']} | {r['mb']:.1f} | {r['baseline']:.2f} | {r['eager']:.2f} | "
+            f"{r['compile']:.2f} | {r['tuned']:.2f} | {r['general']:.2f} | {sol:.0f}% | "
+            f"{r['baseline'] / r['tuned']:.2f} | {r['compile'] / r['tuned']:.2f} | {r['tuned_config']} |")
+    lines.append("")
+    for kernel in dict.fromkeys(r["kernel"] for r in rows):
+        ks = [r for r in rows if r["kernel"] == kernel]
+        geo = math.exp(statistics.fmean(math.log(r["baseline"] / r["tuned"]) for r in ks))
+        geo_c = math.exp(statistics.fmean(math.log(r["compile"] / r["tuned"]) for r in ks))
+        geo_g = math.exp(statistics.fmean(math.log(r["baseline"] / r["general"]) for r in ks))
+        lines.append(f"- {kernel}: geomean speedup over the baseline {geo:.2f}x per-size tuned, "
+                     f"{geo_g:.2f}x general config ({ks[0]['general_config']}); over torch.compile {geo_c:.2f}x; "
+                     f"winners re-verified: {all(r['winner_ok'] for r in ks)}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernels", default=",".join(PLAN))
+    ap.add_argument("--budget", type=int, default=48, help="random configurations per non-exhaustive size")
+    ap.add_argument("--sessions", type=Path, default=Path("sessions"))
+    ap.add_argument("--md", type=Path)
+    args = ap.parse_args()
+    import torch
+
+    _, limits = resolve_device("cuda", 0)
+    peaks = load_peaks(limits)
+    if peaks is None or peaks.source == "datasheet":
+        raise SystemExit("run `kerntune probe` first: % of SOL uses the measured copy bandwidth")
+    flush = torch.empty(2 * limits.l2_bytes, dtype=torch.uint8, device="cuda")
+    args.sessions.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.kernels.split(","):
+            rows += bench_kernel(name, args.budget, args.sessions, Path(tmp), torch, flush)
+    text = table(rows, limits.name, peaks.bandwidth_gbs)
+    print(text)
+    if args.md:
+        args.md.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
