@@ -15,6 +15,10 @@
 #ifndef FAST_EXP
 #define FAST_EXP 0
 #endif
+// STREAM selects cache hints in the CUDA source; OpenCL has none, so it changes nothing here.
+#ifndef STREAM
+#define STREAM 0
+#endif
 
 // `#pragma unroll N` does not expand macros; _Pragma on a stringised argument does.
 #define PRAGMA_(x) _Pragma(#x)

@@ -17,6 +17,9 @@
 #ifndef FAST_EXP
 #define FAST_EXP 0
 #endif
+#ifndef STREAM
+#define STREAM 0
+#endif
 
 // `#pragma unroll N` does not expand macros; _Pragma on a stringised argument does.
 #define PRAGMA_(x) _Pragma(#x)
@@ -28,7 +31,26 @@
 #define EXP expf
 #endif
 
-struct __align__(2 * VEC) halfvec { __half v[VEC]; };
+// A pack of VEC halves, loaded and stored as one machine word of the same width.
+#if VEC == 8
+typedef uint4 raw_t;
+#elif VEC == 4
+typedef uint2 raw_t;
+#elif VEC == 2
+typedef unsigned int raw_t;
+#else
+typedef unsigned short raw_t;
+#endif
+union halfvec { raw_t raw; __half v[VEC]; };
+
+// STREAM 1: every byte is used once, so load and store with the evict-first cache hints.
+#if STREAM
+#define LOAD(p) __ldcs(p)
+#define STORE(p, x) __stcs(p, x)
+#else
+#define LOAD(p) (*(p))
+#define STORE(p, x) (*(p) = (x))
+#endif
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 silu_and_mul(__half *__restrict__ out, const __half *__restrict__ x, int tokens, int d)
@@ -38,19 +60,20 @@ silu_and_mul(__half *__restrict__ out, const __half *__restrict__ x, int tokens,
     for (int r = 0; r < ROWS; ++r) {
         const long t = (long)blockIdx.x * ROWS + r;
         if (t >= tokens) return;
-        const halfvec *gate = reinterpret_cast<const halfvec *>(x + t * 2 * d);
-        const halfvec *up = reinterpret_cast<const halfvec *>(x + t * 2 * d + d);
-        halfvec *o = reinterpret_cast<halfvec *>(out + t * d);
+        const raw_t *gate = reinterpret_cast<const raw_t *>(x + t * 2 * d);
+        const raw_t *up = reinterpret_cast<const raw_t *>(x + t * 2 * d + d);
+        raw_t *o = reinterpret_cast<raw_t *>(out + t * d);
 PRAGMA(unroll UNROLL)
         for (int i = threadIdx.x; i < nvec; i += BLOCK) {
-            const halfvec g = gate[i], u = up[i];
-            halfvec res;
+            halfvec g, u, res;
+            g.raw = LOAD(gate + i);
+            u.raw = LOAD(up + i);
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
                 const float a = __half2float(g.v[k]);
                 res.v[k] = __float2half(a / (1.0f + EXP(-a)) * __half2float(u.v[k]));
             }
-            o[i] = res;
+            STORE(o + i, res.raw);
         }
     }
 }
