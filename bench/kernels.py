@@ -153,7 +153,8 @@ def bench_kernel(name: str, budget: int, sessions: Path, tmp: Path, torch, flush
             best = out.best
             gen = by_size[size][general]
             rows.append({
-                "kernel": name, "size": size, "mb": ev.bytes_moved / 1e6, "sol_us": ev.sol_us,
+                "kernel": name, "size": size, "mb": ev.bytes_moved / 1e6, "gflop": ev.flops / 1e9,
+                "sol_us": best.sol_us,
                 "baseline": original.median_us if original.ranked else float("nan"),
                 "baseline_status": original.status, "eager": eager, "compile": compile_us,
                 "tuned": best.median_us, "tuned_config": fmt_config(best.config),
