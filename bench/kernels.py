@@ -212,10 +212,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.kernels.split(","):
             rows += bench_kernel(name, args.budget, args.sessions, Path(tmp), torch, flush)
-    text = table(rows, limits.name, peaks.bandwidth_gbs)
-    print(text)
-    if args.md:
-        args.md.write_text(text + "\n")
+            text = table(rows, limits.name, peaks.bandwidth_gbs)
+            print(text, flush=True)  # each kernel's rows as soon as they exist
+            if args.md:
+                args.md.write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def test_tune_silu_and_mul_prints_the_leaderboard_and_a_session_show_reads(tmp_p
                  "--session", str(session), *QUICK)
     assert r.returncode == 0, r.stderr
     assert "median us" in r.stdout and "% SOL" in r.stdout
-    assert "BLOCK=1024 VEC=8 ROWS=1 UNROLL=1 FAST_EXP=0 STREAM=0" in r.stdout  # the baseline is evaluated first
+    assert "BLOCK=1024 VEC=8 ROWS=1 UNROLL=1 FAST_EXP=0 STREAM=0 SPLIT=0" in r.stdout  # the baseline is evaluated first
     assert "winner re-verified on new inputs" in r.stdout and "passed" in r.stdout
     show = kerntune("show", str(session), "--json")
     assert show.returncode == 0, show.stderr
@@ -39,7 +39,7 @@ def test_tune_silu_and_mul_prints_the_leaderboard_and_a_session_show_reads(tmp_p
     assert summary["failed"] == {}
     assert summary["baseline"]["config"]["BLOCK"] == 1024
     best = summary["best"]
-    assert best["median_us"] > 0 and set(best["config"]) == {"BLOCK", "VEC", "ROWS", "UNROLL", "FAST_EXP", "STREAM"}
+    assert best["median_us"] > 0 and set(best["config"]) == {"BLOCK", "VEC", "ROWS", "UNROLL", "FAST_EXP", "STREAM", "SPLIT"}
     assert summary["speedup"] == pytest.approx(summary["baseline"]["median_us"] / best["median_us"])
 
 

@@ -27,8 +27,8 @@ def test_vector_add_default_config_verifies_and_times(opencl_backend):
 def test_silu_and_mul_configs_verify_against_numpy(opencl_backend):
     t = load_template(templates.path("silu_and_mul"))
     ev = Evaluator(opencl_backend, t, t.problem(None, {"tokens": 5, "d": 1024}), seed=1, timing=FAST)
-    for config in ({"BLOCK": 128, "VEC": 8, "ROWS": 2, "UNROLL": 2, "FAST_EXP": 1, "STREAM": 1},
-                   {"BLOCK": 64, "VEC": 1, "ROWS": 4, "UNROLL": 1, "FAST_EXP": 0, "STREAM": 0}):
+    for config in ({"BLOCK": 128, "VEC": 8, "ROWS": 2, "UNROLL": 2, "FAST_EXP": 1, "STREAM": 1, "SPLIT": 0},
+                   {"BLOCK": 64, "VEC": 1, "ROWS": 4, "UNROLL": 1, "FAST_EXP": 0, "STREAM": 0, "SPLIT": 0}):
         r = ev.evaluate(config)
         assert r.status == "ok", r.message
         assert 0 < r.max_error <= 1.0

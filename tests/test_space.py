@@ -25,15 +25,16 @@ def test_space_counts_each_constraint_that_pruned():
     t = load_template(templates.path("silu_and_mul"))
     p = t.problem(None, {"tokens": 4, "d": 100})  # 100 % 8 != 0, and BLOCK * VEC <= 200 binds
     space = build_space(t, p, GPU)
-    assert space.total == 720
-    assert space.pruned["d % VEC == 0"] == 5 * 3 * 3 * 2 * 2  # VEC = 8
+    assert space.total == 1440
+    assert space.pruned["d % VEC == 0"] == 5 * 3 * 3 * 2 * 2 * 2  # VEC = 8
     by_hand = sum(
         1
         for b in (64, 128, 256, 512, 1024)
         for v in (1, 2, 4)
         if b * v > 200
-    ) * 3 * 3 * 2 * 2
+    ) * 3 * 3 * 2 * 2 * 2
     assert space.pruned["BLOCK * VEC <= 2 * d"] == by_hand
+    assert space.pruned["SPLIT == 0 or (ROWS == 1 and UNROLL == 1)"] > 0
     assert space.feasible + sum(space.pruned.values()) == space.total
     for c in space.configs:
         assert 100 % c["VEC"] == 0 and c["BLOCK"] * c["VEC"] <= 200
@@ -48,6 +49,6 @@ def test_warp_size_from_the_device_reaches_constraints():
 
 def test_geometry_follows_the_launch_expressions():
     t = load_template(templates.path("silu_and_mul"))
-    geo = geometry(t, {"BLOCK": 256, "VEC": 8, "ROWS": 4, "UNROLL": 1, "FAST_EXP": 0, "STREAM": 0},
+    geo = geometry(t, {"BLOCK": 256, "VEC": 8, "ROWS": 4, "UNROLL": 1, "FAST_EXP": 0, "STREAM": 0, "SPLIT": 0},
                    t.problem(None, {"tokens": 10, "d": 4096}), GPU)
     assert geo.grid == (3, 1, 1) and geo.block == (256, 1, 1)

@@ -19,6 +19,9 @@
 #ifndef STREAM
 #define STREAM 0
 #endif
+#ifndef SPLIT
+#define SPLIT 0
+#endif
 
 // `#pragma unroll N` does not expand macros; _Pragma on a stringised argument does.
 #define PRAGMA_(x) _Pragma(#x)
@@ -46,14 +49,23 @@ __kernel __attribute__((reqd_work_group_size(BLOCK, 1, 1)))
 void silu_and_mul(__global half *out, __global const half *x, int tokens, int d)
 {
     const int nvec = d / VEC;
+#if SPLIT
+    const int first = get_group_id(0) * BLOCK;
+    const long t0 = get_group_id(1);
+    const int end = min(nvec, first + BLOCK);
+#else
+    const int first = 0;
+    const long t0 = (long)get_group_id(0) * ROWS;
+    const int end = nvec;
+#endif
     for (int r = 0; r < ROWS; ++r) {
-        const long t = (long)get_group_id(0) * ROWS + r;
+        const long t = t0 + r;
         if (t >= tokens) return;
         const long gate = t * 2 * nvec;  // offsets in units of VEC halves
         const long up = gate + nvec;
         const long o = t * nvec;
 PRAGMA(unroll UNROLL)
-        for (int i = get_local_id(0); i < nvec; i += BLOCK) {
+        for (int i = first + get_local_id(0); i < end; i += BLOCK) {
             const vfloat g = VLOAD(gate + i, x);
             const vfloat u = VLOAD(up + i, x);
             VSTORE(g / (1.0f + EXP(-g)) * u, o + i, out);

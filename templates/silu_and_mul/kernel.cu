@@ -20,6 +20,9 @@
 #ifndef STREAM
 #define STREAM 0
 #endif
+#ifndef SPLIT
+#define SPLIT 0
+#endif
 
 // `#pragma unroll N` does not expand macros; _Pragma on a stringised argument does.
 #define PRAGMA_(x) _Pragma(#x)
@@ -56,15 +59,23 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 silu_and_mul(__half *__restrict__ out, const __half *__restrict__ x, int tokens, int d)
 {
     const int nvec = d / VEC;
+#if SPLIT
+    // one chunk of BLOCK packs of one row per block: no block ends a row with idle threads
+    const int first = blockIdx.x * BLOCK;
+    const long t0 = blockIdx.y;
+#else
+    const int first = 0;
+    const long t0 = (long)blockIdx.x * ROWS;
+#endif
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-        const long t = (long)blockIdx.x * ROWS + r;
+        const long t = t0 + r;
         if (t >= tokens) return;
         const raw_t *gate = reinterpret_cast<const raw_t *>(x + t * 2 * d);
         const raw_t *up = reinterpret_cast<const raw_t *>(x + t * 2 * d + d);
         raw_t *o = reinterpret_cast<raw_t *>(out + t * d);
 PRAGMA(unroll UNROLL)
-        for (int i = threadIdx.x; i < nvec; i += BLOCK) {
+        for (int i = first + threadIdx.x; i < (SPLIT ? min(nvec, first + BLOCK) : nvec); i += BLOCK) {
             halfvec g, u, res;
             g.raw = LOAD(gate + i);
             u.raw = LOAD(up + i);
