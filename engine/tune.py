@@ -30,7 +30,7 @@ from .events import (
     WinnerVerified,
 )
 from .result import Result, config_key
-from .search import make_strategy
+from .search import StopRules, make_strategy
 from .session import Session, SessionError, SessionWriter, default_path, load_session, new_header
 from .sol import Peaks, load_peaks, save_peaks
 from .space import Config, Space, build_space
@@ -61,7 +61,12 @@ class TuneOptions:
     config_timeout: float = 120.0
     probe: bool = True
     compile_jobs: int = 0  # CUDA: threads compiling ahead of the device; 0 = one per core, 1 = off
+    sol_target: float = 0.0  # stop once the best reaches this fraction of the speed of light; 0 = off
+    patience: int = 0  # stop after this many evaluations without improvement; 0 = off
     command: Sequence[str] = ()
+    # Configurations (their config_key) measured earlier, by an earlier round of the agent loop
+    # on the same template: not evaluated again.
+    skip: tuple[str, ...] = ()
 
 
 @dataclass
@@ -108,16 +113,22 @@ def peaks_for(backend: str, device: int, limits: DeviceLimits, measure: bool,
 
 
 class TuneRun:
-    """Drives one run; `run()` blocks, `stop()` and `pause()` may be called from other threads."""
+    """Drives one run; `run()` blocks, `stop()` and `pause()` may be called from other threads.
 
-    def __init__(self, template: Template, options: TuneOptions, sinks: Sequence[Sink] = ()):
+    With `session`, the run appends its events to that open session instead of writing a file of
+    its own (a round of the agent loop), and counts its clock from `started`.
+    """
+
+    def __init__(self, template: Template, options: TuneOptions, sinks: Sequence[Sink] = (), *,
+                 session: SessionWriter | None = None, started: float | None = None):
         self.template = template
         self.options = options
         self.sinks = list(sinks)
+        self._session = session
         self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
-        self._t0 = time.monotonic()
+        self._t0 = time.monotonic() if started is None else started
         self._time_offset = 0.0
         self.stop_reason = "stopped"
 
@@ -167,7 +178,9 @@ class TuneRun:
 
         previous: Session | None = None
         path = opts.session_path or default_path(template.name)
-        if opts.resume:
+        if self._session is not None:
+            path = self._session.path
+        elif opts.resume:
             previous = self._check_resumable(path, template, problem, backend)
         results: list[Result] = previous.results() if previous else []
         seed = opts.seed
@@ -176,8 +189,10 @@ class TuneRun:
         if seed is None:
             seed = random.SystemRandom().randrange(1 << 31)
         self.options = opts = replace(opts, seed=seed)
-        done = {config_key(r.config) for r in results}
-        if previous is not None:
+        done = {config_key(r.config) for r in results} | set(opts.skip)
+        if self._session is not None:
+            self._writer = self._session
+        elif previous is not None:
             last = previous.events[-1].t if previous.events else 0.0
             self._time_offset = float(last)
             self._writer = SessionWriter(path)
@@ -219,7 +234,8 @@ class TuneRun:
         try:
             return self._search(template, problem, space, limits, backend, default, results, done, path, pending)
         finally:
-            self._writer.close()
+            if self._session is None:  # a loop's session stays open for its next round
+                self._writer.close()
 
     def _check_resumable(self, path: Path, template: Template, problem: Problem, backend: str) -> Session | None:
         if not path.exists():
@@ -258,6 +274,8 @@ class TuneRun:
         baseline = next((r for r in results if config_key(r.config) == default.key), None)
         best = min((r for r in results if r.ranked), key=lambda r: r.median_us, default=None)
         new = 0
+        since_improvement = 0
+        rules = StopRules(opts.budget, opts.time_limit, opts.sol_target, opts.patience)
         reason = "space exhausted"
         started = time.monotonic()
         worker = Worker(spec, config_timeout=opts.config_timeout)
@@ -279,11 +297,10 @@ class TuneRun:
                 if self._stop.is_set():
                     reason = self.stop_reason
                     break
-                if opts.budget and len(results) >= opts.budget:
-                    reason = f"budget of {opts.budget} evaluations reached"
-                    break
-                if opts.time_limit and time.monotonic() - started >= opts.time_limit:
-                    reason = f"time limit of {opts.time_limit:g} s reached"
+                why = rules.reason(len(results), time.monotonic() - started,
+                                   best.sol_fraction if best is not None else None, since_improvement)
+                if why:
+                    reason = why
                     break
                 item = ahead.next()
                 if item is None:
@@ -296,8 +313,10 @@ class TuneRun:
                 self._emit(ConfigEvaluated(self._now(), index, result))
                 if config == default:
                     baseline = result
+                since_improvement += 1
                 if result.ranked and (best is None or result.median_us < best.median_us):
                     best = result
+                    since_improvement = 0
                     speedup = (baseline.median_us / result.median_us
                                if baseline is not None and baseline.ranked else 1.0)
                     self._emit(BestImproved(self._now(), index, dict(result.config), result.median_us,

@@ -1,0 +1,110 @@
+"""Run a search strategy against the results recorded in a session instead of a device.
+
+A full-grid session holds every feasible configuration's result, so any strategy can be replayed
+against it, as Kernel Tuner replays its cache files: how close did it get to the recorded best,
+and after how many evaluations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .result import Result, config_key
+from .search import StopRules, make_strategy
+from .session import Session
+from .space import Config, Space
+from .template import Problem
+
+
+class SimulationError(ValueError):
+    """A session that cannot be simulated (no results, no verified result)."""
+
+
+@dataclass(frozen=True)
+class Simulation:
+    strategy: str
+    seed: int
+    budget: int
+    evaluations: int
+    best: Result | None
+    recorded_best: Result
+    space_size: int
+    trace: tuple[float, ...] = ()  # best-so-far median after each evaluation (inf before any)
+    within: dict = field(default_factory=dict)  # fraction -> evaluations needed, or None
+    reason: str = ""
+
+    @property
+    def ratio(self) -> float:
+        """Best found / recorded best (1.0 = found it)."""
+        if self.best is None:
+            return float("inf")
+        return self.best.median_us / self.recorded_best.median_us
+
+    def to_dict(self) -> dict:
+        return {
+            "strategy": self.strategy, "seed": self.seed, "budget": self.budget,
+            "evaluations": self.evaluations, "space_size": self.space_size, "reason": self.reason,
+            "best": None if self.best is None else {"config": dict(self.best.config), "median_us": self.best.median_us},
+            "recorded_best": {"config": dict(self.recorded_best.config), "median_us": self.recorded_best.median_us},
+            "ratio": self.ratio,
+            "within": {f"{k:g}": v for k, v in self.within.items()},
+        }
+
+
+def recorded_space(session: Session) -> tuple[Space, dict[str, Result]]:
+    """The configurations a session evaluated, in order, and their results by key."""
+    results = session.results()
+    if not results:
+        raise SimulationError(f"{session.path}: the session holds no results")
+    by_key: dict[str, Result] = {}
+    configs = []
+    for r in results:
+        k = config_key(r.config)
+        if k not in by_key:
+            by_key[k] = r
+            configs.append(Config.of(r.config))
+    problem = Problem(str(session.space.get("problem_name", "")), dict(session.space.get("problem", {})))
+    return Space(session.template.get("name", ""), problem, tuple(configs), len(configs)), by_key
+
+
+def simulate(session: Session, strategy: str, budget: int = 0, seed: int = 0,
+             within: tuple[float, ...] = (0.03,), stop: StopRules | None = None,
+             stop_within: float | None = None) -> Simulation:
+    """Replay `strategy` on the session's recorded results; with `stop_within`, stop as soon as
+    the best is within that fraction of the recorded best."""
+    space, by_key = recorded_space(session)
+    recorded = session.best()
+    if recorded is None:
+        raise SimulationError(f"{session.path}: the session has no verified result to compare with")
+    default = session.template.get("default_config")
+    first = Config.of(default) if isinstance(default, dict) and config_key(default) in by_key else None
+    strat = make_strategy(strategy, space, seed=seed, first=first)
+    rules = stop or StopRules(budget=budget)
+    best: Result | None = None
+    trace: list[float] = []
+    needed: dict[float, int | None] = {w: None for w in within}
+    since = 0
+    reason = "space exhausted"
+    while True:
+        why = rules.reason(len(trace), 0.0, best.sol_fraction if best else None, since)
+        if why:
+            reason = why
+            break
+        config = strat.propose()
+        if config is None:
+            break
+        r = by_key[config.key]
+        strat.observe(config, r)
+        if r.ranked and (best is None or r.median_us < best.median_us):
+            best, since = r, 0
+        else:
+            since += 1
+        trace.append(best.median_us if best else float("inf"))
+        for w in within:
+            if needed[w] is None and best is not None and best.median_us <= recorded.median_us * (1 + w):
+                needed[w] = len(trace)
+        if stop_within is not None and best is not None and best.median_us <= recorded.median_us * (1 + stop_within):
+            reason = f"within {100 * stop_within:g}% of the recorded best"
+            break
+    return Simulation(strategy, seed, budget, len(trace), best, recorded, space.feasible, tuple(trace),
+                      needed, reason)

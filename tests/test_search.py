@@ -1,0 +1,156 @@
+"""Search strategies, stop rules, simulation on recorded spaces, and Kernel Tuner interop."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kerntune import templates
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.kerneltuner import CacheFormatError, export_cache, import_cache
+from kerntune.engine.result import Result, config_key
+from kerntune.engine.search import STRATEGIES, StopRules, make_strategy
+from kerntune.engine.session import load_session
+from kerntune.engine.simulate import simulate
+from kerntune.engine.space import build_space, infeasible_reason
+from kerntune.engine.template import load_template
+
+DATA = Path(__file__).parent / "data"
+SESSIONS = Path(__file__).parent.parent / "sessions"
+GPU = DeviceLimits(backend="cuda", name="gpu", max_threads_per_block=1024, max_shared_per_block=48 * 1024,
+                   max_shared_per_block_optin=227 * 1024)
+
+
+def _fake_time(config) -> float:
+    """A deterministic landscape with one best configuration."""
+    return 10.0 + sum((math.log2(v) - 3) ** 2 if isinstance(v, int) and v > 0 else 0 for v in config.values())
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_strategies_propose_only_feasible_configs_once_within_budget(name):
+    t = load_template(templates.path("matmul"))
+    problem = t.problem("2048")
+    space = build_space(t, problem, GPU)
+    strat = make_strategy(name, space, seed=5)
+    seen = []
+    rules = StopRules(budget=60)
+    while rules.reason(len(seen), 0.0, None, 0) is None:
+        c = strat.propose()
+        if c is None:
+            break
+        assert infeasible_reason(t, c.as_dict(), problem, GPU) is None
+        assert c.key not in seen
+        seen.append(c.key)
+        strat.observe(c, Result(config=c.as_dict(), status="ok", median_us=_fake_time(c.as_dict())))
+    assert len(seen) == 60
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_strategies_skip_what_is_done_and_end_when_the_space_is(name):
+    t = load_template(templates.path("vector_add"))
+    space = build_space(t, t.problem(), GPU)
+    done = {c.key for c in space.configs[:10]}
+    strat = make_strategy(name, space, seed=1, done=done)
+    got = []
+    while (c := strat.propose()) is not None:
+        got.append(c.key)
+        strat.observe(c, Result(config=c.as_dict(), status="ok", median_us=_fake_time(c.as_dict())))
+    assert sorted(got) == sorted(c.key for c in space.configs[10:])
+
+
+def test_model_guided_is_deterministic_for_a_seed():
+    t = load_template(templates.path("matmul"))
+    space = build_space(t, t.problem("2048"), GPU)
+
+    def run(seed):
+        s = make_strategy("model", space, seed=seed)
+        out = []
+        for _ in range(25):
+            c = s.propose()
+            out.append(c.key)
+            s.observe(c, Result(config=c.as_dict(), status="ok", median_us=_fake_time(c.as_dict())))
+        return out
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_stop_rules():
+    rules = StopRules(budget=10, seconds=5.0, sol_target=0.9, patience=4)
+    assert rules.reason(3, 1.0, 0.5, 0) is None
+    assert "budget" in rules.reason(10, 1.0, 0.5, 0)
+    assert "time limit" in rules.reason(3, 5.0, 0.5, 0)
+    assert "speed of light" in rules.reason(3, 1.0, 0.95, 0)
+    assert "no improvement" in rules.reason(3, 1.0, 0.5, 4)
+    assert StopRules().reason(10**6, 1e9, 1.0, 10**6) is None
+
+
+@pytest.mark.parametrize("path", sorted(SESSIONS.glob("*.toml")), ids=lambda p: p.stem)
+def test_grid_simulation_reproduces_the_recorded_run_exactly(path):
+    session = load_session(path)
+    sim = simulate(session, "grid")
+    recorded = session.results()
+    assert sim.evaluations == len(recorded)
+    assert sim.best == session.best()
+    best_so_far, trace = math.inf, []
+    for r in recorded:
+        if r.ranked:
+            best_so_far = min(best_so_far, r.median_us)
+        trace.append(best_so_far)
+    assert list(sim.trace) == trace
+
+
+def test_simulation_respects_the_budget_and_reports_closeness():
+    session = load_session(SESSIONS / "matmul-2048.toml")
+    sim = simulate(session, "random", budget=40, seed=2)
+    assert sim.evaluations == 40 and "budget" in sim.reason
+    assert sim.ratio >= 1.0
+    need = sim.within[0.03]
+    assert need is None or need <= 40
+    again = simulate(session, "random", budget=40, seed=2)
+    assert again.trace == sim.trace
+
+
+def test_kernel_tuner_cache_round_trips(tmp_path):
+    out = import_cache(DATA / "kt_cache.json", tmp_path / "kt.toml")
+    s = load_session(out)
+    statuses = {config_key(r.config): r.status for r in s.results()}
+    assert statuses == {"block_size_x=128,tile=1": "ok", "block_size_x=128,tile=2": "ok",
+                        "block_size_x=256,tile=1": "ok", "block_size_x=256,tile=2": "compile_error",
+                        "block_size_x=512,tile=1": "ok", "block_size_x=512,tile=2": "launch_error"}
+    assert s.best().config == {"block_size_x": 256, "tile": 1}
+    assert s.best().median_us == pytest.approx(90.2)
+    back = export_cache(s)
+    original = json.loads((DATA / "kt_cache.json").read_text())
+    assert back["tune_params_keys"] == original["tune_params_keys"]
+    assert back["tune_params"] == original["tune_params"]
+    assert set(back["cache"]) == set(original["cache"])
+    for key, entry in original["cache"].items():
+        mine = back["cache"][key]
+        if isinstance(entry["time"], str):
+            assert mine["time"] == entry["time"]
+        else:
+            assert mine["time"] == pytest.approx(entry["time"])
+            assert mine["times"] == pytest.approx(entry["times"])
+        assert mine["compile_time"] == pytest.approx(entry["compile_time"])
+    # and the exported file imports again to the same results
+    p = tmp_path / "again.json"
+    p.write_text(json.dumps(back))
+    s2 = load_session(import_cache(p, tmp_path / "again.toml"))
+    assert [(r.config, r.status, r.median_us) for r in s2.results()] == \
+           [(r.config, r.status, r.median_us) for r in s.results()]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[1, 2]", "expected a JSON object"),
+    ('{"tune_params_keys": 3, "cache": {}}', "tune_params_keys"),
+    ('{"tune_params_keys": ["a"], "cache": {"1": {"time": 1}}}', "lacks a"),
+    ("not json", "not valid JSON"),
+])
+def test_bad_cache_files_are_one_line(tmp_path, text, words):
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    with pytest.raises(CacheFormatError) as info:
+        import_cache(p, tmp_path / "out.toml")
+    assert words in str(info.value) and "\n" not in str(info.value)
