@@ -154,3 +154,17 @@ def test_bad_cache_files_are_one_line(tmp_path, text, words):
     with pytest.raises(CacheFormatError) as info:
         import_cache(p, tmp_path / "out.toml")
     assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_simulate_and_kt_commands(tmp_path, capsys):
+    from kerntune.tui.cli import main
+
+    assert main(["simulate", str(SESSIONS / "matmul-2048.toml"), "--strategy", "model", "--budget", "80",
+                 "--seed", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["evaluations"] == 80 and out["recorded_best"]["median_us"] > 0
+    kt = tmp_path / "kt.json"
+    assert main(["kt-export", str(SESSIONS / "merge_attn_states-llama7b-t4096.toml"), "-o", str(kt)]) == 0
+    assert main(["kt-import", str(kt), "-o", str(tmp_path / "back.toml")]) == 0
+    assert main(["simulate", str(tmp_path / "nothing.toml")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -16,7 +16,10 @@ from kerntune.engine.backends import BACKEND_NAMES, BackendError, list_devices, 
 from kerntune.engine.device import describe
 from kerntune.engine.evaluate import TimingPolicy, VerifyPolicy
 from kerntune.engine.expressions import ExpressionError
+from kerntune.engine.kerneltuner import CacheFormatError
+from kerntune.engine.search import STRATEGIES
 from kerntune.engine.session import SessionError, load_session
+from kerntune.engine.simulate import SimulationError
 from kerntune.engine.space import SpaceError
 from kerntune.engine.template import Template, TemplateError, load_template
 from kerntune.engine.tune import TuneError, TuneOptions, TuneRun
@@ -74,7 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("template", help="a built-in template name or a path to a kernel.toml")
     t.add_argument("--backend", choices=("auto",) + BACKEND_NAMES, default="auto")
     t.add_argument("--device", type=int, default=0, help="device index within the backend")
-    t.add_argument("--strategy", choices=("grid", "random"), default="grid")
+    t.add_argument("--strategy", choices=STRATEGIES, default="grid",
+                   help="grid, random, model (Bayesian optimisation) or local (hill climbing)")
+    t.add_argument("--sol-target", type=float, default=0.0, metavar="F",
+                   help="stop once the best reaches this fraction of the speed of light (e.g. 0.9)")
+    t.add_argument("--patience", type=int, default=0, metavar="K",
+                   help="stop after K evaluations without improvement")
     t.add_argument("--budget", type=int, default=0, help="most configurations to evaluate (0: all)")
     t.add_argument("--time-limit", type=float, default=0.0, metavar="S", help="stop after S seconds")
     t.add_argument("--problem", help="a named problem size of the template (default: its first)")
@@ -97,6 +105,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="one JSON object")
     s.add_argument("--failed", action="store_true", help="also list failed configurations")
 
+    rp = sub.add_parser("replay", help="play a session back in the dashboard")
+    rp.add_argument("session", type=Path)
+    rp.add_argument("--speed", default="1", metavar="X",
+                    help="a multiple of the recorded pace (1, 10, 100, ...) or max (default 1)")
+    rp.add_argument("--paused", action="store_true", help="start paused: space plays, n steps one event")
+
+    sm = sub.add_parser("simulate", help="replay a search strategy on a recorded full-grid session")
+    sm.add_argument("session", type=Path)
+    sm.add_argument("--strategy", choices=STRATEGIES, default="model")
+    sm.add_argument("--budget", type=int, default=0, help="most evaluations (0: until the space is exhausted)")
+    sm.add_argument("--seed", type=int, default=0)
+    sm.add_argument("--within", type=float, default=0.03, help="report evaluations to come this close (fraction)")
+    sm.add_argument("--json", action="store_true")
+
+    ki = sub.add_parser("kt-import", help="turn a Kernel Tuner cache file (JSON) into a session")
+    ki.add_argument("cache", type=Path)
+    ki.add_argument("-o", "--output", type=Path, required=True, help="the session file to write")
+    ke = sub.add_parser("kt-export", help="write a session as a Kernel Tuner cache file (JSON)")
+    ke.add_argument("session", type=Path)
+    ke.add_argument("-o", "--output", type=Path, required=True, help="the cache file to write")
+
     pr = sub.add_parser("probe", help="measure and cache a device's bandwidth and arithmetic peak")
     pr.add_argument("--backend", choices=("auto",) + BACKEND_NAMES, default="auto")
     pr.add_argument("--device", type=int, default=0)
@@ -111,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             build_parser().print_help()
             return EXIT_BAD_INPUT
         return COMMANDS[args.command](args, argv)
-    except (UsageError, TemplateError, SessionError, ExpressionError, SpaceError) as e:
+    except (UsageError, TemplateError, SessionError, ExpressionError, SpaceError, SimulationError,
+            CacheFormatError) as e:
         _error(str(e))
         return EXIT_BAD_INPUT
     except (BackendError, TuneError) as e:
@@ -182,6 +212,8 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError("--budget, --time-limit and --repeats must not be negative")
     if args.config_timeout <= 0:
         raise UsageError("--config-timeout must be positive")
+    if not 0 <= args.sol_target <= 1 or args.patience < 0:
+        raise UsageError("--sol-target is a fraction in [0, 1] and --patience must not be negative")
     timing = TimingPolicy()
     if args.repeats:
         timing = TimingPolicy(min_repeats=args.repeats, max_repeats=args.repeats)
@@ -189,7 +221,8 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         backend=args.backend, device=args.device, strategy=args.strategy, budget=args.budget,
         time_limit=args.time_limit, seed=args.seed, problem=args.problem, overrides=overrides,
         session_path=args.session, resume=args.resume, timing=timing, verify=VerifyPolicy(),
-        config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs, command=["kerntune", *argv],
+        config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
+        sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv],
     )
     if not args.headless and sys.stdout.isatty() and os.environ.get("KERNTUNE_HEADLESS") is None:
         try:
@@ -241,6 +274,46 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def cmd_simulate(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.engine.simulate import simulate
+    from kerntune.tui.text import fmt_config
+
+    if args.budget < 0 or not 0 < args.within < 1:
+        raise UsageError("--budget must not be negative and --within is a fraction in (0, 1)")
+    session = load_session(args.session)
+    sim = simulate(session, args.strategy, budget=args.budget, seed=args.seed, within=(args.within,))
+    if args.json:
+        print(json.dumps(sim.to_dict(), indent=2))
+        return 0
+    need = sim.within[args.within]
+    print(f"{sim.strategy} (seed {sim.seed}) on {args.session}: {sim.evaluations} of {sim.space_size} evaluated "
+          f"({sim.reason})")
+    print(f"recorded best {sim.recorded_best.median_us:.2f} us: {fmt_config(sim.recorded_best.config)}")
+    if sim.best is not None:
+        print(f"found         {sim.best.median_us:.2f} us: {fmt_config(sim.best.config)} ({sim.ratio:.3f}x the best)")
+    print(f"within {100 * args.within:g}% of the best after "
+          + (f"{need} evaluations ({100 * need / sim.space_size:.1f}% of the space)" if need else "never"))
+    return 0
+
+
+def cmd_kt_import(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.engine.kerneltuner import import_cache
+
+    out = import_cache(args.cache, args.output)
+    s = load_session(out)
+    print(f"{args.cache}: {len(s.results())} configurations of {s.template.get('name')} -> {out}")
+    return 0
+
+
+def cmd_kt_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.engine.kerneltuner import export_cache
+
+    data = export_cache(load_session(args.session))
+    args.output.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"{args.session}: {len(data['cache'])} configurations -> {args.output}")
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune.engine.probe import probe
     from kerntune.engine.sol import save_peaks
@@ -258,12 +331,28 @@ def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.tui.feeds import parse_speed
+
+    try:
+        speed = parse_speed(args.speed)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    from kerntune.tui.app import run_replay
+
+    return run_replay(args.session, speed=speed, paused=args.paused)
+
+
 COMMANDS: dict[str, Any] = {
+    "simulate": cmd_simulate,
+    "kt-import": cmd_kt_import,
+    "kt-export": cmd_kt_export,
     "list": cmd_list,
     "devices": cmd_devices,
     "tune": cmd_tune,
     "show": cmd_show,
     "probe": cmd_probe,
+    "replay": cmd_replay,
 }
 
 if __name__ == "__main__":  # pragma: no cover

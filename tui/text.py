@@ -39,6 +39,21 @@ def fmt_us(v: float | None) -> str:
     return f"{v:.2f}"
 
 
+def fmt_percent(fraction: float | None) -> str:
+    """A fraction as a percentage with one decimal ("-" when unknown)."""
+    return f"{100 * fraction:.1f}%" if fraction is not None else "-"
+
+
+def fmt_gbs(v: float | None) -> str:
+    """Bandwidth in GB/s with one decimal ("-" when unknown)."""
+    return f"{v:.1f}" if v is not None else "-"
+
+
+def fmt_speedup(base_us: float | None, us: float | None) -> str:
+    """How many times faster than the baseline ("-" without a baseline or a time)."""
+    return f"{base_us / us:.2f}x" if base_us and us else "-"
+
+
 def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: int = 15,
                      failed: bool = False) -> list[list[str]]:
     """Rows of the leaderboard: ranked results fastest first, then suspect ones, then failures."""
@@ -59,15 +74,14 @@ def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: 
 
 
 def _row(rank: str, r: Result, base: float | None) -> list[str]:
-    speed = f"{base / r.median_us:.2f}x" if base and r.median_us else "-"
     return [
         rank,
         fmt_config(r.config),
         fmt_us(r.median_us),
-        f"{100 * r.spread:.1f}%" if r.spread is not None else "-",
-        f"{r.bandwidth_gbs:.1f}" if r.bandwidth_gbs is not None else "-",
-        f"{100 * r.sol_fraction:.1f}%" if r.sol_fraction is not None else "-",
-        speed,
+        fmt_percent(r.spread),
+        fmt_gbs(r.bandwidth_gbs),
+        fmt_percent(r.sol_fraction),
+        fmt_speedup(base, r.median_us),
         r.status if not r.message or r.verified else f"{r.status}: {r.message[:60]}",
     ]
 

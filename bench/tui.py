@@ -1,0 +1,211 @@
+"""How fast the dashboard takes in a session: a 10,000-event replay, as fast as it can go.
+
+    python bench/tui.py [--events 10000] [--size 120x40] [--headless]
+
+Writes a session of N events with the real SessionWriter (the vector_add fixture's header; four
+parameters; synthetic results, about 6 % of them failures, 16 raw times each, since a real run of
+10,000 configurations takes hours), loads it, and replays it at max speed in the real dashboard
+inside a pseudo-terminal (Textual's own driver writing to it), or headless with --headless.
+
+It reports the wall time from the first frame to the last event painted, the frames it took, and
+the delay of each event from the moment the replay released it to the paint of the frame that
+shows it (its row, when the row is among the best shown, and the counts and the sparkline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import itertools
+import json
+import os
+import platform
+import pty
+import random
+import select
+import statistics
+import struct
+import tempfile
+import termios
+import time
+from pathlib import Path
+
+from kerntune.engine.events import (BestImproved, ConfigEvaluated, Note, RunFinished, RunStarted, SpaceBuilt,
+                                    WinnerVerified)
+from kerntune.engine.result import Resources, Result
+from kerntune.engine.session import SessionWriter, load_session
+from kerntune.tui.app import ReplayDashboard
+from kerntune.tui.feeds import MAX_BATCH, ReplayFeed
+from kerntune.tui.state import DashboardState
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "data" / "sessions" / "vector_add.toml"
+PARAMS = {"BLOCK": [32, 64, 128, 256, 512, 1024], "ITEMS": [1, 2, 4, 8, 16], "UNROLL": [1, 2, 4, 8, 16, 32],
+          "VEC": [1, 2, 4, 8], "STAGES": list(range(1, 15))}
+
+
+def write_session(path: Path, events: int, seed: int = 1) -> None:
+    """A session of `events` events: header of a real run, synthetic results."""
+    rng = random.Random(seed)
+    header = load_session(FIXTURE).header
+    default = {"BLOCK": 256, "ITEMS": 1, "UNROLL": 1, "VEC": 1, "STAGES": 1}
+    header = {**header, "template": {**header["template"], "parameters": list(PARAMS), "default_config": default},
+              "space": {**header["space"], "total": events, "feasible": events, "pruned": {}}}
+    configs = [dict(zip(PARAMS, values)) for values in itertools.product(*PARAMS.values())]
+    rng.shuffle(configs)
+    configs.remove(default)
+    configs.insert(0, default)
+    t = 0.1
+    with SessionWriter(path, header) as w:
+        w.write(RunStarted(t, "vector_add", {"n": 1048576}, "1M", "opencl", header["device"]["name"], "random",
+                           seed=seed))
+        w.write(SpaceBuilt(t, events, events, {}))
+        w.write(Note(t, "a synthetic session for bench/tui.py"))
+        written, results, best = 3, 0, None
+        # Results until two events are left for the winner's check and the end of the run.
+        for i, config in enumerate(configs):
+            if written >= events - 3:
+                break
+            t += rng.uniform(0.02, 0.08)
+            if rng.random() < 0.06:
+                status = rng.choice(["compile_error", "wrong_result", "timeout"])
+                r = Result(config, status, message=f"{status}: synthetic failure {i}", compile_s=0.2)
+            else:
+                median = 100 + 900 * rng.random() ** 2 + 5 * config["BLOCK"] / 256
+                times = tuple(round(median * rng.uniform(0.97, 1.05), 3) for _ in range(16))
+                r = Result(config, "ok", times_us=times, median_us=round(median, 3), spread=0.03,
+                           min_us=min(times), compile_s=0.2, verify_s=0.1, time_s=0.1,
+                           resources=Resources(32, 0, 0, 1024, 0), bandwidth_gbs=12.0e3 / median,
+                           sol_us=80.0, sol_fraction=80.0 / median, seeds=(1, 2))
+            w.write(ConfigEvaluated(t, i, r))
+            written, results = written + 1, results + 1
+            if r.ranked and (best is None or r.median_us < best.median_us):
+                best = r
+                w.write(BestImproved(t, i, dict(config), r.median_us, r.sol_fraction or 0.0, 1.0))
+                written += 1
+        while written < events - 2:
+            t += 0.001
+            w.write(Note(t, f"note {written}"))
+            written += 1
+        w.write(WinnerVerified(t + 0.5, dict(best.config), True, "", (3, 4)))
+        w.write(RunFinished(t + 0.6, "budget reached", results, results, dict(best.config), best.median_us))
+
+
+class BenchDashboard(ReplayDashboard):
+    """The replay dashboard, recording its frames, leaving once the last event is on screen."""
+
+    def on_mount(self) -> None:
+        self.record_frames = True
+        self.started_at = time.monotonic()
+        super().on_mount()
+
+    def _apply(self, batch) -> None:
+        super()._apply(batch)
+        if self.feed.done and not getattr(self, "_leaving", False) and batch.items:
+            self._leaving = True
+            self.call_after_refresh(self._done)
+
+    def _done(self) -> None:
+        self.finished_at = time.monotonic()
+        self.call_after_refresh(self.exit)
+
+
+def measure(session_path: Path, size: tuple[int, int], headless: bool, batch: int = MAX_BATCH) -> dict:
+    t0 = time.perf_counter()
+    session = load_session(session_path)
+    load_s = time.perf_counter() - t0
+    app = BenchDashboard(feed=ReplayFeed(session.events, speed=float("inf"), max_batch=batch),
+                         state=DashboardState(session.header), session_path=session.path)
+    if headless:
+        async def go():
+            async with app.run_test(size=size) as pilot:
+                while app.is_running:
+                    await pilot.pause(0.05)
+        asyncio.run(go())
+    else:
+        app.run()
+    frames = app.frames
+    delays = []
+    for since, n, shown in frames:
+        delays += [shown - since] * n
+    best = session.best()
+    top = app.state.best
+    return {
+        "events": len(session.events),
+        "load_s": load_s,
+        "wall_s": app.finished_at - app.started_at,
+        "frames": len(frames),
+        "worst_delay_s": max(delays),
+        "median_delay_s": statistics.median(delays),
+        "events_shown": sum(n for _, n, _ in frames),
+        "best_matches": top is not None and best is not None and top.config == best.config,
+    }
+
+
+def in_pty(session_path: Path, size: tuple[int, int], batch: int = MAX_BATCH) -> dict:
+    """Run `measure` in a child whose terminal is a pseudo-terminal of `size`; drain what it writes."""
+    out = Path(tempfile.mkstemp(suffix=".json")[1])
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal of its own, the real Textual driver
+        try:
+            result = measure(session_path, size, headless=False, batch=batch)
+            out.write_text(json.dumps(result))
+        finally:
+            os._exit(0)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+    written = 0
+    while True:
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            written += len(chunk)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+    os.close(fd)
+    result = json.loads(out.read_text() or "{}")
+    out.unlink()
+    if not result:
+        raise SystemExit("the benchmark's child failed; run with --headless to see why")
+    result["terminal_bytes"] = written
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=10_000)
+    ap.add_argument("--size", default="120x40")
+    ap.add_argument("--headless", action="store_true", help="no terminal: Textual's headless driver")
+    ap.add_argument("--batch", type=int, default=MAX_BATCH, help=f"events a frame takes in (default {MAX_BATCH})")
+    args = ap.parse_args()
+    w, h = (int(x) for x in args.size.split("x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.toml"
+        write_session(path, args.events)
+        size_mb = path.stat().st_size / 2**20
+        r = (measure(path, (w, h), headless=True, batch=args.batch) if args.headless
+             else in_pty(path, (w, h), batch=args.batch))
+    mode = ("headless" if args.headless else f"pty {w}x{h}") + f", up to {args.batch} events a frame"
+    print(f"dashboard replay at max speed: {r['events']} events ({size_mb:.1f} MiB session), {mode}, "
+          f"Python {platform.python_version()}, {os.cpu_count()} CPUs")
+    print(f"{'measure':<44}{'value':>12}")
+    print(f"{'load the session file (s)':<44}{r['load_s']:>12.2f}")
+    print(f"{'replay, first frame to last event painted (s)':<44}{r['wall_s']:>12.2f}")
+    print(f"{'frames painted with events':<44}{r['frames']:>12d}")
+    print(f"{'events per second':<44}{r['events'] / r['wall_s']:>12.0f}")
+    print(f"{'worst delay, event released to painted (ms)':<44}{1000 * r['worst_delay_s']:>12.1f}")
+    print(f"{'median delay (ms)':<44}{1000 * r['median_delay_s']:>12.1f}")
+    if "terminal_bytes" in r:
+        print(f"{'bytes written to the terminal':<44}{r['terminal_bytes']:>12,d}")
+    print(f"all {r['events_shown']} events shown; the best row is the session's best: {r['best_matches']}; "
+          f"target under 5 s: {'met' if r['wall_s'] < 5 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""The dashboard's model, its event feeds and its exports, without a screen: real recorded sessions in."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kerntune.engine.events import ConfigEvaluated, Note, RunStarted
+from kerntune.engine.result import Result, config_key
+from kerntune.engine.session import SessionWriter, load_session
+from kerntune.tui.export import ExportError, best_header, best_json, save_copy
+from kerntune.tui.feeds import LiveFeed, ReplayFeed, parse_speed
+from kerntune.tui.state import BoardView, DashboardState, FilterError, HeaderRead
+
+DATA = Path(__file__).resolve().parent / "data" / "sessions"
+VECTOR_ADD = DATA / "vector_add.toml"
+HOSTILE = DATA / "hostile.toml"
+
+
+def folded(path: Path) -> DashboardState:
+    s = load_session(path)
+    state = DashboardState(s.header)
+    state.apply_all(s.events)
+    return state
+
+
+def test_the_board_ranks_verified_results_fastest_first_and_keeps_failures_for_when_asked():
+    state = folded(HOSTILE)
+    keys, matched = state.board(BoardView())
+    assert [state.entries[k].result.config["MODE"] for k in keys] == [7, 0]
+    assert matched == 2
+    keys, matched = state.board(BoardView(show_failed=True))
+    modes = [state.entries[k].result.config["MODE"] for k in keys]
+    assert modes[:2] == [7, 0] and sorted(modes[2:]) == [1, 2, 3, 5, 6]
+    assert matched == 7
+    assert dict(state.failed_by_status) == {"compile_error": 1, "wrong_result": 2, "timeout": 1, "crashed": 1}
+    assert state.rank(keys[0]) == 1 and state.rank(keys[2]) is None
+
+
+def test_the_rank_and_speedup_agree_with_the_recorded_session():
+    s = load_session(VECTOR_ADD)
+    state = folded(VECTOR_ADD)
+    best = s.best()
+    assert state.best == best
+    summary = s.summary()
+    assert state.speedup(best) == pytest.approx(summary["speedup"])
+    assert state.baseline.config == s.template["default_config"]
+    assert state.evaluated == 24 and state.ranked_count == 24
+    assert state.finished is not None and state.winner is not None and state.winner.ok
+
+
+def test_a_filter_compares_parameters_and_columns_and_matches_words():
+    state = folded(VECTOR_ADD)
+
+    def configs(text):
+        keys, _ = state.board(BoardView(filter=text))
+        return {(state.entries[k].result.config["BLOCK"], state.entries[k].result.config["ITEMS"]) for k in keys}
+
+    assert configs("ITEMS=1") == {(b, 1) for b in (32, 64, 128, 256, 512, 1024)}
+    assert configs("block>=512 items<2") == {(512, 1), (1024, 1)}
+    assert configs("BLOCK=25") == set()  # a comparison is exact, not a substring
+    fast = configs("speedup>1")
+    assert fast == {(32, 1)}  # only one configuration beat the default in this session
+    assert configs("sol>60") == {c for c in configs("") if c in {(32, 1), (256, 1)}}
+    hostile = folded(HOSTILE)
+    keys, _ = hostile.board(BoardView(show_failed=True, filter="nan"))
+    assert {hostile.entries[k].result.config["MODE"] for k in keys} == {2, 3}  # their messages say NaN
+    keys, _ = hostile.board(BoardView(show_failed=True, filter="status=timeout"))
+    assert [hostile.entries[k].result.status for k in keys] == ["timeout"]
+
+
+def test_a_filter_naming_nothing_known_is_one_clear_error():
+    state = folded(VECTOR_ADD)
+    with pytest.raises(FilterError, match="unknown name 'WARPS'.*BLOCK, ITEMS"):
+        state.board(BoardView(filter="WARPS=4"))
+    with pytest.raises(FilterError, match="expected a number"):
+        state.board(BoardView(filter="sol>lots"))
+
+
+def test_sorting_by_a_column_orders_by_its_values_and_puts_missing_ones_last():
+    state = folded(HOSTILE)
+    keys, _ = state.board(BoardView(show_failed=True, sort="speedup", reverse=True))
+    speedups = [state.column_value("speedup", k) for k in keys]
+    assert speedups[:2] == sorted(speedups[:2], reverse=True) and speedups[0] > 1
+    assert speedups[2:] == [None] * 5
+    keys, _ = state.board(BoardView(show_failed=True, sort="param:MODE"))
+    assert [state.entries[k].result.config["MODE"] for k in keys] == [0, 1, 2, 3, 5, 6, 7]
+
+
+def test_the_rate_and_time_left_come_from_the_events_timestamps():
+    s = load_session(VECTOR_ADD)
+    state = DashboardState(s.header)
+    events = s.events
+    evaluated = [i for i, e in enumerate(events) if isinstance(e, ConfigEvaluated)]
+    state.apply_all(events[: evaluated[11] + 1])  # twelve of 24
+    started = state.started.t
+    last = events[evaluated[11]].t
+    assert state.rate() == pytest.approx(12 / (last - started))
+    assert state.time_left() == pytest.approx(12 / state.rate())
+    state.apply_all(events[evaluated[11] + 1:])
+    assert state.time_left() is None  # finished
+
+
+def test_a_result_for_a_configuration_seen_before_replaces_it():
+    state = DashboardState({"template": {"parameters": ["B"], "default_config": {"B": 1}}})
+    state.apply(ConfigEvaluated(1.0, 0, Result({"B": 1}, "wrong_result", message="bad")))
+    state.apply(ConfigEvaluated(2.0, 1, Result({"B": 1}, "ok", median_us=5.0)))
+    assert state.evaluated == 1 and state.failed_count == 0 and state.ranked_count == 1
+    assert state.best.median_us == 5.0
+
+
+def test_replay_releases_events_as_its_clock_passes_their_timestamps():
+    events = load_session(VECTOR_ADD).events
+    now = [100.0]
+    feed = ReplayFeed(events, speed=1.0, clock=lambda: now[0])
+    first = feed.poll().items
+    assert first and all(e.t <= events[0].t for e in first)
+    now[0] += 2.0  # two seconds of the session at 1x
+    due = feed.poll().items
+    assert due and all(e.t <= events[0].t + 2.0 for e in due)
+    assert feed.position < feed.total
+    feed.set_speed(10.0)
+    now[0] += 1.0  # ten more seconds of the session
+    feed.poll()
+    assert feed.session_t <= events[0].t + 12.0 + 1e-9
+    assert all(e.t > events[0].t + 12.0 for e in events[feed.position:])
+
+
+def test_replay_pause_step_and_end():
+    events = load_session(HOSTILE).events
+    now = [0.0]
+    feed = ReplayFeed(events, speed=1.0, paused=True, clock=lambda: now[0])
+    now[0] += 1000
+    assert feed.poll().items == []  # paused: the clock does not move
+    assert feed.step() == [events[0]] and feed.step() == [events[1]]
+    assert not feed.playing
+    rest = feed.to_end()
+    assert rest == events[2:] and feed.done
+    feed.restart()
+    assert feed.position == 0 and feed.step() == [events[0]]
+
+
+def test_replay_at_max_speed_takes_a_bounded_batch_per_frame():
+    events = load_session(VECTOR_ADD).events
+    feed = ReplayFeed(events, speed=math.inf, max_batch=10)
+    sizes = []
+    while not feed.done:
+        sizes.append(len(feed.poll().items))
+    assert sizes == [10, 10, 10, len(events) - 30]
+
+
+def test_speeds_from_the_command_line():
+    assert parse_speed("1") == 1.0 and parse_speed("10x") == 10.0 and math.isinf(parse_speed("max"))
+    with pytest.raises(ValueError, match="positive"):
+        parse_speed("0")
+    with pytest.raises(ValueError, match="a number"):
+        parse_speed("fast")
+
+
+def test_the_live_feed_reads_the_header_and_a_resumed_run_s_earlier_events(tmp_path):
+    recorded = load_session(VECTOR_ADD)
+    path = tmp_path / "live.toml"
+    writer = SessionWriter(path, recorded.header)
+    earlier = recorded.events[:8]
+    for ev in earlier:
+        writer.write(ev)
+    feed = LiveFeed(path)
+    again = RunStarted(20.0, "vector_add", {"n": 1}, "x", "opencl", "cpu", "grid", resumed=3)
+    writer.write(again)  # the engine writes an event before it calls the sinks
+    feed(again)
+    feed(Note(20.5, "after"))
+    writer.close()
+    items = feed.poll().items
+    assert isinstance(items[0], HeaderRead) and items[0].header["template"]["name"] == "vector_add"
+    assert items[1:9] == earlier and items[9] == again and items[10] == Note(20.5, "after")
+
+
+def test_the_header_export_defines_the_best_configuration():
+    state = folded(VECTOR_ADD)
+    text = best_header(state, VECTOR_ADD)
+    best = state.best.config
+    assert f"#define BLOCK {best['BLOCK']}\n" in text and f"#define ITEMS {best['ITEMS']}\n" in text
+    assert "#ifndef KERNTUNE_VECTOR_ADD_BEST_H" in text and text.rstrip().endswith("*/")
+    data = json.loads(best_json(state, VECTOR_ADD))
+    assert data["config"] == dict(best) and data["median_us"] == state.best.median_us
+    assert data["speedup"] == pytest.approx(state.speedup(state.best))
+    assert data["winner_verified"] is True
+
+
+def test_the_header_export_refuses_what_is_not_a_c_token():
+    state = DashboardState({"template": {"name": "x */ evil", "parameters": ["A"]}})
+    state.apply(ConfigEvaluated(1.0, 0, Result({"A": "1; exit(1)"}, "ok", median_us=1.0)))
+    with pytest.raises(ExportError, match="not a C token"):
+        best_header(state)
+    state = DashboardState({"template": {"name": "x */ evil"}})
+    state.apply(ConfigEvaluated(1.0, 0, Result({"A B": 1}, "ok", median_us=1.0)))
+    with pytest.raises(ExportError, match="not a C identifier"):
+        best_header(state)
+    state = DashboardState({"template": {"name": "x */ evil"}})
+    state.apply(ConfigEvaluated(1.0, 0, Result({"A": True}, "ok", median_us=1.0)))
+    text = best_header(state)
+    assert "#define A 1" in text and "*/ evil" not in text  # a comment cannot be closed from a session
+    with pytest.raises(ExportError, match="nothing to export"):
+        best_header(DashboardState())
+
+
+def test_save_copy_never_overwrites_the_session_itself(tmp_path):
+    src = tmp_path / "s.toml"
+    src.write_bytes(HOSTILE.read_bytes())
+    copy = save_copy(src, tmp_path / "out" / "copy.toml")
+    assert copy.read_bytes() == src.read_bytes()
+    with pytest.raises(ExportError, match="the session itself"):
+        save_copy(src, src)
+    assert config_key({"A": 1}) == "A=1"
+
+
+def test_the_live_feed_says_so_when_the_header_cannot_be_read_and_never_stops_the_run(tmp_path):
+    feed = LiveFeed(tmp_path / "missing.toml")
+    started = RunStarted(0.5, "vector_add", {"n": 1}, "x", "opencl", "cpu", "grid")
+    feed(started)  # must not raise: an exception here would end the engine's run
+    items = feed.poll().items
+    assert isinstance(items[0], Note) and "could not read the session header" in items[0].text
+    assert items[1] == started

@@ -1,0 +1,490 @@
+"""What the dashboard knows: a session header and every event so far, folded into plain data.
+
+Nothing here imports Textual. The model absorbs events at any rate (each costs a dictionary
+update and a binary insertion), and the widgets read from it once per frame, so a burst of
+ten thousand events costs one repaint, not ten thousand. Live runs and replays feed it alike.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import operator
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from kerntune.engine.events import (
+    BestImproved,
+    ConfigEvaluated,
+    Event,
+    Note,
+    RunFinished,
+    RunStarted,
+    SpaceBuilt,
+    WinnerVerified,
+)
+from kerntune.engine.result import Result, config_key
+
+from .text import fmt_config, fmt_us
+
+# Parts of the screen that an update can touch; widgets repaint only what is dirty.
+PANELS = ("title", "device", "plan", "diff", "board", "progress")
+
+
+@dataclass(frozen=True)
+class HeaderRead:
+    """The session header, read from the session file once a live run has written it."""
+
+    header: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of the plan panel: a note, or a one-line account of another event."""
+
+    t: float
+    source: str
+    text: str
+    kind: str = "note"  # note, info, best, good, warn, error
+
+
+@dataclass
+class Entry:
+    """A configuration's latest result and what the leaderboard needs to find it again."""
+
+    key: str
+    seq: int  # order of arrival: ties in median time keep it
+    index: int
+    result: Result
+    text: str  # lower-case text that filters match against
+
+
+@dataclass(frozen=True)
+class BoardView:
+    """How the leaderboard is asked to show the results."""
+
+    show_failed: bool = False
+    filter: str = ""
+    sort: str = "rank"  # a column key: rank, param:NAME, median, spread, gbs, sol, speedup, occ, status
+    reverse: bool = False
+    limit: int = 100  # ranked rows shown; the rest are reached by filtering
+
+
+class FilterError(ValueError):
+    """A filter term that compares something the leaderboard does not have."""
+
+
+class DashboardState:
+    """The session header and the events applied so far, with the figures the panels show."""
+
+    def __init__(self, header: Mapping[str, Any] | None = None):
+        self.header: dict[str, Any] = {}
+        self.parameters: list[str] = []
+        self.default_key: str | None = None
+        self.entries: dict[str, Entry] = {}
+        self._ranked: list[tuple[float, int, str]] = []  # (median, seq, key), fastest first
+        self.suspect: list[str] = []
+        self.failed: list[str] = []
+        self.failed_by_status: Counter[str] = Counter()
+        self.log: list[LogLine] = []
+        self.best_history: list[float] = []  # the best median after each evaluation
+        self.runs: list[RunStarted] = []
+        self.feasible = 0
+        self.total = 0
+        self.pruned: dict[str, int] = {}
+        self.run_evaluated = 0  # evaluations since the last RunStarted, for the rate
+        self.last_t = 0.0
+        self.events = 0
+        self.finished: RunFinished | None = None
+        self.winner: WinnerVerified | None = None
+        self.error: str | None = None
+        self._seq = 0
+        self._param_widths: dict[str, int] = {}
+        self.dirty: set[str] = set(PANELS)
+        if header is not None:
+            self.set_header(header)
+
+    # header ------------------------------------------------------------------------------------
+    @property
+    def template(self) -> Mapping[str, Any]:
+        return _table(self.header.get("template"))
+
+    @property
+    def device(self) -> Mapping[str, Any]:
+        return _table(self.header.get("device"))
+
+    @property
+    def space(self) -> Mapping[str, Any]:
+        return _table(self.header.get("space"))
+
+    @property
+    def tuning(self) -> Mapping[str, Any]:
+        return _table(self.header.get("tuning"))
+
+    @property
+    def session_info(self) -> Mapping[str, Any]:
+        return _table(self.header.get("session"))
+
+    def set_header(self, header: Mapping[str, Any]) -> None:
+        """Take the session's header: template, device, space; it may come late in a live run."""
+        self.header = {k: v for k, v in header.items()}
+        names = self.template.get("parameters")
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            self._set_parameters(names)
+        default = self.template.get("default_config")
+        if isinstance(default, Mapping):
+            self.default_key = config_key(default)
+            if not self.parameters:
+                self._set_parameters([str(k) for k in default])
+        space = self.space
+        self.feasible = _int(space.get("feasible"), self.feasible)
+        self.total = _int(space.get("total"), self.total)
+        if isinstance(space.get("pruned"), Mapping):
+            self.pruned = {str(k): _int(v, 0) for k, v in space["pruned"].items()}
+        self.dirty.update(PANELS)
+
+    def _set_parameters(self, names: list[str]) -> None:
+        self.parameters = list(names)
+        for n in names:
+            self._param_widths.setdefault(n, 0)
+
+    # events ------------------------------------------------------------------------------------
+    def apply_all(self, items: Iterable[Event | HeaderRead]) -> None:
+        for item in items:
+            self.apply(item)
+
+    def apply(self, item: Event | HeaderRead) -> None:
+        """Fold one event (or a header read from the session file) into the state."""
+        if isinstance(item, HeaderRead):
+            self.set_header(item.header)
+            return
+        self.events += 1
+        self.last_t = max(self.last_t, float(item.t))
+        if isinstance(item, ConfigEvaluated):
+            self._evaluated(item)
+        elif isinstance(item, RunStarted):
+            self.runs.append(item)
+            self.run_evaluated = 0
+            self.finished = None
+            resumed = f", resuming after {item.resumed} results" if item.resumed else ""
+            budget = f", budget {item.budget}" if item.budget else ""
+            self._log(item.t, "engine", f"tuning {item.template} at {fmt_config(item.problem)} on {item.device} "
+                      f"({item.backend}), {item.strategy} search{budget}{resumed}", "info")
+            self.dirty.update(("title", "progress", "device"))
+        elif isinstance(item, SpaceBuilt):
+            self.feasible, self.total, self.pruned = item.feasible, item.total, dict(item.pruned)
+            pruned = "; ".join(f"{k}: {v}" for k, v in item.pruned.items())
+            self._log(item.t, "engine", f"space: {item.feasible} feasible of {item.total}"
+                      + (f" (pruned by {pruned})" if pruned else ""), "info")
+            self.dirty.add("progress")
+        elif isinstance(item, Note):
+            self._log(item.t, item.source, item.text, "note")
+        elif isinstance(item, BestImproved):
+            speed = f", {item.speedup:.2f}x the default" if item.speedup else ""
+            self._log(item.t, "engine", f"new best {fmt_us(item.median_us)} us: {fmt_config(item.config)}{speed}",
+                      "best")
+        elif isinstance(item, WinnerVerified):
+            self.winner = item
+            if item.ok:
+                self._log(item.t, "engine", f"winner {fmt_config(item.config)} passed again on new inputs", "good")
+            else:
+                self._log(item.t, "engine", f"winner {fmt_config(item.config)} FAILED on new inputs: {item.message}",
+                          "error")
+            self.dirty.update(("board", "progress"))
+        elif isinstance(item, RunFinished):
+            self.finished = item
+            self._log(item.t, "engine", f"finished ({item.reason}): {item.evaluated} evaluated, "
+                      f"{item.verified} verified", "info")
+            self.dirty.update(("title", "progress"))
+
+    def _log(self, t: float, source: str, text: str, kind: str) -> None:
+        self.log.append(LogLine(float(t), source, text, kind))
+        self.dirty.add("plan")
+
+    def warn(self, message: str) -> None:
+        """A line of the dashboard's own (a session that loaded with a warning)."""
+        self._log(self.last_t, "kerntune", message, "warn")
+
+    def fail(self, message: str) -> None:
+        """Record that the run itself failed (not one configuration: the whole run)."""
+        self.error = message
+        self._log(self.last_t, "kerntune", message, "error")
+        self.dirty.update(("title", "progress"))
+
+    def _evaluated(self, ev: ConfigEvaluated) -> None:
+        r = ev.result
+        key = config_key(r.config)
+        old = self.entries.get(key)
+        if old is not None:  # the same configuration again (a resumed run's retry): the newer one counts
+            self._forget(old)
+        self._seq += 1
+        text = " ".join((fmt_config(r.config), r.status, r.message)).lower()
+        entry = Entry(key, self._seq, ev.index, r, text)
+        self.entries[key] = entry
+        if r.ranked:
+            bisect.insort(self._ranked, (float(r.median_us), entry.seq, key))
+        elif r.status == "suspect":
+            self.suspect.append(key)
+        else:
+            self.failed.append(key)
+            self.failed_by_status[r.status] += 1
+        for name, value in r.config.items():
+            width = len(_cell_value(value))
+            if width > self._param_widths.get(name, -1):
+                self._param_widths[name] = width
+                if name not in self.parameters:
+                    self.parameters.append(name)
+        self.run_evaluated += 1
+        best = self.best
+        if best is not None:
+            self.best_history.append(float(best.median_us))
+        self.dirty.update(("board", "progress"))
+
+    def _forget(self, entry: Entry) -> None:
+        r = entry.result
+        if r.ranked:
+            i = bisect.bisect_left(self._ranked, (float(r.median_us), entry.seq, entry.key))
+            if i < len(self._ranked) and self._ranked[i][2] == entry.key:
+                del self._ranked[i]
+        elif r.status == "suspect":
+            self.suspect.remove(entry.key)
+        else:
+            self.failed.remove(entry.key)
+            self.failed_by_status[r.status] -= 1
+            if not self.failed_by_status[r.status]:
+                del self.failed_by_status[r.status]
+
+    # figures -----------------------------------------------------------------------------------
+    @property
+    def evaluated(self) -> int:
+        return len(self.entries)
+
+    @property
+    def ranked_count(self) -> int:
+        return len(self._ranked)
+
+    @property
+    def failed_count(self) -> int:
+        return len(self.failed)
+
+    @property
+    def best(self) -> Result | None:
+        """The fastest verified configuration (suspect ones are never ranked)."""
+        return self.entries[self._ranked[0][2]].result if self._ranked else None
+
+    @property
+    def baseline(self) -> Result | None:
+        """The template's default configuration, once it has been evaluated."""
+        e = self.entries.get(self.default_key) if self.default_key else None
+        return e.result if e is not None else None
+
+    @property
+    def baseline_us(self) -> float | None:
+        b = self.baseline
+        return float(b.median_us) if b is not None and b.ranked else None
+
+    def speedup(self, r: Result) -> float | None:
+        base = self.baseline_us
+        return base / r.median_us if base and r.median_us else None
+
+    def rank(self, key: str) -> int | None:
+        """1 for the fastest verified configuration; None for suspect and failed ones."""
+        e = self.entries.get(key)
+        if e is None or not e.result.ranked:
+            return None
+        return bisect.bisect_left(self._ranked, (float(e.result.median_us), e.seq, key)) + 1
+
+    @property
+    def started(self) -> RunStarted | None:
+        return self.runs[-1] if self.runs else None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.runs) and self.finished is None and self.error is None
+
+    def elapsed(self) -> float:
+        """Session seconds since the current run started (event time, not the wall clock)."""
+        return max(0.0, self.last_t - self.runs[-1].t) if self.runs else 0.0
+
+    def rate(self) -> float | None:
+        """Configurations per second in the current run, by the events' own timestamps."""
+        elapsed = self.elapsed()
+        if self.run_evaluated == 0 or elapsed <= 0:
+            return None
+        return self.run_evaluated / elapsed
+
+    def target(self) -> int:
+        """How many evaluations the run will make at most: the feasible space, or the budget."""
+        budget = self.started.budget if self.started else _int(self.tuning.get("budget"), 0)
+        return min(self.feasible, budget) if budget and self.feasible else (budget or self.feasible)
+
+    def time_left(self) -> float | None:
+        """Seconds until the space or the budget is used up at the current rate, or the time limit."""
+        if not self.running:
+            return None
+        rate = self.rate()
+        left = None
+        remaining = max(0, self.target() - self.evaluated)
+        if rate:
+            left = remaining / rate
+        limit = self.started.time_limit if self.started else 0.0
+        if limit:
+            by_limit = max(0.0, limit - self.elapsed())
+            left = by_limit if left is None else min(left, by_limit)
+        return left
+
+    def param_width(self, name: str) -> int:
+        return max(len(name), self._param_widths.get(name, 0))
+
+    # leaderboard -------------------------------------------------------------------------------
+    def board(self, view: BoardView) -> tuple[list[str], int]:
+        """The keys the leaderboard shows, in order, and how many results matched the filter."""
+        match = compile_filter(view.filter, self) if view.filter.strip() else None
+        if match is None:
+            ranked = [k for _, _, k in self._ranked[: view.limit]]
+            matched = len(self.entries) if view.show_failed else len(self._ranked) + len(self.suspect)
+            suspect = list(self.suspect)
+            failed = list(self.failed) if view.show_failed else []
+        else:
+            ranked, n = [], 0
+            for _, _, k in self._ranked:
+                if match(self.entries[k]):
+                    n += 1
+                    if len(ranked) < view.limit:
+                        ranked.append(k)
+            suspect = [k for k in self.suspect if match(self.entries[k])]
+            failed = [k for k in self.failed if match(self.entries[k])] if view.show_failed else []
+            matched = n + len(suspect) + len(failed)
+        keys = ranked + suspect + failed
+        if view.sort != "rank":
+            value = self.column_value
+            known = [k for k in keys if value(view.sort, k) is not None]
+            unknown = [k for k in keys if value(view.sort, k) is None]
+            known.sort(key=lambda k: value(view.sort, k), reverse=view.reverse)
+            keys = known + unknown
+        elif view.reverse:
+            keys = ranked[::-1] + suspect + failed
+        return keys, matched
+
+    def column_value(self, column: str, key: str) -> Any:
+        """The raw value a column sorts by (None when the result has none)."""
+        e = self.entries[key]
+        r = e.result
+        if column == "rank":
+            return self.rank(key)
+        if column.startswith("param:"):
+            v = r.config.get(column[6:])
+            return _sortable(v)
+        if column == "median":
+            return r.median_us
+        if column == "spread":
+            return r.spread
+        if column == "gbs":
+            return r.bandwidth_gbs
+        if column == "sol":
+            return r.sol_fraction
+        if column == "speedup":
+            return self.speedup(r)
+        if column == "occ":
+            return r.occupancy
+        if column == "status":
+            return r.status
+        raise KeyError(column)
+
+
+def _table(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _int(v: Any, default: int) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+
+def _cell_value(v: Any) -> str:
+    return str(int(v)) if isinstance(v, bool) else str(v)
+
+
+def _sortable(v: Any) -> Any:
+    # Mixed value types in one parameter would not compare; numbers first, then text.
+    if isinstance(v, bool):
+        return (0, int(v), "")
+    if isinstance(v, (int, float)):
+        return (0, v, "")
+    return None if v is None else (1, 0, str(v))
+
+
+# Filter terms: NAME<op>VALUE compares a parameter or a column; anything else matches text.
+_COMPARISON = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(<=|>=|!=|==|=|<|>)(.+)$")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "==": operator.eq, "=": operator.eq,
+    "<": operator.lt, ">": operator.gt,
+}
+_COLUMN_NAMES = {"median": "median", "us": "median", "spread": "spread", "gbs": "gbs", "sol": "sol",
+                 "speedup": "speedup", "occ": "occ", "occupancy": "occ", "status": "status"}
+# Columns that show percentages compare against percentages: `sol>50` means more than 50 % of SOL.
+_PERCENT = {"spread", "sol", "occ"}
+
+
+def compile_filter(text: str, state: DashboardState) -> Callable[[Entry], bool]:
+    """A predicate for a filter line: every term must hold. Terms are parsed, never evaluated.
+
+    `BLOCK=256`, `VEC>=4`, `sol>50`, `status=wrong_result` compare; any other word matches
+    the configuration's text, status or message, ignoring case.
+    """
+    tests: list[Callable[[Entry], bool]] = []
+    for term in text.split():
+        m = _COMPARISON.match(term)
+        if m is None:
+            word = term.lower()
+            tests.append(lambda e, w=word: w in e.text)
+            continue
+        name, op, raw = m.group(1), _OPS[m.group(2)], m.group(3)
+        param = next((p for p in state.parameters if p.lower() == name.lower()), None)
+        if param is not None:
+            tests.append(_param_test(param, op, raw))
+        elif name.lower() in _COLUMN_NAMES:
+            tests.append(_column_test(state, _COLUMN_NAMES[name.lower()], op, raw))
+        else:
+            known = ", ".join(state.parameters + sorted(set(_COLUMN_NAMES.values())))
+            raise FilterError(f"unknown name {name!r} in the filter (known: {known})")
+    return lambda e: all(t(e) for t in tests)
+
+
+def _number(raw: str) -> float | None:
+    try:
+        v = float(raw.rstrip("%x"))
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _param_test(param: str, op: Callable[[Any, Any], bool], raw: str) -> Callable[[Entry], bool]:
+    want = _number(raw)
+
+    def test(e: Entry) -> bool:
+        v = e.result.config.get(param)
+        if want is not None and isinstance(v, (int, float)):
+            return op(float(v), want)
+        if op in (operator.eq, operator.ne):
+            return op(_cell_value(v).lower(), raw.lower())
+        return False
+
+    return test
+
+
+def _column_test(state: DashboardState, column: str, op: Callable[[Any, Any], bool],
+                 raw: str) -> Callable[[Entry], bool]:
+    if column == "status":
+        return lambda e: op(e.result.status, raw.lower()) if op in (operator.eq, operator.ne) else False
+    want = _number(raw)
+    if want is None:
+        raise FilterError(f"{column}: expected a number, got {raw!r}")
+    scale = 100.0 if column in _PERCENT else 1.0
+
+    def test(e: Entry) -> bool:
+        v = state.column_value(column, e.key)
+        return v is not None and op(float(v) * scale, want)
+
+    return test

@@ -1,0 +1,1 @@
+"""The dashboard's panels and screens; each reads the shared DashboardState and shows one part."""

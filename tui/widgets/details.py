@@ -1,0 +1,96 @@
+"""The details of one configuration: raw times, resources, the time each step took, its error."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Sparkline, Static
+
+from ..state import DashboardState
+from ..text import fmt_config, fmt_gbs, fmt_percent, fmt_us
+
+
+def details_renderable(state: DashboardState, key: str):
+    """Everything the session holds about one configuration's result."""
+    r = state.entries[key].result
+    rank = state.rank(key)
+    where = f"rank {rank} of {state.ranked_count}" if rank else ("not ranked: faster than its bound"
+                                                                 if r.status == "suspect" else "failed")
+    head = Text.assemble((fmt_config(r.config), "bold"), "  ", (r.status, "green" if r.verified else "bold red"),
+                         (f"  ({where})", "dim"))
+    parts: list = [head]
+    if r.message:
+        parts += [Text(""), Text("verification error" if r.status == "wrong_result" else "message", "bold"),
+                  Text(r.message, "red" if not r.verified else "")]
+    w = state.winner
+    if w is not None and dict(w.config) == dict(r.config):
+        state_text = "passed" if w.ok else f"FAILED: {w.message}"
+        parts.append(Text(f"re-verified on new inputs (seeds {', '.join(map(str, w.seeds))}): {state_text}",
+                          "green" if w.ok else "bold red"))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+
+    def row(label: str, value: str) -> None:
+        grid.add_row(label, value)
+
+    if r.median_us is not None:
+        row("median", f"{fmt_us(r.median_us)} µs" + (f"   min {fmt_us(r.min_us)} µs" if r.min_us is not None else ""))
+        row("spread", f"{fmt_percent(r.spread)}  (interquartile range / median)")
+    speed = state.speedup(r)
+    if speed:
+        row("speedup", f"{speed:.2f}x the default configuration ({fmt_us(state.baseline_us)} µs)")
+    if r.sol_us is not None:
+        row("speed of light", f"{fmt_us(r.sol_us)} µs; this result is at {fmt_percent(r.sol_fraction)} of it")
+    if r.bandwidth_gbs is not None:
+        row("bandwidth", f"{fmt_gbs(r.bandwidth_gbs)} GB/s")
+    if r.gflops is not None:
+        row("arithmetic", f"{r.gflops:.1f} GFLOP/s")
+    if r.occupancy is not None:
+        row("occupancy", f"{100 * r.occupancy:.0f}%")
+    if r.resources is not None:
+        res = r.resources
+        row("resources", f"{res.registers} registers/thread · {res.shared_static} B shared · "
+            f"{res.local_bytes} B local · {res.spills} B spilled · up to {res.max_threads} threads/block")
+    if r.grid or r.block:
+        row("launch", f"grid {' x '.join(map(str, r.grid)) or '-'} · block {' x '.join(map(str, r.block)) or '-'}")
+    row("seconds", f"compile {r.compile_s:.3f}{' (cached)' if r.cached else ''} · verify {r.verify_s:.3f}"
+        f" · time {r.time_s:.3f}")
+    if r.seeds:
+        row("verified with", f"seeds {', '.join(map(str, r.seeds))}"
+            + (f"; largest error {r.max_error:.3g} of the tolerance" if r.max_error is not None else ""))
+    parts += [Text(""), grid]
+    if r.times_us:
+        parts += [Text(""), Text(f"raw times, µs, in the order measured ({len(r.times_us)})", "bold"),
+                  Text("  ".join(fmt_us(t) for t in r.times_us))]
+    return Group(*parts)
+
+
+class DetailsScreen(ModalScreen[None]):
+    """A configuration's record over the dashboard; escape closes it."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("q", "dismiss", "Close", show=False),
+        Binding("enter", "dismiss", "Close", show=False),
+    ]
+
+    def __init__(self, state: DashboardState, key: str) -> None:
+        super().__init__()
+        self.state = state
+        self.key = key
+
+    def compose(self) -> ComposeResult:
+        r = self.state.entries[self.key].result
+        with Vertical(id="details-box") as box:
+            box.border_title = "Configuration"
+            box.border_subtitle = "esc closes"
+            if r.times_us:
+                yield Sparkline(list(r.times_us), id="details-spark")
+            with VerticalScroll(id="details-scroll"):
+                yield Static(details_renderable(self.state, self.key), id="details-body")

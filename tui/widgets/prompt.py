@@ -1,0 +1,37 @@
+"""A one-line question for a file path (save a copy, export), answered with enter or escape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+
+class PathPrompt(ModalScreen[Path | None]):
+    """Asks for a path, offering a default; dismisses with the path, or None on escape."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, default: Path) -> None:
+        super().__init__()
+        self.title_text = title
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="prompt-box") as box:
+            box.border_title = self.title_text
+            box.border_subtitle = "enter writes · esc cancels"
+            yield Static("Path:", id="prompt-label")
+            yield Input(str(self.default), id="prompt-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        value = event.value.strip()
+        self.dismiss(Path(value) if value else None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
