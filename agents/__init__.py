@@ -1,1 +1,2 @@
-"""kerntune agents: planning, templating, tuning and testing roles."""
+"""kerntune agents: the planner, generator, tuner and tester roles, played by Claude (claude.py)
+or by offline rules (rules.py, lift.py), behind the Provider protocol of engine/loop.py."""

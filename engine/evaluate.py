@@ -411,6 +411,53 @@ class Evaluator:
             return Result(config={}, status="compile_error", message=str(e))
         return self.evaluate({}, kernel=kernel, compile_s=time.perf_counter() - t0, original=True)
 
+    def reproduces_original(self, config: Mapping[str, ParamValue],
+                            seeds: tuple[int, ...]) -> tuple[bool, float, str]:
+        """Whether `config` gives the original kernel's outputs on fresh inputs (the templating gate).
+
+        On every input set the original (the template's baseline source, at its own launch) runs
+        first and its outputs become the reference that `config` must match within the dtype's
+        tolerance; a numpy reference plays no part. Returns (ok, worst error / tolerance, message)."""
+        source = self.template.original_sources.get(self.backend.name)
+        if source is None:
+            return False, math.inf, f"the template has no original {self.backend.name} source to compare with"
+        try:
+            original = self.backend.compile(source, self.template.entry, {}, self.options)
+        except CompileError as e:
+            return False, math.inf, f"the original kernel does not compile: {e}"
+        try:
+            kernel = self.compile(config)
+        except CompileError as e:
+            return False, math.inf, f"the default configuration does not compile: {e}"
+        worst = 0.0
+        outputs = [a for a in self.template.arguments if a.is_output]
+        for which, problem in enumerate(self.problems):
+            try:
+                mine = self._geometry(config, problem)
+                theirs = self._geometry(None, problem)
+            except ExpressionError as e:
+                return False, math.inf, f"launch geometry at {problem.label()}: {e}"
+            for seed in seeds:
+                inputs = make_inputs(self.template, problem, seed)
+                try:
+                    expected = self._run_checked(original, theirs, inputs, which)
+                    for a in outputs:
+                        ref = expected[a.name].copy()
+                        # outputs start as NaN: an original that leaves them all NaN proves nothing
+                        if a.dtype in TOLERANCE and ref.size and np.isnan(ref).all():
+                            return False, math.inf, (f"the original kernel wrote none of `{a.name}` at "
+                                                     f"{problem.label()}: nothing to compare with")
+                        inputs.checks[a.name] = Expected(ref, a.dtype, a)
+                    got = self._run_checked(kernel, mine, inputs, which)
+                except LaunchError as e:
+                    return False, math.inf, f"launch failed at {problem.label()} (seed {seed}): {e}"
+                for a in outputs:
+                    err, msg = compare(a.name, got[a.name], inputs.checks[a.name])
+                    worst = max(worst, err)
+                    if msg:
+                        return False, worst, f"{msg} at {problem.label()} (seed {seed})"
+        return True, worst, ""
+
     def _rotating(self, which: int) -> list[Inputs]:
         pool = self._pool(which)
         n = min(self.verify_policy.seeds, len(pool))

@@ -90,9 +90,139 @@ class RunFinished(Event):
     best_us: float = 0.0
 
 
+# The agent loop's events (engine/loop.py): rounds of plan -> template -> tune -> test -> analyse.
+# A loop session holds these around the tuning runs' own events, one RunStarted ... RunFinished
+# per round.
+
+
+@dataclass(frozen=True)
+class LoopStarted(Event):
+    """The agent loop begins: which provider plans, and the rules it stops by."""
+
+    kind: ClassVar[str] = "loop_started"
+    agent: str
+    rounds: int
+    sol_target: float = 0.0
+    model: str = ""
+    budget: int = 0  # evaluations per round; 0 = the tuner chooses
+
+
+@dataclass(frozen=True)
+class RoundStarted(Event):
+    kind: ClassVar[str] = "round_started"
+    round: int
+    agent: str
+
+
+@dataclass(frozen=True)
+class PlanMade(Event):
+    """The planner's plan for a round (its text also streams as `Note`s with source "planner")."""
+
+    kind: ClassVar[str] = "plan_made"
+    round: int
+    agent: str
+    text: str
+    retemplate: bool = False
+    stop: bool = False
+
+
+@dataclass(frozen=True)
+class TemplateProposed(Event):
+    """A template the generator proposed, with its diff against the original kernel."""
+
+    kind: ClassVar[str] = "template_proposed"
+    round: int
+    attempt: int
+    agent: str
+    backend: str
+    parameters: tuple[str, ...] = ()
+    default_config: Mapping[str, Any] = field(default_factory=dict)
+    spec: str = ""
+    source: str = ""
+    diff: str = ""
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class GateChecked(Event):
+    """The gate's verdict on a proposed template; a rejected one goes back to the generator."""
+
+    kind: ClassVar[str] = "gate_checked"
+    round: int
+    attempt: int
+    ok: bool
+    reason: str = ""
+    checks: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
+    directory: str = ""  # where the template's files were written
+
+
+@dataclass(frozen=True)
+class SearchPlanned(Event):
+    """The tuner's choice for a round: the value lists searched, the strategy and the budget."""
+
+    kind: ClassVar[str] = "search_planned"
+    round: int
+    agent: str
+    strategy: str
+    budget: int = 0
+    values: Mapping[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Analysis(Event):
+    """The tester's analysis of a round: its verified best against the original and SOL."""
+
+    kind: ClassVar[str] = "analysis"
+    round: int
+    agent: str
+    text: str
+    best: Mapping[str, Any] = field(default_factory=dict)
+    best_us: float = 0.0
+    original_us: float = 0.0
+    sol_fraction: float = 0.0
+    verified: bool = False
+
+
+@dataclass(frozen=True)
+class AgentCall(Event):
+    """One call to a model: tokens (cache reads and writes apart) and what it cost."""
+
+    kind: ClassVar[str] = "agent_call"
+    agent: str
+    role: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    seconds: float = 0.0
+    stop_reason: str = ""
+
+
+@dataclass(frozen=True)
+class LoopFinished(Event):
+    """The loop's end: why, and its verified best against the original kernel."""
+
+    kind: ClassVar[str] = "loop_finished"
+    reason: str
+    rounds: int
+    best: Mapping[str, Any] = field(default_factory=dict)
+    best_us: float = 0.0
+    original_us: float = 0.0
+    speedup: float = 0.0
+    sol_fraction: float = 0.0
+    template_dir: str = ""
+    cost_usd: float = 0.0
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
-    for cls in (RunStarted, SpaceBuilt, Note, ConfigEvaluated, BestImproved, WinnerVerified, RunFinished)
+    for cls in (RunStarted, SpaceBuilt, Note, ConfigEvaluated, BestImproved, WinnerVerified, RunFinished,
+                LoopStarted, RoundStarted, PlanMade, TemplateProposed, GateChecked, SearchPlanned,
+                Analysis, AgentCall, LoopFinished)
 }
 
 

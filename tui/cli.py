@@ -23,13 +23,11 @@ from kerntune.engine.simulate import SimulationError
 from kerntune.engine.space import SpaceError
 from kerntune.engine.template import Template, TemplateError, load_template
 from kerntune.engine.tune import TuneError, TuneOptions, TuneRun
+from kerntune.tui.errors import UsageError
+from kerntune.tui.loop_cli import add_loop_arguments, add_loop_commands, cmd_init, cmd_templatize
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
-
-
-class UsageError(ValueError):
-    """A bad command-line argument."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-probe", action="store_true", help="do not measure the device's peaks when unknown")
     t.add_argument("--headless", action="store_true", help="print text instead of the dashboard")
     t.add_argument("--show-failed", action="store_true", help="list failed configurations in the final table")
+    add_loop_arguments(t)
+    add_loop_commands(sub)
 
     s = sub.add_parser("show", help="summarise a session file")
     s.add_argument("session", type=Path)
@@ -224,6 +224,10 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
         sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv],
     )
+    if args.agent is not None or not template.parameters:  # the agent loop: plan, template, tune, test
+        from kerntune.tui.loop_cli import tune_with_agent
+
+        return tune_with_agent(template, options, args)
     if not args.headless and sys.stdout.isatty() and os.environ.get("KERNTUNE_HEADLESS") is None:
         try:
             from kerntune.tui.app import run_live
@@ -353,6 +357,8 @@ COMMANDS: dict[str, Any] = {
     "show": cmd_show,
     "probe": cmd_probe,
     "replay": cmd_replay,
+    "templatize": cmd_templatize,
+    "init": cmd_init,
 }
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,178 @@
+"""The `rules` provider: the four roles offline and deterministic.
+
+- planner: round 1 templates the kernel and searches a grid of the template's space; later rounds
+  refine around the best so far; it stops when there is nothing verified to refine around;
+- generator: lifts the original's literals into parameters (agents/lift.py); after a rejection it
+  leaves out the lift the gate named, or else the riskiest one;
+- tuner: the whole grid when it fits the budget, else a coarse grid (every other value, the
+  default and the ends kept); then the neighbours of the best's values, the parameters that moved
+  the time most first, and midpoints between thread counts;
+- tester: best against the original and the template's default, % of SOL, failures by status.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+
+from kerntune.engine.loop import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
+from kerntune.engine.proposal import TemplateProposal
+from kerntune.engine.template import ParamValue, Template
+
+from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
+from .lift import Lift, lift_template
+
+GRID_BUDGET = 48  # configurations of the first round when the loop sets no budget
+REFINE_BUDGET = 24
+
+
+class RulesProvider:
+    """Planner, generator, tuner and tester from fixed rules; no network, same input same output."""
+
+    name = "rules"
+    model = ""
+
+    def __init__(self) -> None:
+        self.dropped: set[str] = set()
+        self.lifts: list[Lift] = []
+
+    # planner -----------------------------------------------------------------------------------
+    def plan(self, state: LoopState) -> Plan:
+        plan = self._plan(state)
+        for line in plan.text.splitlines():
+            state.say(line, "planner")
+        return plan
+
+    def _plan(self, state: LoopState) -> Plan:
+        sol = sol_line(state)
+        table = sol_table(state)
+        if state.template is None:
+            text = (f"Round {state.round}: make the original a template by lifting its literals (#defines, "
+                    "constexpr values, #pragma unroll counts, the launch's block size) into parameters with "
+                    "ranges from the device's limits; the gate checks that the defaults reproduce the original. "
+                    f"Then search a grid of the template's space.\n{sol}" + (f"\n{table}" if table else ""))
+            return Plan(text, retemplate=True)
+        mine = [r for r in state.history if r.template_dir == state.template_dir]
+        if state.best is None:
+            return Plan(f"Round {state.round}: no verified result to refine around; stopping.\n{sol}", stop=True)
+        around = fmt_config(state.best.config)
+        tried = sum(len(r.results) for r in mine)
+        return Plan(f"Round {state.round}: refine around the best so far ({around}, {us(state.best.median_us)}): "
+                    f"the neighbouring values of each parameter, those that moved the time most first "
+                    f"({tried} configurations of this template measured so far are not repeated).\n{sol}")
+
+    # generator ---------------------------------------------------------------------------------
+    def generate(self, state: LoopState, rejection: str | None) -> TemplateProposal:
+        if rejection is not None and self.lifts:
+            named = [lf.name for lf in self.lifts if re.search(rf"\b{re.escape(lf.name)}\b", rejection)]
+            if named:
+                self.dropped.update(named)
+            else:
+                riskiest = max(self.lifts, key=lambda lf: (lf.risk, -self.lifts.index(lf)))
+                self.dropped.add(riskiest.name)
+        lifted = lift_template(state.original, state.backend, state.limits, self.dropped)
+        if lifted.proposal is None:
+            raise ProviderError("the rules find nothing left to lift: " + "; ".join(lifted.notes[-1:]))
+        self.lifts = lifted.lifts
+        return lifted.proposal
+
+    # tuner -------------------------------------------------------------------------------------
+    def tune(self, state: LoopState) -> SearchPlan:
+        template = state.template
+        assert template is not None
+        mine = [r for rec in state.history if rec.template_dir == state.template_dir for r in rec.results]
+        if not mine or state.best is None:
+            budget = state.budget or GRID_BUDGET
+            values = coarse_grid(template, budget)
+            size = math.prod(len(v) for v in values.values())
+            how = "the whole grid" if all(len(values[p.name]) == len(p.values) for p in template.parameters) \
+                else "a coarse grid (every other value of the longest lists, the default kept)"
+            return SearchPlan("grid", budget, values, f"{how}: {size} configurations")
+        budget = state.budget or REFINE_BUDGET
+        values, order = refinement(template, state.best.config, mine, budget)
+        return SearchPlan("grid", budget, values,
+                          "neighbours of the best's values, most influential first: " + ", ".join(order))
+
+    # tester ------------------------------------------------------------------------------------
+    def test(self, state: LoopState, record: RoundRecord) -> Report:
+        text = round_analysis(state, record)
+        for line in text.splitlines():
+            state.say(line, "tester")
+        return Report(text, stop=record.best is None and state.best is None)
+
+
+def coarse_grid(template: Template, budget: int) -> dict[str, tuple[ParamValue, ...]]:
+    """Value lists whose product fits the budget: the longest list loses a value, again and again
+    (a thread count last among equals), and each list keeps values spread over its range, the
+    default among them."""
+    counts = {p.name: len(p.values) for p in template.parameters}
+    threads = {p.name for p in template.parameters if p.description.startswith("threads")}
+    while math.prod(counts.values()) > budget and max(counts.values()) > 1:
+        name = max(counts, key=lambda n: (counts[n], n not in threads))
+        counts[name] -= 1
+    return {p.name: spread(p.values, p.default, counts[p.name]) for p in template.parameters}
+
+
+def spread(values: tuple, default: ParamValue, k: int) -> tuple:
+    """k of the values, evenly spread over the sorted list, the default among them."""
+    ordered = sorted(values)
+    if k >= len(ordered):
+        return tuple(ordered)
+    if k <= 1:
+        return (default,)
+    picks = sorted({round(i * (len(ordered) - 1) / (k - 1)) for i in range(k)})
+    d = ordered.index(default)
+    if d not in picks:
+        nearest = min(picks, key=lambda i: (abs(i - d), i))
+        picks = sorted(set(picks) - {nearest} | {d})
+    return tuple(ordered[i] for i in picks)
+
+
+def refinement(template: Template, best: dict, results: list, budget: int) -> tuple[dict, list[str]]:
+    """Neighbours of the best's values, parameter by parameter in order of how much each moved the
+    time (the slowest over the fastest of the best times per value), while the product fits."""
+    defaults = template.default_config()
+    effect = {}
+    for p in template.parameters:
+        per_value: dict = defaultdict(lambda: math.inf)
+        for r in results:
+            if r.ranked and p.name in r.config:
+                per_value[r.config[p.name]] = min(per_value[r.config[p.name]], r.median_us)
+        times = [t for t in per_value.values() if math.isfinite(t)]
+        effect[p.name] = max(times) / min(times) if len(times) > 1 else 1.0
+    order = sorted((p.name for p in template.parameters), key=lambda n: -effect[n])
+    values: dict[str, tuple] = {p.name: (best[p.name],) for p in template.parameters}
+
+    def size(v: dict) -> int:
+        return math.prod(len(set(x) | {defaults[n]}) for n, x in v.items())
+
+    used = []
+    for name in order:
+        p = template.parameter(name)
+        trial = dict(values)
+        trial[name] = neighbours(p.values, best[name], p.description.startswith("threads"))
+        if size(trial) <= budget:
+            values = trial
+            used.append(f"{name} (x{effect[name]:.2f})")
+    return values, used
+
+
+def neighbours(values: tuple, best: ParamValue, threads: bool) -> tuple:
+    """The best value, the ones either side of it in the list, and for thread counts the
+    multiples of 32 halfway to each side (192 and 384 around 256)."""
+    ordered = sorted(values)
+    i = ordered.index(best) if best in ordered else 0
+    out = {best}
+    if i > 0:
+        out.add(ordered[i - 1])
+    if i + 1 < len(ordered):
+        out.add(ordered[i + 1])
+    if threads and isinstance(best, int) and not isinstance(best, bool):
+        for other in (ordered[i - 1] if i > 0 else None, ordered[i + 1] if i + 1 < len(ordered) else None):
+            if other is None:
+                continue
+            mid = (best + other) // 2 // 32 * 32
+            if mid not in (best, other) and mid >= 32:
+                out.add(mid)
+    return tuple(sorted(out))

@@ -1,0 +1,163 @@
+"""The gate: a proposed template is used only once it is shown to be the same kernel.
+
+A proposal passes when its spec loads (every parameter is mentioned in the source and every
+constraint and launch expression parses), every parameter it declares is used beyond its own
+`#ifndef` guard (in the source or in the launch geometry), its default configuration is feasible,
+the source compiles for the backend in use, and the default configuration reproduces the original
+kernel's outputs on fresh random inputs at every verification size.
+
+The device part runs in a child process, like every evaluation: a proposal that faults or hangs
+costs a rejection, never the run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import re
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .device import DeviceLimits
+from .proposal import TemplateProposal, write_template
+from .space import infeasible_reason
+from .template import Problem, Template, TemplateError
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """Whether a proposal may be used; `reason` says why not, `checks` what passed."""
+
+    ok: bool
+    reason: str = ""
+    checks: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
+    template: Template | None = None
+    directory: Path | None = None
+
+
+def guard_free(source: str, name: str) -> str:
+    """The source without the `#ifndef NAME / #define NAME ... / #endif` block that sets a default."""
+    pattern = (rf"^[ \t]*#[ \t]*ifndef[ \t]+{re.escape(name)}\b[^\n]*\n"
+               rf"[ \t]*#[ \t]*define[ \t]+{re.escape(name)}\b[^\n]*\n"
+               rf"[ \t]*#[ \t]*endif\b[^\n]*(\n|$)")
+    return re.sub(pattern, "", source, flags=re.MULTILINE)
+
+
+def unused_parameters(template: Template, backend: str) -> list[str]:
+    """Parameters that neither the source (beyond their guard) nor the launch geometry uses."""
+    source = _strip_comments(template.source_for(backend))
+    launch = set().union(*(e.names for e in template.grid + template.block))
+    if template.shared_bytes is not None:
+        launch |= template.shared_bytes.names
+    out = []
+    for p in template.parameters:
+        if p.name in launch:
+            continue
+        if not re.search(rf"\b{re.escape(p.name)}\b", guard_free(source, p.name)):
+            out.append(p.name)
+    return out
+
+
+def _strip_comments(source: str) -> str:
+    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.DOTALL)
+    return re.sub(r"//[^\n]*", "", source)
+
+
+def check_proposal(original: Template, proposal: TemplateProposal, directory: Path, *, backend: str,
+                   device: int, problem: Problem, limits: DeviceLimits, timeout: float = 300.0,
+                   header: str = "", seeds: tuple[int, ...] | None = None) -> GateVerdict:
+    """Write the proposal's template into `directory` and run every check on it."""
+    checks: list[str] = []
+    if not proposal.parameters:
+        return GateVerdict(False, "the template declares no parameters: there is nothing to tune")
+    if backend not in proposal.sources:
+        return GateVerdict(False, f"the proposal has no {backend} source, and {backend} is the backend in use")
+    try:
+        template = write_template(original, proposal, directory, limits, header)
+    except TemplateError as e:
+        return GateVerdict(False, f"the spec does not load: {_relative(str(e), directory)}", directory=directory)
+    except OSError as e:
+        return GateVerdict(False, f"cannot write the template: {e}", directory=directory)
+    checks.append("the spec loads; every parameter is mentioned and every expression parses")
+    unused = unused_parameters(template, backend)
+    if unused:
+        return GateVerdict(False, f"parameter(s) {', '.join(unused)} are declared but never used beyond "
+                           "their #ifndef default (nor in the launch geometry)", tuple(checks),
+                           template=template, directory=directory)
+    checks.append("every parameter is used")
+    default = template.default_config()
+    for p in (problem, *template.verify_problems):
+        why = infeasible_reason(template, default, p, limits)
+        if why is not None:
+            return GateVerdict(False, f"the default configuration is infeasible at {p.label()}: {why}",
+                               tuple(checks), template=template, directory=directory)
+    checks.append("the default configuration is feasible")
+    seeds = seeds or tuple(random.SystemRandom().randrange(1 << 20, 1 << 31) for _ in range(2))
+    ok, message = _device_check(directory / "kernel.toml", backend, device, problem, seeds, timeout)
+    if not ok:
+        return GateVerdict(False, message, tuple(checks), seeds, template, directory)
+    checks.append(f"it compiles for {backend}, and the default configuration reproduces the original's "
+                  f"outputs on fresh inputs (seeds {', '.join(map(str, seeds))}; {message})")
+    return GateVerdict(True, "", tuple(checks), seeds, template, directory)
+
+
+def _relative(text: str, directory: Path) -> str:
+    """Messages name files in the template folder by their own names."""
+    return text.replace(str(directory) + os.sep, "")
+
+
+def _device_check(spec_path: Path, backend: str, device: int, problem: Problem, seeds: tuple[int, ...],
+                  timeout: float) -> tuple[bool, str]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    fd, log_path = tempfile.mkstemp(prefix="kerntune-gate-", suffix=".log")
+    os.close(fd)
+    proc = ctx.Process(target=_child, args=(child, str(spec_path), backend, device, problem.name,
+                                            dict(problem.values), seeds, log_path), daemon=True)
+    try:
+        proc.start()
+        child.close()
+        if not parent.poll(timeout):
+            return False, f"the default configuration did not finish within {timeout:.0f} s"
+        try:
+            reply = parent.recv()
+        except (EOFError, OSError):
+            proc.join(5)
+            return False, f"the default configuration crashed the process that checked it (exit code {proc.exitcode})"
+        return bool(reply[0]), str(reply[1])
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(10)
+        parent.close()
+        try:
+            os.unlink(log_path)
+        except OSError:
+            pass
+
+
+def _child(conn: Any, spec_path: str, backend_name: str, device: int, problem_name: str,
+           problem: dict, seeds: tuple[int, ...], log_path: str) -> None:
+    # compilers write to fd 2: keep it off the terminal and the dashboard
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    warnings.simplefilter("ignore")
+    try:
+        from .backends import open_backend
+        from .evaluate import Evaluator
+        from .template import load_template
+
+        backend = open_backend(backend_name, device)
+        template = load_template(spec_path)
+        ev = Evaluator(backend, template, Problem(problem_name, problem))
+        ok, worst, message = ev.reproduces_original(template.default_config(), seeds)
+        if ok:
+            message = f"worst error {worst:.3g} of the tolerance"
+        conn.send((ok, message))
+    except Exception as e:  # one line back to the parent; the proposal is rejected with it
+        conn.send((False, f"{type(e).__name__}: {e}"))

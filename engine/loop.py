@@ -1,0 +1,520 @@
+"""The agent loop: rounds of plan -> template -> tune -> test -> analyse, every step an event.
+
+Stage 1 turns the original kernel into a template: the generator proposes, the gate checks
+(engine/gate.py), and a rejected proposal goes back to the generator with the reason. Stage 2
+searches the accepted template with a tuning run (engine/tune.py) that appends to the loop's
+session. The tester analyses each round; the loop stops at the round limit, when the best is
+within `sol_target` of the speed of light, on a plateau, or when the planner says so.
+
+The four roles come from a `Provider` (agents/: Claude, or offline rules). The engine never
+imports agents/: the command line hands providers in, the first one leading and the rest taking
+over, in order, when one fails (`ProviderError`) — the session keeps everything measured so far.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Mapping, Protocol, Sequence
+
+from .device import DeviceLimits
+from .events import (
+    AgentCall,
+    Analysis,
+    Event,
+    GateChecked,
+    LoopFinished,
+    LoopStarted,
+    Note,
+    PlanMade,
+    RoundStarted,
+    SearchPlanned,
+    TemplateProposed,
+)
+from .gate import GateVerdict, check_proposal
+from .proposal import EXTENSIONS, TemplateProposal, narrowed, source_diff
+from .result import Result, config_key
+from .search import STRATEGIES
+from .session import SessionWriter, default_path, new_header
+from .sol import sol_time_us
+from .template import ParamValue, Problem, Template, TemplateError
+from .tune import Sink, TuneError, TuneOptions, TuneRun, peaks_for, resolve_device, vars_of
+
+
+class ProviderError(RuntimeError):
+    """A provider that cannot go on (its API unreachable after its retries, a broken exchange)."""
+
+
+class LoopError(TuneError):
+    """A loop that cannot go on at all (the original kernel does not run, every provider failed)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's plan for a round; `retemplate` asks the generator for a new template."""
+
+    text: str
+    retemplate: bool = False
+    stop: bool = False
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """The tuner's choice: value lists to search (the default is always kept), strategy, budget."""
+
+    strategy: str = "grid"
+    budget: int = 0
+    values: Mapping[str, tuple[ParamValue, ...]] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """The tester's analysis of a round; `stop` when it sees nothing more to gain."""
+
+    text: str
+    stop: bool = False
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What one round did and found. `best` is set only when the winner passed its re-check."""
+
+    round: int
+    agent: str
+    plan: str
+    template_dir: Path | None
+    search: SearchPlan | None
+    results: tuple[Result, ...] = ()
+    best: Result | None = None
+    winner_ok: bool | None = None
+    reason: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """What a provider sees when it acts: a snapshot of the loop, and two ways to speak.
+
+    `say(text, role)` streams a line into the plan (a Note with the role as its source);
+    `record(event)` adds an event of the provider's own (an AgentCall) to the session, stamped
+    with `now()`, the session's clock."""
+
+    round: int
+    rounds: int
+    backend: str
+    limits: DeviceLimits
+    problem: Problem
+    original: Template
+    original_result: Result | None
+    template: Template | None
+    template_dir: Path | None
+    history: tuple[RoundRecord, ...]
+    best: Result | None
+    best_round: int
+    sol_us: float | None
+    sol_target: float
+    budget: int
+    last_verdict: GateVerdict | None
+    say: Callable[[str, str], None]
+    record: Callable[[Event], None]
+    now: Callable[[], float]
+
+    @property
+    def original_us(self) -> float | None:
+        r = self.original_result
+        return r.median_us if r is not None and r.verified else None
+
+
+class Provider(Protocol):
+    """The four roles of the seed paper, as one agent provider."""
+
+    name: str
+    model: str
+
+    def plan(self, state: LoopState) -> Plan:
+        """Planner: what to try this round, from the results and the speed-of-light headroom."""
+
+    def generate(self, state: LoopState, rejection: str | None) -> TemplateProposal:
+        """Generator: a template of the original kernel; `rejection` is why the last one failed."""
+
+    def tune(self, state: LoopState) -> SearchPlan:
+        """Tuner: the space, strategy and budget for `state.template`."""
+
+    def test(self, state: LoopState, record: RoundRecord) -> Report:
+        """Tester: a short analysis of the round's verified results."""
+
+
+@dataclass(frozen=True)
+class LoopOptions:
+    """How the loop runs; `tune` carries the device, timing, verification and session options."""
+
+    tune: TuneOptions = field(default_factory=TuneOptions)
+    rounds: int = 3
+    sol_target: float = 0.9
+    plateau: float = 0.02  # a round improving the best by less than this fraction ends the loop
+    attempts: int = 3  # proposals per templating step before the round gives up
+    budget: int = 0  # evaluations per round, at most; 0 = the tuner decides
+    gate_timeout: float = 300.0
+    templates_dir: Path | None = None  # default: beside the session file
+    templatize_only: bool = False  # stage 1 alone (`kerntune templatize`)
+    notes: tuple[str, ...] = ()  # said at the start (which agent, and why)
+
+
+@dataclass
+class LoopOutcome:
+    """A finished loop: why it stopped, every round, and its verified best."""
+
+    session_path: Path
+    reason: str
+    rounds: list[RoundRecord]
+    original: Result | None
+    best: Result | None
+    best_round: int
+    template: Template | None
+    template_dir: Path | None
+    limits: DeviceLimits
+    backend: str
+    cost_usd: float = 0.0
+    agents: list[str] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best is None or self.original is None or not self.original.verified:
+            return None
+        if not self.best.median_us or not self.original.median_us:
+            return None
+        return self.original.median_us / self.best.median_us
+
+
+class TuningLoop:
+    """Drives the loop; `run()` blocks, `stop()`, `pause()` and `resume()` may come from other threads."""
+
+    def __init__(self, original: Template, providers: Sequence[Provider], options: LoopOptions,
+                 sinks: Sequence[Sink] = ()):
+        if not providers:
+            raise ValueError("the loop needs at least one provider")
+        self.original = original
+        self.providers = list(providers)
+        self.options = options
+        self.sinks = list(sinks)
+        self._active = 0
+        self._t0 = time.monotonic()
+        self._writer: SessionWriter | None = None
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._current: TuneRun | None = None
+        self._cost = 0.0
+        self.stop_reason = "stopped"
+
+    # control (the dashboard's) -----------------------------------------------------------------
+    def stop(self, reason: str = "stopped") -> None:
+        """End after the configuration in flight; the session keeps everything."""
+        self.stop_reason = reason
+        self._stop.set()
+        self._running.set()
+        if self._current is not None:
+            self._current.stop(reason)
+
+    def pause(self) -> None:
+        self._running.clear()
+        if self._current is not None:
+            self._current.pause()
+
+    def resume(self) -> None:
+        self._running.set()
+        if self._current is not None:
+            self._current.resume()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    @property
+    def provider(self) -> Provider:
+        return self.providers[self._active]
+
+    # events ------------------------------------------------------------------------------------
+    def _now(self) -> float:
+        return round(time.monotonic() - self._t0, 4)
+
+    def _emit(self, ev: Event) -> None:
+        if isinstance(ev, AgentCall):
+            self._cost += ev.cost_usd
+        if self._writer is not None:
+            self._writer.write(ev)
+        for sink in self.sinks:
+            sink(ev)
+
+    def note(self, text: str, source: str = "loop") -> None:
+        self._emit(Note(self._now(), text, source))
+
+    # the loop ----------------------------------------------------------------------------------
+    def run(self) -> LoopOutcome:
+        """Measure the original, then the rounds; the session is written as it goes."""
+        opts = self.options
+        tune = opts.tune
+        pending: list[str] = []
+        backend, limits = resolve_device(tune.backend, tune.device)
+        limits = peaks_for(backend, tune.device, limits, tune.probe, pending.append)
+        self.original.source_for(backend)  # fails early, in one line, without a source for the backend
+        problem = self.original.problem(tune.problem, tune.overrides)
+        path = tune.session_path or default_path(self.original.name)
+        seed = tune.seed if tune.seed is not None else int(time.time_ns() % (1 << 31))
+        self.tune_options = replace(tune, seed=seed, session_path=path, resume=False, backend=backend)
+        self._writer = SessionWriter(path, self._header(backend, limits, problem, seed))
+        self.templates_dir = opts.templates_dir or path.with_name(path.stem + "-templates")
+        self.backend, self.limits, self.problem = backend, limits, problem
+        env = problem.values
+        self.sol_us = sol_time_us(float(self.original.cost_bytes.evaluate(env)),
+                                  float(self.original.cost_flops.evaluate(env)), limits)
+        self.history: list[RoundRecord] = []
+        self.best: Result | None = None
+        self.best_round = 0
+        self.template: Template | None = None
+        self.template_dir: Path | None = None
+        self.verdict: GateVerdict | None = None
+        self.original_result: Result | None = None
+        self.agents = [self.provider.name]
+        try:
+            return self._loop(pending)
+        finally:
+            self._writer.close()
+
+    def _header(self, backend: str, limits: DeviceLimits, problem: Problem, seed: int) -> dict:
+        o = self.original
+        return new_header(
+            command=self.options.tune.command,
+            device=limits.to_dict(),
+            template={
+                "name": o.name,
+                "description": o.description,
+                "path": str(o.spec_path),
+                "fingerprint": o.fingerprint(),
+                "backend": backend,
+                "entry": o.entry,
+                # the original kernel at its defaults is the session's baseline
+                "parameters": [p.name for p in o.parameters],
+                "default_config": o.default_config(),
+                "spec": o.spec_text,
+                "source": o.source_for(backend),
+                "original_source": o.source_for(backend),
+            },
+            space={"problem_name": problem.name, "problem": dict(problem.values), "total": 0, "feasible": 0,
+                   "pruned": {}},
+            tuning={
+                "strategy": "agent loop",
+                "agent": self.provider.name,
+                "model": getattr(self.provider, "model", ""),
+                "rounds": self.options.rounds,
+                "sol_target": self.options.sol_target,
+                "plateau": self.options.plateau,
+                "budget": self.options.budget,
+                "seed": seed,
+                "config_timeout": self.options.tune.config_timeout,
+                "timing": vars_of(self.options.tune.timing),
+                "verify": vars_of(self.options.tune.verify),
+            },
+        )
+
+    def _loop(self, pending: list[str]) -> LoopOutcome:
+        opts = self.options
+        self._emit(LoopStarted(self._now(), self.provider.name, opts.rounds, opts.sol_target,
+                               getattr(self.provider, "model", ""), opts.budget))
+        for text in (*opts.notes, *pending):
+            self.note(text)
+        # stage 1 alone needs no timing: the gate compares outputs, not speed
+        original = None if opts.templatize_only else self._measure_original()
+        reason = f"{opts.rounds} round{'s' if opts.rounds != 1 else ''} done"
+        for number in range(1, opts.rounds + 1):
+            if self._stop.is_set():
+                reason = self.stop_reason
+                break
+            self._running.wait()
+            why = self._round(number, original)
+            if why:
+                reason = why
+                break
+        if self._stop.is_set():
+            reason = self.stop_reason
+        best = self.best
+        speedup = (original.median_us / best.median_us
+                   if best is not None and original is not None and original.verified and best.median_us
+                   and original.median_us else 0.0)
+        self._emit(LoopFinished(
+            self._now(), reason, len(self.history), dict(best.config) if best else {},
+            (best.median_us or 0.0) if best else 0.0, (original.median_us or 0.0) if original else 0.0, speedup,
+            (best.sol_fraction or 0.0) if best else 0.0, str(self.template_dir or ""), round(self._cost, 6)))
+        return LoopOutcome(self._writer.path, reason, list(self.history), original, best, self.best_round,
+                           self.template, self.template_dir, self.limits, self.backend, self._cost,
+                           list(self.agents))
+
+    def _state(self, number: int) -> LoopState:
+        return LoopState(
+            round=number, rounds=self.options.rounds, backend=self.backend, limits=self.limits,
+            problem=self.problem, original=self.original, original_result=self.original_result,
+            template=self.template, template_dir=self.template_dir, history=tuple(self.history),
+            best=self.best, best_round=self.best_round, sol_us=self.sol_us, sol_target=self.options.sol_target,
+            budget=self.options.budget, last_verdict=self.verdict,
+            say=lambda text, role: self.note(text, role), record=self._emit, now=self._now)
+
+    def _call(self, role: str, *args):
+        """Ask the active provider; when it fails, say so and hand the role to the next one."""
+        while True:
+            provider = self.provider
+            try:
+                return getattr(provider, role)(*args)
+            except ProviderError as e:
+                if self._active + 1 >= len(self.providers):
+                    raise LoopError(f"the {provider.name} provider failed as {role}: {e}") from None
+                self._active += 1
+                nxt = self.provider
+                self.agents.append(nxt.name)
+                self.note(f"the {provider.name} provider failed as {role} ({e}); the {nxt.name} provider "
+                          f"takes over: every result so far is kept", "loop")
+
+    def _measure_original(self) -> Result | None:
+        """The original kernel as given (its defaults), timed and verified like any configuration."""
+        self.note("measuring the original kernel", "loop")
+        opts = replace(self.tune_options, strategy="grid", budget=1, skip=())
+        run = TuneRun(self.original, opts, self.sinks, session=self._writer, started=self._t0)
+        self._current = run
+        try:
+            outcome = run.run()
+        except TuneError as e:
+            raise LoopError(f"the original kernel cannot be measured: {e}") from None
+        finally:
+            self._current = None
+        result = outcome.baseline or (outcome.results[0] if outcome.results else None)
+        if result is None or not result.verified:
+            message = result.message if result is not None else outcome.reason
+            raise LoopError(f"the original kernel does not run on {self.limits.name}: "
+                            f"{result.status if result else 'nothing evaluated'}: {message}")
+        self.original_result = result
+        return result
+
+    def _round(self, number: int, original: Result | None) -> str | None:
+        """One round; a reason to stop the loop, or None to go on."""
+        self._emit(RoundStarted(self._now(), number, self.provider.name))
+        plan = self._call("plan", self._state(number))
+        self._emit(PlanMade(self._now(), number, self.provider.name, plan.text, plan.retemplate, plan.stop))
+        if plan.stop:
+            return f"the planner stopped: {_first_line(plan.text)}"
+        if self.template is None or plan.retemplate:
+            if not self._templatize(number) and self.template is None:
+                return "no proposed template passed the gate"
+        if self.options.templatize_only:
+            return "template accepted"
+        assert self.template is not None and self.template_dir is not None
+        search = self._plan_search(number)
+        template = self.template
+        try:
+            template = narrowed(self.template, search.values)
+        except TemplateError as e:
+            self.note(f"the tuner's value lists do not fit the template ({e}); searching its own lists", "loop")
+            search = replace(search, values={})
+        self._emit(SearchPlanned(self._now(), number, self.provider.name, search.strategy, search.budget,
+                                 {p.name: list(p.values) for p in template.parameters}, search.reason))
+        default_key = config_key(template.default_config())
+        skip = tuple(dict.fromkeys(
+            config_key(r.config) for rec in self.history if rec.template_dir == self.template_dir
+            for r in rec.results if config_key(r.config) != default_key))
+        opts = replace(self.tune_options, strategy=search.strategy, budget=search.budget, skip=skip)
+        run = TuneRun(template, opts, self.sinks, session=self._writer, started=self._t0)
+        self._current = run
+        try:
+            outcome = run.run()
+        except TuneError as e:
+            record = RoundRecord(number, self.provider.name, plan.text, self.template_dir, search, error=str(e))
+            self.note(f"round {number} could not search: {e}", "loop")
+        else:
+            best = outcome.best if outcome.winner_ok else None
+            if outcome.best is not None and not outcome.winner_ok:
+                self.note(f"round {number}'s fastest configuration failed its re-check on new inputs: "
+                          "it is not used", "loop")
+            record = RoundRecord(number, self.provider.name, plan.text, self.template_dir, search,
+                                 tuple(outcome.results), best, outcome.winner_ok, outcome.reason)
+        finally:
+            self._current = None
+        previous_best = self.best
+        if record.best is not None and (self.best is None or record.best.median_us < self.best.median_us):
+            self.best, self.best_round = record.best, number
+        self.history.append(record)
+        if self._stop.is_set():
+            return self.stop_reason
+        report = self._call("test", self._state(number), record)
+        best = self.best
+        self._emit(Analysis(self._now(), number, self.provider.name, report.text,
+                            dict(best.config) if best else {}, (best.median_us or 0.0) if best else 0.0,
+                            (original.median_us or 0.0) if original else 0.0,
+                            (best.sol_fraction or 0.0) if best else 0.0, best is not None))
+        if best is not None and best.sol_fraction and best.sol_fraction >= self.options.sol_target:
+            return (f"the best is {100 * best.sol_fraction:.0f}% of the speed of light "
+                    f"(target {100 * self.options.sol_target:.0f}%)")
+        if number >= 2 and previous_best is not None and previous_best.median_us:
+            gain = (previous_best.median_us - (best.median_us or previous_best.median_us)) / previous_best.median_us
+            if gain < self.options.plateau:
+                return (f"plateau: round {number} improved the best by {100 * max(gain, 0):.1f}% "
+                        f"(less than {100 * self.options.plateau:.0f}%)")
+        if report.stop:
+            return f"the tester stopped: {_first_line(report.text)}"
+        return None
+
+    def _plan_search(self, number: int) -> SearchPlan:
+        search = self._call("tune", self._state(number))
+        if search.strategy not in STRATEGIES:
+            self.note(f"unknown strategy {search.strategy!r}; using grid", "loop")
+            search = replace(search, strategy="grid")
+        cap = self.options.budget
+        budget = max(int(search.budget), 0)
+        if cap:
+            budget = min(budget, cap) if budget else cap
+        names = {p.name for p in self.template.parameters}
+        values = {k: tuple(v) for k, v in search.values.items() if k in names and v}
+        return replace(search, budget=budget, values=values)
+
+    def _templatize(self, number: int) -> bool:
+        """Stage 1: proposals until one passes the gate (or the attempts run out)."""
+        rejection: str | None = None
+        proposer = self.provider
+        for attempt in range(1, self.options.attempts + 1):
+            if self._stop.is_set():
+                return False
+            proposal = self._call("generate", self._state(number), rejection if self.provider is proposer else None)
+            proposer = self.provider
+            directory = self.templates_dir / f"round{number}-attempt{attempt}"
+            source = proposal.sources.get(self.backend, "")
+            diff = source_diff(self.original.source_for(self.backend), source, self.backend) if source else ""
+            header = (f"Template of {self.original.name}, proposed by the {proposer.name} provider in round "
+                      f"{number} (attempt {attempt}).\nWritten by kerntune; its defaults reproduce the original "
+                      f"kernel (original.{EXTENSIONS[self.backend]}).")
+            for text in proposal.notes:
+                self.note(text, "generator")
+            verdict = check_proposal(self.original, proposal, directory, backend=self.backend,
+                                     device=self.tune_options.device, problem=self.problem, limits=self.limits,
+                                     timeout=self.options.gate_timeout, header=header)
+            spec = verdict.template.spec_text if verdict.template is not None else ""
+            self._emit(TemplateProposed(self._now(), number, attempt, proposer.name, self.backend,
+                                        tuple(p.name for p in proposal.parameters), proposal.default_config,
+                                        spec, source, diff, proposal.summary))
+            self._emit(GateChecked(self._now(), number, attempt, verdict.ok, verdict.reason, verdict.checks,
+                                   verdict.seeds, str(directory)))
+            self.verdict = verdict
+            if verdict.ok:
+                self.template, self.template_dir = verdict.template, directory
+                self.note(f"template accepted: {len(proposal.parameters)} parameters "
+                          f"({', '.join(p.name for p in proposal.parameters)}), written to {directory}", "gate")
+                return True
+            self.note(f"template rejected: {verdict.reason}", "gate")
+            rejection = verdict.reason
+        return False
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return ""

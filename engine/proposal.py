@@ -1,0 +1,227 @@
+"""Template proposals: what a generator hands the engine, and the template folder made from one.
+
+A proposal carries only the template's sources and the parts of the spec that templating changes
+(parameters, constraints, launch geometry). Arguments, problem sizes, verification sizes, the cost
+model and the numpy reference always come from the original spec, so a proposal cannot change
+what the kernel is checked against. The spec is written with tomli-w from plain data; nothing in a
+proposal is ever evaluated, only parsed by engine/template.py and engine/expressions.py.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .device import DeviceLimits
+from .expressions import Expression
+from .template import ParamValue, Template, TemplateError, parse_template, read_spec_toml
+
+EXTENSIONS = {"cuda": "cu", "opencl": "cl"}
+
+
+@dataclass(frozen=True)
+class ParamProposal:
+    """One proposed parameter: its values and the default that reproduces the original."""
+
+    name: str
+    values: tuple[ParamValue, ...]
+    default: ParamValue
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TemplateProposal:
+    """A generator's template: sources by backend, parameters, constraints and launch geometry.
+
+    `grid`, `block` and `shared_bytes` left as None keep the original's launch."""
+
+    sources: Mapping[str, str]
+    parameters: tuple[ParamProposal, ...]
+    constraints: tuple[str, ...] = ()
+    grid: tuple[str, ...] | None = None
+    block: tuple[str, ...] | None = None
+    shared_bytes: str | None = None
+    summary: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def default_config(self) -> dict[str, ParamValue]:
+        return {p.name: p.default for p in self.parameters}
+
+
+def original_launch(original: Template, limits: DeviceLimits | None = None) -> tuple[list[str], list[str]]:
+    """The original kernel's launch (grid, block) as expressions over problem names only.
+
+    A spec that already has parameters is taken at its defaults; device names become this
+    device's values (a template is made for the device it is tuned on)."""
+    if original.baseline_block and not original.parameters:
+        return ([e.source for e in original.baseline_grid], [e.source for e in original.baseline_block])
+    values: dict[str, Any] = dict(original.default_config())
+    if limits is not None:
+        values.update(limits.expression_names())
+
+    def fixed(exprs: tuple[Expression, ...]) -> list[str]:
+        return [_substitute(e.source, values) for e in exprs]
+
+    return fixed(original.grid), fixed(original.block)
+
+
+def _substitute(text: str, values: Mapping[str, Any]) -> str:
+    for name, v in values.items():
+        text = re.sub(rf"\b{re.escape(name)}\b", f"({_literal(v)})", text)
+    return text
+
+
+def _literal(v: Any) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+def compose_spec(original: Template, proposal: TemplateProposal, limits: DeviceLimits | None = None,
+                 header: str = "") -> str:
+    """The kernel.toml text of a proposal, built on the original spec."""
+    data = read_spec_toml(original.spec_text)
+    kernel = dict(data.get("kernel", {}))
+    backends = sorted(proposal.sources)
+    kernel["sources"] = {b: f"kernel.{EXTENSIONS[b]}" for b in backends}
+    kernel["baseline"] = {b: f"original.{EXTENSIONS[b]}" for b in backends}
+    if original.reference_path is not None:
+        ref = original.reference_path.name
+        if original.reference_function != "reference":
+            ref += f":{original.reference_function}"
+        kernel["reference"] = ref
+    kernel.pop("options", None)
+    if original.compile_options:
+        kernel["options"] = {b: list(o) for b, o in original.compile_options.items() if b in backends}
+        if not kernel["options"]:
+            kernel.pop("options")
+    data["kernel"] = kernel
+    data["param"] = [
+        {k: v for k, v in (("name", p.name), ("description", p.description), ("values", list(p.values)),
+                           ("default", p.default)) if v != ""}
+        for p in proposal.parameters
+    ]
+    data["constraints"] = list(proposal.constraints)
+    launch = dict(data.get("launch", {}))
+    grid, block = original_launch(original, limits)
+    if proposal.grid is not None:
+        launch["grid"] = list(proposal.grid)
+    if proposal.block is not None:
+        launch["block"] = list(proposal.block)
+    if proposal.shared_bytes is not None:
+        launch["shared_bytes"] = proposal.shared_bytes
+    launch["baseline_grid"] = grid
+    launch["baseline_block"] = block
+    data["launch"] = launch
+    # tables in the order a reader expects: the kernel, its parameters, then the rest
+    order = ["constraints", "kernel", "param", "launch", "arg", "problem", "verify", "cost"]
+    ordered = {k: data[k] for k in order if k in data}
+    ordered.update({k: v for k, v in data.items() if k not in ordered})
+    lines = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    return lines + dump_spec(ordered)
+
+
+def write_template(original: Template, proposal: TemplateProposal, directory: Path,
+                   limits: DeviceLimits | None = None, header: str = "") -> Template:
+    """Write a proposal's template folder (spec, sources, original sources, reference) and load it.
+
+    Raises TemplateError, with the spec's own one-line message, when the result is no template."""
+    for backend, source in proposal.sources.items():
+        if backend not in EXTENSIONS:
+            raise TemplateError(f"a proposal has a source for an unknown backend {backend!r}")
+        if not isinstance(source, str) or not source.strip():
+            raise TemplateError(f"the proposed {backend} source is empty")
+        if backend not in original.sources:
+            raise TemplateError(f"the original kernel has no {backend} source to template")
+    if not proposal.sources:
+        raise TemplateError("the proposal has no source")
+    directory.mkdir(parents=True, exist_ok=True)
+    for backend, source in proposal.sources.items():
+        ext = EXTENSIONS[backend]
+        (directory / f"kernel.{ext}").write_text(source, encoding="utf-8")
+        (directory / f"original.{ext}").write_text(original.source_for(backend), encoding="utf-8")
+    if original.reference_path is not None:
+        shutil.copyfile(original.reference_path, directory / original.reference_path.name)
+    text = compose_spec(original, proposal, limits, header)
+    spec = directory / "kernel.toml"
+    spec.write_text(text, encoding="utf-8")
+    return parse_template(text, spec)
+
+
+def narrowed(template: Template, values: Mapping[str, tuple[ParamValue, ...]]) -> Template:
+    """The same template with some parameters' value lists replaced (the default always kept)."""
+    if not values:
+        return template
+    data = read_spec_toml(template.spec_text)
+    for item in data.get("param", []):
+        if item.get("name") in values:
+            chosen = list(dict.fromkeys(values[item["name"]]))
+            if item["default"] not in chosen:
+                chosen.insert(0, item["default"])
+            item["values"] = chosen
+    return parse_template(dump_spec(data), template.spec_path, template.sources)
+
+
+def source_diff(original: str, template: str, backend: str) -> str:
+    """A unified diff of the original kernel against its template."""
+    ext = EXTENSIONS.get(backend, "txt")
+    return "".join(difflib.unified_diff(
+        original.splitlines(keepends=True), template.splitlines(keepends=True),
+        fromfile=f"original.{ext}", tofile=f"kernel.{ext}"))
+
+
+def dump_spec(data: Mapping[str, Any]) -> str:
+    """A spec's data as TOML laid out as a person writes one: value lists on one line, one
+    `[[param]]` or `[[arg]]` table after another."""
+    head: list[str] = []
+    body: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            body.append(_table(key, value))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            body.extend(_table(key, v, array=True) for v in value)
+        else:
+            head.append(f"{_key(key)} = {_value(value)}")
+    return "\n\n".join(["\n".join(head)] * bool(head) + body) + "\n"
+
+
+def _table(name: str, table: Mapping[str, Any], array: bool = False) -> str:
+    lines = [f"[[{name}]]" if array else f"[{name}]"]
+    nested = []
+    for key, value in table.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            nested.extend(_table(f"{name}.{_key(key)}", v, array=True) for v in value)
+        else:
+            lines.append(f"{_key(key)} = {_value(value)}")
+    return "\n\n".join(["\n".join(lines)] + nested)
+
+
+def _key(key: str) -> str:
+    return key if re.match(r"^[A-Za-z0-9_-]+$", key) else json.dumps(key)
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)  # JSON's escapes are TOML basic-string escapes
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + " }" if v else "{}"
+    raise TypeError(f"no TOML form for {type(v).__name__}")

@@ -1,0 +1,202 @@
+"""The agent loop with the offline rules: the original silu_and_mul, templated and tuned on PoCL."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kerntune.agents.lift import find_lifts, lift_template, values_for
+from kerntune.agents.rules import coarse_grid, neighbours, spread
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.events import (
+    Analysis,
+    GateChecked,
+    LoopFinished,
+    LoopStarted,
+    Note,
+    PlanMade,
+    RoundStarted,
+    RunStarted,
+    TemplateProposed,
+    WinnerVerified,
+)
+from kerntune.engine.proposal import ParamProposal, TemplateProposal, write_template
+from kerntune.engine.result import config_key
+from kerntune.engine.session import load_session
+from kerntune.engine.template import load_template
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+QUICK = ["--headless", "--no-probe", "--repeats", "5", "--seed", "11"]
+CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1)
+
+
+def original_spec(tmp_path: Path) -> Path:
+    """The no-parameter silu_and_mul spec, with the library's own baseline.cu beside it."""
+    d = tmp_path / "silu_original"
+    shutil.copytree(HERE / "data" / "originals" / "silu_and_mul", d)
+    shutil.copyfile(ROOT / "templates" / "silu_and_mul" / "baseline.cu", d / "baseline.cu")
+    return d
+
+
+def kerntune(*args, env=None, timeout=300):
+    env = {**(env if env is not None else os.environ), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "kerntune.tui.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def without_key() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
+
+
+def test_rules_loop_templates_the_original_and_ends_with_a_verified_best_at_least_as_fast(tmp_path):
+    spec = original_spec(tmp_path)
+    session = tmp_path / "loop.toml"
+    r = kerntune("tune", str(spec), "--agent", "rules", "--rounds", "2", "--budget", "12",
+                 "--session", str(session), *QUICK)
+    assert r.returncode == 0, r.stderr
+    assert "agent: rules" in r.stdout and "best:" in r.stdout and "x the original" in r.stdout
+
+    s = load_session(session)
+    assert s.warnings == []
+    events = s.events
+    assert isinstance(events[0], LoopStarted) and events[0].agent == "rules"
+    # every step of a round is an event, in order
+    kinds = [e.kind for e in events if e.kind in ("round_started", "plan_made", "template_proposed",
+                                                  "gate_checked", "search_planned", "run_started", "analysis")]
+    assert kinds[:7] == ["run_started",  # the original kernel, measured first
+                         "round_started", "plan_made", "template_proposed", "gate_checked", "search_planned",
+                         "run_started"]
+    assert kinds.count("analysis") == len([e for e in events if isinstance(e, RoundStarted)]) >= 1
+
+    # stage 1: a template of at least two parameters, the gate's checks passed, on the device in use
+    proposed = [e for e in events if isinstance(e, TemplateProposed)]
+    gate = [e for e in events if isinstance(e, GateChecked)]
+    assert gate[-1].ok and "reproduces the original's outputs" in gate[-1].checks[-1]
+    assert len(proposed[-1].parameters) >= 2 and proposed[-1].backend == "opencl"
+    assert "+#ifndef VEC" in proposed[-1].diff and "reqd_work_group_size(BLOCK, 1, 1)" in proposed[-1].source
+    template = load_template(gate[-1].directory)
+    assert [p.name for p in template.parameters] == list(proposed[-1].parameters)
+    assert "d % VEC == 0" in [c.text for c in template.constraints]
+    assert {r.backend for r in events if isinstance(r, RunStarted)} == {"opencl"}
+
+    # stage 2: a verified best, at least as fast as the template's defaults (the original's code)
+    # measured in the same session; the original itself is measured and kept as the baseline
+    done = events[-1]
+    assert isinstance(done, LoopFinished) and done.best and done.best_us > 0
+    results = s.results()
+    default = template.default_config()
+    assert any(v.ok and dict(v.config) == dict(done.best) for v in events if isinstance(v, WinnerVerified))
+    defaults = [x.median_us for x in results if config_key(x.config) == config_key(default) and x.ranked]
+    assert defaults and done.best_us <= min(defaults)
+    best = min((x for x in results if x.ranked and x.config), key=lambda x: x.median_us)
+    assert best.median_us == pytest.approx(done.best_us)
+    assert s.baseline() is not None and s.baseline().config == {} and done.original_us == s.baseline().median_us
+    # the planner saw the round before; the tester reported on each round
+    plans = [e for e in events if isinstance(e, PlanMade)]
+    assert "refine around the best" in plans[1].text if len(plans) > 1 else True
+    assert all("verified" in e.text for e in events if isinstance(e, Analysis))
+    assert any(isinstance(e, Note) and e.source == "tester" for e in events)
+
+    show = kerntune("show", str(session), "--json")
+    assert show.returncode == 0, show.stderr
+
+
+def test_without_an_agent_or_a_key_a_spec_without_parameters_uses_the_rules_and_says_so(tmp_path):
+    spec = original_spec(tmp_path)
+    out = tmp_path / "tpl"
+    r = kerntune("templatize", str(spec), "-o", str(out), "--session", str(tmp_path / "t.toml"), env=without_key())
+    assert r.returncode == 0, r.stderr
+    assert "agent: rules (ANTHROPIC_API_KEY is not set" in r.stdout
+    template = load_template(out)
+    assert len(template.parameters) >= 2 and template.original_sources["opencl"] == (spec / "baseline.cl").read_text()
+    diff = (out / "template.diff").read_text()
+    assert diff.startswith("--- original.cl\n+++ kernel.cl\n") and "+#ifndef VEC\n" in diff
+    assert "-__kernel __attribute__((reqd_work_group_size(256, 1, 1)))" in diff
+    notes = [e.text for e in load_session(tmp_path / "t.toml").events if isinstance(e, Note)]
+    assert any("ANTHROPIC_API_KEY is not set" in n for n in notes)
+    again = kerntune("templatize", str(spec), "-o", str(out), env=without_key())
+    assert again.returncode == 2 and "already holds a kernel.toml" in again.stderr
+
+
+# the rules' pieces ---------------------------------------------------------------------------
+
+def test_lifting_the_opencl_port_gives_block_vec_and_unroll_with_ranges_from_the_device(tmp_path):
+    t = load_template(original_spec(tmp_path))
+    lifted = lift_template(t, "opencl", CPU)
+    p = lifted.proposal
+    assert [x.name for x in p.parameters] == ["BLOCK", "VEC", "UNROLL"]
+    assert {x.name: x.default for x in p.parameters} == {"BLOCK": 256, "VEC": 8, "UNROLL": 0}
+    assert p.parameters[0].values == (32, 64, 128, 256, 512, 1024, 2048, 4096)  # powers of two to the limit
+    assert p.parameters[1].values == (1, 2, 4, 8, 16)
+    assert p.block == ("BLOCK",) and p.grid == ("tokens",)
+    assert p.constraints == ("d % VEC == 0",)
+    # the CUDA original has no VEC to lift, so the template is for OpenCL alone, and says so
+    assert set(p.sources) == {"opencl"}
+    assert any("cuda source has no VEC" in n for n in lifted.notes)
+
+
+def test_lifting_the_cuda_original_makes_its_block_and_its_bare_unroll_parameters(tmp_path):
+    t = load_template(original_spec(tmp_path))
+    lifted = lift_template(t, "cuda", DeviceLimits("cuda", "gpu", max_threads_per_block=1024))
+    p = lifted.proposal
+    assert [x.name for x in p.parameters] == ["BLOCK", "UNROLL"]
+    assert p.parameters[0].values == (32, 64, 128, 256, 512, 1024)
+    assert p.parameters[1].values == (0, 1, 2, 4) and p.parameters[1].default == 0
+    src = p.sources["cuda"]
+    # the default keeps the original's own pragma; other values go through _Pragma
+    assert "#if UNROLL > 0\nKERNTUNE_PRAGMA(unroll UNROLL)\n#else\n#pragma unroll\n#endif" in src
+    assert src.index("#ifndef BLOCK") > src.index("#include <cuda_fp16.h>")
+    assert set(p.sources) == {"cuda", "opencl"}  # the OpenCL port has both too
+
+
+def test_a_define_with_a_name_that_is_no_knob_is_left_alone():
+    src = ("#define N_HEADS 32\n#define WARP_SIZE 32\n#define TILE 16\n#pragma unroll 4\n"
+           "constexpr int kBlockSize = 128;\n")
+    lifts = find_lifts(src)
+    assert [(lf.name, lf.kind, lf.default) for lf in lifts] == [
+        ("TILE", "tile", 16), ("UNROLL", "unroll", 4), ("BLOCK_SIZE", "threads", 128)]
+
+
+def test_a_launch_attribute_that_disagrees_with_the_spec_keeps_the_block_size_as_it_is(tmp_path):
+    d = original_spec(tmp_path)
+    (d / "kernel.toml").write_text((d / "kernel.toml").read_text().replace("block = [256]", "block = [128]"))
+    lifted = lift_template(load_template(d), "opencl", CPU)
+    assert "BLOCK" not in [x.name for x in lifted.proposal.parameters]
+    assert any("says 256 threads but the spec launches 128" in n for n in lifted.notes)
+
+
+def test_value_ranges_and_the_grids_of_the_tuner():
+    assert values_for("vector", 4, CPU) == (1, 2, 4, 8, 16)
+    assert values_for("tile", 16, CPU) == (4, 8, 16, 32, 64)
+    assert spread((32, 64, 128, 256, 512, 1024, 2048, 4096), 256, 3) == (32, 256, 4096)
+    assert neighbours((32, 64, 128, 256, 512), 256, threads=True) == (128, 192, 256, 384, 512)
+    assert neighbours((1, 2, 4, 8), 8, threads=False) == (4, 8)
+
+
+def test_the_coarse_grid_fits_the_budget_and_keeps_every_default(tmp_path):
+    t = load_template(original_spec(tmp_path))
+    p = lift_template(t, "opencl", CPU).proposal
+    template = write_template(t, p, tmp_path / "tpl", CPU)
+    for budget in (1, 6, 12, 24, 48, 500):
+        grid = coarse_grid(template, budget)
+        size = 1
+        for name, values in grid.items():
+            assert template.parameter(name).default in values
+            size *= len(values)
+        assert size <= max(budget, 1)
+    full = coarse_grid(template, 10_000)
+    assert {k: len(v) for k, v in full.items()} == {"BLOCK": 8, "VEC": 5, "UNROLL": 4}
+
+
+def test_a_proposal_never_changes_what_the_kernel_is_checked_against(tmp_path):
+    t = load_template(original_spec(tmp_path))
+    p = TemplateProposal({"opencl": t.source_for("opencl")}, (ParamProposal("VEC", (4, 8), 8),))
+    template = write_template(t, p, tmp_path / "tpl", CPU)
+    assert [(a.name, a.dtype, a.role) for a in template.arguments] == [(a.name, a.dtype, a.role) for a in t.arguments]
+    assert [x.values for x in template.problems] == [x.values for x in t.problems]
+    assert template.cost_bytes.source == t.cost_bytes.source
+    assert [e.source for e in template.baseline_block] == ["256"]

@@ -1,0 +1,149 @@
+"""The gate, the loop's stop rules and events, and the dependency direction of the agent loop."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kerntune.agents.rules import RulesProvider
+from kerntune.engine.backends import list_devices
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.evaluate import TimingPolicy
+from kerntune.engine.events import (
+    AgentCall,
+    Analysis,
+    GateChecked,
+    LoopFinished,
+    LoopStarted,
+    PlanMade,
+    RoundStarted,
+    SearchPlanned,
+    TemplateProposed,
+)
+from kerntune.engine.gate import check_proposal, guard_free
+from kerntune.engine.loop import LoopOptions, TuningLoop
+from kerntune.engine.proposal import ParamProposal, TemplateProposal
+from kerntune.engine.session import SessionWriter, load_session, new_header
+from kerntune.engine.sol import save_peaks
+from kerntune.engine.template import load_template
+from kerntune.engine.tune import TuneOptions
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1)
+
+
+@pytest.fixture
+def original(tmp_path):
+    d = tmp_path / "silu_original"
+    shutil.copytree(HERE / "data" / "originals" / "silu_and_mul", d)
+    shutil.copyfile(ROOT / "templates" / "silu_and_mul" / "baseline.cu", d / "baseline.cu")
+    return load_template(d)
+
+
+def block_template(t, guard_only=False, extra="", constraints=(), default=256) -> TemplateProposal:
+    src = t.source_for("opencl")
+    src = src.replace("#define VEC 8", f"#ifndef BLOCK\n#define BLOCK {default}\n#endif\n#define VEC 8{extra}")
+    if not guard_only:
+        src = src.replace("reqd_work_group_size(256, 1, 1)", "reqd_work_group_size(BLOCK, 1, 1)")
+    return TemplateProposal({"opencl": src}, (ParamProposal("BLOCK", (64, 128, 256), default),),
+                            tuple(constraints), block=None if guard_only else ("BLOCK",))
+
+
+def gate(t, proposal, tmp_path):
+    return check_proposal(t, proposal, tmp_path / "tpl", backend="opencl", device=0, problem=t.problem(),
+                          limits=CPU, timeout=120)
+
+
+def test_the_gate_refuses_before_the_device_what_it_can_see_in_the_text(tmp_path, original):
+    # a parameter that only sets its own default is not used
+    v = gate(original, block_template(original, guard_only=True), tmp_path)
+    assert not v.ok and v.reason.startswith("parameter(s) BLOCK are declared but never used")
+    # a constraint that does not parse
+    v = gate(original, block_template(original, constraints=("BLOCK >> ",)), tmp_path)
+    assert not v.ok and v.reason.startswith("the spec does not load: kernel.toml: [constraints[0]]")
+    # a default that its own constraints forbid
+    v = gate(original, block_template(original, constraints=("BLOCK < 128",)), tmp_path)
+    assert not v.ok and v.reason == "the default configuration is infeasible at small: BLOCK < 128"
+    # no parameters at all
+    v = gate(original, TemplateProposal({"opencl": original.source_for("opencl")}, ()), tmp_path)
+    assert not v.ok and "no parameters" in v.reason
+    # a source for another backend only
+    cuda_only = TemplateProposal({"cuda": original.source_for("cuda")}, (ParamProposal("B", (1,), 1),))
+    v = gate(original, cuda_only, tmp_path)
+    assert not v.ok and "no opencl source" in v.reason
+
+
+def test_guard_free_removes_only_the_default_block():
+    src = "#ifndef VEC\n#define VEC 8\n#endif\nint x = VEC;\n"
+    assert guard_free(src, "VEC") == "int x = VEC;\n"
+    assert guard_free(src, "BLOCK") == src
+
+
+def test_the_gate_compiles_and_compares_on_the_device(tmp_path, original, opencl_backend):
+    v = gate(original, block_template(original, extra="\n#error not a kernel"), tmp_path)
+    assert not v.ok and "does not compile" in v.reason
+    v = gate(original, block_template(original, default=128), tmp_path)  # any work-group size gives the same outputs
+    assert v.ok and len(v.seeds) == 2 and v.template.default_config() == {"BLOCK": 128}
+    wrong = block_template(original)
+    wrong = TemplateProposal({"opencl": wrong.sources["opencl"].replace("* vload_half(j, up)", "")},
+                             wrong.parameters, block=("BLOCK",))
+    v = gate(original, wrong, tmp_path)
+    assert not v.ok and "out:" in v.reason and "outside tolerance" in v.reason and "at small" in v.reason
+
+
+def test_the_loop_stops_when_the_best_is_within_the_sol_target_and_the_planner_sees_sol(
+        tmp_path, original, opencl_backend, monkeypatch):
+    # peaks so low that this CPU reaches the speed of light at once
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    limits = list_devices("opencl")[0].limits
+    save_peaks(limits, 0.01, 0.01)
+    tune = TuneOptions(backend="opencl", probe=False, seed=3, session_path=tmp_path / "sol.toml",
+                       timing=TimingPolicy(min_repeats=5, max_repeats=5))
+    events = []
+    out = TuningLoop(original, [RulesProvider()], LoopOptions(tune=tune, rounds=3, budget=3, sol_target=0.9),
+                     [events.append]).run()
+    assert out.reason.startswith("the best is") and "of the speed of light (target 90%)" in out.reason
+    assert len(out.rounds) == 1 and out.best.sol_fraction >= 0.9
+    plan = next(e for e in events if isinstance(e, PlanMade))
+    assert re.search(r"Speed of light at small: [\d.]+ us; the original runs at \d+% of it", plan.text)
+    assert re.search(r"Speed of light per problem size: small [\d.]+ us \(tuned here\), llama7b-t128 [\d.]+ us",
+                     plan.text)
+    analysis = next(e for e in events if isinstance(e, Analysis))
+    assert "% of SOL" in analysis.text and analysis.sol_fraction >= 0.9
+
+
+def test_loop_events_round_trip_through_a_session(tmp_path):
+    evs = [
+        LoopStarted(0.0, "claude", 3, 0.9, "claude-sonnet-5", 24),
+        RoundStarted(0.1, 1, "claude"),
+        PlanMade(0.2, 1, "claude", "lift BLOCK\nthen search", True, False),
+        TemplateProposed(0.3, 1, 1, "claude", "opencl", ("BLOCK", "VEC"), {"BLOCK": 256, "VEC": 8},
+                         "[kernel]\nname = \"x\"\n", "#ifndef BLOCK\n", "--- a\n+++ b\n", "two knobs"),
+        GateChecked(0.4, 1, 1, False, "out: 3 of 10 elements outside tolerance", ("the spec loads",), (5, 6), "/t/r1"),
+        SearchPlanned(0.5, 1, "rules", "grid", 12, {"BLOCK": [64, 256], "VEC": [8]}, "coarse"),
+        Analysis(0.6, 1, "rules", "Round 1: ...", {"BLOCK": 64}, 10.5, 20.0, 0.5, True),
+        AgentCall(0.7, "claude", "planner", "claude-sonnet-5", 1200, 80, 1000, 200, 0.0123, 1.5, "end_turn"),
+        LoopFinished(0.8, "plateau", 2, {"BLOCK": 64}, 10.5, 20.0, 1.9, 0.5, "/t/r1", 0.0123),
+    ]
+    header = new_header(command=["kerntune"], device={"name": "d"}, template={"name": "x", "backend": "opencl"},
+                        space={}, tuning={})
+    with SessionWriter(tmp_path / "s.toml", header) as w:
+        for ev in evs:
+            w.write(ev)
+    s = load_session(tmp_path / "s.toml")
+    assert s.events == evs and s.warnings == []
+
+
+def test_the_engine_never_imports_the_agents_and_nothing_needs_the_sdk_to_load():
+    for f in (ROOT / "engine").rglob("*.py"):
+        text = f.read_text()
+        assert not re.search(r"\bkerntune\.agents\b|from \.\.agents|import agents\b", text), f
+        assert "anthropic" not in re.sub(r"#[^\n]*|\"\"\"[\s\S]*?\"\"\"", "", text), f
+    code = ("import sys; import kerntune.tui.cli, kerntune.agents.rules, kerntune.agents.providers, "
+            "kerntune.engine.loop; assert 'anthropic' not in sys.modules, 'anthropic imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
