@@ -224,3 +224,16 @@ def test_the_live_feed_says_so_when_the_header_cannot_be_read_and_never_stops_th
     items = feed.poll().items
     assert isinstance(items[0], Note) and "could not read the session header" in items[0].text
     assert items[1] == started
+
+
+def test_the_original_kernel_with_no_parameters_is_the_baseline():
+    from kerntune.engine.events import ConfigEvaluated
+    from kerntune.engine.result import Result
+    from kerntune.tui.state import DashboardState
+
+    state = DashboardState()
+    state.set_header({"template": {"name": "x", "backend": "opencl", "parameters": [], "default_config": {}}})
+    state.apply(ConfigEvaluated(0.1, 0, Result(config={}, status="ok", median_us=10.0)))
+    state.apply(ConfigEvaluated(0.2, 1, Result(config={"B": 2}, status="ok", median_us=5.0)))
+    assert state.baseline_us == 10.0
+    assert state.speedup(Result(config={"B": 2}, status="ok", median_us=5.0)) == 2.0

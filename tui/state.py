@@ -277,7 +277,8 @@ class DashboardState:
     @property
     def baseline(self) -> Result | None:
         """The template's default configuration, once it has been evaluated."""
-        e = self.entries.get(self.default_key) if self.default_key else None
+        # a template with no parameters has the empty key: the original kernel is its baseline
+        e = self.entries.get(self.default_key) if self.default_key is not None else None
         return e.result if e is not None else None
 
     @property

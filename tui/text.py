@@ -111,7 +111,7 @@ class TextRenderer:
         self.verbose = verbose
         self.results: list[Result] = []
         self.baseline: Result | None = None
-        self.default_key = ""
+        self.default_key: str | None = None
         self.feasible = 0
         self.best: Result | None = None
         self._t0 = time.monotonic()
@@ -131,7 +131,7 @@ class TextRenderer:
         elif isinstance(ev, ConfigEvaluated):
             r = ev.result
             self.results.append(r)
-            if self.default_key and config_key(r.config) == self.default_key:
+            if self.default_key is not None and config_key(r.config) == self.default_key:
                 self.baseline = r
             if not self.tty:
                 msg = f" {r.message[:100]}" if r.message and not r.ranked else ""
