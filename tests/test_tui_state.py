@@ -237,3 +237,24 @@ def test_the_original_kernel_with_no_parameters_is_the_baseline():
     state.apply(ConfigEvaluated(0.2, 1, Result(config={"B": 2}, status="ok", median_us=5.0)))
     assert state.baseline_us == 10.0
     assert state.speedup(Result(config={"B": 2}, status="ok", median_us=5.0)) == 2.0
+
+
+def test_loop_events_reach_the_plan_and_the_diff():
+    from kerntune.engine.events import GateChecked, LoopStarted, PlanMade, TemplateProposed
+    from kerntune.tui.state import DashboardState
+
+    state = DashboardState()
+    state.set_header({"template": {"name": "x", "backend": "opencl", "source": "int a = 256;",
+                                   "original_source": "int a = 256;", "default_config": {}}})
+    state.dirty.clear()
+    state.apply(LoopStarted(0.0, "rules", 3, 0.9))
+    state.apply(PlanMade(0.1, 1, "rules", "lift the block size, then a grid"))
+    state.apply(TemplateProposed(0.2, 1, 1, "rules", "opencl", ("BLOCK",), {"BLOCK": 256}, "",
+                                 "#ifndef BLOCK\\n#define BLOCK 256\\n#endif\\nint a = BLOCK;"))
+    state.apply(GateChecked(0.3, 1, 1, False, "BLOCK is never used"))
+    texts = [line.text for line in state.log]
+    assert any("lift the block size" in t for t in texts)
+    assert any("template proposed (attempt 1): BLOCK" in t for t in texts)
+    assert any("template rejected: BLOCK is never used" in t for t in texts)
+    assert "diff" in state.dirty
+    assert "int a = BLOCK;" in state.template["source"] and state.template["original_source"] == "int a = 256;"

@@ -16,13 +16,22 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from kerntune.engine.events import (
+    AgentCall,
+    Analysis,
     BestImproved,
     ConfigEvaluated,
     Event,
+    GateChecked,
+    LoopFinished,
+    LoopStarted,
     Note,
+    PlanMade,
+    RoundStarted,
     RunFinished,
     RunStarted,
+    SearchPlanned,
     SpaceBuilt,
+    TemplateProposed,
     WinnerVerified,
 )
 from kerntune.engine.result import Result, config_key
@@ -83,6 +92,7 @@ class DashboardState:
         self.header: dict[str, Any] = {}
         self.parameters: list[str] = []
         self.default_key: str | None = None
+        self.cost_usd = 0.0  # spent on model calls in an agent loop
         self.entries: dict[str, Entry] = {}
         self._ranked: list[tuple[float, int, str]] = []  # (median, seq, key), fastest first
         self.suspect: list[str] = []
@@ -197,6 +207,49 @@ class DashboardState:
             self.finished = item
             self._log(item.t, "engine", f"finished ({item.reason}): {item.evaluated} evaluated, "
                       f"{item.verified} verified", "info")
+            self.dirty.update(("title", "progress"))
+        else:
+            self._loop_event(item)
+
+    def _loop_event(self, item: Event) -> None:
+        """The agent loop's steps: plan, template proposals and the gate, search plans, analyses."""
+        if isinstance(item, LoopStarted):
+            model = f" ({item.model})" if item.model else ""
+            self._log(item.t, "loop", f"agent loop: {item.agent}{model}, up to {item.rounds} rounds, "
+                      f"stop at {100 * item.sol_target:.0f}% of SOL", "info")
+        elif isinstance(item, RoundStarted):
+            self._log(item.t, "loop", f"round {item.round}", "info")
+        elif isinstance(item, PlanMade):
+            self._log(item.t, "planner", item.text, "note")
+        elif isinstance(item, TemplateProposed):
+            # the diff panel shows the newest proposal against the original kernel
+            template = dict(self.template)
+            original = template.get("original_source", template.get("source", ""))
+            template.update(source=item.source, original_source=original, backend=item.backend)
+            self.header = {**self.header, "template": template}
+            params = ", ".join(item.parameters) or "no parameters"
+            self._log(item.t, "generator", f"template proposed (attempt {item.attempt}): {params}"
+                      + (f"; {item.summary}" if item.summary else ""), "note")
+            self.dirty.add("diff")
+        elif isinstance(item, GateChecked):
+            if item.ok:
+                self._log(item.t, "gate", f"template accepted: {', '.join(item.checks) or 'all checks passed'}",
+                          "good")
+            else:
+                self._log(item.t, "gate", f"template rejected: {item.reason}", "error")
+        elif isinstance(item, SearchPlanned):
+            budget = f", budget {item.budget}" if item.budget else ""
+            self._log(item.t, "tuner", f"{item.strategy} search{budget}"
+                      + (f": {item.reason}" if item.reason else ""), "note")
+        elif isinstance(item, Analysis):
+            self._log(item.t, "tester", item.text, "note")
+        elif isinstance(item, AgentCall):
+            self.cost_usd += item.cost_usd
+            self._log(item.t, item.agent, f"{item.role}: {item.input_tokens} in / {item.output_tokens} out tokens"
+                      f" ({item.cache_read_tokens} cached), ${item.cost_usd:.4f}", "info")
+        elif isinstance(item, LoopFinished):
+            speed = f", {item.speedup:.2f}x the original" if item.speedup else ""
+            self._log(item.t, "loop", f"loop finished ({item.reason}) after {item.rounds} rounds{speed}", "good")
             self.dirty.update(("title", "progress"))
 
     def _log(self, t: float, source: str, text: str, kind: str) -> None:
