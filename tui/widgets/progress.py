@@ -28,8 +28,12 @@ def fmt_duration(seconds: float) -> str:
 def progress_counts(state: DashboardState) -> Text:
     """`18/24 evaluated · 2 failed · 4.2/s · ~3 s left`, or how the run ended."""
     out = Text()
-    out.append(f"{state.evaluated}", "bold")
+    # an agent loop runs one search per round, each over its own space: count the current one
+    rounds = len(state.runs) > 1 and state.runs[-1].resumed == 0
+    out.append(f"{state.run_evaluated if rounds else state.evaluated}", "bold")
     out.append(f"/{state.feasible or '?'} evaluated")
+    if rounds:
+        out.append(f" this round, {state.evaluated} in all")
     target = state.target()
     if target and target < state.feasible:
         out.append(f" (budget {target})")
