@@ -1,6 +1,6 @@
 """The kernel library against its baselines and PyTorch, on a CUDA device.
 
-    python bench/kernels.py [--kernels silu_and_mul,...] [--budget 48] [--sessions DIR] [--md FILE]
+    python bench/kernels.py [--kernels silu_and_mul,...] [--budget 48] [--refine 0] [--sessions DIR] [--md FILE]
 
 For every kernel and problem size: the original kernel (baseline.cu at its own launch), PyTorch
 eager and torch.compile (one static compile per size), the tuned best for that size, and the
@@ -8,7 +8,9 @@ general config (the one configuration with the best geometric mean over all size
 is a median of device-event timings with the L2 flushed before each run. Tuned results pass the
 full verification protocol; each size's winner is verified again on new inputs. One size per
 kernel is searched exhaustively and its session saved; the others sample the same random
-configurations (same seed), so the general config is chosen from results measured at every size.
+configurations (same seed), so the general config is chosen from results measured at every size;
+with --refine N the model-guided strategy then spends N more evaluations on each of those sizes,
+learning from the sample (a resumed session).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from kerntune import templates
@@ -111,7 +114,7 @@ def torch_time(fn, args, torch, flush, reps: int = 100) -> float:
 
 # the bench -------------------------------------------------------------------------------------
 def bench_kernel(name: str, budget: int, sessions: Path, tmp: Path, torch, flush, backend_name: str = "cuda",
-                 plan: dict | None = None, shape: dict | None = None) -> list[dict]:
+                 plan: dict | None = None, shape: dict | None = None, refine: int = 0) -> list[dict]:
     t = load_template(templates.path(name))
     sizes, full = (plan or PLAN)[name]
     runs = {}
@@ -125,6 +128,9 @@ def bench_kernel(name: str, budget: int, sessions: Path, tmp: Path, torch, flush
                            command=["python", "bench/kernels.py", "--kernels", name])
         t0 = time.perf_counter()
         out = TuneRun(t, opts).run()
+        if not exhaustive and refine:
+            # the shared random sample chooses the general config; the model then hunts this size's best
+            out = TuneRun(t, replace(opts, strategy="model", budget=budget + refine, resume=True)).run()
         runs[size] = out
         print(f"  {name} {size}: {len(out.results)} configs in {time.perf_counter() - t0:.0f} s, "
               f"best {out.best.median_us:.2f} us ({fmt_config(out.best.config)}), winner check "
@@ -197,6 +203,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default=",".join(PLAN))
     ap.add_argument("--budget", type=int, default=48, help="random configurations per non-exhaustive size")
+    ap.add_argument("--refine", type=int, default=0,
+                    help="then this many more per non-exhaustive size, chosen by the model-guided strategy")
     ap.add_argument("--sessions", type=Path, default=Path("sessions"))
     ap.add_argument("--md", type=Path)
     args = ap.parse_args()
@@ -211,7 +219,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.kernels.split(","):
-            rows += bench_kernel(name, args.budget, args.sessions, Path(tmp), torch, flush)
+            rows += bench_kernel(name, args.budget, args.sessions, Path(tmp), torch, flush, refine=args.refine)
             text = table(rows, limits.name, peaks.bandwidth_gbs)
             print(text, flush=True)  # each kernel's rows as soon as they exist
             if args.md:

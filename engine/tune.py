@@ -266,6 +266,12 @@ class TuneRun:
             self.note("the default configuration is not feasible for this problem: speedups are relative to the fastest")
         strategy = make_strategy(opts.strategy, space, seed=opts.seed, done=done,
                                  first=default if default in space.configs else None)
+        # A resumed run's strategy learns from what is already measured (the model's data, the
+        # local search's starting point), not only that it is done.
+        feasible = {c.key for c in space.configs}
+        for r in results:
+            if config_key(r.config) in feasible:
+                strategy.observe(Config.of(r.config), r)
         spec = WorkerSpec(backend, opts.device, str(template.spec_path), template.spec_text,
                           dict(template.sources), problem.name, dict(problem.values), opts.seed,
                           opts.timing, opts.verify,

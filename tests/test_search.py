@@ -168,3 +168,22 @@ def test_simulate_and_kt_commands(tmp_path, capsys):
     assert main(["kt-import", str(kt), "-o", str(tmp_path / "back.toml")]) == 0
     assert main(["simulate", str(tmp_path / "nothing.toml")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_a_run_resumed_with_another_strategy_keeps_and_learns_from_its_results(opencl_backend, tmp_path):
+    from dataclasses import replace
+
+    from kerntune.engine.evaluate import TimingPolicy
+    from kerntune.engine.tune import TuneOptions, TuneRun
+
+    t = load_template(templates.path("vector_add"))
+    opts = TuneOptions(backend="opencl", strategy="random", budget=6, seed=1, overrides={"n": 20000},
+                       session_path=tmp_path / "s.toml", probe=False,
+                       timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.001))
+    first = TuneRun(t, opts).run()
+    assert len(first.results) == 6
+    second = TuneRun(t, replace(opts, strategy="model", budget=10, resume=True)).run()
+    keys = [config_key(r.config) for r in second.results]
+    assert len(keys) == 10 and len(set(keys)) == 10
+    assert keys[:6] == [config_key(r.config) for r in first.results]
+    assert second.best.median_us <= first.best.median_us
