@@ -72,7 +72,7 @@ Be brief: a plan or an analysis is a few sentences. A result measured faster tha
 light is flagged suspect: a broken measurement or cost model, never a win.
 """
 
-READ_TOOLS = ("read_kernel", "read_device_limits", "read_results")
+READ_TOOLS = ("read_kernel", "read_device_limits", "read_results", "read_profile")
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -95,6 +95,13 @@ TOOLS: list[dict[str, Any]] = [
                 "limit": {"type": "integer", "description": "how many of the fastest to list (default 15)"},
             },
         },
+    },
+    {
+        "name": "read_profile",
+        "description": ("Nsight Compute's metrics for the leading configurations profiled so far: DRAM throughput "
+                        "against peak, SM throughput, occupancy, cache hit rates, the top warp stall reasons, "
+                        "registers and shared memory, and the bound they point to (memory, compute, latency)."),
+        "input_schema": {"type": "object", "properties": {}},
     },
     {
         "name": "propose_template",
@@ -335,6 +342,8 @@ class ClaudeProvider:
             return "\n\n".join(out)
         if name == "read_device_limits":
             return "\n".join(f"{k}: {v}" for k, v in describe(state.limits))
+        if name == "read_profile":
+            return profiles_text(state)
         rnd = args.get("round") if isinstance(args, dict) else None
         limit = args.get("limit", 15) if isinstance(args, dict) else 15
         limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit <= 200 else 15
@@ -560,3 +569,19 @@ def _parse_search(args: Any, state: LoopState) -> SearchPlan:
         out[k] = tuple(v)
     reason = args.get("reason", "")
     return SearchPlan(strategy, budget, out, reason if isinstance(reason, str) else "")
+
+
+def profiles_text(state: LoopState) -> str:
+    """The loop's profiles as text for the model: one block per profiled configuration."""
+    from kerntune.engine.profile import ProfileMetrics, consistency
+
+    out = []
+    for rec in state.history:
+        for p in rec.profiles:
+            head = f"Round {rec.round}, #{p.rank} {fmt_config(p.config)} ({p.measured_us:.2f} us timed)"
+            if not p.ok:
+                out.append(f"{head}: not profiled: {p.message}")
+                continue
+            out.append(f"{head}:\n  {ProfileMetrics.from_dict(p.metrics).summary()}\n  {consistency(p)}")
+    return "\n".join(out) if out else ("no profiles: run with --profile-top K on a CUDA device with Nsight "
+                                        "Compute to get them")

@@ -21,8 +21,17 @@ from kerntune.engine.proposal import TemplateProposal
 from kerntune.engine.template import ParamValue, Template
 
 from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
-from .lift import Lift, lift_template
+from .lift import KINDS, Lift, lift_template
 
+# What to vary first, by the bound Nsight Compute reports for the best configuration (kinds of
+# parameter as agents/lift.py names them): a memory-bound kernel wants more bytes in flight per
+# thread, a latency-bound one more warps or more independent work per warp, a compute-bound one
+# cheaper arithmetic.
+BOUND_FIRST = {
+    "memory": ("vector", "unroll", "tile"),
+    "latency": ("threads", "unroll", "tile"),
+    "compute": ("flag", "unroll", "tile"),
+}
 GRID_BUDGET = 48  # configurations of the first round when the loop sets no budget
 REFINE_BUDGET = 24
 
@@ -58,9 +67,13 @@ class RulesProvider:
             return Plan(f"Round {state.round}: no verified result to refine around; stopping.\n{sol}", stop=True)
         around = fmt_config(state.best.config)
         tried = sum(len(r.results) for r in mine)
+        evidence, first = profile_evidence(state)
+        order = (f"the parameters the profile points to first ({', '.join(first)}), then those that moved the "
+                 "time most" if first else "those that moved the time most first")
         return Plan(f"Round {state.round}: refine around the best so far ({around}, {us(state.best.median_us)}): "
-                    f"the neighbouring values of each parameter, those that moved the time most first "
-                    f"({tried} configurations of this template measured so far are not repeated).\n{sol}")
+                    f"the neighbouring values of each parameter, {order} "
+                    f"({tried} configurations of this template measured so far are not repeated).\n{sol}"
+                    + (f"\n{evidence}" if evidence else ""))
 
     # generator ---------------------------------------------------------------------------------
     def generate(self, state: LoopState, rejection: str | None) -> TemplateProposal:
@@ -90,9 +103,11 @@ class RulesProvider:
                 else "a coarse grid (every other value of the longest lists, the default kept)"
             return SearchPlan("grid", budget, values, f"{how}: {size} configurations")
         budget = state.budget or REFINE_BUDGET
-        values, order = refinement(template, state.best.config, mine, budget)
+        _, first = profile_evidence(state)
+        values, order = refinement(template, state.best.config, mine, budget, first)
+        lead = f"the profile's bound first ({', '.join(first)}), then " if first else ""
         return SearchPlan("grid", budget, values,
-                          "neighbours of the best's values, most influential first: " + ", ".join(order))
+                          f"neighbours of the best's values, {lead}most influential first: " + ", ".join(order))
 
     # tester ------------------------------------------------------------------------------------
     def test(self, state: LoopState, record: RoundRecord) -> Report:
@@ -129,9 +144,44 @@ def spread(values: tuple, default: ParamValue, k: int) -> tuple:
     return tuple(ordered[i] for i in picks)
 
 
-def refinement(template: Template, best: dict, results: list, budget: int) -> tuple[dict, list[str]]:
+def param_kind(name: str, description: str = "") -> str:
+    """threads, vector, unroll, flag, tile or '' (what agents/lift.py would call the parameter)."""
+    upper = name.upper()
+    for kind, pattern in KINDS:
+        if pattern.search(upper):
+            return kind
+    d = description.lower()
+    for kind, words in (("threads", ("threads per block",)), ("vector", ("vector",)), ("unroll", ("unroll",))):
+        if any(w in d for w in words):
+            return kind
+    return ""
+
+
+def profile_evidence(state: LoopState) -> tuple[str, list[str]]:
+    """What the best configuration's profile says, and the parameters its bound points to first."""
+    prof = state.best_profile
+    if prof is None or state.template is None:
+        return "", []
+    m = prof.metrics
+    bound = str(m.get("bound", ""))
+    kinds = BOUND_FIRST.get(bound, ())
+    first = [p.name for k in kinds for p in state.template.parameters
+             if param_kind(p.name, p.description) == k and len(p.values) > 1]
+    stalls = ", ".join(f"{k.replace('_', ' ')}" for k in dict(m.get("stalls", {})))
+    text = (f"Profile of the best (Nsight Compute): {bound}-bound; DRAM {m.get('dram_pct', 0):.0f}% of peak, "
+            f"SM {m.get('sm_pct', 0):.0f}%, occupancy {m.get('achieved_occupancy_pct', 0):.0f}% of "
+            f"{m.get('theoretical_occupancy_pct', 0):.0f}%" + (f"; warps stall on {stalls}" if stalls else "")
+            + ".")
+    if bound == "memory" and float(m.get("dram_pct", 0)) >= 90:
+        text += " DRAM is near its peak: little is left to gain by tuning."
+    return text, list(dict.fromkeys(first))
+
+
+def refinement(template: Template, best: dict, results: list, budget: int,
+               first: list[str] | tuple[str, ...] = ()) -> tuple[dict, list[str]]:
     """Neighbours of the best's values, parameter by parameter in order of how much each moved the
-    time (the slowest over the fastest of the best times per value), while the product fits."""
+    time (the slowest over the fastest of the best times per value), while the product fits; the
+    parameters in `first` (the profile's choice) go before the rest."""
     defaults = template.default_config()
     effect = {}
     for p in template.parameters:
@@ -141,7 +191,7 @@ def refinement(template: Template, best: dict, results: list, budget: int) -> tu
                 per_value[r.config[p.name]] = min(per_value[r.config[p.name]], r.median_us)
         times = [t for t in per_value.values() if math.isfinite(t)]
         effect[p.name] = max(times) / min(times) if len(times) > 1 else 1.0
-    order = sorted((p.name for p in template.parameters), key=lambda n: -effect[n])
+    order = sorted((p.name for p in template.parameters), key=lambda n: (n not in first, -effect[n]))
     values: dict[str, tuple] = {p.name: (best[p.name],) for p in template.parameters}
 
     def size(v: dict) -> int:

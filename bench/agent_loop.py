@@ -114,7 +114,8 @@ def main() -> int:
             f"{out.speedup:.2f}" if out.speedup else "-",
             f"{100 * best.sol_fraction:.0f}%" if best and best.sol_fraction else "-",
             str(len(out.rounds)), f"{loop_s:.0f}",
-            fmt_config(best.config) if best else "-",
+            ("the original stays (best config " + f"{out.beaten.median_us:.2f} us: " + fmt_config(out.beaten.config) + ")")
+            if out.beaten is not None else fmt_config(best.config) if best else "-",
             f"{hb.median_us:.2f}" if hb else "-",
             f"{hb.median_us / best.median_us:.2f}" if hb and best else "-",
             fmt_config(hb.config) if hb else "-",

@@ -389,14 +389,7 @@ class Evaluator:
         return True, worst, "", tuple(seeds)
 
     def _geometry(self, config: Mapping[str, ParamValue] | None, problem: Problem) -> Geometry:
-        if config is not None:
-            return geometry(self.template, config, problem, self.backend.limits)
-        t = self.template
-        if not t.baseline_block:
-            return geometry(t, t.default_config(), problem, self.backend.limits)
-        dims = [[int(e.evaluate(problem.values)) for e in exprs] for exprs in (t.baseline_grid, t.baseline_block)]
-        pad = [tuple((d + [1, 1, 1])[:3]) for d in dims]
-        return Geometry(pad[0], pad[1])
+        return launch_geometry(self.template, config, problem, self.backend.limits)
 
     def evaluate_original(self) -> Result:
         """The protocol for the original, untemplated kernel (the template's baseline source)."""
@@ -582,6 +575,20 @@ class Evaluator:
             return ok, msg
         except (CompileError, LaunchError) as e:
             return False, str(e)
+
+
+def launch_geometry(template: Template, config: Mapping[str, ParamValue] | None, problem: Problem,
+                    limits: Any = None) -> Geometry:
+    """A configuration's launch; None is the original kernel at its own launch (the default
+    configuration's when the template gives none)."""
+    if config is not None:
+        return geometry(template, config, problem, limits)
+    t = template
+    if not t.baseline_block:
+        return geometry(t, t.default_config(), problem, limits)
+    dims = [[int(e.evaluate(problem.values)) for e in exprs] for exprs in (t.baseline_grid, t.baseline_block)]
+    pad = [tuple((d + [1, 1, 1])[:3]) for d in dims]
+    return Geometry(pad[0], pad[1])
 
 
 def _defines(config: Mapping[str, ParamValue]) -> dict[str, str]:

@@ -216,13 +216,32 @@ class LoopFinished(Event):
     sol_fraction: float = 0.0
     template_dir: str = ""
     cost_usd: float = 0.0
+    kept_original: bool = False  # nothing beat the original kernel: `best` is the original's
+
+
+@dataclass(frozen=True)
+class ConfigProfiled(Event):
+    """Nsight Compute's reading of one configuration (engine/profile.py): the metrics, or why none.
+
+    `measured_us` is the run's own timed median for the configuration and `bytes_moved` the cost
+    model's bytes, so the profiler's DRAM figures can be read against them."""
+
+    kind: ClassVar[str] = "config_profiled"
+    config: Mapping[str, Any]
+    ok: bool
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    message: str = ""
+    rank: int = 0
+    measured_us: float = 0.0
+    bytes_moved: float = 0.0
+    tool: str = ""
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (RunStarted, SpaceBuilt, Note, ConfigEvaluated, BestImproved, WinnerVerified, RunFinished,
                 LoopStarted, RoundStarted, PlanMade, TemplateProposed, GateChecked, SearchPlanned,
-                Analysis, AgentCall, LoopFinished)
+                Analysis, AgentCall, LoopFinished, ConfigProfiled)
 }
 
 

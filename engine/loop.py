@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from .device import DeviceLimits
 from .events import (
@@ -92,6 +92,7 @@ class RoundRecord:
     winner_ok: bool | None = None
     reason: str = ""
     error: str = ""
+    profiles: tuple = ()  # ConfigProfiled events of the round's leading configurations
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,20 @@ class LoopState:
     def original_us(self) -> float | None:
         r = self.original_result
         return r.median_us if r is not None and r.verified else None
+
+    @property
+    def profiles(self) -> list:
+        """Every successful profile of the loop so far, newest last."""
+        return [p for rec in self.history for p in rec.profiles if p.ok]
+
+    @property
+    def best_profile(self) -> Any:
+        """The newest profile of the best configuration so far, or None."""
+        if self.best is None:
+            return None
+        key = config_key(self.best.config)
+        found = [p for p in self.profiles if config_key(p.config) == key]
+        return found[-1] if found else None
 
 
 class Provider(Protocol):
@@ -179,6 +194,13 @@ class LoopOutcome:
     backend: str
     cost_usd: float = 0.0
     agents: list[str] = field(default_factory=list)
+    # No configuration beat the original: `best` is the original's own result, and this the
+    # fastest configuration, which lost to it.
+    beaten: Result | None = None
+
+    @property
+    def kept_original(self) -> bool:
+        return self.beaten is not None
 
     @property
     def speedup(self) -> float | None:
@@ -340,17 +362,24 @@ class TuningLoop:
                 break
         if self._stop.is_set():
             reason = self.stop_reason
-        best = self.best
+        best, best_round, beaten = self.best, self.best_round, None
+        if (best is not None and original is not None and original.verified and original.median_us
+                and best.median_us and original.median_us <= best.median_us):
+            # a tuner never recommends a kernel slower than the one it was given
+            self.note(f"no configuration beat the original kernel (best {best.median_us:.2f} us, original "
+                      f"{original.median_us:.2f} us): the original stays", "loop")
+            best, best_round, beaten = original, 0, best
         speedup = (original.median_us / best.median_us
                    if best is not None and original is not None and original.verified and best.median_us
                    and original.median_us else 0.0)
         self._emit(LoopFinished(
             self._now(), reason, len(self.history), dict(best.config) if best else {},
             (best.median_us or 0.0) if best else 0.0, (original.median_us or 0.0) if original else 0.0, speedup,
-            (best.sol_fraction or 0.0) if best else 0.0, str(self.template_dir or ""), round(self._cost, 6)))
-        return LoopOutcome(self._writer.path, reason, list(self.history), original, best, self.best_round,
+            (best.sol_fraction or 0.0) if best else 0.0, str(self.template_dir or ""), round(self._cost, 6),
+            beaten is not None))
+        return LoopOutcome(self._writer.path, reason, list(self.history), original, best, best_round,
                            self.template, self.template_dir, self.limits, self.backend, self._cost,
-                           list(self.agents))
+                           list(self.agents), beaten)
 
     def _state(self, number: int) -> LoopState:
         return LoopState(
@@ -379,7 +408,7 @@ class TuningLoop:
     def _measure_original(self) -> Result | None:
         """The original kernel as given (its defaults), timed and verified like any configuration."""
         self.note("measuring the original kernel", "loop")
-        opts = replace(self.tune_options, strategy="grid", budget=1, skip=())
+        opts = replace(self.tune_options, strategy="grid", budget=1, skip=(), profile_top=0)
         run = TuneRun(self.original, opts, self.sinks, session=self._writer, started=self._t0)
         self._current = run
         try:
@@ -436,7 +465,8 @@ class TuningLoop:
                 self.note(f"round {number}'s fastest configuration failed its re-check on new inputs: "
                           "it is not used", "loop")
             record = RoundRecord(number, self.provider.name, plan.text, self.template_dir, search,
-                                 tuple(outcome.results), best, outcome.winner_ok, outcome.reason)
+                                 tuple(outcome.results), best, outcome.winner_ok, outcome.reason,
+                                 profiles=tuple(outcome.profiles))
         finally:
             self._current = None
         previous_best = self.best

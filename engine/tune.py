@@ -67,6 +67,8 @@ class TuneOptions:
     # Configurations (their config_key) measured earlier, by an earlier round of the agent loop
     # on the same template: not evaluated again.
     skip: tuple[str, ...] = ()
+    # Profile the K best configurations with Nsight Compute when the search ends (CUDA only).
+    profile_top: int = 0
 
 
 @dataclass
@@ -79,6 +81,7 @@ class Outcome:
     space: Space
     limits: DeviceLimits
     winner_ok: bool | None = None
+    profiles: list = field(default_factory=list)  # ConfigProfiled events, best first
 
 
 def resolve_device(backend: str, device: int) -> tuple[str, DeviceLimits]:
@@ -338,10 +341,43 @@ class TuneRun:
         finally:
             ahead.close()
             worker.close()
+        profiles = []
+        if opts.profile_top > 0 and not self._stop.is_set():
+            profiles = self._profile(template, problem, results, backend, opts.profile_top)
         verified = sum(1 for r in results if r.verified)
         self._emit(RunFinished(self._now(), reason, len(results), verified,
                                dict(best.config) if best else {}, best.median_us if best else 0.0))
-        return Outcome(path, reason, results, best, baseline, space, limits, winner_ok)
+        return Outcome(path, reason, results, best, baseline, space, limits, winner_ok, profiles)
+
+    def _profile(self, template: Template, problem: Problem, results: list[Result], backend: str,
+                 top: int) -> list:
+        """Nsight Compute on the `top` best configurations, one event each; one note when it cannot."""
+        from .profile import (ProfileError, find_ncu, ncu_version, profile_config, profiled_event,
+                              ranked_results)
+
+        if backend != "cuda":
+            self.note(f"profiling needs the CUDA backend and Nsight Compute; this run used {backend}: skipped")
+            return []
+        ncu = find_ncu()
+        if ncu is None:
+            self.note("ncu (Nsight Compute) was not found: the leading configurations are not profiled")
+            return []
+        tool = ncu_version(ncu)
+        bytes_moved = float(template.cost_bytes.evaluate(problem.values))
+        out = []
+        for n, r in enumerate(ranked_results(results)[:top], 1):
+            if self._stop.is_set():
+                break
+            try:
+                m = profile_config(template, problem, r.config, device=self.options.device, ncu=ncu)
+                ev = profiled_event(self._now(), r, n, bytes_moved, metrics=m, tool=tool)
+            except ProfileError as e:
+                ev = profiled_event(self._now(), r, n, bytes_moved, error=str(e), tool=tool)
+            self._emit(ev)
+            out.append(ev)
+            if not ev.ok and "counters" in ev.message:  # no config will do better
+                break
+        return out
 
 
     def _compile_pool(self, template: Template, backend: str, limits: DeviceLimits):

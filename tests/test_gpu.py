@@ -74,3 +74,24 @@ def test_the_worker_comes_back_after_a_fault():
         again = w.evaluate({"MODE": 0, "THREADS": 64})
         assert again.status == "ok", again.message
         assert w.restarts == 1
+
+
+def test_profile_top_profiles_the_leaders_with_nsight_compute(tmp_path):
+    from kerntune.engine.events import ConfigProfiled
+    from kerntune.engine.profile import find_ncu
+
+    if find_ncu() is None:
+        pytest.skip("ncu (Nsight Compute) is not installed")
+    out = _tune("silu_and_mul", tmp_path, problem="llama7b-t2048", strategy="random", budget=6, profile_top=2)
+    assert [p.rank for p in out.profiles] == [1, 2]
+    assert all(p.ok for p in out.profiles), [p.message for p in out.profiles]
+    best = out.profiles[0]
+    assert dict(best.config) == dict(out.best.config) and best.measured_us == out.best.median_us
+    m = best.metrics
+    assert m["bound"] in ("memory", "compute", "latency") and m["duration_us"] > 0
+    # the profiled launch reads at least the inputs from DRAM (cold caches), and at most what
+    # the cost model says the kernel moves, plus a little slack for the counters' granularity
+    inputs = 2048 * 11008 * 2 * 2
+    assert inputs * 0.95 <= m["dram_bytes"] <= best.bytes_moved * 1.05
+    s = load_session(out.session_path)
+    assert [e.rank for e in s.events if isinstance(e, ConfigProfiled)] == [1, 2]

@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--compile-jobs", type=int, default=0, metavar="N",
                    help="CUDA: compile N configurations ahead in parallel (0: one per core, 1: off)")
     t.add_argument("--no-probe", action="store_true", help="do not measure the device's peaks when unknown")
+    t.add_argument("--profile-top", type=int, default=0, metavar="K",
+                   help="CUDA: profile the K best configurations with Nsight Compute when the search "
+                        "(each round of a loop) ends")
     t.add_argument("--headless", action="store_true", help="print text instead of the dashboard")
     t.add_argument("--show-failed", action="store_true", help="list failed configurations in the final table")
     add_loop_arguments(t)
@@ -125,6 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     ke = sub.add_parser("kt-export", help="write a session as a Kernel Tuner cache file (JSON)")
     ke.add_argument("session", type=Path)
     ke.add_argument("-o", "--output", type=Path, required=True, help="the cache file to write")
+
+    pf = sub.add_parser("profile", help="Nsight Compute metrics for configurations of a CUDA session")
+    pf.add_argument("session", type=Path)
+    pf.add_argument("--config", action="append", type=int, default=[], metavar="N",
+                    help="the configuration ranked N in `kerntune show` (1 = the best; repeatable; default 1)")
+    pf.add_argument("--device", type=int, default=0)
+    pf.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give ncu at most S seconds a config")
+    pf.add_argument("--no-record", action="store_true", help="print only; do not append the metrics to the session")
+    pf.add_argument("--json", action="store_true", help="one JSON object per configuration")
 
     pr = sub.add_parser("probe", help="measure and cache a device's bandwidth and arithmetic peak")
     pr.add_argument("--backend", choices=("auto",) + BACKEND_NAMES, default="auto")
@@ -208,8 +220,8 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     template.problem(args.problem, overrides)  # fail early on a bad --problem/--shape
     if args.resume and args.session is None:
         raise UsageError("--resume needs --session PATH")
-    if args.budget < 0 or args.time_limit < 0 or args.repeats < 0:
-        raise UsageError("--budget, --time-limit and --repeats must not be negative")
+    if args.budget < 0 or args.time_limit < 0 or args.repeats < 0 or args.profile_top < 0:
+        raise UsageError("--budget, --time-limit, --repeats and --profile-top must not be negative")
     if args.config_timeout <= 0:
         raise UsageError("--config-timeout must be positive")
     if not 0 <= args.sol_target <= 1 or args.patience < 0:
@@ -223,6 +235,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         session_path=args.session, resume=args.resume, timing=timing, verify=VerifyPolicy(),
         config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
         sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv],
+        profile_top=args.profile_top,
     )
     if args.agent is not None or not template.parameters:  # the agent loop: plan, template, tune, test
         from kerntune.tui.loop_cli import tune_with_agent
@@ -347,7 +360,36 @@ def cmd_replay(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return run_replay(args.session, speed=speed, paused=args.paused)
 
 
+def cmd_profile(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.engine.profile import ProfileError, ProfileMetrics, consistency, profile_session
+    from kerntune.tui.text import fmt_config
+
+    def show(ev: Any) -> None:
+        if args.json:
+            print(json.dumps({"rank": ev.rank, "config": dict(ev.config), "ok": ev.ok, "message": ev.message,
+                              "measured_us": ev.measured_us, "bytes_moved": ev.bytes_moved,
+                              "metrics": dict(ev.metrics), "tool": ev.tool}), flush=True)
+            return
+        print(f"#{ev.rank} {fmt_config(ev.config)}")
+        if not ev.ok:
+            print(f"    not profiled: {ev.message}")
+            return
+        print(f"    {ProfileMetrics.from_dict(ev.metrics).summary()}")
+        print(f"    {consistency(ev)}", flush=True)
+
+    try:
+        profile_session(args.session, args.config or [1], device=args.device, timeout=args.timeout,
+                        record=not args.no_record, on_event=show)
+    except ProfileError as e:
+        _error(str(e))
+        return EXIT_FAILED
+    if not args.no_record and not args.json:
+        print(f"appended to {args.session}")
+    return 0
+
+
 COMMANDS: dict[str, Any] = {
+    "profile": cmd_profile,
     "simulate": cmd_simulate,
     "kt-import": cmd_kt_import,
     "kt-export": cmd_kt_export,

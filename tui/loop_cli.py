@@ -241,7 +241,12 @@ def summary_lines(outcome: LoopOutcome) -> list[str]:
     if orig is not None:
         lines.append(f"original:  {fmt_us(orig.median_us)} us")
     best = outcome.best
-    if best is not None:
+    if outcome.beaten is not None:
+        lost = outcome.beaten
+        lines.append(f"best:      the original stays ({fmt_us(best.median_us)} us, 1.00x the original): the fastest "
+                     f"configuration, {fmt_us(lost.median_us)} us {fmt_config(lost.config)} (round "
+                     f"{_round_of(outcome, lost)}), did not beat it")
+    elif best is not None:
         sol = f", {100 * best.sol_fraction:.0f}% of SOL" if best.sol_fraction else ""
         speed = f", {outcome.speedup:.2f}x the original" if outcome.speedup else ""
         lines.append(f"best:      {fmt_us(best.median_us)} us  {fmt_config(best.config)}  (round "
@@ -254,6 +259,13 @@ def summary_lines(outcome: LoopOutcome) -> list[str]:
         lines.append(f"agents:    {', '.join(outcome.agents)}; ${outcome.cost_usd:.4f}")
     lines.append(f"session:   {outcome.session_path}")
     return lines
+
+
+def _round_of(outcome: Any, result: Any) -> str:
+    for r in outcome.rounds:
+        if getattr(r, "best", None) is result:
+            return str(r.round)
+    return "?"
 
 
 # templatize ------------------------------------------------------------------------------------

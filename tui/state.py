@@ -23,6 +23,7 @@ from kerntune.engine.events import (
     Event,
     GateChecked,
     LoopFinished,
+    ConfigProfiled,
     LoopStarted,
     Note,
     PlanMade,
@@ -109,6 +110,7 @@ class DashboardState:
         self.events = 0
         self.finished: RunFinished | None = None
         self.winner: WinnerVerified | None = None
+        self.profiles: dict[str, ConfigProfiled] = {}  # Nsight Compute readings, by config key
         self.error: str | None = None
         self._seq = 0
         self._param_widths: dict[str, int] = {}
@@ -249,8 +251,21 @@ class DashboardState:
                       f" ({item.cache_read_tokens} cached), ${item.cost_usd:.4f}", "info")
         elif isinstance(item, LoopFinished):
             speed = f", {item.speedup:.2f}x the original" if item.speedup else ""
-            self._log(item.t, "loop", f"loop finished ({item.reason}) after {item.rounds} rounds{speed}", "good")
+            kept = "; no configuration beat the original, which stays" if item.kept_original else ""
+            self._log(item.t, "loop", f"loop finished ({item.reason}) after {item.rounds} rounds{speed}{kept}",
+                      "good")
             self.dirty.update(("title", "progress"))
+        elif isinstance(item, ConfigProfiled):
+            self.profiles[config_key(item.config)] = item
+            rank = f"#{item.rank} " if item.rank else ""
+            if item.ok:
+                from kerntune.engine.profile import ProfileMetrics
+
+                self._log(item.t, "profiler", f"{rank}{fmt_config(item.config)}: "
+                          f"{ProfileMetrics.from_dict(item.metrics).summary()}", "note")
+            else:
+                self._log(item.t, "profiler", f"{rank}{fmt_config(item.config)} not profiled: {item.message}", "warn")
+            self.dirty.add("board")
 
     def _log(self, t: float, source: str, text: str, kind: str) -> None:
         self.log.append(LogLine(float(t), source, text, kind))

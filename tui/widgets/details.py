@@ -65,10 +65,41 @@ def details_renderable(state: DashboardState, key: str):
         row("verified with", f"seeds {', '.join(map(str, r.seeds))}"
             + (f"; largest error {r.max_error:.3g} of the tolerance" if r.max_error is not None else ""))
     parts += [Text(""), grid]
+    prof = state.profiles.get(key)
+    if prof is not None:
+        parts += [Text(""), profile_renderable(prof)]
     if r.times_us:
         parts += [Text(""), Text(f"raw times, µs, in the order measured ({len(r.times_us)})", "bold"),
                   Text("  ".join(fmt_us(t) for t in r.times_us))]
     return Group(*parts)
+
+
+def profile_renderable(ev):
+    """Nsight Compute's reading of the configuration, against the run's own timing."""
+    from kerntune.engine.profile import ProfileMetrics, consistency
+
+    title = Text(f"profiler (Nsight Compute{' ' + ev.tool if ev.tool else ''})", "bold")
+    if not ev.ok:
+        return Group(title, Text(f"not profiled: {ev.message}", "yellow"))
+    m = ProfileMetrics.from_dict(ev.metrics)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("bound", Text(m.bound, "bold"))
+    grid.add_row("DRAM", f"{fmt_gbs(m.dram_gbs)} GB/s, {m.dram_pct:.1f}% of peak; {m.dram_bytes / 1e6:,.1f} MB in "
+                 f"{fmt_us(m.duration_us)} µs")
+    grid.add_row("throughput", f"memory {m.memory_pct:.1f}% · SM {m.sm_pct:.1f}% of peak")
+    grid.add_row("occupancy", f"{m.achieved_occupancy_pct:.1f}% achieved of {m.theoretical_occupancy_pct:.1f}% "
+                 "theoretical")
+    grid.add_row("hit rates", f"L1 {m.l1_hit_pct:.1f}% · L2 {m.l2_hit_pct:.1f}%")
+    grid.add_row("per block", f"{m.registers} registers/thread · {m.shared_bytes} B shared · {m.block_size} threads")
+    if m.stalls:
+        grid.add_row("warp stalls", " · ".join(f"{n.replace('_', ' ')} {v:.1f}" for n, v in m.stalls)
+                     + f"  (cycles per issued instruction, of {m.cycles_per_issue:.1f})")
+    check = consistency(ev)
+    if check:
+        grid.add_row("against timing", check)
+    return Group(title, grid)
 
 
 class DetailsScreen(ModalScreen[None]):
