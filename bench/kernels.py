@@ -38,6 +38,8 @@ PLAN = {
     "merge_attn_states": (["llama7b-t1", "llama7b-t512", "llama7b-t4096", "llama70b-t8192"], "llama7b-t4096"),
     "matmul": (["1024", "2048", "4096"], "2048"),
 }
+# the bfloat16 variants: the same sizes, the same exhaustive one
+PLAN.update({f"{k}_bf16": PLAN[k] for k in ("silu_and_mul", "fused_add_rmsnorm")})
 
 
 # PyTorch versions of each kernel ---------------------------------------------------------------
@@ -45,9 +47,11 @@ def torch_case(name: str, sizes: dict, torch):
     """(function, its arguments) computing the same thing as the kernel with PyTorch."""
     F = torch.nn.functional
     dev = "cuda"
+    elem = torch.bfloat16 if name.endswith("_bf16") else torch.float16
+    name = name.removesuffix("_bf16")
     if name == "silu_and_mul":
         t, d = sizes["tokens"], sizes["d"]
-        x = torch.randn(t, 2 * d, dtype=torch.float16, device=dev)
+        x = torch.randn(t, 2 * d, dtype=elem, device=dev)
 
         def fn(x):
             return F.silu(x[:, :d]) * x[:, d:]
@@ -55,15 +59,15 @@ def torch_case(name: str, sizes: dict, torch):
         return fn, (x,)
     if name == "fused_add_rmsnorm":
         t, d = sizes["tokens"], sizes["d"]
-        x = torch.randn(t, d, dtype=torch.float16, device=dev)
-        res = torch.randn(t, d, dtype=torch.float16, device=dev)
-        w = torch.randn(d, dtype=torch.float16, device=dev)
+        x = torch.randn(t, d, dtype=elem, device=dev)
+        res = torch.randn(t, d, dtype=elem, device=dev)
+        w = torch.randn(d, dtype=elem, device=dev)
 
         def fn(x, res, w):
             r = x + res
             res.copy_(r)
             rf = r.float()
-            x.copy_((rf * torch.rsqrt(rf.pow(2).mean(-1, keepdim=True) + 1e-6)).half() * w)
+            x.copy_((rf * torch.rsqrt(rf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(elem) * w)
 
         return fn, (x, res, w)
     if name == "merge_attn_states":

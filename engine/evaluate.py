@@ -22,12 +22,14 @@ from .expressions import ExpressionError
 from .result import Resources, Result
 from .sol import SUSPECT_MARGIN, sol_time_us
 from .space import Geometry, geometry
-from .template import Argument, ParamValue, Problem, Template
+from .template import Argument, ParamValue, Problem, Template, np_dtype
 
 # Tolerances by dtype: (relative, absolute). Outputs are compared as
 # |out - ref| <= atol + rtol * |ref| elementwise.
 TOLERANCE = {
     "float16": (1e-2, 1e-3),
+    # 8 significant bits: 1.6e-2 is two units in the last place, as in torch.testing's default
+    "bfloat16": (1.6e-2, 1e-3),
     "float32": (1e-5, 1e-6),
     "float64": (1e-10, 1e-12),
 }
@@ -107,7 +109,7 @@ def arg_shape(arg: Argument, problem: Problem) -> tuple[int, ...]:
 
 def scalar_value(arg: Argument, problem: Problem) -> Any:
     assert arg.value is not None
-    return np.dtype(arg.dtype).type(arg.value.evaluate(problem.values))
+    return np_dtype(arg.dtype).type(arg.value.evaluate(problem.values))
 
 
 def make_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
@@ -128,7 +130,7 @@ def make_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
             data = rng.uniform(arg.low, arg.high, size=shape)
         else:
             data = rng.standard_normal(size=shape, dtype=np.float32)
-        data = data.astype(arg.dtype)
+        data = data.astype(np_dtype(arg.dtype))
         if arg.inf_fraction:
             data[rng.random(size=shape) < arg.inf_fraction] = -np.inf
         host[arg.name] = np.ascontiguousarray(data)
@@ -289,7 +291,7 @@ class Evaluator:
             for a in outputs:
                 if a.name not in expected:
                     raise RuntimeError(f"the template's reference returned no `{a.name}`")
-                inputs.expected[a.name] = np.asarray(expected[a.name]).astype(a.dtype).reshape(arg_shape(a, problem))
+                inputs.expected[a.name] = np.asarray(expected[a.name]).astype(np_dtype(a.dtype)).reshape(arg_shape(a, problem))
         else:
             inputs.expected = {k: v.copy() for k, v in self._baseline_outputs(inputs, which).items()}
         for a in outputs:
@@ -349,13 +351,13 @@ class Evaluator:
             if a.is_output:
                 key = (which, a.name)
                 if key not in self._host_out:
-                    self._host_out[key] = np.empty(arg_shape(a, problem), dtype=a.dtype)
+                    self._host_out[key] = np.empty(arg_shape(a, problem), dtype=np_dtype(a.dtype))
                 self.backend.download(bufs[a.name], self._host_out[key])
                 outs[a.name] = self._host_out[key]
         return outs
 
     def _nbytes(self, a: Argument, which: int) -> int:
-        return math.prod(arg_shape(a, self.problems[which])) * np.dtype(a.dtype).itemsize
+        return math.prod(arg_shape(a, self.problems[which])) * np_dtype(a.dtype).itemsize
 
     def prepare(self) -> None:
         """Draw the input pools and their references for every verification size now."""

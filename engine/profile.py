@@ -484,12 +484,10 @@ def consistency(ev: Any) -> str:
 # the profiled child ----------------------------------------------------------------------------
 def _run_target(job_path: str) -> int:
     """Compile one configuration, upload inputs, launch twice. Runs under ncu."""
-    import numpy as np
-
     from .backends import open_backend
     from .evaluate import _defines, arg_shape, launch_geometry, make_inputs
     from .space import geometry
-    from .template import Problem, parse_template
+    from .template import Problem, np_dtype, parse_template
 
     try:
         job = ProfileJob(**json.loads(Path(job_path).read_text()))
@@ -512,7 +510,7 @@ def _run_target(job_path: str) -> int:
             if not a.is_buffer:
                 args.append(inputs.scalars[a.name])
                 continue
-            nbytes = math.prod(arg_shape(a, problem)) * np.dtype(a.dtype).itemsize
+            nbytes = math.prod(arg_shape(a, problem)) * np_dtype(a.dtype).itemsize
             buf = backend.alloc(nbytes)
             if a.name in inputs.host:
                 backend.upload(buf, inputs.host[a.name])

@@ -16,6 +16,7 @@ from .template import TemplateError
 # Element types that map to kerntune dtypes; the keys are the type's words, qualifiers removed.
 CTYPES = {
     "half": "float16", "__half": "float16", "_Float16": "float16", "__fp16": "float16",
+    "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", "__bf16": "bfloat16",
     "float": "float32", "double": "float64",
     "int": "int32", "signed": "int32", "signed int": "int32", "int32_t": "int32",
     "unsigned": "uint32", "unsigned int": "uint32", "uint": "uint32", "uint32_t": "uint32",

@@ -30,6 +30,7 @@ BACKENDS = ("cuda", "opencl")
 ROLES = ("input", "output", "inout", "scalar")
 DTYPES = {
     "float16": 2,
+    "bfloat16": 2,
     "float32": 4,
     "float64": 8,
     "int8": 1,
@@ -40,7 +41,18 @@ DTYPES = {
     "int64": 8,
     "uint64": 8,
 }
-FLOAT_DTYPES = ("float16", "float32", "float64")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def np_dtype(name: str) -> Any:
+    """numpy's dtype for a kerntune dtype name; numpy has no bfloat16, ml_dtypes gives it one."""
+    import numpy as np
+
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 INITS = ("normal", "uniform", "randint")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names that expressions may use to reach the device's limits (see engine/space.py).

@@ -26,7 +26,8 @@ def _one_per_value(t):
 def test_builtin_cuda_templates_compile(name):
     t = load_template(templates.path(name))
     for config in _one_per_value(t):
-        _, info, _ = compile_cubin(t.sources["cuda"], t.entry, {k: str(int(v)) for k, v in config.items()})
+        _, info, _ = compile_cubin(t.sources["cuda"], t.entry, {k: str(int(v)) for k, v in config.items()},
+                                   t.compile_options.get("cuda", ()))
         assert info.get("registers", 0) > 0, config
 
 
@@ -36,9 +37,20 @@ def test_builtin_baselines_compile(name):
     t = load_template(templates.path(name))
     for backend, source in t.original_sources.items():
         assert backend == "cuda"
-        compile_cubin(source, t.entry, {})
+        compile_cubin(source, t.entry, {}, t.compile_options.get("cuda", ()))
 
 
 def test_the_product_covers_every_value():
     t = load_template(templates.path("silu_and_mul"))
     assert sum(1 for _ in iter_product(t)) == 1440
+
+
+@needs_nvcc
+def test_the_bf16_variants_build_for_bfloat16():
+    for name in ("silu_and_mul_bf16", "fused_add_rmsnorm_bf16"):
+        t = load_template(templates.path(name))
+        assert t.compile_options["cuda"] == ("-DKT_BF16",)
+        assert {a.dtype for a in t.arguments if a.is_buffer} == {"bfloat16"}
+        assert set(t.sources) == {"cuda"} and "cuda" in t.original_sources
+        # the same source, element type chosen by the option: a build without it is float16
+        assert t.sources["cuda"] == load_template(templates.path(name[:-5])).sources["cuda"]

@@ -95,3 +95,13 @@ def test_profile_top_profiles_the_leaders_with_nsight_compute(tmp_path):
     assert inputs * 0.95 <= m["dram_bytes"] <= best.bytes_moved * 1.05
     s = load_session(out.session_path)
     assert [e.rank for e in s.events if isinstance(e, ConfigProfiled)] == [1, 2]
+
+
+@pytest.mark.parametrize("name,problem", [("silu_and_mul_bf16", "llama7b-t128"),
+                                          ("fused_add_rmsnorm_bf16", "llama7b-t128")])
+def test_the_bfloat16_variants_tune_on_cuda_with_every_result_verified(tmp_path, name, problem):
+    out = _tune(name, tmp_path, problem=problem, strategy="random", budget=40)
+    bad = [(r.config, r.status, r.message) for r in out.results if r.status not in ("ok", "pruned")]
+    assert not bad
+    assert out.winner_ok is True and out.baseline is not None and out.baseline.status == "ok"
+    assert out.best.median_us <= out.baseline.median_us

@@ -1,6 +1,17 @@
-// silu_and_mul template: out[t, i] = silu(x[t, i]) * x[t, d + i], float16 in and out, float math.
+// silu_and_mul template: out[t, i] = silu(x[t, i]) * x[t, d + i], float16 or bfloat16 in and out, float math.
 // Defaults reproduce baseline.cu.
+// Element type: float16, or bfloat16 with -DKT_BF16 (the library's _bf16 variants). Math is float.
+#ifdef KT_BF16
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 elem_t;
+#define TO_F(x) __bfloat162float(x)
+#define FROM_F(x) __float2bfloat16(x)
+#else
 #include <cuda_fp16.h>
+typedef __half elem_t;
+#define TO_F(x) __half2float(x)
+#define FROM_F(x) __float2half(x)
+#endif
 
 #ifndef BLOCK
 #define BLOCK 1024
@@ -44,7 +55,7 @@ typedef unsigned int raw_t;
 #else
 typedef unsigned short raw_t;
 #endif
-union halfvec { raw_t raw; __half v[VEC]; };
+union pack_t { raw_t raw; elem_t v[VEC]; };
 
 // STREAM 1: every byte is used once, so load and store with the evict-first cache hints.
 #if STREAM
@@ -56,7 +67,7 @@ union halfvec { raw_t raw; __half v[VEC]; };
 #endif
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
-silu_and_mul(__half *__restrict__ out, const __half *__restrict__ x, int tokens, int d)
+silu_and_mul(elem_t *__restrict__ out, const elem_t *__restrict__ x, int tokens, int d)
 {
     const int nvec = d / VEC;
 #if SPLIT
@@ -76,13 +87,13 @@ silu_and_mul(__half *__restrict__ out, const __half *__restrict__ x, int tokens,
         raw_t *o = reinterpret_cast<raw_t *>(out + t * d);
 PRAGMA(unroll UNROLL)
         for (int i = first + threadIdx.x; i < (SPLIT ? min(nvec, first + BLOCK) : nvec); i += BLOCK) {
-            halfvec g, u, res;
+            pack_t g, u, res;
             g.raw = LOAD(gate + i);
             u.raw = LOAD(up + i);
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
-                const float a = __half2float(g.v[k]);
-                res.v[k] = __float2half(a / (1.0f + EXP(-a)) * __half2float(u.v[k]));
+                const float a = TO_F(g.v[k]);
+                res.v[k] = FROM_F(a / (1.0f + EXP(-a)) * TO_F(u.v[k]));
             }
             STORE(o + i, res.raw);
         }
