@@ -1,6 +1,6 @@
 """Profiler evidence for recorded sessions: Nsight Compute's DRAM traffic against the timing.
 
-    python bench/profile.py SESSION [SESSION ...] [--top K] [--record] [--raw DIR] [--md FILE]
+    python bench/profiler.py SESSION [SESSION ...] [--top K] [--record] [--raw DIR] [--md FILE]
 
 For each session the K best configurations are profiled (`kerntune profile`): ncu with
 --clock-control none and every cache flushed before each pass. The table reads the cost model's
