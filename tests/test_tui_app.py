@@ -393,3 +393,26 @@ def test_a_run_that_cannot_start_closes_the_dashboard_with_its_error(tmp_path, h
     app = run(go())
     assert isinstance(app.run_error, TuneError) and "no feasible configuration" in str(app.run_error)
     assert app.return_code == 1
+
+
+def test_replay_of_a_profiled_h100_session_shows_the_profiler_and_its_details():
+    from pathlib import Path
+
+    session = load_session(Path(__file__).resolve().parent.parent / "sessions" / "fused_add_rmsnorm-llama70b-t2048.toml")
+
+    async def go():
+        app = replay_app(session, paused=True)
+        async with app.run_test(size=(160, 50)) as pilot:
+            await pilot.pause(0.2)
+            await pilot.press("greater_than_sign")
+            await until(pilot, lambda: "■ replay ended" in app.screen_text())
+            text = app.screen_text()
+            assert "profiler" in text and "memory-bound" in text
+            table(app).move_cursor(row=0)
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, DetailsScreen))
+            await pilot.pause(0.2)
+            body = app.screen_text()
+            assert "profiler (Nsight Compute" in body and "long scoreboard" in body and "% of peak" in body
+
+    run(go())
