@@ -78,6 +78,8 @@ def main() -> int:
     ap.add_argument("--problem", help="one problem for every kernel (default: each kernel's own)")
     ap.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--repeats", type=int, default=0)
+    ap.add_argument("--profile-top", type=int, default=0,
+                    help="CUDA: profile each round's K best with Nsight Compute (the planner reads the bound)")
     ap.add_argument("--md", type=Path, help="write the table here too")
     ap.add_argument("--sessions", type=Path, default=Path("sessions"))
     args = ap.parse_args()
@@ -96,7 +98,7 @@ def main() -> int:
         original = load_template(spec)
         problem = args.problem or PROBLEMS.get(kernel)
         tune = TuneOptions(backend=backend, problem=problem, overrides=overrides, seed=7, timing=timing,
-                           session_path=args.sessions / f"{kernel}-loop-rules.toml",
+                           profile_top=args.profile_top, session_path=args.sessions / f"{kernel}-loop-rules.toml",
                            command=["python", "bench/agent_loop.py", "--kernels", kernel])
         t0 = time.monotonic()
         out = TuningLoop(original, [RulesProvider()], LoopOptions(tune=tune, rounds=args.rounds, budget=args.budget),
