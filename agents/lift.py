@@ -196,11 +196,13 @@ def apply(source: str, lifts: list[Lift], launch_name: str | None = None, launch
 
 
 def _insert_after_prelude(source: str, text: str) -> str:
-    """After the leading comments and #include lines: before anything that could use a parameter."""
+    """After the leading comments and #include lines (and #if groups of includes, typedefs and
+    defines, such as one choosing the element type): before anything that could use a parameter."""
     lines = source.splitlines(keepends=True)
     pos = 0
     in_block = False
     last_include = -1
+    depth = 0
     for i, line in enumerate(lines):
         s = line.strip()
         if in_block:
@@ -211,10 +213,22 @@ def _insert_after_prelude(source: str, text: str) -> str:
             continue
         if not s or s.startswith("//"):
             continue
-        if re.match(r"#\s*include\b", s):
+        if re.match(r"#\s*include\b", s) and depth == 0:
             last_include = i
             continue
+        if re.match(r"#\s*if(n?def)?\b", s):
+            depth += 1
+            continue
+        if depth and re.match(r"#\s*endif\b", s):
+            depth -= 1
+            if depth == 0:
+                last_include = i
+            continue
+        if depth and (s.startswith("#") or s.startswith("typedef ")):
+            continue
         break
+    # (a group holding more than declarations ends the prelude before it: last_include is set only
+    # at depth 0)
     pos = last_include + 1 if last_include >= 0 else _after_comments(lines)
     return "".join(lines[:pos]) + ("\n" if pos and lines[pos - 1].strip() else "") + text + "".join(lines[pos:])
 

@@ -9,7 +9,7 @@ made from it: `half8 *o = reinterpret_cast<half8 *>(out + t * d); o[i] = r;` wri
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .template import TemplateError
 
@@ -143,15 +143,82 @@ def _matching(text: str, start: int, open_: str = "(", close: str = ")") -> int:
 
 
 def parse_kernels(source: str) -> list[KernelSignature]:
-    """Every kernel defined in the source, in order."""
+    """Every kernel defined in the source, in order; argument types named through a typedef are
+    given as the type it names (as compiled with no -D options)."""
     text = strip_code(source)
+    names = typedefs(source)
     kernels = []
     for m in re.finditer(r"\b(__global__|__kernel|kernel)\b", text):
         dialect = "cuda" if m.group(1) == "__global__" else "opencl"
         sig = _parse_at(text, m.end(), dialect)
         if sig is not None:
+            if names:
+                sig = replace(sig, args=tuple(replace(a, ctype=names.get(a.ctype, a.ctype)) for a in sig.args))
             kernels.append(sig)
     return kernels
+
+
+_DIRECTIVE = re.compile(r"#\s*(ifdef|ifndef|if|elif|else|endif|define|undef)\b\s*(.*)")
+
+
+def _if_value(expr: str, defined: set[str]) -> bool:
+    """An #if condition over `defined(X)` and 0/1; anything else counts as true."""
+    e = re.sub(r"defined\s*\(?\s*(\w+)\s*\)?", lambda m: "1" if m.group(1) in defined else "0", expr)
+    e = e.split("//")[0].strip()
+    m = re.fullmatch(r"(!?)\s*([01])", e)
+    if m:
+        return (m.group(2) == "1") != bool(m.group(1))
+    return True
+
+
+def active_lines(source: str) -> list[str]:
+    """The lines the preprocessor keeps with no -D options: #ifdef, #ifndef, #if defined(...),
+    #elif, #else and #endif over the macros the file defines itself. Nothing is evaluated."""
+    defined: set[str] = set()
+    stack: list[tuple[bool, bool]] = []  # (enclosing group active, a branch already taken)
+    active, out = True, []
+    for line in source.splitlines():
+        m = _DIRECTIVE.match(line.strip())
+        if not m:
+            if active:
+                out.append(line)
+            continue
+        d, rest = m.group(1), m.group(2).strip()
+        word = rest.split("(")[0].split()[0] if rest.split() else ""
+        if d in ("ifdef", "ifndef", "if"):
+            cond = (word in defined if d == "ifdef" else word not in defined if d == "ifndef"
+                    else _if_value(rest, defined))
+            stack.append((active, cond))
+            active = active and cond
+        elif d == "elif" and stack:
+            parent, taken = stack[-1]
+            cond = not taken and _if_value(rest, defined)
+            stack[-1] = (parent, taken or cond)
+            active = parent and cond
+        elif d == "else" and stack:
+            parent, taken = stack[-1]
+            stack[-1] = (parent, True)
+            active = parent and not taken
+        elif d == "endif" and stack:
+            active = stack.pop()[0]
+        elif active and d == "define" and word:
+            defined.add(word)
+        elif active and d == "undef":
+            defined.discard(word)
+    return out
+
+
+def typedefs(source: str) -> dict[str, str]:
+    """`typedef TYPE NAME;` of the active source: NAME -> TYPE's words, chains followed."""
+    text = strip_code("\n".join(active_lines(source)))
+    found: dict[str, str] = {}
+    for m in re.finditer(r"\btypedef\s+([A-Za-z_][\w\s]*?)\s+([A-Za-z_]\w*)\s*;", text):
+        words = [w for w in m.group(1).split() if w not in QUALIFIERS]
+        if words:
+            found[m.group(2)] = " ".join(words)
+    for _ in range(8):  # typedefs of typedefs
+        found = {k: found.get(v, v) for k, v in found.items()}
+    return found
 
 
 def parse_kernel(source: str, entry: str | None = None, where: str = "source") -> KernelSignature:

@@ -155,7 +155,9 @@ def test_lifting_the_cuda_original_makes_its_block_and_its_bare_unroll_parameter
     src = p.sources["cuda"]
     # the default keeps the original's own pragma; other values go through _Pragma
     assert "#if UNROLL > 0\nKERNTUNE_PRAGMA(unroll UNROLL)\n#else\n#pragma unroll\n#endif" in src
+    # after the includes, and after the #if group that picks the element type (not inside it)
     assert src.index("#ifndef BLOCK") > src.index("#include <cuda_fp16.h>")
+    assert src.index("#ifndef BLOCK") > src.index("#endif", src.index("#include <cuda_fp16.h>"))
     assert set(p.sources) == {"cuda", "opencl"}  # the OpenCL port has both too
 
 

@@ -123,3 +123,17 @@ def test_opencl_signatures_with_address_spaces():
     assert sig.args[2].local and sig.block_hint == (64, 2, 1) and sig.dialect == "opencl"
     with pytest.raises(SignatureError, match="no kernel named 'other'"):
         parse_kernel("__kernel void a(int n) {}", "other")
+
+
+def test_typedefs_are_read_as_the_source_compiles_without_options():
+    from kerntune.engine.signature import active_lines, parse_kernel, typedefs
+
+    src = ("#ifdef WIDE\ntypedef double real;\n#elif defined(HALF)\ntypedef __half real;\n#else\n"
+           "typedef float real;\n#endif\ntypedef real value_t;\n"
+           "__global__ void k(value_t *out, const real *in, int n) { out[0] = in[0]; }\n")
+    assert typedefs(src) == {"real": "float", "value_t": "float"}
+    assert [(a.name, a.dtype) for a in parse_kernel(src).args] == [("out", "float32"), ("in", "float32"),
+                                                                   ("n", "int32")]
+    assert "typedef double real;" not in active_lines(src)
+    defined_first = "#define WIDE 1\n" + src
+    assert typedefs(defined_first)["real"] == "double"
