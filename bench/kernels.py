@@ -1,6 +1,7 @@
 """The kernel library against its baselines and PyTorch, on a CUDA device.
 
     python bench/kernels.py [--kernels silu_and_mul,...] [--budget 48] [--refine 0] [--sessions DIR] [--md FILE]
+                            [--grid-time S] [--resume]
 
 For every kernel and problem size: the original kernel (baseline.cu at its own launch), PyTorch
 eager and torch.compile (one static compile per size), the tuned best for that size, and the
@@ -10,7 +11,9 @@ full verification protocol; each size's winner is verified again on new inputs. 
 kernel is searched exhaustively and its session saved; the others sample the same random
 configurations (same seed), so the general config is chosen from results measured at every size;
 with --refine N the model-guided strategy then spends N more evaluations on each of those sizes,
-learning from the sample (a resumed session).
+learning from the sample (a resumed session). A large exhaustive search can be split over several
+calls: --grid-time S stops it after S seconds (the bench then ends, the session saved), and
+--resume continues the sessions already in --sessions.
 """
 
 from __future__ import annotations
@@ -117,21 +120,31 @@ def torch_time(fn, args, torch, flush, reps: int = 100) -> float:
 
 
 # the bench -------------------------------------------------------------------------------------
+class GridUnfinished(Exception):
+    """The exhaustive search stopped at --grid-time; its session is saved for --resume."""
+
+
 def bench_kernel(name: str, budget: int, sessions: Path, tmp: Path, torch, flush, backend_name: str = "cuda",
-                 plan: dict | None = None, shape: dict | None = None, refine: int = 0) -> list[dict]:
+                 plan: dict | None = None, shape: dict | None = None, refine: int = 0,
+                 grid_time: float = 0.0, resume: bool = False) -> list[dict]:
     t = load_template(templates.path(name))
     sizes, full = (plan or PLAN)[name]
     runs = {}
     for size in sizes:
         exhaustive = size == full
+        path = (sessions if exhaustive else tmp) / f"{name}-{size}.toml"
         opts = TuneOptions(backend=backend_name, strategy="grid" if exhaustive else "random",
                            budget=0 if exhaustive else budget, seed=7, problem=size, probe=False,
-                           overrides=(shape or {}).get(size, {}),
-                           session_path=(sessions if exhaustive else tmp) / f"{name}-{size}.toml",
+                           overrides=(shape or {}).get(size, {}), session_path=path,
+                           resume=exhaustive and resume and path.exists(),
+                           time_limit=grid_time if exhaustive else 0.0,
                            verify=VerifyPolicy(seeds=2, pool=2),
                            command=["python", "bench/kernels.py", "--kernels", name])
         t0 = time.perf_counter()
         out = TuneRun(t, opts).run()
+        if exhaustive and "time limit" in out.reason:
+            raise GridUnfinished(f"{name} {size}: {len(out.results)} configs of {out.space.feasible} measured "
+                                 f"in {time.perf_counter() - t0:.0f} s; {path} saved, continue with --resume")
         if not exhaustive and refine:
             # the shared random sample chooses the general config; the model then hunts this size's best
             out = TuneRun(t, replace(opts, strategy="model", budget=budget + refine, resume=True)).run()
@@ -211,6 +224,9 @@ def main() -> None:
                     help="then this many more per non-exhaustive size, chosen by the model-guided strategy")
     ap.add_argument("--sessions", type=Path, default=Path("sessions"))
     ap.add_argument("--md", type=Path)
+    ap.add_argument("--grid-time", type=float, default=0.0,
+                    help="stop each exhaustive search after this many seconds (0: no limit); the bench then ends")
+    ap.add_argument("--resume", action="store_true", help="continue the exhaustive sessions found in --sessions")
     args = ap.parse_args()
     import torch
 
@@ -223,7 +239,11 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.kernels.split(","):
-            rows += bench_kernel(name, args.budget, args.sessions, Path(tmp), torch, flush, refine=args.refine)
+            try:
+                rows += bench_kernel(name, args.budget, args.sessions, Path(tmp), torch, flush, refine=args.refine,
+                                     grid_time=args.grid_time, resume=args.resume)
+            except GridUnfinished as e:
+                raise SystemExit(str(e)) from None
             text = table(rows, limits.name, peaks.bandwidth_gbs)
             print(text, flush=True)  # each kernel's rows as soon as they exist
             if args.md:

@@ -4,21 +4,29 @@ import pytest
 
 from kerntune import templates
 from kerntune.engine.backends.cuda import compile_cubin
-from kerntune.engine.space import iter_product
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.space import build_space, iter_product
 from kerntune.engine.template import load_template
 
 from conftest import needs_nvcc
 
 
+GPU = DeviceLimits(backend="cuda", name="sm_90", max_threads_per_block=1024, warp_size=32,
+                   max_shared_per_block=48 * 1024, max_shared_per_block_optin=227 * 1024)
+
+
 def _one_per_value(t):
-    """The default config, and for each parameter value a config that uses it."""
+    """The default config, and for each parameter value the first feasible config that uses it
+    (the default with that one value changed, where that is feasible)."""
     default = t.default_config()
-    configs = [default]
+    configs = [c.as_dict() for c in build_space(t, t.problem(None), GPU).configs]
+    chosen = [default]
     for p in t.parameters:
         for v in p.values:
             if v != p.default:
-                configs.append({**default, p.name: v})
-    return configs
+                changed = {**default, p.name: v}
+                chosen.append(changed if changed in configs else next(c for c in configs if c[p.name] == v))
+    return chosen
 
 
 @needs_nvcc
