@@ -74,3 +74,27 @@ def test_rmsnorm_staging_needs_the_row_in_shared_memory():
 def test_library_templates_have_baselines_and_launch_them(name):
     t = load_template(templates.path(name))
     assert "cuda" in t.original_sources and t.baseline_block
+
+
+def test_matmul_lanes_cover_each_block_tile_exactly_once():
+    """The index arithmetic of kernel.cu and kernel.cl, for every feasible configuration: the
+    block's threads, their warp tiles, sub-tiles and micro-tiles write every element of the
+    BM x BN tile once (a config whose lanes overrun a sub-tile is infeasible, not wrong)."""
+    import numpy as np
+
+    t = load_template(templates.path("matmul"))
+    space = build_space(t, t.problem("2048"), H100)
+    assert space.feasible > 1000
+    for c in space.configs:
+        BM, BN, WM, WN, WNITER, TM, TN = (c[k] for k in ("BM", "BN", "WM", "WN", "WNITER", "TM", "TN"))
+        wmiter = (WM * WN) // (32 * TM * TN * WNITER)
+        wsubm, wsubn, lanes_n = WM // wmiter, WN // WNITER, WN // WNITER // TN
+        tid = np.arange((BM // WM) * (BN // WN) * 32)
+        warp, lane = tid // 32, tid % 32
+        a0 = (warp // (BN // WN)) * WM + (lane // lanes_n) * TM
+        b0 = (warp % (BN // WN)) * WN + (lane % lanes_n) * TN
+        rows = (a0[:, None] + (np.arange(wmiter)[:, None] * wsubm + np.arange(TM)).ravel()[None, :])
+        cols = (b0[:, None] + (np.arange(WNITER)[:, None] * wsubn + np.arange(TN)).ravel()[None, :])
+        cells = (rows[:, :, None] * BN + cols[:, None, :]).ravel()
+        assert cells.min() >= 0 and cells.max() < BM * BN, c
+        assert np.array_equal(np.bincount(cells, minlength=BM * BN), np.ones(BM * BN, dtype=np.int64)), c
