@@ -9,7 +9,8 @@ general config (the one configuration with the best geometric mean over all size
 is a median of device-event timings with the L2 flushed before each run. Tuned results pass the
 full verification protocol; each size's winner is verified again on new inputs. One size per
 kernel is searched exhaustively and its session saved; the others sample the same random
-configurations (same seed), so the general config is chosen from results measured at every size;
+configurations (same seed) after the exhaustive size's 8 fastest, so the general config is chosen
+from results measured at every size;
 with --refine N the model-guided strategy then spends N more evaluations on each of those sizes,
 learning from the sample (a resumed session). A large exhaustive search can be split over several
 calls: --grid-time S stops it after S seconds (the bench then ends, the session saved), and
@@ -120,6 +121,9 @@ def torch_time(fn, args, torch, flush, reps: int = 100) -> float:
 
 
 # the bench -------------------------------------------------------------------------------------
+TRANSFER = 8  # the exhaustive size's fastest configurations, tried first at every other size
+
+
 class GridUnfinished(Exception):
     """The exhaustive search stopped at --grid-time; its session is saved for --resume."""
 
@@ -130,14 +134,15 @@ def bench_kernel(name: str, budget: int, sessions: Path, tmp: Path, torch, flush
     t = load_template(templates.path(name))
     sizes, full = (plan or PLAN)[name]
     runs = {}
-    for size in sizes:
+    start: tuple = ()
+    for size in [full, *(s for s in sizes if s != full)]:  # the exhaustive size first: its best seed the others
         exhaustive = size == full
         path = (sessions if exhaustive else tmp) / f"{name}-{size}.toml"
         opts = TuneOptions(backend=backend_name, strategy="grid" if exhaustive else "random",
                            budget=0 if exhaustive else budget, seed=7, problem=size, probe=False,
                            overrides=(shape or {}).get(size, {}), session_path=path,
                            resume=exhaustive and resume and path.exists(),
-                           time_limit=grid_time if exhaustive else 0.0,
+                           time_limit=grid_time if exhaustive else 0.0, start_from=start,
                            verify=VerifyPolicy(seeds=2, pool=2),
                            command=["python", "bench/kernels.py", "--kernels", name])
         t0 = time.perf_counter()
@@ -149,6 +154,9 @@ def bench_kernel(name: str, budget: int, sessions: Path, tmp: Path, torch, flush
             # the shared random sample chooses the general config; the model then hunts this size's best
             out = TuneRun(t, replace(opts, strategy="model", budget=budget + refine, resume=True)).run()
         runs[size] = out
+        if exhaustive:
+            ranked = sorted((r for r in out.results if r.ranked), key=lambda r: r.median_us)
+            start = tuple(dict(r.config) for r in ranked[:TRANSFER])
         print(f"  {name} {size}: {len(out.results)} configs in {time.perf_counter() - t0:.0f} s, "
               f"best {out.best.median_us:.2f} us ({fmt_config(out.best.config)}), winner check "
               f"{'passed' if out.winner_ok else 'FAILED'}", flush=True)

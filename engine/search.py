@@ -81,6 +81,35 @@ class RandomSearch(_Ordered):
         super().__init__(order, done)
 
 
+class Seeded:
+    """Another strategy, after a list of configurations tried first: the best ones of a search
+    at another problem size, say. The inner strategy learns from them like from its own; what it
+    proposes again is skipped."""
+
+    def __init__(self, inner: Strategy, configs: Iterable[Config], done: Iterable[str] = ()):
+        self.inner = inner
+        self.name = getattr(inner, "name", "")
+        skip = set(done)
+        self._queue = [c for c in configs if c.key not in skip]
+        self._proposed: set[str] = set()
+
+    def propose(self) -> Config | None:
+        while self._queue:
+            c = self._queue.pop(0)
+            if c.key not in self._proposed:
+                self._proposed.add(c.key)
+                return c
+        while (c := self.inner.propose()) is not None and c.key in self._proposed:
+            pass
+        return c
+
+    def observe(self, config: Config, result: Result) -> None:
+        self.inner.observe(config, result)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
 def make_strategy(name: str, space: Space, *, seed: int = 0, done: Iterable[str] = (),
                   first: Config | None = None) -> Strategy:
     """A strategy by name; `first` (the baseline) is proposed before anything else."""

@@ -30,11 +30,11 @@ from .events import (
     WinnerVerified,
 )
 from .result import Result, config_key
-from .search import StopRules, make_strategy
+from .search import Seeded, StopRules, make_strategy
 from .session import Session, SessionError, SessionWriter, default_path, load_session, new_header
 from .sol import Peaks, load_peaks, save_peaks
 from .space import Config, Space, build_space
-from .template import Problem, Template
+from .template import ParamValue, Problem, Template
 from .worker import Worker, WorkerError, WorkerSpec
 
 Sink = Callable[[Event], None]
@@ -69,6 +69,9 @@ class TuneOptions:
     skip: tuple[str, ...] = ()
     # Profile the K best configurations with Nsight Compute when the search ends (CUDA only).
     profile_top: int = 0
+    # Configurations tried before the strategy's own (the best of a search at another size);
+    # those infeasible here are skipped with a note. They count against the budget.
+    start_from: tuple[Mapping[str, ParamValue], ...] = ()
 
 
 @dataclass
@@ -269,6 +272,14 @@ class TuneRun:
             self.note("the default configuration is not feasible for this problem: speedups are relative to the fastest")
         strategy = make_strategy(opts.strategy, space, seed=opts.seed, done=done,
                                  first=default if default in space.configs else None)
+        if opts.start_from:
+            by_key = {c.key: c for c in space.configs}
+            starts = [by_key[config_key(dict(c))] for c in opts.start_from if config_key(dict(c)) in by_key]
+            if len(starts) < len(opts.start_from):
+                self.note(f"{len(opts.start_from) - len(starts)} of the {len(opts.start_from)} starting "
+                          f"configurations are not in this problem's space: skipped")
+            first = [default] if default in space.configs else []  # the baseline still goes first
+            strategy = Seeded(strategy, first + starts, done)
         # A resumed run's strategy learns from what is already measured (the model's data, the
         # local search's starting point), not only that it is done.
         feasible = {c.key for c in space.configs}

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from kerntune import templates
 from kerntune.engine.result import config_key
+from kerntune.engine.template import load_template
 from kerntune.engine.session import load_session
 from kerntune.tui.cli import main
 
@@ -150,3 +152,26 @@ def test_list_and_devices(capsys):
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
     assert "opencl device 0" in out and "threads / block" in out
+
+
+def test_start_from_tries_another_sizes_fastest_first(tmp_path, capsys):
+    """--start-from: the baseline, then the K fastest of a session at another size, then the strategy."""
+    first = tmp_path / "small.toml"
+    assert main(["tune", "vector_add", "--shape", "n=4096", "--session", str(first), *QUICK]) == 0
+    fastest = [config_key(r.config) for r in sorted((r for r in load_session(first).results() if r.ranked),
+                                                    key=lambda r: r.median_us)[:3]]
+    second = tmp_path / "large.toml"
+    assert main(["tune", "vector_add", "--shape", "n=50000", "--strategy", "random", "--budget", "6",
+                 "--start-from", str(first), "--start-top", "3", "--session", str(second), *QUICK]) == 0
+    got = [config_key(r.config) for r in load_session(second).results()]
+    default = config_key(load_template(templates.path("vector_add")).default_config())
+    expected = [default, *(k for k in fastest if k != default)]
+    assert len(got) == 6 and len(set(got)) == 6 and got[:len(expected)] == expected
+    capsys.readouterr()
+    # a session of another template is one line, and nothing is run
+    other = tmp_path / "other.toml"
+    assert main(["tune", "silu_and_mul", "--shape", "tokens=2", "--shape", "d=4096", "--start-from", str(first),
+                 "--session", str(other), *QUICK]) != 0
+    err = capsys.readouterr().err
+    assert "is a session of 'vector_add', not of 'silu_and_mul'" in err and len(err.strip().splitlines()) == 1
+    assert not other.exists()

@@ -10,7 +10,7 @@ from kerntune import templates
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.kerneltuner import CacheFormatError, export_cache, import_cache
 from kerntune.engine.result import Result, config_key
-from kerntune.engine.search import STRATEGIES, StopRules, make_strategy
+from kerntune.engine.search import STRATEGIES, Seeded, StopRules, make_strategy
 from kerntune.engine.session import load_session
 from kerntune.engine.simulate import simulate
 from kerntune.engine.space import build_space, infeasible_reason
@@ -187,3 +187,17 @@ def test_a_run_resumed_with_another_strategy_keeps_and_learns_from_its_results(o
     assert len(keys) == 10 and len(set(keys)) == 10
     assert keys[:6] == [config_key(r.config) for r in first.results]
     assert second.best.median_us <= first.best.median_us
+
+
+def test_seeded_configs_go_first_and_the_strategy_never_repeats_them():
+    t = load_template(templates.path("vector_add"))
+    space = build_space(t, t.problem(), GPU)
+    seeds = list(space.configs[-3:])
+    done = {space.configs[-1].key}
+    s = Seeded(make_strategy("grid", space, seed=0), seeds, done)
+    got = []
+    while (c := s.propose()) is not None:
+        got.append(c.key)
+        s.observe(c, Result(config=c.as_dict(), status="ok", median_us=_fake_time(c.as_dict())))
+    assert got[:2] == [c.key for c in seeds[:2]]
+    assert len(got) == len(set(got)) == space.feasible  # the grid skips the seeds, and proposes the done one once

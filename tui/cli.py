@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--profile-top", type=int, default=0, metavar="K",
                    help="CUDA: profile the K best configurations with Nsight Compute when the search "
                         "(each round of a loop) ends")
+    t.add_argument("--start-from", type=Path, metavar="SESSION",
+                   help="try the fastest configurations of this session first (a search of the same "
+                        "template at another size)")
+    t.add_argument("--start-top", type=int, default=5, metavar="K",
+                   help="how many of --start-from's fastest configurations (default 5)")
     t.add_argument("--headless", action="store_true", help="print text instead of the dashboard")
     t.add_argument("--show-failed", action="store_true", help="list failed configurations in the final table")
     add_loop_arguments(t)
@@ -214,6 +219,17 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0 if found else EXIT_FAILED
 
 
+def fastest_configs(session, template_name: str, k: int) -> tuple[dict, ...]:
+    """The k fastest verified configurations of a session of the same template."""
+    if session.template.get("name", "") != template_name:
+        raise UsageError(f"{session.path} is a session of {session.template.get('name', '?')!r}, "
+                         f"not of {template_name!r}")
+    ranked = sorted((r for r in session.results() if r.ranked), key=lambda r: r.median_us)
+    if not ranked:
+        raise UsageError(f"{session.path} holds no verified configuration to start from")
+    return tuple(dict(r.config) for r in ranked[:k])
+
+
 def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     template = resolve_template(args.template)
     overrides = _parse_shape(args.shape)
@@ -226,6 +242,11 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError("--config-timeout must be positive")
     if not 0 <= args.sol_target <= 1 or args.patience < 0:
         raise UsageError("--sol-target is a fraction in [0, 1] and --patience must not be negative")
+    start_from: tuple = ()
+    if args.start_from is not None:
+        if args.start_top < 1:
+            raise UsageError("--start-top must be at least 1")
+        start_from = fastest_configs(load_session(args.start_from), template.name, args.start_top)
     timing = TimingPolicy()
     if args.repeats:
         timing = TimingPolicy(min_repeats=args.repeats, max_repeats=args.repeats)
@@ -235,7 +256,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         session_path=args.session, resume=args.resume, timing=timing, verify=VerifyPolicy(),
         config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
         sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv],
-        profile_top=args.profile_top,
+        profile_top=args.profile_top, start_from=start_from,
     )
     if args.agent is not None or not template.parameters:  # the agent loop: plan, template, tune, test
         from kerntune.tui.loop_cli import tune_with_agent
