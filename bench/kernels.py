@@ -40,6 +40,7 @@ PLAN = {
     "silu_and_mul": (["llama7b-t1", "llama7b-t128", "llama7b-t2048", "llama70b-t8192"], "llama7b-t2048"),
     "fused_add_rmsnorm": (["llama7b-t1", "llama7b-t128", "llama70b-t2048", "llama70b-t8192"], "llama70b-t2048"),
     "merge_attn_states": (["llama7b-t1", "llama7b-t512", "llama7b-t4096", "llama70b-t8192"], "llama7b-t4096"),
+    "softmax": (["llama-t1", "llama-t128", "llama-t2048", "llama-t8192"], "llama-t2048"),
     "matmul": (["1024", "2048", "4096"], "2048"),
 }
 # the bfloat16 variants: the same sizes, the same exhaustive one
@@ -96,6 +97,14 @@ def torch_case(name: str, sizes: dict, torch):
             return out, torch.where(empty, m, torch.log(total) + m0)
 
         return fn, (va, sa, vb, sb)
+    if name == "softmax":
+        x = torch.rand(sizes["tokens"], sizes["vocab"], device=dev) * 32 - 16
+        x[torch.rand_like(x) < 0.02] = -math.inf  # masked tokens, as in the template's inputs
+
+        def fn(x):
+            return torch.softmax(x, dim=-1)
+
+        return fn, (x,)
     if name == "matmul":
         a = torch.rand(sizes["M"], sizes["K"], device=dev) * 2 - 1
         b = torch.rand(sizes["K"], sizes["N"], device=dev) * 2 - 1

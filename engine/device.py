@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 
+NO_REGISTER_LIMIT = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class DeviceLimits:
     """A device's identity and the limits that constrain launch configurations."""
@@ -51,6 +54,8 @@ class DeviceLimits:
             "max_shared_per_block_optin": max(self.max_shared_per_block_optin, self.max_shared_per_block),
             "warp_size": self.warp_size,
             "sm_count": self.sm_count,
+            # 32-bit registers a block may hold; a device that reports none (OpenCL) sets no limit
+            "max_regs_per_block": self.max_regs_per_block or NO_REGISTER_LIMIT,
         }
 
     def key(self) -> str:

@@ -62,6 +62,7 @@ DEVICE_NAMES = (
     "max_shared_per_block_optin",
     "warp_size",
     "sm_count",
+    "max_regs_per_block",
 )
 
 ParamValue = int | float | bool

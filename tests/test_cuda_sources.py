@@ -17,15 +17,18 @@ GPU = DeviceLimits(backend="cuda", name="sm_90", max_threads_per_block=1024, war
 
 def _one_per_value(t):
     """The default config, and for each parameter value the first feasible config that uses it
-    (the default with that one value changed, where that is feasible)."""
+    (the default with that one value changed, where that is feasible), at the default problem or
+    else at another of the template's sizes (softmax's register copy of 2 vectors a thread only
+    fits a short row)."""
     default = t.default_config()
     configs = [c.as_dict() for c in build_space(t, t.problem(None), GPU).configs]
+    others = [c.as_dict() for p in (*t.problems, *t.verify_problems) for c in build_space(t, p, GPU).configs]
     chosen = [default]
     for p in t.parameters:
         for v in p.values:
             if v != p.default:
                 changed = {**default, p.name: v}
-                chosen.append(changed if changed in configs else next(c for c in configs if c[p.name] == v))
+                chosen.append(changed if changed in configs else next(c for c in configs + others if c[p.name] == v))
     return chosen
 
 

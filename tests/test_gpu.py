@@ -98,8 +98,10 @@ def test_profile_top_profiles_the_leaders_with_nsight_compute(tmp_path):
 
 
 @pytest.mark.parametrize("name,problem", [("silu_and_mul_bf16", "llama7b-t128"),
-                                          ("fused_add_rmsnorm_bf16", "llama7b-t128")])
-def test_the_bfloat16_variants_tune_on_cuda_with_every_result_verified(tmp_path, name, problem):
+                                          ("fused_add_rmsnorm_bf16", "llama7b-t128"),
+                                          ("softmax", "llama-t128")])
+def test_library_kernels_tune_on_cuda_with_every_result_verified(tmp_path, name, problem):
+    """The bfloat16 variants, and softmax with its rows in shared memory and registers."""
     out = _tune(name, tmp_path, problem=problem, strategy="random", budget=40)
     bad = [(r.config, r.status, r.message) for r in out.results if r.status not in ("ok", "pruned")]
     assert not bad

@@ -17,6 +17,7 @@ SMALL = {
     "fused_add_rmsnorm": {"tokens": 5, "d": 4096},
     "merge_attn_states": {"tokens": 9, "heads": 4, "head_dim": 128},
     "matmul": {"M": 128, "N": 128, "K": 256},
+    "softmax": {"tokens": 6, "vocab": 4000},
     "vector_add": {"n": 5000},
 }
 H100 = DeviceLimits(backend="cuda", name="H100-like", max_threads_per_block=1024, warp_size=32,
@@ -70,7 +71,30 @@ def test_rmsnorm_staging_needs_the_row_in_shared_memory():
     assert space.pruned["STAGE == 0 or d * 4 <= max_shared_per_block_optin"] > 0
 
 
-@pytest.mark.parametrize("name", ["silu_and_mul", "fused_add_rmsnorm", "merge_attn_states", "matmul"])
+def test_softmax_keeps_the_row_on_chip_only_where_it_fits():
+    t = load_template(templates.path("softmax"))
+    h100 = DeviceLimits(backend="cuda", name="H100-like", max_threads_per_block=1024, warp_size=32,
+                        max_shared_per_block=48 * 1024, max_shared_per_block_optin=227 * 1024,
+                        max_regs_per_block=64 * 1024)
+    llama2 = build_space(t, t.problem("llama-t2048"), h100)
+    assert {c["KEEP"] for c in llama2.configs} == {0, 1, 2, 3}
+    for c in llama2.configs:
+        if c["KEEP"] == 3:
+            assert 32000 <= c["BLOCK"] * c["VEC"] * c["ITEMS"] < 64000
+            assert c["BLOCK"] * (c["VEC"] * c["ITEMS"] + 24) <= 64 * 1024
+    # Llama 3's vocabulary: 501 KB a row fits neither a block's shared memory nor its registers
+    llama3 = build_space(t, t.problem("llama-t2048", {"vocab": 128256}), h100)
+    assert {c["KEEP"] for c in llama3.configs} == {0, 1}
+    assert llama3.pruned["KEEP != 2 or vocab * 4 <= max_shared_per_block_optin"] > 0
+    assert llama3.pruned["KEEP != 3 or BLOCK * (VEC * ITEMS + 24) <= max_regs_per_block"] > 0
+    # a device that reports no register file (OpenCL) leaves the register copy to the other limits
+    cpu = DeviceLimits(backend="opencl", name="cpu", max_threads_per_block=4096, warp_size=1,
+                       max_shared_per_block=4 << 20, max_shared_per_block_optin=4 << 20)
+    assert any(c["KEEP"] == 3 and c["BLOCK"] * c["VEC"] * c["ITEMS"] >= 128256
+               for c in build_space(t, t.problem("llama-t2048", {"vocab": 128256}), cpu).configs)
+
+
+@pytest.mark.parametrize("name", ["silu_and_mul", "fused_add_rmsnorm", "merge_attn_states", "matmul", "softmax"])
 def test_library_templates_have_baselines_and_launch_them(name):
     t = load_template(templates.path(name))
     assert "cuda" in t.original_sources and t.baseline_block
