@@ -17,7 +17,7 @@ else:  # pragma: no cover
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-BASELINES = ("silu_and_mul", "fused_add_rmsnorm", "merge_attn_states", "matmul")
+BASELINES = ("silu_and_mul", "fused_add_rmsnorm", "merge_attn_states", "matmul", "softmax")
 
 
 @pytest.mark.parametrize("kernel", BASELINES)
