@@ -65,7 +65,7 @@ the original's outputs on fresh random inputs. A rejected proposal comes back wi
 
 Expressions (constraints, launch grid and block, shared_bytes) are arithmetic over parameter \
 names, problem sizes and device names (max_threads_per_block, max_shared_per_block, \
-max_shared_per_block_optin, warp_size, sm_count, max_regs_per_block): + - * / // % **, comparisons, and/or/not, \
+max_shared_per_block_optin, warp_size, sm_count, max_regs_per_block, max_cluster_blocks): + - * / // % **, comparisons, and/or/not, \
 `a if c else b`, and the functions min, max, ceil_div, round_up, log2, is_pow2, abs. Nothing else.
 
 Be brief: a plan or an analysis is a few sentences. A result measured faster than the speed of \

@@ -9,10 +9,11 @@ general config (the one configuration with the best geometric mean over all size
 is a median of device-event timings with the L2 flushed before each run. Tuned results pass the
 full verification protocol; each size's winner is verified again on new inputs. One size per
 kernel is searched exhaustively and its session saved; the others sample the same random
-configurations (same seed) after the exhaustive size's 8 fastest, so the general config is chosen
-from results measured at every size;
-with --refine N the model-guided strategy then spends N more evaluations on each of those sizes,
-learning from the sample (a resumed session). A large exhaustive search can be split over several
+configurations (same seed) after the exhaustive size's 8 fastest; with --refine N the model-guided
+strategy then spends N more evaluations on each of those sizes, learning from the sample (a
+resumed session). The general config is chosen from configurations measured at every size: each
+size's 8 fastest are also measured at the other sizes where they are feasible (sizes whose spaces
+differ, like softmax's two vocabularies, sample different configurations). A large exhaustive search can be split over several
 calls: --grid-time S stops it after S seconds (the bench then ends, the session saved), and
 --resume continues the sessions already in --sessions.
 """
@@ -32,6 +33,7 @@ from kerntune.engine.backends import open_backend
 from kerntune.engine.evaluate import Evaluator, VerifyPolicy
 from kerntune.engine.result import config_key
 from kerntune.engine.sol import load_peaks
+from kerntune.engine.space import infeasible_reason
 from kerntune.engine.template import load_template
 from kerntune.engine.tune import TuneOptions, TuneRun, resolve_device
 from kerntune.tui.text import fmt_config
@@ -40,7 +42,7 @@ PLAN = {
     "silu_and_mul": (["llama7b-t1", "llama7b-t128", "llama7b-t2048", "llama70b-t8192"], "llama7b-t2048"),
     "fused_add_rmsnorm": (["llama7b-t1", "llama7b-t128", "llama70b-t2048", "llama70b-t8192"], "llama70b-t2048"),
     "merge_attn_states": (["llama7b-t1", "llama7b-t512", "llama7b-t4096", "llama70b-t8192"], "llama7b-t4096"),
-    "softmax": (["llama-t1", "llama-t128", "llama-t2048", "llama-t8192"], "llama-t2048"),
+    "softmax": (["llama-t1", "llama-t128", "llama-t2048", "llama-t8192", "llama3-t1", "llama3-t2048"], "llama-t2048"),
     "matmul": (["1024", "2048", "4096"], "2048"),
 }
 # the bfloat16 variants: the same sizes, the same exhaustive one
@@ -131,6 +133,29 @@ def torch_time(fn, args, torch, flush, reps: int = 100) -> float:
 
 # the bench -------------------------------------------------------------------------------------
 TRANSFER = 8  # the exhaustive size's fastest configurations, tried first at every other size
+CANDIDATES = 8  # each size's fastest, measured at every size where feasible, for the general config
+
+
+def fill_candidates(t, by_size: dict, backend, shape: dict | None) -> None:
+    """Measure each size's CANDIDATES fastest configurations at the other sizes where they are
+    feasible and not yet measured, so that the general config is chosen from configurations known
+    at every size even where the sizes' spaces (and so their random samples) differ."""
+    candidates = {}
+    for results in by_size.values():
+        for key, r in sorted(results.items(), key=lambda kv: kv[1].median_us)[:CANDIDATES]:
+            candidates[key] = dict(r.config)
+    for size, results in by_size.items():
+        problem = t.problem(size, (shape or {}).get(size))
+        missing = [c for k, c in candidates.items()
+                   if k not in results and infeasible_reason(t, c, problem, backend.limits) is None]
+        if not missing:
+            continue
+        ev = Evaluator(backend, t, problem, seed=7, verify=VerifyPolicy(seeds=2, pool=2))
+        for c in missing:
+            r = ev.evaluate(c)
+            if r.ranked:
+                results[config_key(c)] = r
+        print(f"  {t.name} {size}: {len(missing)} general-config candidates measured", flush=True)
 
 
 class GridUnfinished(Exception):
@@ -170,14 +195,14 @@ def bench_kernel(name: str, budget: int, sessions: Path, tmp: Path, torch, flush
               f"best {out.best.median_us:.2f} us ({fmt_config(out.best.config)}), winner check "
               f"{'passed' if out.winner_ok else 'FAILED'}", flush=True)
 
-    # the general config: measured and verified at every size, best geometric mean
-    by_size = {s: {config_key(r.config): r for r in o.results if r.ranked} for s, o in runs.items()}
-    common = set.intersection(*(set(m) for m in by_size.values()))
-    general = min(common, key=lambda k: sum(math.log(by_size[s][k].median_us) for s in sizes))
-
     backend = open_backend(backend_name)
     rows = []
     try:
+        # the general config: measured and verified at every size, best geometric mean
+        by_size = {s: {config_key(r.config): r for r in o.results if r.ranked} for s, o in runs.items()}
+        fill_candidates(t, by_size, backend, shape)
+        common = set.intersection(*(set(m) for m in by_size.values()))
+        general = min(common, key=lambda k: sum(math.log(by_size[s][k].median_us) for s in sizes))
         for size in sizes:
             out = runs[size]
             problem = t.problem(size, (shape or {}).get(size))

@@ -32,6 +32,9 @@ class DeviceLimits:
     max_blocks_per_sm: int = 0
     max_regs_per_block: int = 0
     max_regs_per_sm: int = 0
+    # blocks a thread-block cluster may hold (8, the portable size, from compute capability 9.0);
+    # 1 where there are no clusters
+    max_cluster_blocks: int = 1
     sm_count: int = 1
     warp_size: int = 32
     l2_bytes: int = 0
@@ -56,6 +59,7 @@ class DeviceLimits:
             "sm_count": self.sm_count,
             # 32-bit registers a block may hold; a device that reports none (OpenCL) sets no limit
             "max_regs_per_block": self.max_regs_per_block or NO_REGISTER_LIMIT,
+            "max_cluster_blocks": self.max_cluster_blocks,
         }
 
     def key(self) -> str:
@@ -115,6 +119,8 @@ def describe(limits: DeviceLimits) -> list[tuple[str, str]]:
         rows.append(("registers / block", str(limits.max_regs_per_block)))
     if limits.max_regs_per_sm:
         rows.append(("registers / SM", str(limits.max_regs_per_sm)))
+    if limits.max_cluster_blocks > 1:
+        rows.append(("blocks / cluster", str(limits.max_cluster_blocks)))
     if limits.l2_bytes:
         rows.append(("L2 / last-level cache", f"{limits.l2_bytes / 2**20:.1f} MiB"))
     if limits.global_mem_bytes:

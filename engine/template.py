@@ -63,6 +63,7 @@ DEVICE_NAMES = (
     "warp_size",
     "sm_count",
     "max_regs_per_block",
+    "max_cluster_blocks",
 )
 
 ParamValue = int | float | bool

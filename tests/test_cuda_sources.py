@@ -12,7 +12,8 @@ from conftest import needs_nvcc
 
 
 GPU = DeviceLimits(backend="cuda", name="sm_90", max_threads_per_block=1024, warp_size=32,
-                   max_shared_per_block=48 * 1024, max_shared_per_block_optin=227 * 1024)
+                   max_shared_per_block=48 * 1024, max_shared_per_block_optin=227 * 1024,
+                   max_regs_per_block=64 * 1024, max_cluster_blocks=8)
 
 
 def _one_per_value(t):

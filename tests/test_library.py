@@ -2,6 +2,7 @@
 its feasible configurations verify against numpy, and its spaces prune what they must."""
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -83,15 +84,22 @@ def test_softmax_keeps_the_row_on_chip_only_where_it_fits():
             assert 32000 <= c["BLOCK"] * c["VEC"] * c["ITEMS"] < 64000
             assert c["BLOCK"] * (c["VEC"] * c["ITEMS"] + 24) <= 64 * 1024
     # Llama 3's vocabulary: 501 KB a row fits neither a block's shared memory nor its registers
-    llama3 = build_space(t, t.problem("llama-t2048", {"vocab": 128256}), h100)
+    llama3 = build_space(t, t.problem("llama3-t2048"), h100)
     assert {c["KEEP"] for c in llama3.configs} == {0, 1}
-    assert llama3.pruned["KEEP != 2 or vocab * 4 <= max_shared_per_block_optin"] > 0
+    assert llama3.pruned["KEEP != 2 or vocab // SPLIT * 4 <= max_shared_per_block_optin"] > 0
     assert llama3.pruned["KEEP != 3 or BLOCK * (VEC * ITEMS + 24) <= max_regs_per_block"] > 0
+    assert llama3.pruned["SPLIT <= max_cluster_blocks"] > 0
+    # with clusters of up to 8 blocks (compute capability 9.0) a row split 4 or 8 ways stays on chip
+    hopper = replace(h100, max_cluster_blocks=8)
+    on_chip = {(c["KEEP"], c["SPLIT"]) for c in build_space(t, t.problem("llama3-t2048"), hopper).configs
+               if c["KEEP"] >= 2}
+    assert on_chip == {(2, 4), (2, 8), (3, 4), (3, 8)}
     # a device that reports no register file (OpenCL) leaves the register copy to the other limits
     cpu = DeviceLimits(backend="opencl", name="cpu", max_threads_per_block=4096, warp_size=1,
                        max_shared_per_block=4 << 20, max_shared_per_block_optin=4 << 20)
-    assert any(c["KEEP"] == 3 and c["BLOCK"] * c["VEC"] * c["ITEMS"] >= 128256
-               for c in build_space(t, t.problem("llama-t2048", {"vocab": 128256}), cpu).configs)
+    cpu_space = build_space(t, t.problem("llama3-t2048"), cpu)
+    assert any(c["KEEP"] == 3 and c["BLOCK"] * c["VEC"] * c["ITEMS"] >= 128256 for c in cpu_space.configs)
+    assert {c["SPLIT"] for c in cpu_space.configs} == {1}  # no clusters in OpenCL
 
 
 @pytest.mark.parametrize("name", ["silu_and_mul", "fused_add_rmsnorm", "merge_attn_states", "matmul", "softmax"])

@@ -301,6 +301,7 @@ def _limits(dev: Any) -> DeviceLimits:
         max_blocks_per_sm=_attr(dev, "MAX_BLOCKS_PER_MULTIPROCESSOR"),
         max_regs_per_block=_attr(dev, "MAX_REGISTERS_PER_BLOCK"),
         max_regs_per_sm=_attr(dev, "MAX_REGISTERS_PER_MULTIPROCESSOR"),
+        max_cluster_blocks=8 if major >= 9 else 1,
         sm_count=_attr(dev, "MULTIPROCESSOR_COUNT", 1),
         warp_size=_attr(dev, "WARP_SIZE", 32),
         l2_bytes=_attr(dev, "L2_CACHE_SIZE"),

@@ -1,7 +1,8 @@
 // softmax template for OpenCL: one work-group per row, the reductions through local memory. KEEP
 // as in kernel.cu: 0 three passes over global memory, 1 the online maximum and sum then a second
 // pass, 2 the row staged in local memory (the launch's dynamic local argument), 3 the row in
-// private arrays of ITEMS vectors a work-item. -inf logits get probability 0.
+// private arrays of ITEMS vectors a work-item. -inf logits get probability 0. SPLIT (clusters) is
+// CUDA's alone.
 #ifndef BLOCK
 #define BLOCK 1024
 #endif
@@ -19,6 +20,12 @@
 #endif
 #ifndef FAST
 #define FAST 0
+#endif
+#ifndef SPLIT
+#define SPLIT 1
+#endif
+#if SPLIT != 1
+#error "OpenCL has no thread-block clusters: a row is one work-group's (the spec's max_cluster_blocks is 1 here)"
 #endif
 
 #define PRAGMA_(x) _Pragma(#x)

@@ -9,6 +9,10 @@
 //      fit in a block's opt-in shared memory), its exponentials kept there;
 //   3  registers: ITEMS vectors of VEC floats a thread (the block's registers must hold the row).
 // With 2 and 3 the row is read from global memory once and each exponential computed once.
+// SPLIT > 1 shares a row among that many blocks, a thread-block cluster (compute capability 9.0):
+// each block keeps and writes its slice of vocab / SPLIT, and the blocks exchange their maxima and
+// sums through distributed shared memory. A row too long for one block's shared memory or
+// registers then still stays on chip, and a few rows still spread over many SMs.
 // An entry of -inf (a masked logit) gets probability 0; a row that is entirely -inf gives NaN,
 // as torch.softmax does.
 #ifndef BLOCK
@@ -28,6 +32,9 @@
 #endif
 #ifndef FAST
 #define FAST 0
+#endif
+#ifndef SPLIT
+#define SPLIT 1
 #endif
 
 #define PRAGMA_(x) _Pragma(#x)
@@ -102,26 +109,73 @@ __device__ __forceinline__ void merge(float &m, float &s, float m2, float s2)
     m = top;
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK)
+#if SPLIT > 1
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#define CLUSTER __cluster_dims__(SPLIT, 1, 1)
+
+// Each block of the row's cluster publishes its value in its own `slot`; every block then reads
+// all of them in the same order, so that all compute the same maximum and the same sum.
+__device__ __forceinline__ float cluster_max(float v, float *slot)
+{
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) *slot = v;
+    cluster.sync();
+    v = -INFINITY;
+#pragma unroll
+    for (int b = 0; b < SPLIT; ++b) v = fmaxf(v, *cluster.map_shared_rank(slot, b));
+    return v;
+}
+
+__device__ __forceinline__ float cluster_sum(float v, float *slot)
+{
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) *slot = v;
+    cluster.sync();
+    v = 0.f;
+#pragma unroll
+    for (int b = 0; b < SPLIT; ++b) v += *cluster.map_shared_rank(slot, b);
+    return v;
+}
+
+__device__ __forceinline__ void cluster_merge(float &m, float &s, float *slot_m, float *slot_s)
+{
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) *slot_m = m, *slot_s = s;
+    cluster.sync();
+    m = -INFINITY, s = 0.f;
+#pragma unroll
+    for (int b = 0; b < SPLIT; ++b) merge(m, s, *cluster.map_shared_rank(slot_m, b), *cluster.map_shared_rank(slot_s, b));
+}
+#else
+#define CLUSTER
+__device__ __forceinline__ float cluster_max(float v, float *) { return v; }
+__device__ __forceinline__ float cluster_sum(float v, float *) { return v; }
+__device__ __forceinline__ void cluster_merge(float &, float &, float *, float *) {}
+#endif
+
+extern "C" __global__ void __launch_bounds__(BLOCK) CLUSTER
 softmax(const float *__restrict__ logits, float *__restrict__ probs, int tokens, int vocab)
 {
     __shared__ float partial_max[WARPS], partial_sum[WARPS];
-    const long row = blockIdx.x;
-    const int tid = threadIdx.x, nvec = vocab / VEC;
-    const pack_t *x = reinterpret_cast<const pack_t *>(logits + row * vocab);
-    pack_t *y = reinterpret_cast<pack_t *>(probs + row * vocab);
+    __shared__ float slot_max, slot_sum;  // this block's share, read by the cluster's other blocks
+    const long row = blockIdx.x / SPLIT;
+    const int tid = threadIdx.x, slice = vocab / SPLIT, nvec = slice / VEC;
+    const long start = row * vocab + (long)(blockIdx.x % SPLIT) * slice;
+    const pack_t *x = reinterpret_cast<const pack_t *>(logits + start);
+    pack_t *y = reinterpret_cast<pack_t *>(probs + start);
     float m = -INFINITY, s = 0.f;
 
 #if KEEP == 0
 PRAGMA(unroll UNROLL)
     for (int i = tid; i < nvec; i += BLOCK) m = fmaxf(m, pack_max(x[i]));
-    m = finite(block_max(m, partial_max));
+    m = finite(cluster_max(block_max(m, partial_max), &slot_max));
 PRAGMA(unroll UNROLL)
     for (int i = tid; i < nvec; i += BLOCK) {
         pack_t p = x[i];
         s += pack_exp(p, m);
     }
-    const float inv = 1.f / block_sum(s, partial_sum);
+    const float inv = 1.f / cluster_sum(block_sum(s, partial_sum), &slot_sum);
 PRAGMA(unroll UNROLL)
     for (int i = tid; i < nvec; i += BLOCK) {
         pack_t p = x[i];
@@ -153,6 +207,7 @@ PRAGMA(unroll UNROLL)
         const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
         merge(m, s, m2, s2);
     }
+    cluster_merge(m, s, &slot_max, &slot_sum);
     m = finite(m);
     const float inv = 1.f / s;
 PRAGMA(unroll UNROLL)
@@ -170,14 +225,14 @@ PRAGMA(unroll UNROLL)
         staged[i] = p;
         m = fmaxf(m, pack_max(p));
     }
-    m = finite(block_max(m, partial_max));
+    m = finite(cluster_max(block_max(m, partial_max), &slot_max));
 PRAGMA(unroll UNROLL)
     for (int i = tid; i < nvec; i += BLOCK) {  // a thread reads back only what it stored: no barrier
         pack_t p = staged[i];
         s += pack_exp(p, m);
         staged[i] = p;
     }
-    const float inv = 1.f / block_sum(s, partial_sum);
+    const float inv = 1.f / cluster_sum(block_sum(s, partial_sum), &slot_sum);
 PRAGMA(unroll UNROLL)
     for (int i = tid; i < nvec; i += BLOCK) y[i] = pack_scale(staged[i], inv);
 
@@ -194,14 +249,17 @@ PRAGMA(unroll UNROLL)
         }
         m = fmaxf(m, pack_max(c[j]));
     }
-    m = finite(block_max(m, partial_max));
+    m = finite(cluster_max(block_max(m, partial_max), &slot_max));
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) s += pack_exp(c[j], m);
-    const float inv = 1.f / block_sum(s, partial_sum);
+    const float inv = 1.f / cluster_sum(block_sum(s, partial_sum), &slot_sum);
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
         const int i = tid + j * BLOCK;
         if (i < nvec) y[i] = pack_scale(c[j], inv);
     }
+#endif
+#if SPLIT > 1
+    cg::this_cluster().sync();  // no block leaves while another may still read its slots
 #endif
 }
