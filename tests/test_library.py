@@ -37,6 +37,22 @@ def test_library_configs_verify_on_the_cpu(opencl_backend, name):
         assert r.status == "ok", (config, r.message)
 
 
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_library_kernels_tune_on_the_cpu_and_their_sessions_load(opencl_backend, tmp_path, name):
+    """The whole pipeline on PoCL for every library kernel: a short random search, every result
+    verified, the winner checked again on new inputs, the session written and read back."""
+    from kerntune.engine.session import load_session
+    from kerntune.engine.tune import TuneOptions, TuneRun
+
+    t = load_template(templates.path(name))
+    opts = TuneOptions(backend="opencl", strategy="random", budget=4, seed=3, overrides=SMALL[name],
+                       session_path=tmp_path / "s.toml", timing=FAST, probe=False)
+    out = TuneRun(t, opts).run()  # its own backend: the fixture only skips where OpenCL is missing
+    assert [r.status for r in out.results] == ["ok"] * len(out.results) and len(out.results) == min(4, out.space.feasible)
+    assert out.winner_ok is True
+    assert load_session(out.session_path).best().median_us == out.best.median_us
+
+
 def test_merge_attn_states_inputs_hold_empty_partials(opencl_backend):
     import numpy as np
 
