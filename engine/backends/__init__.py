@@ -31,6 +31,21 @@ class LaunchError(RuntimeError):
     """The kernel could not be launched or failed while running."""
 
 
+# The most of a compiler's log a compile error keeps (a result's message; the session stores it).
+COMPILE_LOG_LIMIT = 20_000
+
+
+def compile_message(summary: str, log: str) -> str:
+    """A compile error's message: the first error lines on one line, then the compiler's whole log
+    (cut at COMPILE_LOG_LIMIT characters), which the dashboard's details show."""
+    log = log.strip()
+    if not log or log == summary.strip():
+        return summary
+    if len(log) > COMPILE_LOG_LIMIT:
+        log = log[:COMPILE_LOG_LIMIT] + f"\n... (the log is cut here: {len(log)} characters in all)"
+    return f"{summary}\n\ncompiler log:\n{log}"
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """A device a backend can open, for `kerntune devices`."""

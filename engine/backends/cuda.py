@@ -23,7 +23,7 @@ import numpy as np
 from ..device import DeviceLimits
 from ..result import Resources
 from ..space import Geometry
-from . import BackendError, CompileError, DeviceInfo, LaunchError
+from . import BackendError, CompileError, DeviceInfo, LaunchError, compile_message
 
 try:
     import pycuda.driver as drv
@@ -157,7 +157,7 @@ def _run_nvcc(nvcc: str, source: str, defines: Mapping[str, str], options: Seque
         # The temporary path means nothing to the user; the file is their kernel.
         log = (proc.stdout + proc.stderr).replace(src, "kernel.cu").replace(tmp + os.sep, "")
         if proc.returncode != 0 or not os.path.exists(out):
-            raise CompileError(first_errors(log))
+            raise CompileError(compile_message(first_errors(log), log))
         return Path(out).read_bytes(), log
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from ..device import DeviceLimits
 from ..result import Resources
 from ..space import Geometry
-from . import BackendError, CompileError, DeviceInfo, LaunchError
+from . import BackendError, CompileError, compile_message, DeviceInfo, LaunchError
 
 try:
     import pyopencl as cl
@@ -125,7 +125,7 @@ class OpenCLBackend:
                 warnings.simplefilter("ignore")  # pyopencl warns on any compiler output
                 program = cl.Program(self.ctx, source).build(options=opts)
         except cl.Error as e:
-            raise CompileError(_first_errors(str(e))) from None
+            raise CompileError(compile_message(_first_errors(str(e)), _build_log(str(e)))) from None
         try:
             return getattr(program, entry)
         except (AttributeError, cl.Error):
@@ -219,6 +219,14 @@ class OpenCLBackend:
             self.queue.finish()
         except Exception:
             pass
+
+
+def _build_log(text: str) -> str:
+    """pyopencl's build failure without its repeated first line, temporary file names as `source:`."""
+    lines = text.splitlines()
+    while lines and (not lines[0].strip() or "BUILD_PROGRAM_FAILURE" in lines[0]):
+        lines.pop(0)
+    return re.sub(r"\S*tempfile_\w+\.cl:", "source:", "\n".join(lines))
 
 
 def _first_errors(log: str, limit: int = 6) -> str:
