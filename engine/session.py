@@ -13,6 +13,7 @@ warning. Loading never evaluates anything it reads; a session never holds secret
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import sys
@@ -44,6 +45,10 @@ class SessionError(ValueError):
     """A session file that cannot be read; the message is one line naming the file."""
 
 
+class SessionBusy(SessionError):
+    """A session file another process is writing: a session has one writer at a time."""
+
+
 def tool_version() -> str:
     try:
         from importlib.metadata import version
@@ -72,21 +77,86 @@ def new_header(*, command: Iterable[str], device: Mapping[str, Any], template: M
     }
 
 
-class SessionWriter:
-    """Appends events to a session file, flushing each one so that a crash loses at most one."""
+def lock_session(path: Path) -> int:
+    """Take the one-writer lock of a session file; the descriptor that holds it is returned.
 
-    def __init__(self, path: Path, header: Mapping[str, Any] | None = None):
+    The lock is the operating system's (flock) on the session file itself: it goes when the
+    descriptor is closed or the process ends, however it ends, so there is never a lock file to
+    clean up. The file is created empty when missing. A file another process holds is refused at
+    once with one line naming that process."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = _lock_holder(fd)
+        os.close(fd)
+        raise SessionBusy(f"{path}: another run is writing this session ({holder}); wait for it to end, "
+                          "or choose another --session") from None
+    return fd
+
+
+def _lock_holder(fd: int) -> str:
+    """The process holding the flock on fd's file, as `pid N: its command line` (read from /proc)."""
+    st = os.fstat(fd)
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return "another process"
+    for line in table.splitlines():
+        # "3: FLOCK  ADVISORY  WRITE 4242 00:2e:1234567 0 EOF"; waiters have "->" after the number
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK" or "->" in parts:
+            continue
+        pid, ident = parts[4], parts[5].rsplit(":", 1)
+        if pid.isdigit() and len(ident) == 2 and ident[1] == str(st.st_ino):
+            return f"pid {pid}: {_command_of(int(pid))}"
+    return "another process"
+
+
+def _command_of(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return "its command line is not readable"
+    argv = [a for a in argv if a]
+    # `python /venv/bin/kerntune tune ...` reads as `kerntune tune ...`
+    while len(argv) > 1 and (os.path.basename(argv[0]).startswith("python") or argv[0] == "-m"):
+        argv = argv[1:]
+    if argv:
+        argv[0] = os.path.basename(argv[0])
+    text = " ".join(argv) or "?"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+class SessionWriter:
+    """Appends events to a session file, flushing each one so that a crash loses at most one.
+
+    The writer holds the file's one-writer lock (see `lock_session`; `lock` hands in one taken
+    already) until it is closed. Appending to an existing file first drops a last event that was
+    cut off mid-write, so that what follows lands after a complete event; `repaired` then says so
+    in one line."""
+
+    def __init__(self, path: Path, header: Mapping[str, Any] | None = None, *, lock: int | None = None):
         self.path = Path(path)
+        self.repaired: str | None = None
         if header is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            text = tomli_w.dumps(_clean(dict(header)))
-            with open(self.path, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-        elif not self.path.exists():
+        elif lock is None and not self.path.exists():
             raise SessionError(f"{self.path}: no such session to append to")
-        self._f = open(self.path, "a", encoding="utf-8")
+        self._lock = lock_session(self.path) if lock is None else lock
+        try:
+            if header is not None:
+                text = tomli_w.dumps(_clean(dict(header)))
+                with open(self.path, "w", encoding="utf-8") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+            else:
+                self.repaired = repair_tail(self.path)
+            self._f = open(self.path, "a", encoding="utf-8")
+        except BaseException:
+            os.close(self._lock)
+            raise
 
     def write(self, ev: Event) -> None:
         self._f.write("\n" + event_toml(ev))
@@ -97,12 +167,30 @@ class SessionWriter:
             self._f.flush()
             os.fsync(self._f.fileno())
             self._f.close()
+            os.close(self._lock)
 
     def __enter__(self) -> "SessionWriter":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def repair_tail(path: Path) -> str | None:
+    """Cut a session file back to its last complete event (call it holding the file's lock).
+
+    Returns one line saying what was dropped, or None when the file ends with a complete event."""
+    raw = Path(path).read_bytes()
+    text = raw.decode("utf-8", "surrogateescape")  # a cut may split a character: keep bytes as bytes
+    keep = len(_complete_prefix(text).encode("utf-8", "surrogateescape"))
+    if keep == len(raw):
+        return None
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    return (f"{path}: its last event was cut off mid-write: dropped ({len(raw) - keep} bytes); "
+            "every complete event is kept")
 
 
 def event_toml(ev: Event) -> str:
@@ -225,7 +313,9 @@ def load_session(path: str | Path) -> Session:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise SessionError(f"{p}: not a text file (byte {e.start} is not UTF-8)") from None
+        if e.reason != "unexpected end of data":  # (that one is a write cut inside a character)
+            raise SessionError(f"{p}: not a text file (byte {e.start} is not UTF-8)") from None
+        text = raw[: e.start].decode("utf-8")
     warnings: list[str] = []
     complete = _complete_prefix(text)
     if complete != text:
@@ -234,6 +324,8 @@ def load_session(path: str | Path) -> Session:
         data = tomllib.loads(complete)
     except tomllib.TOMLDecodeError as e:
         raise SessionError(f"{p}: not a valid session file: {e}") from None
+    except RecursionError:
+        raise SessionError(f"{p}: not a valid session file: nested too deeply") from None
     return _validate(p, data, warnings)
 
 

@@ -7,6 +7,7 @@ later from its session file without evaluating any configuration twice.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -31,7 +32,7 @@ from .events import (
 )
 from .result import Result, config_key
 from .search import Seeded, StopRules, make_strategy
-from .session import Session, SessionError, SessionWriter, default_path, load_session, new_header
+from .session import Session, SessionError, SessionWriter, default_path, load_session, lock_session, new_header
 from .sol import Peaks, load_peaks, save_peaks
 from .space import Config, Space, build_space
 from .template import ParamValue, Problem, Template
@@ -183,11 +184,18 @@ class TuneRun:
                             f"{limits.name}; pruned by {rules}")
 
         previous: Session | None = None
+        lock: int | None = None
         path = opts.session_path or default_path(template.name)
         if self._session is not None:
             path = self._session.path
-        elif opts.resume:
-            previous = self._check_resumable(path, template, problem, backend)
+        elif opts.resume and path.exists():
+            # the lock first: a run writing this file now would change what is to be resumed
+            lock = lock_session(path)
+            try:
+                previous = self._check_resumable(path, template, problem, backend)
+            except BaseException:
+                os.close(lock)
+                raise
         results: list[Result] = previous.results() if previous else []
         seed = opts.seed
         if previous is not None and isinstance(previous.header.get("tuning", {}).get("seed"), int):
@@ -201,7 +209,9 @@ class TuneRun:
         elif previous is not None:
             last = previous.events[-1].t if previous.events else 0.0
             self._time_offset = float(last)
-            self._writer = SessionWriter(path)
+            self._writer = SessionWriter(path, lock=lock)
+            if self._writer.repaired:
+                pending.append(self._writer.repaired)
         else:
             header = new_header(
                 command=opts.command,
@@ -243,9 +253,7 @@ class TuneRun:
             if self._session is None:  # a loop's session stays open for its next round
                 self._writer.close()
 
-    def _check_resumable(self, path: Path, template: Template, problem: Problem, backend: str) -> Session | None:
-        if not path.exists():
-            return None
+    def _check_resumable(self, path: Path, template: Template, problem: Problem, backend: str) -> Session:
         previous = load_session(path)
         t = previous.template
         if t.get("fingerprint") != template.fingerprint():
