@@ -24,6 +24,7 @@ from ..device import DeviceLimits
 from ..result import Resources
 from ..space import Geometry
 from . import BackendError, CompileError, DeviceInfo, LaunchError, compile_message
+from .cuda_symbols import resolve_entry
 
 try:
     import pycuda.driver as drv
@@ -130,12 +131,12 @@ def compile_cubin(source: str, entry: str, defines: Mapping[str, str],
     except (OSError, ValueError):
         pass
     else:
-        return cubin, _entry_info(functions, entry), True
+        return cubin, _entry_info(functions, cubin, entry), True
 
     cubin, log = _run_nvcc(nvcc, source, defines, options, arch)
     functions = parse_ptxas(log)
     _store(where, key, cubin, functions)
-    return cubin, _entry_info(functions, entry), False
+    return cubin, _entry_info(functions, cubin, entry), False
 
 
 def _run_nvcc(nvcc: str, source: str, defines: Mapping[str, str], options: Sequence[str],
@@ -175,15 +176,10 @@ def _store(where: Path, key: str, cubin: bytes, functions: dict) -> None:
         pass
 
 
-def _entry_info(functions: Mapping[str, dict], entry: str) -> dict:
-    if entry in functions:
-        return dict(functions[entry])
-    kernels = sorted(n for n, f in functions.items() if f.get("entry"))
-    if not kernels:  # ptxas printed nothing we could read: let the loader decide
-        return {}
-    hint = " (is it declared extern \"C\" __global__?)"
-    raise CompileError(f"the program has no kernel named {entry!r}; it has "
-                       f"{', '.join(kernels)}{hint}")
+def _entry_info(functions: Mapping[str, dict], cubin: bytes, entry: str) -> dict:
+    """ptxas figures of the kernel `entry` names (C++ or extern "C"), found in the cubin's symbols."""
+    symbol = resolve_entry(cubin, entry).symbol
+    return dict(functions.get(symbol, {}))
 
 
 _FUNC_RE = re.compile(r"(?:Compiling entry function|Function properties for) '?([^'\s]+)'?")
@@ -383,11 +379,11 @@ class CUDABackend:
             module = drv.module_from_buffer(cubin)
         except drv.Error as e:
             raise CompileError(f"cannot load the cubin: {_one_line(e)}") from None
+        symbol = resolve_entry(cubin, entry).symbol  # a C++ kernel by its mangled name
         try:
-            function = module.get_function(entry)
-        except drv.Error:
-            raise CompileError(f"the program has no kernel named {entry!r} "
-                               "(is it declared extern \"C\" __global__?)") from None
+            function = module.get_function(symbol)
+        except drv.Error as e:
+            raise CompileError(f"cannot load kernel {entry!r} ({symbol}): {_one_line(e)}") from None
         try:
             static = int(function.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES))
         except drv.Error:

@@ -99,6 +99,22 @@ def open(device: int = 0) -> "OpenCLBackend":
     return OpenCLBackend(devs[device])
 
 
+def find_kernel(program: Any, entry: str) -> Any:
+    """The kernel `entry` names, by the program's own list of kernels. (Not getattr: a kernel
+    called `build` or `get_info` would be the Program's method of that name.)"""
+    try:
+        names = [n for n in program.get_info(cl.program_info.KERNEL_NAMES).split(";") if n]
+    except cl.Error:
+        names = []
+    if entry not in names:
+        raise CompileError(f"the program has no kernel named {entry!r}"
+                           + (f"; it has {', '.join(names)}" if names else ""))
+    try:
+        return cl.Kernel(program, entry)
+    except cl.Error as e:
+        raise CompileError(f"cannot create kernel {entry!r}: {str(e).strip().splitlines()[0]}") from None
+
+
 class OpenCLBackend:
     """Compile, launch and time OpenCL kernels on one device."""
 
@@ -126,10 +142,7 @@ class OpenCLBackend:
                 program = cl.Program(self.ctx, source).build(options=opts)
         except cl.Error as e:
             raise CompileError(compile_message(_first_errors(str(e)), _build_log(str(e)))) from None
-        try:
-            return getattr(program, entry)
-        except (AttributeError, cl.Error):
-            raise CompileError(f"the program has no kernel named {entry!r}") from None
+        return find_kernel(program, entry)
 
     def resources(self, kernel: Any) -> Resources:
         info = cl.kernel_work_group_info
