@@ -12,6 +12,11 @@ to Claude as that tool call's result at its next turn, so a rejected template re
 - retries: the SDK retries 408/409/429/5xx and connection errors with exponential back-off and
   jitter (honouring retry-after); a stream that fails midway is retried here the same way;
 - timeouts: every request has one; a timeout is retried like a 5xx;
+- a deadline: every model call has a wall-clock deadline (`call_deadline`, else
+  KERNTUNE_CLAUDE_DEADLINE seconds, else four minutes), which a stream of keep-alive pings cannot
+  put off; a reply that is malformed (an event that is not JSON, a body cut off) or past its
+  deadline is retried like a broken stream, and then the provider gives up (ProviderError), so
+  that the loop hands the role on;
 - accounting: every call is an AgentCall event with its tokens (cache reads and writes apart) and
   its cost;
 - secrets: the SDK reads ANTHROPIC_API_KEY itself; it is never passed, stored or printed, and
@@ -25,6 +30,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
 import time
 from typing import Any, Callable
 
@@ -42,6 +48,8 @@ from .pricing import cost_usd
 DEFAULT_MODEL = "claude-sonnet-5"
 MODEL_ENV = "KERNTUNE_MODEL"
 KEY_ENV = "ANTHROPIC_API_KEY"
+DEADLINE_ENV = "KERNTUNE_CLAUDE_DEADLINE"
+DEFAULT_DEADLINE = 240.0  # seconds a model call may take, whatever the endpoint sends
 
 SYSTEM = """\
 You are the agents of kerntune, a tuner for GPU kernels, working in four roles as the two-stage \
@@ -175,7 +183,7 @@ class ClaudeProvider:
 
     def __init__(self, model: str | None = None, *, client: Any = None, max_tokens: int = 8192,
                  timeout: float = 120.0, max_retries: int = 4, stream_retries: int = 2, max_turns: int = 8,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, call_deadline: float | None = None):
         try:
             import anthropic
         except ImportError:
@@ -194,6 +202,7 @@ class ClaudeProvider:
         self.client = client
         self.max_tokens = max_tokens
         self.stream_retries = stream_retries
+        self.call_deadline = call_deadline if call_deadline is not None else _deadline_from_env()
         self.max_turns = max_turns
         self._sleep = sleep
         self.messages: list[dict[str, Any]] = []
@@ -366,27 +375,25 @@ class ClaudeProvider:
         """One streamed request, its text spoken line by line, its usage recorded.
 
         A request that fails before its stream opens has had the SDK's retries already; a stream
-        that breaks off midway (an SSE error event, a read timeout) is retried here."""
+        that breaks off midway (an SSE error event, a read timeout), a malformed reply and one past
+        the call's deadline are retried here."""
         request = self._request()
         attempt = 0
         while True:
             t0 = time.monotonic()
             line = _Lines(lambda text: state.say(redact(text), role))
-            opened = False
+            watch = _Deadline(self.call_deadline)
             try:
-                with self.client.messages.stream(**request, tool_choice=tool_choice) as stream:
-                    opened = True
-                    for event in stream:
-                        if getattr(event, "type", "") == "text":
-                            line.add(event.text)
-                    message = stream.get_final_message()
-            except self._errors as e:
+                message = self._stream(request, tool_choice, line, watch)
+            except (*self._errors, BadReply) as e:
+                opened = watch.opened or isinstance(e, BadReply)
                 line.flush()
                 if not opened or attempt >= self.stream_retries or not _retryable(e):
                     raise ProviderError(_describe(e)) from None
                 attempt += 1
                 delay = min(0.5 * 2 ** attempt, 8.0) * (1 - 0.25 * random.random())
-                state.say(f"the stream broke off ({_describe(e)}); retrying in {delay:.1f} s", role)
+                what = "the reply was unusable" if isinstance(e, BadReply) else "the stream broke off"
+                state.say(f"{what} ({_describe(e)}); retrying in {delay:.1f} s", role)
                 self._sleep(delay)
                 continue
             line.flush()
@@ -400,6 +407,99 @@ class ClaudeProvider:
                 cost_usd=cost_usd(self.model, usage.input_tokens, usage.output_tokens, cache_read, cache_write),
                 seconds=round(time.monotonic() - t0, 3), stop_reason=message.stop_reason or ""))
             return message
+
+    def _stream(self, request: dict[str, Any], tool_choice: dict[str, Any], line: "_Lines",
+                watch: "_Deadline") -> Any:
+        """The streamed reply as the SDK's final message. Everything the SDK does here runs under
+        `guard`: what it raises besides its own errors comes from a reply that is not what the
+        API sends (BadReply), and past the deadline the stream is closed under it."""
+        def guard(step: Callable[[], Any]) -> Any:
+            try:
+                return step()
+            except StopIteration:
+                raise
+            except Exception as e:
+                if watch.expired:
+                    raise BadReply(f"no whole reply within the call's deadline of {watch.seconds:g} s") from None
+                if isinstance(e, self._errors):
+                    raise
+                detail = " ".join(str(e).split())[:200]
+                raise BadReply(f"a malformed reply ({type(e).__name__}{': ' + detail if detail else ''})") from None
+
+        manager = guard(lambda: self.client.messages.stream(**request, tool_choice=tool_choice))
+        stream = guard(manager.__enter__)
+        try:
+            watch.start(stream.close)
+            events = iter(stream)
+            while True:
+                try:
+                    event = guard(lambda: next(events))
+                except StopIteration:
+                    break
+                if watch.expired:
+                    raise BadReply(f"no whole reply within the call's deadline of {watch.seconds:g} s")
+                if getattr(event, "type", "") == "text":
+                    line.add(event.text)
+            message = guard(stream.get_final_message)
+        finally:
+            watch.cancel()
+            try:
+                manager.__exit__(None, None, None)
+            except Exception:  # closing a stream that broke: nothing more to read from it
+                pass
+        if not isinstance(getattr(message, "content", None), list) or getattr(message, "usage", None) is None:
+            raise BadReply("a malformed reply: a message without content or usage")
+        return message
+
+
+class BadReply(Exception):
+    """A reply that is not what the Messages API sends (malformed, cut off) or that did not end by
+    the call's deadline."""
+
+
+class _Deadline:
+    """A model call's wall-clock deadline: when it passes, the open stream is closed under the
+    reader, which then fails at its next read (a keep-alive ping cannot put it off)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.t0 = time.monotonic()
+        self.expired = False
+        self.opened = False
+        self._timer: threading.Timer | None = None
+
+    def start(self, close: Callable[[], None]) -> None:
+        self.opened = True
+
+        def expire() -> None:
+            self.expired = True
+            try:
+                close()
+            except Exception:  # the reader sees the stream end either way
+                pass
+
+        left = self.seconds - (time.monotonic() - self.t0)
+        if left <= 0:
+            expire()
+            return
+        self._timer = threading.Timer(left, expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def _deadline_from_env() -> float:
+    raw = os.environ.get(DEADLINE_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_DEADLINE
+    except ValueError:
+        raise ProviderError(f"{DEADLINE_ENV} must be a number of seconds, got {raw!r}") from None
+    if not 0 < value < float("inf"):
+        raise ProviderError(f"{DEADLINE_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
 
 
 class _Lines:

@@ -195,12 +195,12 @@ class LoopOutcome:
     cost_usd: float = 0.0
     agents: list[str] = field(default_factory=list)
     # No configuration beat the original: `best` is the original's own result, and this the
-    # fastest configuration, which lost to it.
+    # fastest configuration, which lost to it (None when no configuration was verified at all).
     beaten: Result | None = None
 
     @property
     def kept_original(self) -> bool:
-        return self.beaten is not None
+        return self.best is not None and self.best is self.original
 
     @property
     def speedup(self) -> float | None:
@@ -369,6 +369,11 @@ class TuningLoop:
             self.note(f"no configuration beat the original kernel (best {best.median_us:.2f} us, original "
                       f"{original.median_us:.2f} us): the original stays", "loop")
             best, best_round, beaten = original, 0, best
+        elif best is None and original is not None and original.verified:
+            # nothing proposed was verified (every template failed the gate, say): the original,
+            # verified at the start, is still the best verified kernel
+            self.note("no configuration was verified: the original kernel stays", "loop")
+            best, best_round = original, 0
         speedup = (original.median_us / best.median_us
                    if best is not None and original is not None and original.verified and best.median_us
                    and original.median_us else 0.0)
@@ -376,7 +381,7 @@ class TuningLoop:
             self._now(), reason, len(self.history), dict(best.config) if best else {},
             (best.median_us or 0.0) if best else 0.0, (original.median_us or 0.0) if original else 0.0, speedup,
             (best.sol_fraction or 0.0) if best else 0.0, str(self.template_dir or ""), round(self._cost, 6),
-            beaten is not None))
+            best is not None and best is original))
         return LoopOutcome(self._writer.path, reason, list(self.history), original, best, best_round,
                            self.template, self.template_dir, self.limits, self.backend, self._cost,
                            list(self.agents), beaten)

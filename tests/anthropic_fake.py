@@ -4,7 +4,9 @@ A loopback HTTP server answers `POST /v1/messages` from a script, in order: a st
 message in the real server-sent-events wire format (message_start, content_block_start, text and
 input_json deltas, content_block_stop, message_delta, message_stop), an HTTP error with the API's
 JSON error body and its headers (retry-after-ms, ...), an error event in the middle of a stream, or
-any of these sent late. Every request is recorded with its headers and JSON body.
+any of these sent late; and the faults of a misbehaving endpoint: an event whose data is not JSON,
+a 200 whose JSON body is cut off, a stream that sends keep-alive pings and nothing else for ever.
+Every request is recorded with its headers and JSON body.
 
 It fakes Anthropic's HTTP API only; nothing of kerntune is faked.
 """
@@ -30,6 +32,11 @@ class Reply:
     headers: dict = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (a timeout, when longer than the client waits)
     stream_error: dict | None = None  # an SSE error event sent after the first block
+    # "bad_event_json": an event whose data is not JSON, after the first block; "bad_body": a 200
+    # with a JSON content type and a body cut off mid-object; "pings": message_start, then a ping
+    # every `ping_every` seconds until the client goes away
+    fault: str = ""
+    ping_every: float = 0.05
     usage: dict = field(default_factory=lambda: {"input_tokens": 1200, "output_tokens": 80,
                                                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
 
@@ -49,6 +56,11 @@ def error(status: int, kind: str, message: str, **headers: str) -> Reply:
     """An HTTP error with the API's error body (`retry_after_ms="10"` becomes a retry-after-ms header)."""
     return Reply(status=status, error={"type": "error", "error": {"type": kind, "message": message}},
                  headers={k.replace("_", "-"): v for k, v in headers.items()})
+
+
+def broken(fault: str, **kw: Any) -> Reply:
+    """A reply with one of the faults of a misbehaving endpoint (see Reply.fault)."""
+    return Reply([("text", "Half a pl"), ("text", "an")], fault=fault, **kw)
 
 
 def _chunks(s: str, n: int = 3) -> list[str]:
@@ -85,6 +97,8 @@ def sse(reply: Reply, model: str, number: int) -> list[bytes]:
         if i == 0 and reply.stream_error is not None:
             out.append(ev("error", reply.stream_error))
             return out
+        if i == 0 and reply.fault == "bad_event_json":
+            out.append(b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 1, "delt\n\n')
     out.append(ev("message_delta", {"type": "message_delta",
                                     "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
                                     "usage": {"output_tokens": usage.get("output_tokens", 10)}}))
@@ -98,6 +112,7 @@ class FakeAnthropic:
     def __init__(self, script: list[Reply]):
         self.script = list(script)
         self.requests: list[dict] = []
+        self.closed = False
         self.lock = threading.Lock()
         fake = self
 
@@ -128,16 +143,32 @@ class FakeAnthropic:
                         self.end_headers()
                         self.wfile.write(data)
                         return
+                    if reply.fault == "bad_body":
+                        data = b'{"id": "msg_x", "type": "message", "role": "assistant", "content": [{"ty'
+                        self.send_response(200)
+                        self.send_header("content-type", "application/json")
+                        self.send_header("content-length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                        return
                     self.send_response(200)
                     self.send_header("content-type", "text/event-stream")
                     self.send_header("cache-control", "no-cache")
                     self.send_header("connection", "close")
                     self.end_headers()
-                    for chunk in sse(reply, body.get("model", "?"), number):
+                    chunks = sse(reply, body.get("model", "?"), number)
+                    if reply.fault == "pings":
+                        self.wfile.write(chunks[0])
+                        while not fake.closed:
+                            self.wfile.write(b'event: ping\ndata: {"type": "ping"}\n\n')
+                            self.wfile.flush()
+                            time.sleep(reply.ping_every)
+                        return
+                    for chunk in chunks:
                         self.wfile.write(chunk)
                         self.wfile.flush()
                     self.close_connection = True
-                except (BrokenPipeError, ConnectionResetError):
+                except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
                     pass  # the client gave up waiting (a timeout test)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -151,6 +182,7 @@ class FakeAnthropic:
         return f"http://{host}:{port}"
 
     def close(self) -> None:
+        self.closed = True
         self.server.shutdown()
         self.server.server_close()
 

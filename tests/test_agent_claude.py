@@ -2,7 +2,10 @@
 
 Scripted conversations: a whole loop; a template the gate rejects and its correction; malformed
 tool input; 429 then success; 5xx until the client gives up (the rules take over); a stream that
-breaks off; timeouts. The API key must never reach a session, a log or the screen.
+breaks off; timeouts; replies no real server sends (an event that is not JSON, a 200 whose body is
+cut off, keep-alive pings for ever), each retried and then handed to the rules; a loop whose every
+template fails the gate ends with the original as its verified best. The API key must never reach
+a session, a log or the screen.
 """
 
 import json
@@ -17,7 +20,7 @@ import pytest
 
 anthropic = pytest.importorskip("anthropic")
 
-from anthropic_fake import FakeAnthropic, Reply, error, text, tool  # noqa: E402
+from anthropic_fake import FakeAnthropic, Reply, broken, error, text, tool  # noqa: E402
 
 from kerntune.agents.claude import ClaudeProvider, redact  # noqa: E402
 from kerntune.agents.pricing import cost_usd  # noqa: E402
@@ -259,6 +262,64 @@ def test_a_reply_slower_than_the_timeout_is_retried_and_one_that_never_comes_giv
         with pytest.raises(ProviderError, match="APITimeoutError"):
             p.plan(state(original, said, events))
         assert len(fake.requests) == 2
+
+
+FAULTS = ["bad_event_json", "bad_body", "pings"]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_an_unusable_reply_is_retried_and_one_that_stays_unusable_gives_up(original, fault):
+    said, events, slept = [], [], []
+    with FakeAnthropic([broken(fault), text("A whole plan.\nNEXT: template")]) as fake:
+        p = ClaudeProvider("claude-sonnet-5", client=client(fake), sleep=slept.append, call_deadline=1.0)
+        t0 = time.monotonic()
+        assert p.plan(state(original, said, events)).text == "A whole plan."
+        assert time.monotonic() - t0 < 8
+    assert len(fake.requests) == 2 and len(slept) == 1 and len(events) == 1
+    assert any(s.startswith("the reply was unusable") for _, s in said)
+    with FakeAnthropic([broken(fault) for _ in range(3)]) as fake:
+        p = ClaudeProvider("claude-sonnet-5", client=client(fake), sleep=slept.append, call_deadline=1.0)
+        with pytest.raises(ProviderError, match="no whole reply within the call's deadline of 1 s"
+                           if fault == "pings" else "a malformed reply"):
+            p.plan(state(original, said, events))
+    assert len(fake.requests) == 3  # the first try and its two retries
+
+
+def test_malformed_replies_hand_the_loop_to_the_rules_which_finish_it(tmp_path, original):
+    script = [text("Template it.\nNEXT: template"), *[broken("bad_body") for _ in range(3)]]
+    with FakeAnthropic(script) as fake:
+        claude = ClaudeProvider("claude-sonnet-5", client=client(fake), sleep=lambda s: None, call_deadline=1.0)
+        events = []
+        out = TuningLoop(load_template(original), [claude, RulesProvider()],
+                         loop_options(tmp_path, budget=2), [events.append]).run()
+    assert len(fake.requests) == 4 and out.agents == ["claude", "rules"]
+    handover = [e.text for e in events if isinstance(e, Note) and "takes over" in e.text]
+    assert len(handover) == 1 and "failed as generate" in handover[0] and "malformed reply" in handover[0]
+    assert out.best is not None and out.best.verified and isinstance(events[-1], LoopFinished)
+
+
+def test_when_every_template_fails_the_gate_the_original_is_the_verified_best(tmp_path, original, capsys,
+                                                                              monkeypatch):
+    from kerntune.tui.cli import main
+
+    script = [broken("pings"), text("Template it.\nNEXT: template"),
+              *[tool("propose_template", proposal(original, broken=True), f"toolu_{i}") for i in range(3)]]
+    session = tmp_path / "kept.toml"
+    with FakeAnthropic(script) as fake:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
+        monkeypatch.setenv("KERNTUNE_CLAUDE_DEADLINE", "1.5")
+        code = main(["tune", str(original), "--agent", "claude", "--rounds", "1", "--session", str(session),
+                     *QUICK])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert len(fake.requests) == 5  # the planner's call past its deadline was tried again
+    assert "no configuration was verified: the original kernel stays" in out
+    assert "best:      the original stays" in out and "no configuration was verified" not in err
+    s = load_session(session)
+    finished = s.events[-1]
+    assert isinstance(finished, LoopFinished) and finished.kept_original and finished.best_us > 0
+    assert [e.ok for e in s.events if isinstance(e, GateChecked)] == [False, False, False]
 
 
 def test_without_a_key_the_claude_agent_is_one_line(original, capsys, monkeypatch):

@@ -246,6 +246,8 @@ def summary_lines(outcome: LoopOutcome) -> list[str]:
         lines.append(f"best:      the original stays ({fmt_us(best.median_us)} us, 1.00x the original): the fastest "
                      f"configuration, {fmt_us(lost.median_us)} us {fmt_config(lost.config)} (round "
                      f"{_round_of(outcome, lost)}), did not beat it")
+    elif outcome.kept_original:
+        lines.append(f"best:      the original stays ({fmt_us(best.median_us)} us): no configuration was verified")
     elif best is not None:
         sol = f", {100 * best.sol_fraction:.0f}% of SOL" if best.sol_fraction else ""
         speed = f", {outcome.speedup:.2f}x the original" if outcome.speedup else ""
