@@ -46,6 +46,9 @@ class DeviceLimits:
     peak_bandwidth_gbs: float = 0.0
     peak_gflops: float = 0.0
     peaks_source: str = ""
+    # The measured peaks' relative spread (the larger of bandwidth's and arithmetic's): how far a
+    # time may beat its bound before it is called suspect.
+    peaks_spread: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def expression_names(self) -> dict[str, int]:
@@ -82,10 +85,12 @@ class DeviceLimits:
                 kw[k] = tuple(kw[k])
         return cls(**kw)
 
-    def with_peaks(self, bandwidth_gbs: float, gflops: float, source: str) -> "DeviceLimits":
+    def with_peaks(self, bandwidth_gbs: float, gflops: float, source: str,
+                   spread: float = 0.0) -> "DeviceLimits":
         from dataclasses import replace
 
-        return replace(self, peak_bandwidth_gbs=bandwidth_gbs, peak_gflops=gflops, peaks_source=source)
+        return replace(self, peak_bandwidth_gbs=bandwidth_gbs, peak_gflops=gflops, peaks_source=source,
+                       peaks_spread=spread)
 
 
 def describe(limits: DeviceLimits) -> list[tuple[str, str]]:

@@ -1,23 +1,36 @@
 """Evaluate one configuration: compile -> resource check -> verify -> time -> Result.
 
 The protocol (DESIGN.md): random inputs (never zeros) from fresh seeds, at least two of them, at
-every verification size; outputs poisoned with NaN before each run so an unwritten element fails;
-tolerance by dtype; NaN or Inf where the reference has none fails; timing with device events after
-warm-up, many repetitions, the cache flushed between them, median and spread, every raw time kept;
-a result faster than its speed-of-light bound is flagged, not ranked.
+every verification size; tolerance by dtype; NaN or Inf where the reference has none fails; timing
+with device events after warm-up, many repetitions, the cache flushed between them, median and
+spread, every raw time kept; a result faster than its speed-of-light bound is flagged, not ranked.
+
+A check must look to the kernel exactly like a timing run, or a kernel can tell them apart:
+
+- before every launch, checked or timed, the outputs are poisoned with values chosen at random
+  from the run's entropy: all-ones bytes (NaN), random bit patterns, or another input set's
+  correct outputs (finite and plausible), and read-write buffers are restored; so no launch finds
+  its own earlier result in place, and no cheap test inside a kernel says which launch is checked;
+- timed launches are checked too: one at a random place in the first half of the repetitions and
+  the last one, in the same loaded module, so a kernel that counts its launches is caught;
+- after every checked launch the inputs must be byte for byte what they were (`wrote_input`), and
+  the guard regions around every buffer must hold their random pattern (`out_of_bounds`).
+Poisoning and checking happen outside the timed region: between the end event of one launch and
+the cache flush before the next.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import random
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .backends import Backend, CompileError, LaunchError
+from .backends import GUARD_BYTES, Backend, CompileError, LaunchError
 from .expressions import ExpressionError
 from .result import Resources, Result
 from .sol import SUSPECT_MARGIN, sol_time_us
@@ -34,6 +47,19 @@ TOLERANCE = {
     "float64": (1e-10, 1e-12),
 }
 INT_POISON = -0x5A5A5A5A
+POISONS = ("nan", "bits", "plausible")
+# Bytes of outputs and inputs read back to check timed launches, per configuration: small kernels
+# have every timed launch checked, large ones at least two.
+TIMING_CHECK_BYTES = 64 * 2**20
+
+
+class Rejected(Exception):
+    """A checked launch found the configuration wrong: its status and message."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -175,7 +201,7 @@ def _chunk_stats(out: np.ndarray, exp: Expected, lo: int, hi: int) -> _Stats:
         both = o_inf & rinf
         st.sign = int(np.count_nonzero(np.signbit(o[both]) != np.signbit(r[both])))
         st.sign += int(np.count_nonzero(~o_inf & rinf & ~o_nan))
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         ratio = np.abs(o - r) / exp.tol[lo:hi]
     if ref_nan is not None or ref_inf is not None or st.nan or st.inf:
         ratio[~np.isfinite(ratio)] = 0.0
@@ -246,7 +272,8 @@ class Evaluator:
     def __init__(self, backend: Backend, template: Template, problem: Problem, *,
                  seed: int = 0, timing: TimingPolicy = TimingPolicy(),
                  verify: VerifyPolicy = VerifyPolicy(),
-                 reference: Callable[..., Mapping[str, np.ndarray]] | None = None):
+                 reference: Callable[..., Mapping[str, np.ndarray]] | None = None,
+                 extra_problems: tuple[Problem, ...] = ()):
         self.backend = backend
         self.template = template
         self.problem = problem
@@ -256,12 +283,21 @@ class Evaluator:
         self.source = template.source_for(backend.name)
         self.options = template.compile_options.get(backend.name, ())
         self.reference = reference if reference is not None else template.load_reference()
-        self.problems = (problem,) + tuple(template.verify_problems)
-        self._buffers: dict[int, dict[str, Any]] = {}
+        self.problems = (problem,) + tuple(template.verify_problems) + tuple(extra_problems)
+        self._buffers: dict[int, dict[str, _Guarded]] = {}
         self._host_out: dict[tuple[int, str], np.ndarray] = {}
         self._pools: dict[int, list[Inputs]] = {}
         self._next = 0
         self._baseline_kernel: Any = None
+        self.last_kernel: Any = None  # the loaded kernel `evaluate` last ran
+        # Poison, guard patterns and which timed launches are checked come from the system's
+        # entropy, never from the run's seed: nothing a kernel could be written against.
+        self._rng = np.random.default_rng(random.SystemRandom().randrange(1 << 63))
+        self._guard = self._rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8)
+        self._bits: dict[tuple, np.ndarray] = {}
+        self._timing_poison: dict[str, list[tuple[str, Any, np.ndarray]]] | None = None
+        self._poisoned: dict[tuple[int, str], np.ndarray] = {}  # each output's latest poison
+        self._kinds: list[str] = []  # poisons still to use in this configuration's checked runs
         env = problem.values
         self.bytes_moved = float(template.cost_bytes.evaluate(env))
         self.flops = float(template.cost_flops.evaluate(env))
@@ -305,56 +341,162 @@ class Evaluator:
             self._baseline_kernel = self.backend.compile(self.source, self.template.entry,
                                                          _defines(default), self.options)
         geo = geometry(self.template, default, self.problems[which], self.backend.limits)
-        return self._run_checked(self._baseline_kernel, geo, inputs, which)
+        return self._run_checked(self._baseline_kernel, geo, inputs, which, poison="nan")
 
     def fresh_inputs(self, which: int, seed: int) -> Inputs:
         return self._with_reference(make_inputs(self.template, self.problems[which], seed), which)
 
-    def _device_buffers(self, which: int) -> dict[str, Any]:
+    # device buffers: each between two guard regions --------------------------------------------
+    def _device_buffers(self, which: int) -> dict[str, "_Guarded"]:
         if which not in self._buffers:
             bufs = {}
             for a in self.template.arguments:
                 if a.is_buffer:
-                    bufs[a.name] = self.backend.alloc(self._nbytes(a, which))
+                    nbytes = self._nbytes(a, which)
+                    raw = self.backend.alloc(nbytes + 2 * GUARD_BYTES)
+                    bufs[a.name] = _Guarded(raw, self.backend.view(raw, GUARD_BYTES, nbytes), nbytes)
             self._buffers[which] = bufs
         return self._buffers[which]
 
     def _args(self, which: int, inputs: Inputs) -> list[Any]:
         bufs = self._device_buffers(which)
-        return [bufs[a.name] if a.is_buffer else inputs.scalars[a.name] for a in self.template.arguments]
+        return [bufs[a.name].view if a.is_buffer else inputs.scalars[a.name] for a in self.template.arguments]
 
-    def _run_checked(self, kernel: Any, geo: Geometry, inputs: Inputs, which: int) -> dict[str, np.ndarray]:
-        """Restore the inputs, poison the outputs, launch once, and read the outputs back.
+    def _arm_guards(self) -> None:
+        """Write the guard pattern around every buffer, at every verification size."""
+        for which in range(len(self.problems)):
+            for g in self._device_buffers(which).values():
+                self.backend.upload(g.raw, self._guard)
+                self.backend.upload(g.raw, self._guard, GUARD_BYTES + g.nbytes)
 
-        Inputs live on the device in pristine copies, uploaded once per input set and copied
-        into the working buffers before every run (a kernel that writes its inputs cannot
-        change what later configurations see). Float outputs are poisoned with all-ones bytes,
-        a NaN in every float format."""
-        problem = self.problems[which]
+    def _restore(self, which: int, inputs: Inputs, wait: bool = True) -> None:
+        """Copy the pristine inputs (uploaded once per input set) into the working buffers."""
         bufs = self._device_buffers(which)
         for a in self.template.arguments:
-            if not a.is_buffer:
-                continue
-            nbytes = self._nbytes(a, which)
-            if a.name in inputs.host:
+            if a.is_buffer and a.name in inputs.host:
+                g = bufs[a.name]
                 if a.name not in inputs.device:
-                    inputs.device[a.name] = self.backend.alloc(nbytes)
+                    inputs.device[a.name] = self.backend.alloc(g.nbytes)
                     self.backend.upload(inputs.device[a.name], inputs.host[a.name])
-                self.backend.copy(bufs[a.name], inputs.device[a.name], nbytes)
+                self.backend.copy(g.raw, inputs.device[a.name], g.nbytes, dst_offset=GUARD_BYTES, wait=wait)
+
+    def _poison(self, which: int, inputs: Inputs, kind: str | None = None) -> None:
+        """Overwrite every output with one of the poisons, chosen at random unless `kind` says."""
+        bufs = self._device_buffers(which)
+        problem = self.problems[which]
+        for a in self.template.arguments:
+            if not a.is_output or a.role == "inout":
+                continue
+            g = bufs[a.name]
+            how = kind or (self._kinds.pop() if self._kinds else POISONS[int(self._rng.integers(len(POISONS)))])
+            other = self._plausible(which, a.name, inputs) if how == "plausible" else None
+            if other is not None:
+                poison = other
+            elif how == "bits":
+                poison = self._random_bits(which, a)
             elif a.dtype in TOLERANCE:
-                self.backend.fill(bufs[a.name], 0xFF, nbytes)
+                poison = self._constant(which, a)
+                self.backend.fill(g.raw, 0xFF, g.nbytes, GUARD_BYTES)
             else:
-                self.backend.upload(bufs[a.name], np.full(arg_shape(a, problem), INT_POISON, dtype=a.dtype))
+                poison = self._constant(which, a)
+            if how != "nan" or a.dtype not in TOLERANCE:
+                self.backend.upload(g.raw, poison, GUARD_BYTES)
+            self._poisoned[(which, a.name)] = poison
+
+    def _plausible(self, which: int, name: str, inputs: Inputs) -> np.ndarray | None:
+        """Another input set's correct output: finite values of the right size and kind."""
+        for other in self._pools.get(which, ()):
+            if other is not inputs and name in other.expected:
+                return other.expected[name]
+        return None
+
+    def _constant(self, which: int, a: Argument) -> np.ndarray:
+        """All-ones bytes (NaN in every float format) for a float output; INT_POISON otherwise."""
+        key = (which, a.name, "constant")
+        if key not in self._bits:
+            if a.dtype in TOLERANCE:
+                self._bits[key] = np.full(self._nbytes(a, which), 0xFF, dtype=np.uint8)
+            else:
+                self._bits[key] = np.full(arg_shape(a, self.problems[which]), INT_POISON, dtype=a.dtype)
+        return self._bits[key]
+
+    def _random_bits(self, which: int, a: Argument) -> np.ndarray:
+        key = (which, a.name)
+        if key not in self._bits:
+            self._bits[key] = self._rng.integers(0, 256, self._nbytes(a, which), dtype=np.uint8)
+        return self._bits[key]
+
+    def _run_checked(self, kernel: Any, geo: Geometry, inputs: Inputs, which: int,
+                     poison: str | None = None) -> dict[str, np.ndarray]:
+        """Restore the inputs, poison the outputs, launch once, and read the outputs back."""
+        self._restore(which, inputs)
+        self._poison(which, inputs, poison)
         self.backend.launch(kernel, geo, self._args(which, inputs))
+        return self._read_outputs(which)
+
+    def _read_outputs(self, which: int) -> dict[str, np.ndarray]:
+        problem = self.problems[which]
+        bufs = self._device_buffers(which)
         outs = {}
         for a in self.template.arguments:
             if a.is_output:
                 key = (which, a.name)
                 if key not in self._host_out:
                     self._host_out[key] = np.empty(arg_shape(a, problem), dtype=np_dtype(a.dtype))
-                self.backend.download(bufs[a.name], self._host_out[key])
+                self.backend.download(bufs[a.name].raw, self._host_out[key], GUARD_BYTES)
                 outs[a.name] = self._host_out[key]
         return outs
+
+    def _inspect(self, which: int, inputs: Inputs, outs: Mapping[str, np.ndarray], where: str) -> float:
+        """After a checked launch: guards intact, inputs unchanged, outputs right. Returns the
+        worst error as a fraction of the tolerance; raises Rejected with the first finding."""
+        problem = self.problems[which]
+        at = "" if which == 0 else f" at {problem.label()}"
+        suffix = f"{at} ({where})"
+        bufs = self._device_buffers(which)
+        seen = np.empty(GUARD_BYTES, dtype=np.uint8)
+        for a in self.template.arguments:
+            if not a.is_buffer:
+                continue
+            g = bufs[a.name]
+            for side, offset in (("before its start", 0), ("after its end", GUARD_BYTES + g.nbytes)):
+                self.backend.download(g.raw, seen, offset)
+                changed = np.flatnonzero(seen != self._guard)
+                if changed.size:
+                    raise Rejected("out_of_bounds", _out_of_bounds(a, g.nbytes, side, changed) + suffix)
+        for a in self.template.arguments:
+            if a.is_buffer and a.role == "input" and a.name in inputs.host:
+                now = np.empty_like(inputs.host[a.name])
+                self.backend.download(bufs[a.name].raw, now, GUARD_BYTES)
+                if not np.array_equal(now.view(np.uint8), inputs.host[a.name].view(np.uint8)):
+                    diff = np.flatnonzero(now.ravel().view(np.uint8) != inputs.host[a.name].ravel().view(np.uint8))
+                    item = now.dtype.itemsize
+                    raise Rejected("wrote_input", f"the kernel changed its input `{a.name}`: "
+                                   f"{len(np.unique(diff // item))} of {now.size} elements differ, first at "
+                                   f"{int(diff[0]) // item}{suffix}")
+        worst = 0.0
+        for a in self.template.arguments:
+            if a.is_output:
+                err, msg = compare(a.name, outs[a.name], inputs.checks[a.name])
+                worst = max(worst, err)
+                if msg:
+                    raise Rejected("wrong_result", f"{self._unwritten(which, a, outs[a.name]) or msg}{suffix}")
+        return worst
+
+    def _unwritten(self, which: int, a: Argument, out: np.ndarray) -> str:
+        """Name the elements of a failed output that still hold the poison, if any do."""
+        poison = self._poisoned.get((which, a.name))
+        if poison is None or a.role == "inout" or poison.nbytes != out.nbytes:
+            return ""
+        item = out.dtype.itemsize
+        kind = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(item)
+        if kind is None:
+            return ""
+        same = np.flatnonzero(out.ravel().view(kind) == np.ascontiguousarray(poison).ravel().view(kind))
+        if not same.size:
+            return ""
+        return (f"{a.name}: {same.size} of {out.size} elements were never written (they still hold the "
+                f"poison written before the launch); first at {int(same[0])}")
 
     def _nbytes(self, a: Argument, which: int) -> int:
         return math.prod(arg_shape(a, self.problems[which])) * np_dtype(a.dtype).itemsize
@@ -373,22 +515,35 @@ class Evaluator:
               inputs_for: Callable[[int], list[Inputs]]) -> tuple[bool, float, str, tuple[int, ...]]:
         """Verify on every verification size; (ok, worst error / tolerance, message, seeds).
         A config of None checks the original kernel, at its own launch geometry."""
+        try:
+            worst, seeds = self._check(kernel, config, inputs_for)
+        except Rejected as e:
+            return False, math.inf, e.message, ()
+        return True, worst, "", seeds
+
+    def _check(self, kernel: Any, config: Mapping[str, ParamValue] | None,
+               inputs_for: Callable[[int], list[Inputs]]) -> tuple[float, tuple[int, ...]]:
+        """Every verification size and input set; raises Rejected with the first finding."""
+        self._arm_guards()
+        runs = [(which, inputs) for which in range(len(self.problems)) for inputs in inputs_for(which)]
+        # At least one run with each poison, in a random order: a kernel that computes only when
+        # it finds one kind of poison (or skips when it finds one) fails here, every time.
+        while runs and len(runs) < len(POISONS):
+            runs.append(runs[len(runs) % len(runs)])
+        kinds = list(POISONS) * (len(runs) // len(POISONS) + 1)
+        self._kinds = [kinds[i] for i in self._rng.permutation(len(runs))]
         worst = 0.0
         seeds: list[int] = []
-        for which, problem in enumerate(self.problems):
-            geo = self._geometry(config, problem)
-            for inputs in inputs_for(which):
-                seeds.append(inputs.seed)
+        try:
+            for which, inputs in runs:
+                geo = self._geometry(config, self.problems[which])
+                if inputs.seed not in seeds:
+                    seeds.append(inputs.seed)
                 outs = self._run_checked(kernel, geo, inputs, which)
-                for a in self.template.arguments:
-                    if not a.is_output:
-                        continue
-                    err, msg = compare(a.name, outs[a.name], inputs.checks[a.name])
-                    worst = max(worst, err)
-                    if msg:
-                        where = "" if which == 0 else f" at {problem.label()}"
-                        return False, worst, f"{msg}{where} (seed {inputs.seed})", tuple(seeds)
-        return True, worst, "", tuple(seeds)
+                worst = max(worst, self._inspect(which, inputs, outs, f"seed {inputs.seed}"))
+        finally:
+            self._kinds = []
+        return worst, tuple(seeds)
 
     def _geometry(self, config: Mapping[str, ParamValue] | None, problem: Problem) -> Geometry:
         return launch_geometry(self.template, config, problem, self.backend.limits)
@@ -426,6 +581,7 @@ class Evaluator:
             return False, math.inf, f"the default configuration does not compile: {e}"
         worst = 0.0
         outputs = [a for a in self.template.arguments if a.is_output]
+        self._arm_guards()
         for which, problem in enumerate(self.problems):
             try:
                 mine = self._geometry(config, problem)
@@ -435,22 +591,21 @@ class Evaluator:
             for seed in seeds:
                 inputs = make_inputs(self.template, problem, seed)
                 try:
-                    expected = self._run_checked(original, theirs, inputs, which)
+                    expected = self._run_checked(original, theirs, inputs, which, poison="nan")
                     for a in outputs:
                         ref = expected[a.name].copy()
                         # outputs start as NaN: an original that leaves them all NaN proves nothing
                         if a.dtype in TOLERANCE and ref.size and np.isnan(ref).all():
                             return False, math.inf, (f"the original kernel wrote none of `{a.name}` at "
                                                      f"{problem.label()}: nothing to compare with")
+                        inputs.expected[a.name] = ref
                         inputs.checks[a.name] = Expected(ref, a.dtype, a)
                     got = self._run_checked(kernel, mine, inputs, which)
+                    worst = max(worst, self._inspect(which, inputs, got, f"seed {seed}"))
                 except LaunchError as e:
                     return False, math.inf, f"launch failed at {problem.label()} (seed {seed}): {e}"
-                for a in outputs:
-                    err, msg = compare(a.name, got[a.name], inputs.checks[a.name])
-                    worst = max(worst, err)
-                    if msg:
-                        return False, worst, f"{msg} at {problem.label()} (seed {seed})"
+                except Rejected as e:
+                    return False, math.inf, f"{e.status.replace('_', ' ')}: {e.message}"
         return True, worst, ""
 
     def _rotating(self, which: int) -> list[Inputs]:
@@ -478,6 +633,7 @@ class Evaluator:
                 return replace(base, status="compile_error", message=str(e),
                                compile_s=time.perf_counter() - t0)
             base = replace(base, compile_s=time.perf_counter() - t0)
+        self.last_kernel = kernel
         if resources is None:
             resources = self.backend.resources(kernel)
         base = replace(base, resources=resources, occupancy=self.occupancy(geo, resources))
@@ -487,14 +643,14 @@ class Evaluator:
 
         t0 = time.perf_counter()
         try:
-            ok, worst, msg, seeds = self.check(kernel, which_config, self._rotating)
+            worst, seeds = self._check(kernel, which_config, self._rotating)
         except LaunchError as e:
             return replace(base, status="launch_error", message=str(e), verify_s=time.perf_counter() - t0)
+        except Rejected as e:
+            return replace(base, status=e.status, message=e.message, verify_s=time.perf_counter() - t0)
         finally:
             self._next += self.verify_policy.seeds
         base = replace(base, verify_s=time.perf_counter() - t0, max_error=worst, seeds=seeds)
-        if not ok:
-            return replace(base, status="wrong_result", message=msg)
 
         t0 = time.perf_counter()
         try:
@@ -502,16 +658,90 @@ class Evaluator:
         except LaunchError as e:
             return replace(base, status="launch_error", message=f"while timing: {e}",
                            time_s=time.perf_counter() - t0)
+        except Rejected as e:
+            return replace(base, status=e.status, message=e.message, time_s=time.perf_counter() - t0)
         return self._timed(replace(base, time_s=time.perf_counter() - t0), times)
 
     def measure(self, kernel: Any, geo: Geometry) -> list[float]:
-        """Warm up, size the repetition count from the warm-up, then time with flushes."""
+        """Warm up, size the repetition count from the warm-up, then time with flushes.
+
+        Every launch finds its outputs poisoned; one launch at a random place in the first half
+        of the repetitions and the last one are checked like a verification run (raises
+        Rejected). Call it after a check (which arms the guards)."""
         p = self.timing
-        args = self._args(0, self._pool(0)[0])
-        warm = self.backend.time(kernel, geo, args, max(p.warmup, 1), p.flush)
+        inputs = self._pool(0)[0]
+        self._restore(0, inputs)
+        warm = self._timed_launches(kernel, geo, inputs, max(p.warmup, 1), ())
         est_us = max(float(np.median(warm)), 1e-3)
         repeats = int(min(p.max_repeats, max(p.min_repeats, math.ceil(p.target_s * 1e6 / est_us))))
-        return self.backend.time(kernel, geo, args, repeats, p.flush)
+        return self._timed_launches(kernel, geo, inputs, repeats, self._checked_launches(repeats))
+
+    def _checked_launches(self, repeats: int) -> tuple[int, ...]:
+        """Which timed launches are checked: the last, one at random in the first half, and as
+        many more at random as TIMING_CHECK_BYTES of reads allow."""
+        lo, hi = max(1, repeats // 4), max(2, repeats // 2)
+        chosen = {repeats - 1, int(self._rng.integers(lo, hi)) if hi > lo else 0}
+        per_check = sum(self._nbytes(a, 0) for a in self.template.arguments
+                        if a.is_output or a.role == "input") or 1
+        extra = min(repeats, TIMING_CHECK_BYTES // per_check) - len(chosen)
+        rest = [k for k in range(repeats) if k not in chosen]
+        if extra > 0 and rest:
+            chosen.update(int(k) for k in self._rng.choice(rest, size=min(extra, len(rest)), replace=False))
+        return tuple(sorted(k for k in chosen if 0 <= k < repeats))
+
+    def _timed_launches(self, kernel: Any, geo: Geometry, inputs: Inputs, count: int,
+                        checked: tuple[int, ...]) -> list[float]:
+        args = self._args(0, inputs)
+        poisons = self._poisons_for_timing(inputs)
+        times: list[float] = []
+        tokens: list[Any] = []
+        for k in range(count):
+            self._repoison(poisons, inputs)
+            tokens.append(self.backend.timed(kernel, geo, args, self.timing.flush))
+            if k in checked:
+                times += self.backend.elapsed(tokens)
+                tokens = []
+                self._inspect(0, inputs, self._read_outputs(0), f"timed launch {k + 1} of {count}")
+        return times + self.backend.elapsed(tokens)
+
+    def _poisons_for_timing(self, inputs: Inputs) -> dict[str, list[tuple[str, Any, np.ndarray]]]:
+        """Device copies of each output's poisons at the tuning size, made once per run."""
+        if self._timing_poison is None:
+            bufs = self._device_buffers(0)
+            self._timing_poison = {}
+            for a in self.template.arguments:
+                if not a.is_output or a.role == "inout":
+                    continue
+                nbytes = bufs[a.name].nbytes
+                fill = np.full(nbytes, 0xFF if a.dtype in TOLERANCE else 0xA5, dtype=np.uint8)
+                choices: list[tuple[str, Any, np.ndarray]] = [("nan", None, fill)]
+                for name, host in (("bits", self._random_bits(0, a)),
+                                   ("plausible", self._plausible(0, a.name, inputs))):
+                    if host is not None:
+                        buf = self.backend.alloc(nbytes)
+                        self.backend.upload(buf, host)
+                        choices.append((name, buf, host))
+                self._timing_poison[a.name] = choices
+        return self._timing_poison
+
+    def _repoison(self, poisons: Mapping[str, list[tuple[str, Any, np.ndarray]]], inputs: Inputs) -> None:
+        """Queue, without waiting, the poison of every output and the restore of every
+        read-write buffer before a timed launch."""
+        bufs = self._device_buffers(0)
+        for a in self.template.arguments:
+            if not a.is_buffer:
+                continue
+            g = bufs[a.name]
+            if a.role == "inout":
+                self.backend.copy(g.raw, inputs.device[a.name], g.nbytes, dst_offset=GUARD_BYTES, wait=False)
+            elif a.name in poisons:
+                choices = poisons[a.name]
+                kind, buf, host = choices[int(self._rng.integers(len(choices)))]
+                if buf is None:
+                    self.backend.fill(g.raw, int(host[0]), g.nbytes, GUARD_BYTES, wait=False)
+                else:
+                    self.backend.copy(g.raw, buf, g.nbytes, dst_offset=GUARD_BYTES, wait=False)
+                self._poisoned[(0, a.name)] = host
 
     def _timed(self, base: Result, times: list[float]) -> Result:
         arr = np.asarray(times, dtype=np.float64)
@@ -528,10 +758,12 @@ class Evaluator:
         )
         if self.sol_us is not None and median > 0:
             r = replace(r, sol_us=self.sol_us, sol_fraction=self.sol_us / median)
-            if self.cold_cache and median < self.sol_us * (1 - SUSPECT_MARGIN):
+            margin = suspect_margin(self.backend.limits)
+            if self.cold_cache and median < self.sol_us * (1 - margin):
                 r = replace(r, status="suspect",
                             message=(f"measured {median:.2f} us, faster than the speed-of-light bound "
-                                     f"{self.sol_us:.2f} us: the measurement or the cost model is wrong"))
+                                     f"{self.sol_us:.2f} us by more than the probe's uncertainty "
+                                     f"({margin:.0%}): the measurement or the cost model is wrong"))
         return r
 
     def resource_violation(self, kernel: Any, geo: Geometry, res: Resources) -> str | None:
@@ -562,10 +794,19 @@ class Evaluator:
         occ = occupancy(limits, geo.threads_per_block, res.registers, res.shared_static + geo.shared_bytes)
         return occ.fraction
 
-    def verify_again(self, config: Mapping[str, ParamValue], seeds: tuple[int, ...]) -> tuple[bool, str]:
-        """Check a configuration on brand-new inputs (the winner, before it is reported)."""
+    def verify_again(self, config: Mapping[str, ParamValue], seeds: tuple[int, ...],
+                     kernel: Any = None) -> tuple[bool, str]:
+        """Check a configuration on brand-new inputs (the winner, before it is reported).
+
+        `kernel` is the module the configuration was timed in, so that state a kernel keeps
+        across launches is still there; without it the configuration is compiled and timed
+        again first (its timed launches checked as always), then checked."""
         try:
-            kernel = self.compile(config)
+            geo = self._geometry(config, self.problem)
+            if kernel is None:
+                kernel = self.compile(config)
+                self._arm_guards()
+                self.measure(kernel, geo)
             fresh: dict[int, list[Inputs]] = {}
 
             def inputs_for(which: int) -> list[Inputs]:
@@ -573,10 +814,42 @@ class Evaluator:
                     fresh[which] = [self.fresh_inputs(which, s) for s in seeds]
                 return fresh[which]
 
-            ok, _, msg, _ = self.check(kernel, config, inputs_for)
-            return ok, msg
-        except (CompileError, LaunchError) as e:
+            self._check(kernel, config, inputs_for)
+            return True, ""
+        except Rejected as e:
+            return False, f"{e.status}: {e.message}"
+        except (CompileError, LaunchError, ExpressionError) as e:
             return False, str(e)
+
+
+@dataclass(frozen=True)
+class _Guarded:
+    """A working buffer: `raw` holds GUARD_BYTES of guard, the data, and GUARD_BYTES of guard;
+    `view` is what the kernel is given."""
+
+    raw: Any
+    view: Any
+    nbytes: int
+
+
+def _out_of_bounds(a: Argument, nbytes: int, side: str, changed: np.ndarray) -> str:
+    item = np_dtype(a.dtype).itemsize
+    n = nbytes // item
+    if side.startswith("before"):
+        first = int(changed[0]) - GUARD_BYTES  # negative: bytes before the start
+        element = f"element {first // item}"
+    else:
+        first = int(changed[0])
+        element = f"element {n + first // item}"
+    return (f"the kernel wrote out of bounds: {changed.size} bytes {side} of `{a.name}` "
+            f"({n} elements) changed, the first at {element}")
+
+
+def suspect_margin(limits: Any) -> float:
+    """How far below its bound a time may fall before it is suspect: the probe's own spread
+    (three times its relative spread), never less than SUSPECT_MARGIN."""
+    spread = float(getattr(limits, "peaks_spread", 0.0) or 0.0)
+    return max(SUSPECT_MARGIN, 3.0 * spread)
 
 
 def launch_geometry(template: Template, config: Mapping[str, ParamValue] | None, problem: Problem,

@@ -54,9 +54,14 @@ class Note(Event):
 
 @dataclass(frozen=True)
 class ConfigEvaluated(Event):
+    """One configuration's result. With `replaces`, it takes the place of the result recorded
+    earlier for the same index and configuration: a result demoted by a later check (a winner
+    that failed its re-check on new inputs), not a new measurement."""
+
     kind: ClassVar[str] = "config_evaluated"
     index: int
     result: Result
+    replaces: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ STATUSES = (
     "pruned",  # broke a limit known only after compiling (registers, shared memory, spills)
     "launch_error",
     "wrong_result",
+    "wrote_input",  # changed an input buffer
+    "out_of_bounds",  # wrote into the guard region before or after a buffer
     "timeout",
     "crashed",
 )

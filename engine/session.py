@@ -236,7 +236,19 @@ class Session:
         return self.header.get("space", {})
 
     def results(self) -> list[Result]:
-        return [e.result for e in self.events if isinstance(e, ConfigEvaluated)]
+        """Every configuration's result in order, with demotions applied: an event that
+        `replaces` takes the place of the latest result of the same index and configuration."""
+        out: list[Result] = []
+        at: dict[tuple[int, str], int] = {}
+        for e in self.events:
+            if isinstance(e, ConfigEvaluated):
+                key = (e.index, config_key(e.result.config))
+                if e.replaces and key in at:
+                    out[at[key]] = e.result
+                else:
+                    at[key] = len(out)
+                    out.append(e.result)
+        return out
 
     def evaluated_keys(self) -> set[str]:
         return {config_key(r.config) for r in self.results()}

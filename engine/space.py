@@ -9,10 +9,10 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 from .device import DeviceLimits
-from .expressions import ExpressionError
+from .expressions import ExpressionError, NonFiniteError
 from .result import config_key
 from .template import ParamValue, Problem, Template
 
@@ -187,6 +187,37 @@ def infeasible_reason(template: Template, values: Mapping[str, ParamValue], prob
             return c.text
     try:
         geo = geometry(template, values, problem, limits)
+    except NonFiniteError as e:  # no configuration is at fault: the spec is
+        raise SpaceError(f"{template.spec_path}: [launch] is not finite for {Config.of(values)} at "
+                         f"{problem.label()}: {e}") from None
     except ExpressionError as e:
         return f"launch geometry ({e})"
     return device_violation(geo, limits)
+
+
+def odd_problem(template: Template, problem: Problem, configs: Sequence[Config],
+                limits: DeviceLimits) -> Problem | None:
+    """A verification size that catches tail bugs, when the template's own sizes cannot.
+
+    Every size that no verification problem (nor the tuning problem) has odd becomes odd (one
+    less) in a copy of the first verification size, where that keeps every feasible
+    configuration feasible: a size the constraints require to be a multiple of something stays
+    as it is. None when every size is already odd somewhere, or none can be made odd."""
+    checked = (problem,) + tuple(template.verify_problems)
+    first = template.verify_problems[0] if template.verify_problems else problem
+    values = dict(first.values)
+    changed = []
+    for name in values:
+        if any(int(p.values.get(name, 0)) % 2 == 1 for p in checked):
+            continue
+        v = int(values[name])
+        if v < 2:
+            continue
+        trial = Problem("odd", {**values, name: v - 1})
+        if all(infeasible_reason(template, c.as_dict(), trial, limits) is None for c in configs):
+            values[name] = v - 1
+            changed.append(name)
+    if not changed:
+        return None
+    label = ",".join(f"{k}={v}" for k, v in values.items())
+    return Problem(f"odd:{label}", values)

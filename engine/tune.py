@@ -30,11 +30,11 @@ from .events import (
     SpaceBuilt,
     WinnerVerified,
 )
-from .result import Result, config_key
+from .result import FAILED, Result, config_key
 from .search import Seeded, StopRules, make_strategy
 from .session import Session, SessionError, SessionWriter, default_path, load_session, lock_session, new_header
 from .sol import Peaks, load_peaks, save_peaks
-from .space import Config, Space, build_space
+from .space import Config, Space, build_space, odd_problem
 from .template import ParamValue, Problem, Template
 from .worker import Worker, WorkerError, WorkerSpec
 
@@ -294,11 +294,16 @@ class TuneRun:
         for r in results:
             if config_key(r.config) in feasible:
                 strategy.observe(Config.of(r.config), r)
+        odd = odd_problem(template, problem, space.configs, limits)
+        if odd is not None:
+            self.note(f"no verification size is odd in every dimension: verifying also at "
+                      f"{fmt_values(odd.values)}, where a tail bug shows")
         spec = WorkerSpec(backend, opts.device, str(template.spec_path), template.spec_text,
                           dict(template.sources), problem.name, dict(problem.values), opts.seed,
                           opts.timing, opts.verify,
                           (limits.peak_bandwidth_gbs, limits.peak_gflops, limits.peaks_source)
-                          if limits.peaks_source else None)
+                          if limits.peaks_source else None, limits.peaks_spread,
+                          ((odd.name, dict(odd.values)),) if odd is not None else ())
         baseline = next((r for r in results if config_key(r.config) == default.key), None)
         best = min((r for r in results if r.ranked), key=lambda r: r.median_us, default=None)
         new = 0
@@ -350,11 +355,7 @@ class TuneRun:
                     self._emit(BestImproved(self._now(), index, dict(result.config), result.median_us,
                                             result.sol_fraction or 0.0, speedup))
             if best is not None and not self._stop.is_set():
-                seeds = tuple(_fresh_seeds(max(2, opts.verify.seeds)))
-                winner_ok, msg = worker.verify_again(best.config, seeds)
-                self._emit(WinnerVerified(self._now(), dict(best.config), winner_ok, msg, seeds))
-                if not winner_ok:
-                    self.note(f"the winner failed its final check on new inputs: {msg}")
+                best, winner_ok = self._final_check(worker, results)
         except KeyboardInterrupt:
             reason = "interrupted"
         finally:
@@ -367,6 +368,31 @@ class TuneRun:
         self._emit(RunFinished(self._now(), reason, len(results), verified,
                                dict(best.config) if best else {}, best.median_us if best else 0.0))
         return Outcome(path, reason, results, best, baseline, space, limits, winner_ok, profiles)
+
+    def _final_check(self, worker: Worker, results: list[Result]) -> tuple[Result | None, bool]:
+        """Check the fastest configuration again on new inputs, in the module it was timed in.
+
+        One that fails is demoted (its result replaced in the session with the status the check
+        found) and the next fastest is checked in turn; (the winner, True), or (None, False) when
+        none survives."""
+        ranked = sorted((i for i, r in enumerate(results) if r.ranked), key=lambda i: results[i].median_us)
+        for i in ranked[:MAX_RECHECKS]:
+            r = results[i]
+            seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
+            ok, msg = worker.verify_again(r.config, seeds)
+            self._emit(WinnerVerified(self._now(), dict(r.config), ok, msg, seeds))
+            if ok:
+                return r, True
+            status, text = split_status(msg)
+            demoted = replace(r, status=status, message=f"failed its final check on new inputs: {text}")
+            results[i] = demoted
+            self._emit(ConfigEvaluated(self._now(), i, demoted, replaces=True))
+            self.note(f"the fastest configuration failed its final check on new inputs ({status}): "
+                      "it is not reported; checking the next")
+        more = len(ranked) > MAX_RECHECKS
+        self.note("no configuration passed its final check on new inputs"
+                  + (f" among the {MAX_RECHECKS} fastest" if more else ""))
+        return None, False
 
     def _profile(self, template: Template, problem: Problem, results: list[Result], backend: str,
                  top: int) -> list:
@@ -443,10 +469,26 @@ class _Ahead:
             self.pool.close()
 
 
+# How many of the fastest configurations are checked in turn when the winner fails its re-check.
+MAX_RECHECKS = 32
+
+
+def split_status(message: str) -> tuple[str, str]:
+    """A failed check's message as (status, text): the worker names the status first."""
+    head, sep, rest = message.partition(": ")
+    if sep and head in FAILED:
+        return head, rest
+    return "wrong_result", message
+
+
 def _fresh_seeds(count: int = 2) -> list[int]:
     """Seeds no earlier check used, from the system's entropy; recorded in the session."""
     rng = random.SystemRandom()
     return [rng.randrange(1 << 20, 1 << 31) for _ in range(count)]
+
+
+def fmt_values(values: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
 def vars_of(obj: Any) -> dict[str, Any]:

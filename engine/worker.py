@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .evaluate import Evaluator, TimingPolicy, VerifyPolicy
-from .result import Result
+from .result import Result, config_key
 from .template import Problem, parse_template
 
 
@@ -39,6 +39,14 @@ class WorkerSpec:
     timing: TimingPolicy = field(default_factory=TimingPolicy)
     verify: VerifyPolicy = field(default_factory=VerifyPolicy)
     peaks: tuple[float, float, str] | None = None
+    peaks_spread: float = 0.0
+    # Verification sizes the engine adds to the template's own (an odd size; see tune.odd_problem)
+    extra_problems: tuple[tuple[str, Mapping[str, int]], ...] = ()
+
+
+# Loaded modules kept for the final re-check, fastest first: the winner is checked again in the
+# module it was timed in, where any state it keeps across launches still is.
+KEEP_KERNELS = 16
 
 
 def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
@@ -51,16 +59,19 @@ def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
 
         backend = open_backend(spec.backend, spec.device)
         if spec.peaks is not None:
-            backend.limits = backend.limits.with_peaks(*spec.peaks)
+            backend.limits = backend.limits.with_peaks(*spec.peaks, spread=spec.peaks_spread)
         template = parse_template(spec.spec_text, Path(spec.spec_path), spec.sources)
         problem = Problem(spec.problem_name, dict(spec.problem))
-        ev = Evaluator(backend, template, problem, seed=spec.seed, timing=spec.timing, verify=spec.verify)
+        extra = tuple(Problem(name, dict(values)) for name, values in spec.extra_problems)
+        ev = Evaluator(backend, template, problem, seed=spec.seed, timing=spec.timing, verify=spec.verify,
+                       extra_problems=extra)
         ev.prepare()
     except Exception as e:  # reported to the parent as one line; the run cannot go on without it
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
     conn.send(("ready", {"limits": backend.limits.to_dict(), "cold_cache": ev.cold_cache,
                          "flush_bytes": backend.flush_bytes()}))
+    kept: dict[str, tuple[float, Any]] = {}  # config key -> (median, loaded kernel)
     while True:
         try:
             msg = conn.recv()
@@ -70,6 +81,8 @@ def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
             config, built = msg[1], msg[2] if len(msg) > 2 else None
             if built is None:
                 result = ev.evaluate(config)
+                if result.ranked:
+                    _keep(kept, config_key(config), float(result.median_us), ev.last_kernel)
             else:
                 binary, info, cached, seconds = built
                 try:
@@ -78,17 +91,27 @@ def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
                     result = Result(config=config, status="compile_error", message=str(e), compile_s=seconds)
                 else:
                     result = ev.evaluate(config, kernel=kernel, compile_s=seconds, cached=cached)
+                    if result.ranked:
+                        _keep(kept, config_key(config), float(result.median_us), kernel)
             # a fault leaves a CUDA context unusable: this worker ends, the next one starts fresh
             ending = result.status == "launch_error" and backend.name == "cuda"
             conn.send(("result", result.to_dict(), ending))
             if ending:
                 return
         elif msg[0] == "verify":
-            ok, text = ev.verify_again(msg[1], tuple(msg[2]))
+            held = kept.get(config_key(msg[1]))
+            ok, text = ev.verify_again(msg[1], tuple(msg[2]), kernel=held[1] if held else None)
             conn.send(("verified", ok, text))
         else:
             backend.close()
             return
+
+
+def _keep(kept: dict[str, tuple[float, Any]], key: str, median: float, kernel: Any) -> None:
+    kept[key] = (median, kernel)
+    if len(kept) > KEEP_KERNELS:
+        slowest = max(kept, key=lambda k: kept[k][0])
+        del kept[slowest]
 
 
 class Worker:
@@ -186,9 +209,9 @@ class Worker:
     def verify_again(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> tuple[bool, str]:
         kind, payload = self._call(("verify", dict(config), list(seeds)))
         if kind == "timeout":
-            return False, "the final check timed out"
+            return False, f"timeout: the final check did not end within {self.config_timeout:.0f} s"
         if kind == "crashed":
-            return False, payload
+            return False, f"crashed: {payload}"
         return bool(payload[1]), str(payload[2])
 
     def close(self) -> None:

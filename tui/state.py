@@ -304,7 +304,10 @@ class DashboardState:
                 self._param_widths[name] = width
                 if name not in self.parameters:
                     self.parameters.append(name)
-        self.run_evaluated += 1
+        if ev.replaces:  # a demotion by a later check, not a new measurement
+            self._log(ev.t, "engine", f"{fmt_config(r.config)} demoted to {r.status}: {r.message}", "error")
+        else:
+            self.run_evaluated += 1
         best = self.best
         if best is not None:
             self.best_history.append(float(best.median_us))

@@ -128,6 +128,12 @@ class TextRenderer:
             self._print(f"space: {ev.feasible} feasible of {ev.total}" + (f" (pruned: {pruned})" if pruned else ""))
         elif isinstance(ev, Note):
             self._print(f"note: {ev.text}")
+        elif isinstance(ev, ConfigEvaluated) and ev.replaces:  # demoted by a later check
+            r = ev.result
+            self.results = [r if x.config == r.config else x for x in self.results]
+            if self.best is not None and self.best.config == r.config:
+                self.best = None
+            self._print(f"demoted {fmt_config(r.config)}: {r.status}: {r.message}")
         elif isinstance(ev, ConfigEvaluated):
             r = ev.result
             self.results.append(r)

@@ -46,6 +46,12 @@ def compile_message(summary: str, log: str) -> str:
     return f"{summary}\n\ncompiler log:\n{log}"
 
 
+# Bytes of guard region before and after every buffer a kernel is given: filled with a random
+# pattern and checked after each checked launch, so a write out of bounds is caught where it lands.
+# A multiple of every device's base-address alignment, so views keep the buffer's alignment.
+GUARD_BYTES = 16384
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """A device a backend can open, for `kerntune devices`."""
@@ -74,15 +80,21 @@ class Backend(Protocol):
     def alloc(self, nbytes: int) -> Any:
         """A device buffer of nbytes."""
 
-    def copy(self, dst: Any, src: Any, nbytes: int) -> None:
-        """Device-to-device copy."""
+    def view(self, buffer: Any, offset: int, nbytes: int) -> Any:
+        """A kernel argument for bytes [offset, offset + nbytes) of `buffer` (offset: a multiple
+        of GUARD_BYTES). The evaluator passes views that sit between two guard regions."""
 
-    def fill(self, buffer: Any, byte: int, nbytes: int) -> None:
-        """Set every byte of a device buffer."""
+    def copy(self, dst: Any, src: Any, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
+             wait: bool = True) -> None:
+        """Device-to-device copy; with wait=False it is only queued, in order with launches."""
 
-    def upload(self, buffer: Any, array: np.ndarray) -> None: ...
+    def fill(self, buffer: Any, byte: int, nbytes: int, offset: int = 0, wait: bool = True) -> None:
+        """Set every byte of a device buffer (or of a range of it)."""
 
-    def download(self, buffer: Any, array: np.ndarray) -> None: ...
+    def upload(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None: ...
+
+    def download(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None:
+        """Copy to the host once everything queued before it has run."""
 
     def launch(self, kernel: Any, geo: Geometry, args: Sequence[Any]) -> None:
         """Run once and wait; raises LaunchError."""
@@ -90,6 +102,13 @@ class Backend(Protocol):
     def time(self, kernel: Any, geo: Geometry, args: Sequence[Any], repeats: int,
              flush: bool) -> list[float]:
         """Device-timed runs in microseconds, each after a cache flush when `flush`."""
+
+    def timed(self, kernel: Any, geo: Geometry, args: Sequence[Any], flush: bool) -> Any:
+        """Queue one device-timed launch (after a cache flush when `flush`) without waiting;
+        returns a token for `elapsed`."""
+
+    def elapsed(self, tokens: Sequence[Any]) -> list[float]:
+        """Wait for queued timed launches; their device times in microseconds."""
 
     def flush_bytes(self) -> int:
         """Size of the buffer written between timed runs to evict the cache."""

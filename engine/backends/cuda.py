@@ -418,27 +418,44 @@ class CUDABackend:
         except drv.Error as e:
             raise LaunchError(f"cannot allocate {nbytes} bytes: {_one_line(e)}") from None
 
-    def copy(self, dst: Any, src: Any, nbytes: int) -> None:
+    def view(self, buffer: Any, offset: int, nbytes: int) -> Any:
+        # a device pointer is passed to a kernel as an 8-byte integer
+        return np.uintp(int(buffer) + int(offset))
+
+    def copy(self, dst: Any, src: Any, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
+             wait: bool = True) -> None:
+        if nbytes <= 0:
+            return
         try:
-            drv.memcpy_dtod(dst, src, int(nbytes))
+            d, s = int(dst) + int(dst_offset), int(src) + int(src_offset)
+            if wait:
+                drv.memcpy_dtod(d, s, int(nbytes))
+            else:
+                drv.memcpy_dtod_async(d, s, int(nbytes))
         except drv.Error as e:
             raise LaunchError(f"device copy failed: {_one_line(e)}") from None
 
-    def fill(self, buffer: Any, byte: int, nbytes: int) -> None:
+    def fill(self, buffer: Any, byte: int, nbytes: int, offset: int = 0, wait: bool = True) -> None:
+        if nbytes <= 0:
+            return
         try:
-            drv.memset_d8(buffer, int(byte) & 0xFF, int(nbytes))
+            where = int(buffer) + int(offset)
+            if wait:
+                drv.memset_d8(where, int(byte) & 0xFF, int(nbytes))
+            else:
+                drv.memset_d8_async(where, int(byte) & 0xFF, int(nbytes))
         except drv.Error as e:
             raise LaunchError(f"device fill failed: {_one_line(e)}") from None
 
-    def upload(self, buffer: Any, array: np.ndarray) -> None:
+    def upload(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None:
         try:
-            drv.memcpy_htod(buffer, np.ascontiguousarray(array))
+            drv.memcpy_htod(int(buffer) + int(offset), np.ascontiguousarray(array))
         except drv.Error as e:
             raise LaunchError(f"upload failed: {_one_line(e)}") from None
 
-    def download(self, buffer: Any, array: np.ndarray) -> None:
+    def download(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None:
         try:
-            drv.memcpy_dtoh(array, buffer)
+            drv.memcpy_dtoh(array, int(buffer) + int(offset))
         except drv.Error as e:
             raise LaunchError(f"download failed: {_one_line(e)}") from None
 
@@ -477,22 +494,28 @@ class CUDABackend:
         self._flush_count = (self._flush_count + 1) % 256
         drv.memset_d8_async(self._flush_buf, self._flush_count, self._flush_bytes)
 
-    def time(self, kernel: CUDAKernel, geo: Geometry, args: Sequence[Any], repeats: int,
-             flush: bool) -> list[float]:
-        pairs = []
+    def timed(self, kernel: CUDAKernel, geo: Geometry, args: Sequence[Any], flush: bool) -> Any:
         try:
-            for _ in range(repeats):
-                if flush:
-                    self._flush()
-                start, end = drv.Event(), drv.Event()
-                start.record()
-                self._enqueue(kernel, geo, args)
-                end.record()
-                pairs.append((start, end))
-            drv.Context.synchronize()
-            return [start.time_till(end) * 1000.0 for start, end in pairs]
+            if flush:
+                self._flush()
+            start, end = drv.Event(), drv.Event()
+            start.record()
+            self._enqueue(kernel, geo, args)
+            end.record()
+            return start, end
         except drv.Error as e:
             raise LaunchError(_one_line(e)) from None
+
+    def elapsed(self, tokens: Sequence[Any]) -> list[float]:
+        try:
+            drv.Context.synchronize()
+            return [start.time_till(end) * 1000.0 for start, end in tokens]
+        except drv.Error as e:
+            raise LaunchError(_one_line(e)) from None
+
+    def time(self, kernel: CUDAKernel, geo: Geometry, args: Sequence[Any], repeats: int,
+             flush: bool) -> list[float]:
+        return self.elapsed([self.timed(kernel, geo, args, flush) for _ in range(repeats)])
 
     def close(self) -> None:
         """Free the flush buffer and leave the context. Free your own buffers first."""

@@ -167,23 +167,46 @@ class OpenCLBackend:
         except cl.Error as e:
             raise LaunchError(f"cannot allocate {nbytes} bytes: {e}") from None
 
-    def copy(self, dst: Any, src: Any, nbytes: int) -> None:
+    def view(self, buffer: Any, offset: int, nbytes: int) -> Any:
         try:
-            cl.enqueue_copy(self.queue, dst, src, byte_count=int(nbytes)).wait()
+            return buffer.get_sub_region(int(offset), max(int(nbytes), 1))
+        except cl.Error as e:
+            raise LaunchError(f"cannot make a view of {nbytes} bytes at {offset}: {e}") from None
+
+    def copy(self, dst: Any, src: Any, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
+             wait: bool = True) -> None:
+        if nbytes <= 0:
+            return
+        try:
+            ev = cl.enqueue_copy(self.queue, dst, src, byte_count=int(nbytes),
+                                 dst_offset=int(dst_offset), src_offset=int(src_offset))
+            if wait:
+                ev.wait()
         except cl.Error as e:
             raise LaunchError(f"device copy failed: {e}") from None
 
-    def fill(self, buffer: Any, byte: int, nbytes: int) -> None:
+    def fill(self, buffer: Any, byte: int, nbytes: int, offset: int = 0, wait: bool = True) -> None:
+        if nbytes <= 0:
+            return
         try:
-            cl.enqueue_fill_buffer(self.queue, buffer, np.uint8(byte & 0xFF), 0, int(nbytes)).wait()
+            ev = cl.enqueue_fill_buffer(self.queue, buffer, np.uint8(byte & 0xFF), int(offset), int(nbytes))
+            if wait:
+                ev.wait()
         except cl.Error as e:
             raise LaunchError(f"device fill failed: {e}") from None
 
-    def upload(self, buffer: Any, array: np.ndarray) -> None:
-        cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=True)
+    def upload(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None:
+        try:
+            cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), dst_offset=int(offset),
+                            is_blocking=True)
+        except cl.Error as e:
+            raise LaunchError(f"upload failed: {str(e).splitlines()[0]}") from None
 
-    def download(self, buffer: Any, array: np.ndarray) -> None:
-        cl.enqueue_copy(self.queue, array, buffer, is_blocking=True)
+    def download(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None:
+        try:
+            cl.enqueue_copy(self.queue, array, buffer, src_offset=int(offset), is_blocking=True)
+        except cl.Error as e:
+            raise LaunchError(f"download failed: {str(e).splitlines()[0]}") from None
 
     # run ---------------------------------------------------------------------------------------
     def _enqueue(self, kernel: Any, geo: Geometry, args: Sequence[Any]) -> Any:
@@ -214,18 +237,21 @@ class OpenCLBackend:
         self._flush_kernel.set_args(self._flush_buf, np.int32(self._flush_count))
         cl.enqueue_nd_range_kernel(self.queue, self._flush_kernel, (self._flush_bytes // 16,), None)
 
-    def time(self, kernel: Any, geo: Geometry, args: Sequence[Any], repeats: int,
-             flush: bool) -> list[float]:
-        events = []
-        for _ in range(repeats):
-            if flush:
-                self._flush()
-            events.append(self._enqueue(kernel, geo, args))
+    def timed(self, kernel: Any, geo: Geometry, args: Sequence[Any], flush: bool) -> Any:
+        if flush:
+            self._flush()
+        return self._enqueue(kernel, geo, args)
+
+    def elapsed(self, tokens: Sequence[Any]) -> list[float]:
         try:
             self.queue.finish()
-            return [(ev.profile.end - ev.profile.start) * 1e-3 for ev in events]
+            return [(ev.profile.end - ev.profile.start) * 1e-3 for ev in tokens]
         except cl.Error as e:
             raise LaunchError(str(e).splitlines()[0]) from None
+
+    def time(self, kernel: Any, geo: Geometry, args: Sequence[Any], repeats: int,
+             flush: bool) -> list[float]:
+        return self.elapsed([self.timed(kernel, geo, args, flush) for _ in range(repeats)])
 
     def close(self) -> None:
         try:

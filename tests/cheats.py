@@ -1,0 +1,38 @@
+"""What the verifier must find in tests/data/cheats, one expectation per MODE, shared by the
+OpenCL tests and the CUDA ones (tests/test_gpu.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHEATS = Path(__file__).resolve().parent / "data" / "cheats"
+
+# MODE -> (status, words the message must hold)
+EXPECTED = {
+    1: ("wrong_result", "never written"),
+    2: ("wrong_result", "never written"),
+    3: ("wrong_result", "never written"),
+    4: ("wrong_result", "never written"),
+    5: ("wrong_result", "timed launch"),
+    6: ("wrong_result", "timed launch"),
+    7: ("out_of_bounds", "after its end of `c`"),
+    8: ("out_of_bounds", "before its start of `c`"),
+    9: ("wrote_input", "input `a`"),
+    10: ("wrong_result", "odd:n=4095"),
+    11: ("wrong_result", "failed its final check"),
+}
+
+
+def check_statuses(results) -> None:
+    """Every honest configuration ok, every cheat caught with its own status; none ranked."""
+    seen = {}
+    for r in results:
+        mode = r.config["MODE"]
+        if mode == 0:
+            assert r.status == "ok", r.message
+            continue
+        status, words = EXPECTED[mode]
+        assert (r.status, words in r.message) == (status, True), (mode, r.status, r.message)
+        assert not r.ranked
+        seen[mode] = r.status
+    assert set(seen) == set(EXPECTED)

@@ -1,0 +1,89 @@
+"""Kernels written to fool the verifier, on the OpenCL CPU device: each is caught with its own
+status, none is ever ranked, the honest configurations stay ok, and a winner that fails its
+final check is never reported."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from kerntune.engine.evaluate import POISONS, Evaluator, TimingPolicy
+from kerntune.engine.session import load_session
+from kerntune.engine.space import build_space, odd_problem
+from kerntune.engine.template import load_template
+
+from cheats import CHEATS, check_statuses
+from test_cli import QUICK, kerntune
+
+# --repeats 5 (three warm-up launches, five timed) keeps MODE 11's launches within its honest 12
+# during the evaluation: 4 verification runs, 3 warm-up, 5 timed.
+
+
+def test_every_cheat_is_caught_and_the_honest_winner_is_reported(tmp_path):
+    session = tmp_path / "cheats.toml"
+    r = kerntune("tune", str(CHEATS), "--session", str(session), *QUICK)
+    assert r.returncode == 0, r.stderr
+    s = load_session(session)
+    check_statuses(s.results())
+    summary = s.summary()
+    assert summary["best"]["config"]["MODE"] == 0
+    assert summary["failed"] == {"wrong_result": 8, "out_of_bounds": 2, "wrote_input": 1}
+    assert "demoted MODE=11" in r.stdout and "verifying also at n=4095" in r.stdout
+    shown = json.loads(kerntune("show", str(session), "--json").stdout)
+    assert shown["best"]["config"]["MODE"] == 0 and shown["failed"]["wrong_result"] == 8
+    finished = s.finished()
+    assert finished.best["MODE"] == 0
+
+
+def test_a_run_whose_every_winner_fails_its_final_check_reports_none_and_fails(tmp_path):
+    d = tmp_path / "cheats"
+    shutil.copytree(CHEATS, d)
+    spec = d / "kernel.toml"
+    spec.write_text(spec.read_text().replace("values = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]\ndefault = 0",
+                                             "values = [11]\ndefault = 11"))
+    session = tmp_path / "s.toml"
+    r = kerntune("tune", str(d), "--session", str(session), *QUICK)
+    assert r.returncode != 0
+    assert "no configuration passed its final check" in r.stdout + r.stderr
+    s = load_session(session)
+    assert s.best() is None and s.summary()["best"] is None
+    assert [x.status for x in s.results()] == ["wrong_result"]
+    assert s.finished().best == {}
+
+
+@pytest.mark.parametrize("mode", [1, 4])
+def test_a_kernel_that_tests_for_the_poison_is_caught_every_time(opencl_backend, mode):
+    """Each configuration's checked runs use every poison at least once, in a random order."""
+    t = load_template(CHEATS)
+    for _ in range(6):
+        ev = Evaluator(opencl_backend, t, t.problem(), timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3))
+        r = ev.evaluate({"MODE": mode, "THREADS": 64})
+        assert r.status == "wrong_result" and "never written" in r.message
+
+
+def test_timed_launches_are_checked_where_a_kernel_cannot_tell(opencl_backend):
+    t = load_template(CHEATS)
+    ev = Evaluator(opencl_backend, t, t.problem(), timing=TimingPolicy(warmup=1, min_repeats=40, max_repeats=40))
+    checked = ev._checked_launches(40)
+    assert 39 in checked and any(10 <= k < 20 for k in checked)
+    many = ev._checked_launches(10**5)
+    assert len(many) == 2048 and many[-1] == 10**5 - 1  # 64 MiB of 32 KiB reads, the last always
+    assert set(POISONS) == {"nan", "bits", "plausible"}
+
+
+def test_the_engine_adds_an_odd_verification_size_that_keeps_every_config_feasible(opencl_backend):
+    t = load_template(CHEATS)
+    p = t.problem()
+    space = build_space(t, p, opencl_backend.limits)
+    assert odd_problem(t, p, space.configs, opencl_backend.limits).values == {"n": 4095}
+    odd = t.problem(None, {"n": 4095})
+    assert odd_problem(t, odd, build_space(t, odd, opencl_backend.limits).configs, opencl_backend.limits) is None
+
+
+def test_inputs_are_compared_byte_for_byte(opencl_backend):
+    t = load_template(CHEATS)
+    ev = Evaluator(opencl_backend, t, t.problem(), timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3))
+    r = ev.evaluate({"MODE": 9, "THREADS": 64})
+    assert r.status == "wrote_input" and "4096 of 4096 elements differ" in r.message
+    assert np.isfinite(ev._pool(0)[0].host["a"]).all()
