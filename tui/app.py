@@ -9,7 +9,6 @@ folds it into the DashboardState, and repaints the panels that changed, in one b
 from __future__ import annotations
 
 import io
-import os
 import sys
 import time
 from multiprocessing import resource_tracker
@@ -25,13 +24,14 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container
 from textual.screen import Screen
+from textual.filter import LineFilter, Monochrome, NoColor
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
 from kerntune.engine.nvml import NVMLUnavailable, Telemetry
 from kerntune.engine.session import Session, default_path, load_session
 
-from .export import ExportError, best_header, best_json, save_copy, write_file
+from .export import ExportError, best_header, best_json, config_source, save_copy, source_name, write_file
 from .feeds import Batch, LiveFeed, ReplayFeed, speed_label
 from .messages import RunEnded, TelemetryRead
 from .state import DashboardState
@@ -42,7 +42,9 @@ from .widgets.help import HelpScreen
 from .widgets.leaderboard import Leaderboard, column_label
 from .widgets.plan import PlanPanel
 from .widgets.progress import ProgressPanel
+from .terminal import dashboard_possible
 from .widgets.prompt import PathPrompt
+from .widgets.source import SourceScreen
 from .widgets.titlebar import TitleBar
 
 # Frames: the queue is drained this often. 50 ms keeps the screen fluid and a burst of events
@@ -100,8 +102,10 @@ ACTIONS: tuple[Action, ...] = (
            "Leaderboard", footer="Filter", shown_keys="/", footer_modes=("live",)),
     Action("o", "next_sort", "Sort by the next column", "Leaderboard"),
     Action("r", "reverse_sort", "Reverse the sort", "Leaderboard"),
-    Action("enter", "details", "Details of the selected configuration: raw times, resources, errors",
-           "Leaderboard"),
+    Action("enter", "details", "Details of the selected configuration: its whole configuration, raw times, "
+           "resources, errors and the compiler's log", "Leaderboard"),
+    Action("v", "view_source", "The selected configuration's source (s in it saves it as a file)", "Leaderboard",
+           footer="Source", footer_modes=()),
     Action("tab", "next_panel", "Next panel", "Panels", shown_keys="tab"),
     Action("shift+tab", "previous_panel", "Previous panel", "Panels"),
     Action("1", "panel('board')", "Leaderboard", "Panels"),
@@ -198,6 +202,16 @@ class Dashboard(App[int]):
             diff.border_title = "Template diff [4]"
             yield diff
         yield Footer()
+
+    def get_line_filters(self):
+        """With NO_COLOR, no colour at all (Textual's own choice there is greyscale): the terminal's
+        own foreground and background, with bold, dim and reverse (the cursor row) kept."""
+        filters = super().get_line_filters()
+        if not self.no_color:
+            return filters
+        if not hasattr(self, "_no_color_filter"):
+            self._no_color_filter: LineFilter = NoColor()
+        return [self._no_color_filter if isinstance(f, Monochrome) else f for f in filters]
 
     def on_mount(self) -> None:
         self._layout_for(self.size.width, self.size.height)
@@ -388,6 +402,8 @@ class Dashboard(App[int]):
         """Actions of the other mode are off (and off the footer): no pausing a replay's engine."""
         if action in ("next_panel", "previous_panel") and self.screen is not self.screen_stack[0]:
             return False  # over a dialog, tab moves within the dialog
+        if self._filtering() and action != "clear_filter":
+            return False  # while the filter is typed, the footer shows the filter's own keys
         modes = [a.modes for a in ACTIONS if a.action.split("(")[0] == action]
         return any(self.mode in m for m in modes) if modes else True
 
@@ -449,7 +465,13 @@ class Dashboard(App[int]):
         self._sync()
 
     def action_toggle_failed(self) -> None:
-        self.query_one(Leaderboard).toggle_failed()
+        board = self.query_one(Leaderboard)
+        if not board.view.show_failed and not self.state.failed_count:
+            self.notify("No configuration has failed" + (" so far." if self.state.running else "."))
+            return
+        # On a wide screen the failed view takes the side panels' room, for the messages.
+        self.set_class(board.toggle_failed(), "-failed")
+        self.call_after_refresh(self._refit_board)
 
     def action_filter(self) -> None:
         self.action_panel("board")
@@ -470,11 +492,17 @@ class Dashboard(App[int]):
         board.remove_class("-filtering")
         self.query_one("#board-table", DataTable).focus()
 
-    def on_key(self, event) -> None:
-        # Escape in the filter line closes it (keeping the filter; clear the line to drop it).
-        if event.key == "escape" and isinstance(self.focused, Input) and self.focused.id == "board-filter":
-            event.stop()
-            self._close_filter()
+    def _filtering(self) -> bool:
+        focused = self.focused
+        return isinstance(focused, Input) and focused.id == "board-filter"
+
+    def action_clear_filter(self) -> None:
+        """Escape in the filter line: drop the filter and close the line."""
+        line = self.query_one("#board-filter", Input)
+        with line.prevent(Input.Changed):
+            line.value = ""
+        self.query_one(Leaderboard).set_filter("")
+        self._close_filter()
 
     def action_next_sort(self) -> None:
         self.query_one(Leaderboard).next_sort()
@@ -491,6 +519,25 @@ class Dashboard(App[int]):
             self.notify("No configuration is selected.")
             return
         self.push_screen(DetailsScreen(self.state, key))
+
+    def action_view_source(self) -> None:
+        key = self.query_one(Leaderboard).selected_key()
+        if key is None:
+            self.notify("No configuration is selected.")
+            return
+        state = self.state
+        r = state.entries[key].result
+        rank = state.rank(key)
+        try:
+            source = config_source(state.header, r, rank=rank, ranked=state.ranked_count,
+                                   baseline_us=state.baseline_us, session_path=self.session_path)
+        except ExportError as e:
+            self.notify(str(e), title="No source", severity="warning")
+            return
+        template = str(state.template.get("name") or "kernel")
+        backend = str(state.template.get("backend") or state.device.get("backend") or "")
+        title = f"Source · {template} · " + (f"rank {rank}" if rank else r.status)
+        self.push_screen(SourceScreen(title, source, backend, source_name(template, backend, rank, r.status)))
 
     @on(DataTable.RowSelected, "#board-table")
     def _row_selected(self, event: DataTable.RowSelected) -> None:
@@ -694,7 +741,7 @@ def run_live(template: Any, options: Any) -> int:
 def run_replay(path: Path, speed: float = 1.0, paused: bool = False) -> int:
     """`kerntune replay SESSION`: the dashboard on a terminal, the text rendering otherwise."""
     session = load_session(path)
-    if not sys.stdout.isatty() or os.environ.get("KERNTUNE_HEADLESS") is not None:
+    if not dashboard_possible():
         return _replay_text(session)
     app = replay_app(session, speed=speed, paused=paused)
     app.run()

@@ -1,4 +1,5 @@
-"""Files the dashboard writes: the best configuration as a C header or JSON, a copy of the session.
+"""Files the dashboard writes: the best configuration as a C header or JSON, a copy of the session,
+and any configuration's generated source (`config_source`, which `kerntune show --source` prints too).
 
 Everything written comes from a session, which may come from anywhere: names and values go into
 the header only when they are plain C tokens, and text goes into comments only with `*/` broken.
@@ -6,12 +7,15 @@ the header only when they are plain C tokens, and text goes into comments only w
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from kerntune.engine.result import Result
 
 from .state import DashboardState
 
@@ -121,3 +125,145 @@ def save_copy(session_path: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(session_path, dest)
     return dest
+
+
+# config source ----------------------------------------------------------------------------------
+SOURCE_SUFFIX = {"cuda": ".cu", "opencl": ".cl"}
+
+
+def config_source(header: Mapping[str, Any], result: Result, *, rank: int | None = None,
+                  ranked: int | None = None, baseline_us: float | None = None,
+                  session_path: Path | str | None = None) -> str:
+    """A configuration as one standalone source file: a comment with where it came from, its
+    launch geometry (grid, block, dynamic shared bytes) and compiler options, the configuration's
+    `#define` lines, then the template's source (whose `#ifndef` defaults they override)."""
+    template = _mapping(header.get("template"))
+    device = _mapping(header.get("device"))
+    backend = str(template.get("backend") or device.get("backend") or "")
+    source = template.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise ExportError("the session holds no template source")
+    spec = _spec(template)
+    problem = _problem_of(header)
+    name = _comment(template.get("name") or "kernel")
+    if rank:
+        where = f"the configuration ranked {rank}" + (f" of {ranked}" if ranked else "")
+    else:
+        where = f"a configuration that did not rank ({_comment(result.status)})"
+    figures = []
+    if result.median_us is not None:
+        figures.append(f"median {result.median_us:.3f} us")
+    if result.sol_fraction is not None:
+        figures.append(f"{100 * result.sol_fraction:.1f}% of speed-of-light")
+    if baseline_us and result.median_us:
+        figures.append(f"{baseline_us / result.median_us:.2f}x the default configuration")
+    grid, block, shared = _geometry(spec, problem, device, result)
+    unit = ("work-groups", "work-items") if backend == "opencl" else ("blocks", "threads")
+    lines = [f"/* kerntune: {name}, {where}" + (f" ({', '.join(figures)})" if figures else ""),
+             f" * problem {_comment(' '.join(f'{k}={v}' for k, v in problem.items())) or '-'} on "
+             f"{_comment(device.get('name', '?'))} ({_comment(backend or '?')})"]
+    if grid and block:
+        lines.append(f" * launch: grid {_dims(grid)} {unit[0]}, block {_dims(block)} {unit[1]}, "
+                     f"{shared if shared is not None else '?'} bytes of dynamic shared memory"
+                     + (" (a trailing __local argument)" if backend == "opencl" and shared else ""))
+    else:
+        lines.append(" * launch: unknown (the session does not record it for this configuration)")
+    lines.append(f" * compile: {_comment(' '.join(compile_command(backend, spec, device)))}"
+                 " (the defines below stand for -D options)")
+    lines.append(f" * kernel: {_comment(template.get('entry') or name)}")
+    if session_path is not None:
+        lines.append(f" * session {_comment(session_path)}")
+    lines.append(" */")
+    for key, value in result.config.items():
+        if not _IDENT.match(str(key)):
+            raise ExportError(f"parameter {key!r} is not a C identifier")
+        lines.append(f"#define {key} {_c_value(key, value)}")
+    return "\n".join(lines) + "\n\n" + source.rstrip("\n") + "\n"
+
+
+def compile_command(backend: str, spec: Mapping[str, Any], device: Mapping[str, Any]) -> list[str]:
+    """The compiler and options kerntune built the configuration with, as words."""
+    kernel = _mapping(spec.get("kernel"))
+    options = _mapping(kernel.get("options")).get(backend, [])
+    extra = [str(o) for o in options] if isinstance(options, list) else []
+    if backend == "cuda":
+        from kerntune.engine.backends.cuda import NVCC_FLAGS
+
+        cc = str(device.get("compute_capability") or "").replace(".", "")
+        arch = [f"-arch=sm_{cc}"] if cc.isdigit() else []
+        return ["nvcc", "-cubin", *arch, *NVCC_FLAGS, *extra]
+    if backend == "opencl":
+        return ["clBuildProgram", *(extra or ["(no options)"])]
+    return [backend or "compiler", *extra]
+
+
+def source_name(template: str, backend: str, rank: int | None, status: str, folder: Path = Path(".")) -> Path:
+    """`<template>-<rank>.cu` (or `.cl`; `-<status>` for a row without a rank), with `-2`, `-3`, …
+    added until no file of that name exists."""
+    suffix = SOURCE_SUFFIX.get(backend, ".c")
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{template or 'kernel'}-{rank if rank else status}")
+    names = itertools.chain([f"{stem}{suffix}"], (f"{stem}-{n}{suffix}" for n in itertools.count(2)))
+    return next(folder / name for name in names if not (folder / name).exists())
+
+
+def _mapping(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _spec(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The template's kernel.toml, as data (TOML is read, never run)."""
+    from kerntune.engine.template import read_spec_toml
+
+    text = template.get("spec")
+    if not isinstance(text, str):
+        return {}
+    try:
+        return read_spec_toml(text)
+    except ValueError:
+        return {}
+
+
+def _problem_of(header: Mapping[str, Any]) -> dict[str, Any]:
+    p = _mapping(header.get("space")).get("problem")
+    return dict(p) if isinstance(p, Mapping) else {}
+
+
+def _geometry(spec: Mapping[str, Any], problem: Mapping[str, Any], device: Mapping[str, Any],
+              result: Result) -> tuple[Sequence[int], Sequence[int], int | None]:
+    """Grid and block as recorded (else from the template's launch expressions) and the dynamic
+    shared bytes from its `shared_bytes` expression; evaluated by kerntune's expression reader."""
+    from kerntune.engine.device import DeviceLimits
+    from kerntune.engine.expressions import ExpressionError, evaluate
+
+    launch = _mapping(spec.get("launch"))
+    env: dict[str, Any] = {}
+    try:
+        env.update(DeviceLimits.from_dict(device).expression_names())
+    except (TypeError, ValueError, KeyError):
+        pass
+    env.update(problem)
+    env.update(result.config)
+
+    def dims(key: str) -> tuple[int, ...]:
+        exprs = launch.get(key)
+        if not isinstance(exprs, list):
+            return ()
+        try:
+            out = [int(evaluate(e, env)) for e in exprs]
+        except (ExpressionError, TypeError, ValueError, ZeroDivisionError):
+            return ()
+        return tuple(out + [1] * (3 - len(out)))
+
+    grid = tuple(result.grid) or dims("grid")
+    block = tuple(result.block) or dims("block")
+    shared: int | None = 0
+    if "shared_bytes" in launch:
+        try:
+            shared = int(evaluate(launch["shared_bytes"], env))
+        except (ExpressionError, TypeError, ValueError, ZeroDivisionError):
+            shared = None
+    return grid, block, shared
+
+
+def _dims(d: Sequence[int]) -> str:
+    return " x ".join(str(int(x)) for x in d)

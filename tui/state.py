@@ -20,6 +20,7 @@ from kerntune.engine.events import (
     Analysis,
     BestImproved,
     ConfigEvaluated,
+    ConfigSanitized,
     Event,
     GateChecked,
     LoopFinished,
@@ -79,7 +80,6 @@ class BoardView:
     filter: str = ""
     sort: str = "rank"  # a column key: rank, param:NAME, median, spread, gbs, sol, speedup, occ, status
     reverse: bool = False
-    limit: int = 100  # ranked rows shown; the rest are reached by filtering
 
 
 class FilterError(ValueError):
@@ -93,6 +93,7 @@ class DashboardState:
         self.header: dict[str, Any] = {}
         self.parameters: list[str] = []
         self.default_key: str | None = None
+        self.default_config: dict[str, Any] = {}
         self.cost_usd = 0.0  # spent on model calls in an agent loop
         self.entries: dict[str, Entry] = {}
         self._ranked: list[tuple[float, int, str]] = []  # (median, seq, key), fastest first
@@ -148,6 +149,7 @@ class DashboardState:
         default = self.template.get("default_config")
         if isinstance(default, Mapping):
             self.default_key = config_key(default)
+            self.default_config = dict(default)
             if not self.parameters:
                 self._set_parameters([str(k) for k in default])
         space = self.space
@@ -197,6 +199,8 @@ class DashboardState:
             speed = f", {item.speedup:.2f}x the default" if item.speedup else ""
             self._log(item.t, "engine", f"new best {fmt_us(item.median_us)} us: {fmt_config(item.config)}{speed}",
                       "best")
+        elif isinstance(item, ConfigSanitized):
+            self._log(item.t, "engine", f"{fmt_config(item.config)}: {item.message}", "good" if item.ok else "error")
         elif isinstance(item, WinnerVerified):
             self.winner = item
             if item.ok:
@@ -415,20 +419,15 @@ class DashboardState:
         """The keys the leaderboard shows, in order, and how many results matched the filter."""
         match = compile_filter(view.filter, self) if view.filter.strip() else None
         if match is None:
-            ranked = [k for _, _, k in self._ranked[: view.limit]]
+            ranked = [k for _, _, k in self._ranked]
             matched = len(self.entries) if view.show_failed else len(self._ranked) + len(self.suspect)
             suspect = list(self.suspect)
             failed = list(self.failed) if view.show_failed else []
         else:
-            ranked, n = [], 0
-            for _, _, k in self._ranked:
-                if match(self.entries[k]):
-                    n += 1
-                    if len(ranked) < view.limit:
-                        ranked.append(k)
+            ranked = [k for _, _, k in self._ranked if match(self.entries[k])]
             suspect = [k for k in self.suspect if match(self.entries[k])]
             failed = [k for k in self.failed if match(self.entries[k])] if view.show_failed else []
-            matched = n + len(suspect) + len(failed)
+            matched = len(ranked) + len(suspect) + len(failed)
         keys = ranked + suspect + failed
         if view.sort != "rank":
             value = self.column_value
@@ -439,6 +438,12 @@ class DashboardState:
         elif view.reverse:
             keys = ranked[::-1] + suspect + failed
         return keys, matched
+
+    def differs(self, config: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        """The parameters of `config` whose value is not the default configuration's, in order."""
+        default = self.default_config
+        return [(name, config[name]) for name in self.parameters
+                if name in config and (name not in default or _cell_value(default[name]) != _cell_value(config[name]))]
 
     def column_value(self, column: str, key: str) -> Any:
         """The raw value a column sorts by (None when the result has none)."""

@@ -2,17 +2,24 @@
 
 Each frame the board asks the state which rows it should show, in which order, then removes the
 rows that left, adds the ones that came, and updates only the cells that changed (the Memray
-live-table pattern). It shows the best `limit` configurations; a filter reaches any other.
+live-table pattern). Every result has its row: the table draws only the rows on screen, and a
+row's cells are formatted again only when something they show has changed.
+
+Rank, median time, % of SOL, speedup and status are always shown. The parameters get a column
+each when they fit; otherwise they collapse into one column that names only the parameters
+whose value is not the default configuration's, long names abbreviated. Enter shows a row's
+whole configuration.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Mapping
 
 from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Input, Static
@@ -35,6 +42,14 @@ OPTIONAL = ("occ", "gbs", "spread")
 SORTABLE_NAMES = {"rank": "rank", "median": "median µs", "spread": "spread", "gbs": "GB/s", "sol": "% SOL",
                   "speedup": "speedup", "occ": "occupancy", "status": "status"}
 _STATUS_STYLE = {"ok": "green", "suspect": "bold yellow"}
+# A parameter name longer than this is abbreviated in headers and in the configuration column.
+NAME_WIDTH = 8
+# The failed view's message column gets the room left, and at least this much.
+MESSAGE_MIN = 30
+# The collapsed configuration column's least width.
+CONFIG_MIN = 12
+MESSAGE_MAX = 400  # characters of a message kept in its cell (the details have it all)
+ARROWS = {False: "↑", True: "↓"}
 
 Cell = tuple[str, str]  # (text, style): cheap to compare; made into Text only when it changed
 
@@ -46,75 +61,150 @@ def column_label(key: str) -> str:
     return SORTABLE_NAMES.get(key, key)
 
 
-def all_columns(state: DashboardState, show_message: bool) -> list[tuple[str, str]]:
-    """Every column this board could show: rank, parameters, figures, status (and the message)."""
-    cols = [("rank", "#")] + [(f"param:{p}", p) for p in state.parameters] + list(FIXED)
-    if show_message:
-        cols.append(("message", "message"))
-    return cols
+def abbreviations(names: list[str], width: int = NAME_WIDTH) -> dict[str, str]:
+    """Short names for the leaderboard: a name up to `width` stays; a longer one made of words
+    (ITEMS_PER_THREAD) becomes their initials (IPT), any other its start and an ellipsis.
+    Two names never share an abbreviation: on a clash the longer form is used."""
+    out: dict[str, str] = {}
+    for name in names:
+        words = [w for w in name.split("_") if w]
+        if len(name) <= width:
+            short = name
+        elif len(words) > 1:
+            short = "".join(w[0] for w in words)
+        else:
+            short = name[: width - 1] + "…"
+        out[name] = short
+    taken: dict[str, int] = {}
+    for short in out.values():
+        taken[short] = taken.get(short, 0) + 1
+    for name, short in out.items():
+        if taken[short] > 1 or (short != name and short in names):
+            out[name] = name if len(name) <= 2 * width else name[: 2 * width - 1] + "…"
+    return out
 
 
-def fit_columns(columns: list[tuple[str, str]], widths: dict[str, int], room: int) -> list[tuple[str, str]]:
-    """Drop the optional columns, least useful first, until the rest fit `room` cells."""
-    def need(cs: list[tuple[str, str]]) -> int:
-        # The message column is last and may be cut, but it should get a readable start.
-        return sum(min(widths[k], 32) + 2 if k == "message" else widths[k] + 2 for k, _ in cs)
-
-    for key in OPTIONAL:
-        if need(columns) <= room:
-            break
-        columns = [c for c in columns if c[0] != key]
-    return columns
+def config_text(state: DashboardState, config: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    """The parameters that differ from the default configuration, as `NAME=value` (abbreviated)."""
+    differ = state.differs(config)
+    if not differ:
+        return "default" if state.default_config else ""
+    return " ".join(f"{names.get(n, n)}={_value(v)}" for n, v in differ)
 
 
-def row_cells(state: DashboardState, key: str, columns: list[tuple[str, str]]) -> tuple[Cell, ...]:
-    """The formatted cells of one configuration's row (the same formats as the text mode)."""
+def all_cells(state: DashboardState, key: str, names: Mapping[str, str]) -> dict[str, Cell]:
+    """Every cell a configuration's row could show, by column key (the same formats as the text mode)."""
     e = state.entries[key]
     r = e.result
     rank = state.rank(key)
     best = rank == 1
-    base = state.baseline_us
     failed = not r.verified
-    out: list[Cell] = []
-    for col, _ in columns:
-        if col == "rank":
-            out.append((str(rank) if rank else ("!" if r.status == "suspect" else "x"), "bold" if best else "dim"))
-        elif col.startswith("param:"):
-            v = r.config.get(col[6:], "")
-            out.append((str(int(v)) if isinstance(v, bool) else str(v), "dim" if failed else ""))
-        elif col == "median":
-            out.append((fmt_us(r.median_us), "bold" if best else ""))
-        elif col == "spread":
-            noisy = r.spread is not None and r.spread > 0.25
-            out.append((fmt_percent(r.spread), "yellow" if noisy else ""))
-        elif col == "gbs":
-            out.append((fmt_gbs(r.bandwidth_gbs), ""))
-        elif col == "sol":
-            # Above 100 % a result beat its own bound: a warm cache or a broken measurement.
-            over = r.sol_fraction is not None and r.sol_fraction > 1.0
-            out.append((fmt_percent(r.sol_fraction), "yellow" if over else ""))
-        elif col == "speedup":
-            s = state.speedup(r)
-            out.append((fmt_speedup(base, r.median_us), "green" if s and s > 1.0 else ""))
-        elif col == "occ":
-            out.append((f"{100 * r.occupancy:.0f}%" if r.occupancy is not None else "-", ""))
-        elif col == "status":
-            text, style = r.status, _STATUS_STYLE.get(r.status, "red")
-            w = state.winner
-            if w is not None and dict(w.config) == dict(r.config):
-                text, style = (text + " ✓", "bold green") if w.ok else (text + " ✗ re-check", "bold red")
-            out.append((text, style))
-        elif col == "message":
-            line = r.message.strip().splitlines()[0] if r.message.strip() else ""
-            out.append((line[:80], "red" if failed else "dim"))
-    return tuple(out)
+    out: dict[str, Cell] = {
+        "rank": (str(rank) if rank else ("!" if r.status == "suspect" else "x"), "bold" if best else "dim"),
+    }
+    for name in state.parameters:
+        out[f"param:{name}"] = (_value(r.config.get(name, "")), "dim" if failed else "")
+    out["config"] = (config_text(state, r.config, names), "dim" if failed else "")
+    out["median"] = (fmt_us(r.median_us), "bold" if best else "")
+    noisy = r.spread is not None and r.spread > 0.25
+    out["spread"] = (fmt_percent(r.spread), "yellow" if noisy else "")
+    out["gbs"] = (fmt_gbs(r.bandwidth_gbs), "")
+    # Above 100 % a result beat its own bound: a warm cache or a broken measurement.
+    over = r.sol_fraction is not None and r.sol_fraction > 1.0
+    out["sol"] = (fmt_percent(r.sol_fraction), "yellow" if over else "")
+    s = state.speedup(r)
+    out["speedup"] = (fmt_speedup(state.baseline_us, r.median_us), "green" if s and s > 1.0 else "")
+    out["occ"] = (f"{100 * r.occupancy:.0f}%" if r.occupancy is not None else "-", "")
+    text, style = r.status, _STATUS_STYLE.get(r.status, "red")
+    w = state.winner
+    if w is not None and dict(w.config) == dict(r.config):
+        text, style = (text + " ✓", "bold green") if w.ok else (text + " ✗ re-check", "bold red")
+    out["status"] = (text, style)
+    out["message"] = (first_line(r.message)[:MESSAGE_MAX], "red" if failed else "dim")
+    return out
+
+
+def first_line(message: str) -> str:
+    """A message's first paragraph on one line (a compile error's log follows after a blank line)."""
+    head = message.strip().split("\n\n", 1)[0]
+    return " ".join(head.split())
+
+
+def row_cells(state: DashboardState, key: str, columns: list[tuple[str, str]]) -> tuple[Cell, ...]:
+    """The formatted cells of one configuration's row for these columns."""
+    cells = all_cells(state, key, abbreviations(state.parameters))
+    return tuple(cells[c] for c, _ in columns)
+
+
+def fit_columns(state: DashboardState, widths: Mapping[str, int], room: int, show_message: bool,
+                labels: Mapping[str, str]) -> list[tuple[str, str, int]]:
+    """(key, label, width) of the columns that fit `room` cells, each taking its width plus two.
+
+    Rank, median, % SOL, speedup and status always stay. A column per parameter when they fit
+    (dropping occupancy, GB/s and spread first); else the parameters collapse into one
+    configuration column, which takes the room the other columns leave. In the failed view the
+    message takes whatever is left when that is at least MESSAGE_MIN cells (or all it needs);
+    with less, it has no column and the line under the table shows the selected row's, wrapped.
+    """
+    def width(key: str) -> int:
+        return max(widths.get(key, 0), cell_len(labels[key]))
+
+    def total(cols: list[tuple[str, str, int]]) -> int:
+        return sum(w + 2 for _, _, w in cols)
+
+    rank = [("rank", labels["rank"], width("rank"))]
+    per_param = [(f"param:{p}", labels[f"param:{p}"], width(f"param:{p}")) for p in state.parameters]
+    config = width("config")
+
+    def fixed(n: int) -> list[tuple[str, str, int]]:
+        return [(k, labels[k], width(k)) for k, _ in FIXED if k not in OPTIONAL[:n]]
+
+    def with_message(cols: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+        if not show_message:
+            return cols
+        left = room - total(cols) - 2
+        return cols + [("message", labels["message"], min(width("message"), left))]
+
+    # In the failed view the optional columns stay only while every message fits whole.
+    message = width("message") + 2 if show_message else 0
+    for n in range(len(OPTIONAL) + 1):
+        cols = rank + per_param + fixed(n)
+        if total(cols) + message <= room:
+            return with_message(cols)
+    least = len(OPTIONAL) if show_message else 0
+    message = min(width("message"), MESSAGE_MIN) + 2 if show_message else 0
+    cols = rank + per_param + fixed(len(OPTIONAL))
+    if show_message and total(cols) + message <= room:
+        return with_message(cols)
+    for n in range(least, len(OPTIONAL) + 1):
+        left = room - total(rank + fixed(n)) - message - 2
+        if config <= left or (n == len(OPTIONAL) and left >= CONFIG_MIN):
+            return with_message(rank + [("config", labels["config"], min(config, left))] + fixed(n))
+    if show_message:  # no room for a readable message column: the line under the table has it
+        return fit_columns(state, widths, room, False, labels)
+    left = room - total(rank + fixed(len(OPTIONAL))) - 2
+    return rank + [("config", labels["config"], max(min(config, left), CONFIG_MIN))] + fixed(len(OPTIONAL))
+
+
+def _value(v: Any) -> str:
+    return str(int(v)) if isinstance(v, bool) else str(v)
 
 
 _RIGHT = {"rank", "median", "spread", "gbs", "sol", "speedup", "occ"}
 
 
 def _text(col: str, cell: Cell) -> Text:
-    return Text(cell[0], style=cell[1], justify="right" if col in _RIGHT or col.startswith("param:") else "left")
+    right = col in _RIGHT or col.startswith("param:")
+    return Text(cell[0], style=cell[1], justify="right" if right else "left", no_wrap=True, overflow="ellipsis")
+
+
+class FilterLine(Input):
+    """The filter being typed; the footer shows its two keys instead of the dashboard's."""
+
+    BINDINGS = [
+        Binding("enter", "submit", "Keep the filter"),
+        Binding("escape", "app.clear_filter", "Clear the filter"),
+    ]
 
 
 class Leaderboard(Vertical):
@@ -127,16 +217,22 @@ class Leaderboard(Vertical):
         self.filter_error = ""
         self.shown_keys: list[str] = []
         self.matched = 0
-        self._columns: list[tuple[str, str]] = []
+        self.collapsed = False  # the parameters share one configuration column
         self._layout: list[tuple[str, str, int]] = []
         self._rows: dict[str, tuple[Cell, ...]] = {}
+        # A row's cells, kept until something they show changes: (what they depend on, cells).
+        self._cells: dict[str, tuple[tuple, dict[str, Cell]]] = {}
+        self._widths: dict[str, int] = {}
+        self._names: dict[str, str] = {}
+        self._first: dict[int, str] = {}  # id of a row's first cell -> its key, to put rows in order
+        self._order_shown: list[str] = []
 
     def compose(self) -> ComposeResult:
         table: DataTable = DataTable(id="board-table", cursor_type="row", zebra_stripes=True)
         yield table
         yield Static(id="board-message")
-        yield Input(placeholder="filter: BLOCK=256  VEC>=4  sol>50  wrong   (enter: keep, esc: close)",
-                    id="board-filter", compact=True)
+        yield FilterLine(placeholder="filter: BLOCK=256  VEC>=4  sol>50  wrong   (enter: keep, esc: clear)",
+                         id="board-filter", compact=True)
 
     @property
     def table(self) -> DataTable:
@@ -183,6 +279,37 @@ class Leaderboard(Vertical):
             return None
 
     # the frame's update ------------------------------------------------------------------------
+    def _labels(self) -> dict[str, str]:
+        """Column labels; the sort column's carries an arrow (a parameter's marks the configuration)."""
+        names = self._names
+        labels = {"rank": "#", "config": "config", "message": "message"}
+        labels.update({f"param:{p}": names.get(p, p) for p in self.state.parameters})
+        labels.update(dict(FIXED))
+        sort, arrow = self.view.sort, ARROWS[self.view.reverse]
+        if sort in labels:
+            labels[sort] = f"{labels[sort]} {arrow}"
+        if sort.startswith("param:"):
+            labels["config"] = f"config ({names.get(sort[6:], sort[6:])} {arrow})"
+        return labels
+
+    def _row(self, key: str) -> dict[str, Cell]:
+        """A row's cells, formatted again only when its rank, the baseline or the winner changed."""
+        state = self.state
+        e = state.entries[key]
+        w = state.winner
+        depends = (e.seq, state.rank(key), state.baseline_us, id(w), len(state.parameters))
+        cached = self._cells.get(key)
+        if cached is not None and cached[0] == depends:
+            return cached[1]
+        cells = all_cells(state, key, self._names)
+        self._cells[key] = (depends, cells)
+        widths = self._widths
+        for col, (text, _) in cells.items():
+            n = cell_len(text)
+            if n > widths.get(col, 0):
+                widths[col] = n
+        return cells
+
     def show(self) -> None:
         """Bring the table in line with the state: rows out, rows in, changed cells, order."""
         state, table = self.state, self.table
@@ -193,46 +320,52 @@ class Leaderboard(Vertical):
             self.filter_error = str(e)
             keys = [k for k in self.shown_keys if k in state.entries]
             matched = self.matched
+        names = abbreviations(state.parameters)
+        if names != self._names:  # a parameter seen for the first time: every row again
+            self._names, self._cells, self._widths = names, {}, {}
+        self._cells = {k: v for k, v in self._cells.items() if k in state.entries} \
+            if len(self._cells) > len(state.entries) else self._cells
+        cells = {k: self._row(k) for k in keys}
         show_message = self.view.show_failed and state.failed_count > 0
-        candidates = all_columns(state, show_message)
-        cells = {k: row_cells(state, k, candidates) for k in keys}
-        widths = {c: cell_len(label) for c, label in candidates}
-        for row in cells.values():
-            for (c, _), cell in zip(candidates, row):
-                if cell_len(cell[0]) > widths[c]:
-                    widths[c] = cell_len(cell[0])
         room = (self.size.width or 80) - 3  # the border and the scrollbar
-        columns = fit_columns(candidates, widths, room)
-        pick = [i for i, c in enumerate(candidates) if c in columns]
+        layout = fit_columns(state, self._widths, room, show_message, self._labels())
+        self.collapsed = any(k == "config" for k, _, _ in layout)
         cursor_key = self.selected_key()
         at_top = table.cursor_row == 0
         # Widths are set, not measured by the table: the layout is the same however the rows
         # arrived (a table measuring on idle can paint a frame with last frame's widths). A
         # change of width (rank 9 to 10, a longer status) builds the table again.
-        layout = [(key, label, widths[key] if key != "message" else max(widths[key], 7)) for key, label in columns]
         if layout != self._layout:
             table.clear(columns=True)
             for key, label, width in layout:
                 table.add_column(_text(key, (label, "bold")), key=key, width=width)
-            self._columns, self._layout = columns, layout
-            self._rows = {}
+            self._layout = layout
+            self._rows, self._first, self._order_shown = {}, {}, []
+        columns = [k for k, _, _ in layout]
         wanted = set(keys)
         for key in [k for k in self._rows if k not in wanted]:
             table.remove_row(key)
             del self._rows[key]
+        added = False
         for key in keys:
             row = cells[key]
-            cells_now = tuple(row[i] for i in pick)
+            now = tuple(row[c] for c in columns)
             old = self._rows.get(key)
             if old is None:
-                table.add_row(*[_text(c, cell) for (c, _), cell in zip(columns, cells_now)], key=key)
-            elif old != cells_now:
-                for (col, _), a, b in zip(columns, old, cells_now):
+                texts = [_text(c, cell) for c, cell in zip(columns, now)]
+                self._first[id(texts[0])] = key
+                table.add_row(*texts, key=key)
+                added = True
+            elif old != now:
+                for col, a, b in zip(columns, old, now):
                     if a != b:
-                        table.update_cell(key, col, _text(col, b))
-            self._rows[key] = cells_now
-        if [row.key.value for row in table.ordered_rows] != keys:
-            self._order(keys)
+                        text = _text(col, b)
+                        if col == columns[0]:
+                            self._first[id(text)] = key
+                        table.update_cell(key, col, text)
+            self._rows[key] = now
+        if added or keys != self._order_shown:
+            self._order(keys, columns[0])
         if cursor_key is not None and not at_top and cursor_key in wanted:
             table.move_cursor(row=table.get_row_index(cursor_key), animate=False)
         self.shown_keys, self.matched = keys, matched
@@ -240,60 +373,54 @@ class Leaderboard(Vertical):
         self.show_message()
 
     def show_message(self) -> None:
-        """Under the table, the selected configuration's message in full (a failure's reason)."""
+        """Under the table, the selected configuration's message (a failure's reason), wrapped."""
+        line = self.query_one("#board-message", Static)
+        if self.filter_error:
+            line.display = True
+            line.update(Text.assemble(("filter error: ", "bold red"), self.filter_error))
+            return
         key = self.selected_key()
         r = self.state.entries[key].result if key in self.state.entries else None
-        line = self.query_one("#board-message", Static)
         if r is None or not r.message.strip() or r.verified:
             line.display = False
             return
         line.display = True
-        line.update(Text.assemble((f"{r.status}: ", "bold red"), " ".join(r.message.split())))
+        line.update(Text.assemble((f"{r.status}: ", "bold red"), first_line(r.message)))
+
+    def on_resize(self, event) -> None:
+        # The columns are chosen for the board's width, which changes with the layout.
+        if self.is_mounted:
+            self.show()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.show_message()
 
-    def _order(self, keys: list[str]) -> None:
-        """Put the rows in `keys` order. DataTable sorts by cell values: the parameter cells of a
-        row name its configuration, so they map each row to its place."""
-        params = [c for c, _ in self._columns if c.startswith("param:")]
-        if not params:
-            return
-        place = {tuple(row_cells_key(self.state, k, params)): i for i, k in enumerate(keys)}
+    def _order(self, keys: list[str], first_column: str) -> None:
+        """Put the rows in `keys` order. DataTable sorts by cell values; each row's first cell
+        is a Text of its own, so its identity names the row."""
+        place = {k: i for i, k in enumerate(keys)}
+        first, end = self._first, len(keys)
 
-        def position(values: Any) -> int:
-            vals = values if isinstance(values, tuple) else (values,)
-            return place.get(tuple(v.plain for v in vals), len(place))
+        def position(cell: Any) -> int:
+            return place.get(first.get(id(cell), ""), end)
 
-        self.table.sort(*params, key=position)
+        self.table.sort(first_column, key=position)
+        self._order_shown = list(keys)
 
     def _titles(self) -> None:
         state, view = self.state, self.view
-        shown = sum(1 for k in self.shown_keys if state.entries[k].result.ranked)
         title = f"Leaderboard · {state.ranked_count} ranked"
-        if shown < state.ranked_count and not view.filter:
-            title += f" (best {shown} shown)"
         if state.suspect:
             title += f" · {len(state.suspect)} suspect"
         if state.failed_count:
             title += f" · {state.failed_count} failed" + ("" if view.show_failed else " (f shows)")
         self.border_title = title
-        sub = f"sort: {column_label(view.sort)} {'↓' if view.reverse else '↑'}"
+        sub = f"sort: {column_label(view.sort)} {ARROWS[view.reverse]}"
         if self.filter_error:
-            sub = f"filter error: {self.filter_error}"
+            sub = "filter error (see below)"
         elif view.filter.strip():
             sub = f"filter: {view.filter.strip()} ({self.matched} match) · " + sub
         self.border_subtitle = sub
-
-
-def row_cells_key(state: DashboardState, key: str, params: list[str]) -> list[str]:
-    """The parameter cells of a configuration's row, as plain text."""
-    config = state.entries[key].result.config
-    out = []
-    for col in params:
-        v = config.get(col[6:], "")
-        out.append(str(int(v)) if isinstance(v, bool) else str(v))
-    return out
 
 
 def _descending(column: str) -> bool:

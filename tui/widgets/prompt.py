@@ -1,4 +1,7 @@
-"""A one-line question for a file path (save a copy, export), answered with enter or escape."""
+"""A one-line question for a file path (save a copy, export), answered with enter or escape.
+
+A path naming a file that exists is not taken at once: the prompt says so, and only a second
+enter on the same path overwrites it."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ class PathPrompt(ModalScreen[Path | None]):
         super().__init__()
         self.title_text = title
         self.default = default
+        self._confirmed: Path | None = None  # an existing file the user was warned about
 
     def compose(self) -> ComposeResult:
         with Vertical(id="prompt-box") as box:
@@ -31,7 +35,16 @@ class PathPrompt(ModalScreen[Path | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         value = event.value.strip()
-        self.dismiss(Path(value) if value else None)
+        if not value:
+            self.dismiss(None)
+            return
+        path = Path(value)
+        if path.expanduser().is_file() and path != self._confirmed:
+            self._confirmed = path
+            self.query_one("#prompt-label", Static).update(
+                f"{path} exists. Enter again to overwrite it, or change the name:")
+            return
+        self.dismiss(path)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
