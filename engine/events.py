@@ -86,6 +86,16 @@ class WinnerVerified(Event):
 
 
 @dataclass(frozen=True)
+class ConfigSanitized(Event):
+    """compute-sanitizer memcheck's verdict on a configuration (CUDA); a finding demotes it."""
+
+    kind: ClassVar[str] = "config_sanitized"
+    config: Mapping[str, Any]
+    ok: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class RunFinished(Event):
     kind: ClassVar[str] = "run_finished"
     reason: str
@@ -244,7 +254,8 @@ class ConfigProfiled(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
-    for cls in (RunStarted, SpaceBuilt, Note, ConfigEvaluated, BestImproved, WinnerVerified, RunFinished,
+    for cls in (RunStarted, SpaceBuilt, Note, ConfigEvaluated, BestImproved, WinnerVerified, ConfigSanitized,
+                RunFinished,
                 LoopStarted, RoundStarted, PlanMade, TemplateProposed, GateChecked, SearchPlanned,
                 Analysis, AgentCall, LoopFinished, ConfigProfiled)
 }

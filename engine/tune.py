@@ -70,6 +70,9 @@ class TuneOptions:
     skip: tuple[str, ...] = ()
     # Profile the K best configurations with Nsight Compute when the search ends (CUDA only).
     profile_top: int = 0
+    # CUDA: compute-sanitizer memcheck on the K fastest configurations (the reported winner is
+    # always checked when compute-sanitizer is found).
+    sanitize: int = 0
     # Configurations tried before the strategy's own (the best of a search at another size);
     # those infeasible here are skipped with a note. They count against the budget.
     start_from: tuple[Mapping[str, ParamValue], ...] = ()
@@ -355,7 +358,7 @@ class TuneRun:
                     self._emit(BestImproved(self._now(), index, dict(result.config), result.median_us,
                                             result.sol_fraction or 0.0, speedup))
             if best is not None and not self._stop.is_set():
-                best, winner_ok = self._final_check(worker, results)
+                best, winner_ok = self._final_check(worker, results, template, problem, backend)
         except KeyboardInterrupt:
             reason = "interrupted"
         finally:
@@ -369,30 +372,73 @@ class TuneRun:
                                dict(best.config) if best else {}, best.median_us if best else 0.0))
         return Outcome(path, reason, results, best, baseline, space, limits, winner_ok, profiles)
 
-    def _final_check(self, worker: Worker, results: list[Result]) -> tuple[Result | None, bool]:
-        """Check the fastest configuration again on new inputs, in the module it was timed in.
+    def _final_check(self, worker: Worker, results: list[Result], template: Template, problem: Problem,
+                     backend: str) -> tuple[Result | None, bool]:
+        """Check the fastest configuration again on new inputs, in the module it was timed in
+        (and, on CUDA, under compute-sanitizer's memcheck when it is found).
 
         One that fails is demoted (its result replaced in the session with the status the check
         found) and the next fastest is checked in turn; (the winner, True), or (None, False) when
         none survives."""
         ranked = sorted((i for i, r in enumerate(results) if r.ranked), key=lambda i: results[i].median_us)
+        sanitizer = self._sanitizer(backend)
+        winner = None
         for i in ranked[:MAX_RECHECKS]:
             r = results[i]
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
             ok, msg = worker.verify_again(r.config, seeds)
             self._emit(WinnerVerified(self._now(), dict(r.config), ok, msg, seeds))
-            if ok:
-                return r, True
-            status, text = split_status(msg)
-            demoted = replace(r, status=status, message=f"failed its final check on new inputs: {text}")
-            results[i] = demoted
-            self._emit(ConfigEvaluated(self._now(), i, demoted, replaces=True))
-            self.note(f"the fastest configuration failed its final check on new inputs ({status}): "
+            if ok and (sanitizer is None or self._sanitized(sanitizer, template, problem, results, i)):
+                winner = i
+                break
+            if not ok:
+                status, text = split_status(msg)
+                self._demote(results, i, status, f"failed its final check on new inputs: {text}")
+            self.note(f"the fastest configuration failed its final check ({results[i].status}): "
                       "it is not reported; checking the next")
-        more = len(ranked) > MAX_RECHECKS
-        self.note("no configuration passed its final check on new inputs"
-                  + (f" among the {MAX_RECHECKS} fastest" if more else ""))
-        return None, False
+        if winner is None:
+            more = len(ranked) > MAX_RECHECKS
+            self.note("no configuration passed its final check on new inputs"
+                      + (f" among the {MAX_RECHECKS} fastest" if more else ""))
+            return None, False
+        if sanitizer is not None:  # `--sanitize K`: the K fastest, the winner among them
+            for i in [j for j in ranked if j != winner][:max(0, self.options.sanitize - 1)]:
+                if self._stop.is_set():
+                    break
+                self._sanitized(sanitizer, template, problem, results, i)
+        return results[winner], True
+
+    def _demote(self, results: list[Result], i: int, status: str, message: str) -> None:
+        results[i] = replace(results[i], status=status, message=message)
+        self._emit(ConfigEvaluated(self._now(), i, results[i], replaces=True))
+
+    def _sanitizer(self, backend: str) -> str | None:
+        if backend != "cuda":
+            if self.options.sanitize:
+                self.note(f"--sanitize needs the CUDA backend; this run used {backend}")
+            return None
+        from .sanitize import find_sanitizer
+
+        tool = find_sanitizer()
+        if tool is None and self.options.sanitize:
+            self.note("compute-sanitizer was not found: --sanitize checks nothing")
+        return tool
+
+    def _sanitized(self, tool: str, template: Template, problem: Problem, results: list[Result], i: int) -> bool:
+        """memcheck on results[i]; a finding demotes it. True unless it found something."""
+        from .sanitize import SanitizeError, sanitize_config
+
+        r = results[i]
+        try:
+            config = dict(r.config) or None  # {}: the original kernel
+            clean, message = sanitize_config(template, problem, config, device=self.options.device, tool=tool)
+        except SanitizeError as e:
+            self.note(f"compute-sanitizer could not check {fmt_values(r.config)}: {e}")
+            return True
+        self._emit(ConfigSanitized(self._now(), dict(r.config), clean, message))
+        if not clean:
+            self._demote(results, i, "out_of_bounds", message)
+        return clean
 
     def _profile(self, template: Template, problem: Problem, results: list[Result], backend: str,
                  top: int) -> list:

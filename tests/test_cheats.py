@@ -87,3 +87,21 @@ def test_inputs_are_compared_byte_for_byte(opencl_backend):
     r = ev.evaluate({"MODE": 9, "THREADS": 64})
     assert r.status == "wrote_input" and "4096 of 4096 elements differ" in r.message
     assert np.isfinite(ev._pool(0)[0].host["a"]).all()
+
+
+def test_a_memcheck_report_reads_as_a_count_and_the_first_finding():
+    from kerntune.engine.sanitize import parse_report
+
+    report = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at cheats+0x1b0
+=========     by thread (63,0,0) in block (63,0,0)
+=========     Address 0x7f5a2c000400 is out of bounds
+=========
+========= ERROR SUMMARY: 1 error
+"""
+    errors, first = parse_report(report)
+    assert errors == 1
+    assert first.startswith("Invalid __global__ write of size 4 bytes; at cheats+0x1b0; by thread (63,0,0)")
+    assert parse_report("========= ERROR SUMMARY: 0 errors\n") == (0, "")
+    assert parse_report("no summary at all")[0] == -1

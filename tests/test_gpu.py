@@ -107,3 +107,28 @@ def test_library_kernels_tune_on_cuda_with_every_result_verified(tmp_path, name,
     assert not bad
     assert out.winner_ok is True and out.baseline is not None and out.baseline.status == "ok"
     assert out.best.median_us <= out.baseline.median_us
+
+
+def test_every_cheat_is_caught_on_the_gpu(tmp_path):
+    from cheats import CHEATS, check_statuses
+
+    # three warm-up and five timed launches: MODE 11 stays honest through its evaluation
+    timing = TimingPolicy(warmup=3, min_repeats=5, max_repeats=5)
+    t = load_template(CHEATS)
+    opts = TuneOptions(backend="cuda", session_path=tmp_path / "s.toml", timing=timing, seed=1, probe=False)
+    out = TuneRun(t, opts).run()
+    check_statuses(load_session(out.session_path).results())
+    assert out.winner_ok is True and out.best.config["MODE"] == 0
+
+
+def test_compute_sanitizer_finds_a_write_past_the_end_and_passes_an_honest_kernel():
+    from cheats import CHEATS
+    from kerntune.engine.sanitize import find_sanitizer, sanitize_config
+
+    if find_sanitizer() is None:
+        pytest.skip("compute-sanitizer is not installed")
+    t = load_template(CHEATS)
+    clean, msg = sanitize_config(t, t.problem(), {"MODE": 0, "THREADS": 64})
+    assert clean, msg
+    clean, msg = sanitize_config(t, t.problem(), {"MODE": 7, "THREADS": 64})
+    assert not clean and "Invalid __global__ write" in msg, msg

@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--compile-jobs", type=int, default=0, metavar="N",
                    help="CUDA: compile N configurations ahead in parallel (0: one per core, 1: off)")
     t.add_argument("--no-probe", action="store_true", help="do not measure the device's peaks when unknown")
+    t.add_argument("--sanitize", type=int, default=0, metavar="K",
+                   help="CUDA: run compute-sanitizer memcheck on the K fastest configurations (the "
+                        "winner is always checked when compute-sanitizer is found); a finding demotes it")
     t.add_argument("--profile-top", type=int, default=0, metavar="K",
                    help="CUDA: profile the K best configurations with Nsight Compute when the search "
                         "(each round of a loop) ends")
@@ -256,7 +259,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         session_path=args.session, resume=args.resume, timing=timing, verify=VerifyPolicy(),
         config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
         sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv],
-        profile_top=args.profile_top, start_from=start_from,
+        profile_top=args.profile_top, start_from=start_from, sanitize=max(0, args.sanitize),
     )
     if args.agent is not None or not template.parameters:  # the agent loop: plan, template, tune, test
         from kerntune.tui.loop_cli import tune_with_agent

@@ -15,6 +15,7 @@ from rich.table import Table
 from kerntune.engine.events import (
     BestImproved,
     ConfigEvaluated,
+    ConfigSanitized,
     Event,
     Note,
     RunFinished,
@@ -147,6 +148,8 @@ class TextRenderer:
                 self._progress()
         elif isinstance(ev, BestImproved):
             self.best = next((r for r in reversed(self.results) if r.config == ev.config), self.best)
+        elif isinstance(ev, ConfigSanitized):
+            self._print(f"{fmt_config(ev.config)}: {ev.message}")
         elif isinstance(ev, WinnerVerified):
             state = "passed" if ev.ok else f"FAILED: {ev.message}"
             self._print(f"winner re-verified on new inputs (seeds {', '.join(map(str, ev.seeds))}): {state}")
