@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -115,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("session", type=Path)
     s.add_argument("--json", action="store_true", help="one JSON object")
     s.add_argument("--failed", action="store_true", help="also list failed configurations")
+    s.add_argument("--source", action="store_true",
+                   help="print the generated source of the configuration ranked --config N (defines, launch, "
+                        "compiler options)")
+    s.add_argument("--config", type=int, metavar="N",
+                   help="with --source: the configuration ranked N (1 = the best; default 1)")
 
     rp = sub.add_parser("replay", help="play a session back in the dashboard")
     rp.add_argument("session", type=Path)
@@ -265,7 +269,9 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from kerntune.tui.loop_cli import tune_with_agent
 
         return tune_with_agent(template, options, args)
-    if not args.headless and sys.stdout.isatty() and os.environ.get("KERNTUNE_HEADLESS") is None:
+    from kerntune.tui.terminal import dashboard_possible
+
+    if not args.headless and dashboard_possible():
         try:
             from kerntune.tui.app import run_live
         except ImportError:
@@ -292,7 +298,11 @@ def _tune_headless(template: Template, options: TuneOptions, show_failed: bool) 
 
 
 def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.config is not None and not args.source:
+        raise UsageError("--config N goes with --source")
     session = load_session(args.session)
+    if args.source:
+        return _show_source(session, 1 if args.config is None else args.config)
     summary = session.summary()
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
@@ -312,6 +322,25 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out.results = session.results()
     out.baseline = session.baseline()
     out.finish(show_failed=args.failed)
+    return 0
+
+
+def _show_source(session: Any, rank: int) -> int:
+    """`show --source`: the same source the dashboard's `v` shows, for the configuration ranked N."""
+    from kerntune.tui.export import ExportError, config_source
+    from kerntune.tui.state import DashboardState
+
+    state = DashboardState(session.header)
+    state.apply_all(session.events)
+    key = state.ranked_key(rank)
+    if key is None:
+        raise UsageError(f"--config {rank}: {session.path} ranks {state.ranked_count} configurations")
+    try:
+        text = config_source(session.header, state.entries[key].result, rank=rank, ranked=state.ranked_count,
+                             baseline_us=state.baseline_us, session_path=session.path)
+    except ExportError as e:
+        raise UsageError(f"{session.path}: {e}") from None
+    sys.stdout.write(text)
     return 0
 
 

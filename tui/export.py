@@ -193,7 +193,7 @@ def compile_command(backend: str, spec: Mapping[str, Any], device: Mapping[str, 
         arch = [f"-arch=sm_{cc}"] if cc.isdigit() else []
         return ["nvcc", "-cubin", *arch, *NVCC_FLAGS, *extra]
     if backend == "opencl":
-        return ["clBuildProgram", *(extra or ["(no options)"])]
+        return ["clBuildProgram", *(extra or ["with no options"])]
     return [backend or "compiler", *extra]
 
 

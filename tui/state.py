@@ -365,6 +365,10 @@ class DashboardState:
         base = self.baseline_us
         return base / r.median_us if base and r.median_us else None
 
+    def ranked_key(self, rank: int) -> str | None:
+        """The configuration ranked `rank` (1: the fastest verified), or None past the last."""
+        return self._ranked[rank - 1][2] if 1 <= rank <= len(self._ranked) else None
+
     def rank(self, key: str) -> int | None:
         """1 for the fastest verified configuration; None for suspect and failed ones."""
         e = self.entries.get(key)
