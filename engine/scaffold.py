@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .device import DeviceLimits
 from .expressions import ExpressionError
@@ -82,7 +82,9 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
         "[kernel]",
         f'name = "{sig.name}"',
         'description = ""',
-        f'entry = "{sig.name}"',
+        f'entry = "{sig.entry}"'
+        + (f"   # one of: {', '.join(sig.name + i.text for i in sig.instantiations)}"
+           if len(sig.instantiations) > 1 else ""),
         "sources = { " + ", ".join(f'{b} = "{f}"' for b, f in sorted(sources.items())) + " }",
         "",
         "# The original kernel's own launch, over the problem names"
@@ -122,9 +124,12 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
                 todo.append(f"arg.{a.name}.value")
             continue
         why = {"input": "const" if a.const else "not const, but nothing writes through it",
-               "output": "written, never read", "inout": "written and read"}[a.role]
+               "output": "written before it is read", "inout": "read before it is written"}[a.role]
         lines.append(f'role = "{a.role}"   # {why}')
-        lines.append('shape = ["TODO"]  # sizes over the problem names, e.g. ["tokens", "d"]')
+        if a.packed > 1:
+            lines.append(f'shape = ["TODO"]  # in {dtype} elements: {a.packed} per `{a.ctype}`')
+        else:
+            lines.append('shape = ["TODO"]  # sizes over the problem names, e.g. ["tokens", "d"]')
         todo.append(f"arg.{a.name}.shape")
     lines += ["", "# The sizes to tune for; add a [[problem]] table for each."]
     lines += ["[[problem]]", 'name = "TODO"']
@@ -164,9 +169,13 @@ def find_todos(data: Any, where: str = "") -> list[str]:
 
 
 def check_spec(path: Path) -> str:
-    """One line on a filled-in spec: what is still missing, or that it is ready to tune.
+    """One line on a spec: every problem found, or that it is ready to tune.
 
-    Raises TemplateError (one line) when the spec is complete but wrong."""
+    Beyond the keys still to fill in, the check compiles the kernel (with nvcc when there is one,
+    else with the OpenCL compiler), finds the kernel by its name, evaluates every expression at
+    every problem size, looks for a verification size no power of two divides, and imports the
+    reference and runs it on the smallest problem's inputs. Nothing needs a GPU. Raises
+    TemplateError (one line) when the file is not a spec at all."""
     p = path / "kernel.toml" if path.is_dir() else path
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
@@ -176,15 +185,133 @@ def check_spec(path: Path) -> str:
         raise TemplateError(f"{p}: cannot read: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise TemplateError(f"{p}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise TemplateError(f"{p}: not valid TOML: nested too deeply") from None
+    problems: list[str] = []
+    notes: list[str] = []
     todos = list(dict.fromkeys(find_todos(data)))
     if todos:
-        return f"{p}: still to fill in: {', '.join(_group(todos))}"
-    template = load_template(p)
-    # evaluate what a run will evaluate, at every problem size, so that a mistake shows now
+        problems.append(f"still to fill in: {', '.join(_group(todos))}")
+    problems += _compile_problems(p, data)
+    notes += _division_notes(data)
+    template = None
+    if not todos:
+        try:
+            template = load_template(p)
+        except TemplateError as e:
+            problems.append(str(e).removeprefix(f"{p}: "))
+    if template is not None:
+        problems += _expression_problems(template)
+        if not problems:
+            problems += _verification_problems(template)
+            problems += _reference_problems(template)
+    notes = list(dict.fromkeys(notes))
+    tail = f" (note: {'; '.join(notes)})" if notes else ""
+    if problems:
+        return f"{p}: {'; '.join(problems)}{tail}"
+    assert template is not None
+    sizes = len(template.problems)
+    return (f"{p}: complete: {template.name}, {len(template.arguments)} arguments, {sizes} problem "
+            f"size{'s' if sizes != 1 else ''}, {len(template.parameters)} parameters; "
+            f"next: kerntune tune {p} --agent rules{tail}")
+
+
+def _compile_problems(p: Path, data: Mapping) -> list[str]:
+    """Compile the kernel's sources at the default configuration: nvcc for CUDA when it is
+    installed, else the OpenCL compiler (PoCL on a CPU). The kernel must be found by its name."""
+    from .backends import BackendError, CompileError
+
+    kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
+    sources = kernel.get("sources") if isinstance(kernel.get("sources"), dict) else {}
+    entry = kernel.get("entry", kernel.get("name"))
+    if not isinstance(entry, str) or not entry or entry.upper().startswith(TODO):
+        return []
+    defines = {}
+    for prm in data.get("param", []) if isinstance(data.get("param"), list) else []:
+        if isinstance(prm, dict) and isinstance(prm.get("name"), str) and "default" in prm:
+            v = prm["default"]
+            defines[prm["name"]] = "1" if v is True else "0" if v is False else str(v)
+    try:  # options as the spec resolves them (include folders made absolute)
+        options = dict(load_options(p, data))
+    except TemplateError as e:
+        return [str(e).removeprefix(f"{p}: ")]
+    out: list[str] = []
+    from .backends import cuda as cuda_backend
+
+    for backend, fname in sorted(sources.items()):
+        if not isinstance(fname, str) or fname.upper().startswith(TODO):
+            continue
+        try:
+            source = (p.parent / fname).read_text(encoding="utf-8")
+        except OSError as e:
+            out.append(f"cannot read {fname}: {e.strerror or e}")
+            continue
+        try:
+            if backend == "cuda" and cuda_backend.find_nvcc() is not None:
+                cuda_backend.compile_cubin(source, entry, defines, options.get("cuda", ()), "sm_90")
+            elif backend == "opencl":
+                _opencl().compile(source, entry, defines, options.get("opencl", ()))
+        except CompileError as e:
+            out.append(f"{fname} ({backend}): {str(e).splitlines()[0]}")
+        except BackendError:
+            pass  # no OpenCL device here: nothing to compile with
+    return out
+
+
+_OPENCL = []
+
+
+def _opencl():
+    """One OpenCL backend for the checks of this process."""
+    if not _OPENCL:
+        from .backends import open_backend
+
+        _OPENCL.append(open_backend("opencl"))
+    return _OPENCL[0]
+
+
+def load_options(p: Path, data: Mapping) -> Mapping[str, tuple[str, ...]]:
+    """The spec's compiler options by backend, checked as `load_template` checks them."""
+    from .template import _option, _Spec
+
+    kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
+    raw = kernel.get("options", {})
+    absolute = kernel.get("absolute_includes", False) is True
+    if not isinstance(raw, dict):
+        return {}
+    s = _Spec(p)
+    return {b: tuple(_option(s, p.parent, o, f"kernel.options.{b}", absolute) for o in opts if isinstance(o, str))
+            for b, opts in raw.items() if isinstance(opts, list)}
+
+
+def _division_notes(data: Mapping) -> list[str]:
+    """`/` in a launch expression is true division, where a C launcher's `/` is integer division."""
+    import ast
+
+    launch = data.get("launch") if isinstance(data.get("launch"), dict) else {}
+    out = []
+    for key in ("grid", "block", "shared_bytes"):
+        values = launch.get(key)
+        for i, v in enumerate(values if isinstance(values, list) else [values]):
+            if not isinstance(v, str):
+                continue
+            try:
+                tree = ast.parse(v, mode="eval")
+            except SyntaxError:
+                continue
+            if any(isinstance(n, ast.Div) for n in ast.walk(tree)):
+                out.append(f"launch.{key} `{v}` divides with `/`, which is exact division here; "
+                           "C's integer division is `//`, and `ceil_div(a, b)` covers a tail")
+    return out
+
+
+def _expression_problems(template) -> list[str]:
+    """Evaluate what a run will evaluate, at every problem size, so that a mistake shows now."""
     from .evaluate import arg_shape
     from .space import geometry
 
     limits = DeviceLimits(backend="check", name="check")
+    out = []
     for problem in template.problems + template.verify_problems:
         try:
             for a in template.arguments:
@@ -193,11 +320,67 @@ def check_spec(path: Path) -> str:
             geometry(template, template.default_config(), problem, limits)
             template.cost_bytes.evaluate(problem.values)
         except ExpressionError as e:
-            raise TemplateError(f"{p}: at problem {problem.label()}: {e}") from None
-    sizes = len(template.problems)
-    return (f"{p}: complete: {template.name}, {len(template.arguments)} arguments, {sizes} problem "
-            f"size{'s' if sizes != 1 else ''}, {len(template.parameters)} parameters; "
-            f"next: kerntune tune {p} --agent rules")
+            out.append(f"at problem {problem.label()}: {e}")
+    return out
+
+
+def _verification_problems(template) -> list[str]:
+    """A verification size that no power of two divides catches a kernel that skips a tail."""
+    every = template.problems + template.verify_problems
+    if any(any(int(v) % 2 for v in pr.values.values() if isinstance(v, int) or float(v).is_integer())
+           for pr in every):
+        return []
+    names = ", ".join(template.problem_names)
+    return [f"no odd verification size: add a [[verify.problem]] with odd {names} (it catches a kernel "
+            "that skips a tail)"]
+
+
+def _reference_problems(template) -> list[str]:
+    """Import the reference and run it on the smallest problem's inputs."""
+    import numpy as np
+
+    from .evaluate import arg_shape, make_inputs
+
+    try:
+        reference = template.load_reference()
+    except TemplateError as e:
+        return [str(e)]
+    if reference is None:
+        return []
+    every = template.problems + template.verify_problems
+
+    def size(pr) -> int:
+        try:
+            return sum(int(np.prod(arg_shape(a, pr))) for a in template.arguments if a.is_buffer)
+        except ExpressionError:
+            return 1 << 62
+
+    smallest = min(every, key=size)
+    inputs = make_inputs(template, smallest, seed=1)
+    given = {**{k: v.copy() for k, v in inputs.host.items()}, **inputs.scalars}
+    try:
+        with np.errstate(all="ignore"):  # what it computes is judged below, not by numpy's warnings
+            got = reference(given, dict(smallest.values))
+    except Exception as e:  # the reference is the spec author's code
+        return [f"the reference failed at problem {smallest.label()}: {type(e).__name__}: {e}"]
+    if not isinstance(got, dict):
+        return [f"the reference returned {type(got).__name__}, not a dict of outputs"]
+    out = []
+    finite = all(np.isfinite(v).all() for v in inputs.host.values() if v.dtype.kind == "f")
+    for a in template.arguments:
+        if not a.is_output:
+            continue
+        if a.name not in got:
+            out.append(f"the reference returned no `{a.name}`")
+            continue
+        value = np.asarray(got[a.name])
+        want = arg_shape(a, smallest)
+        if value.size != int(np.prod(want)):
+            out.append(f"the reference's `{a.name}` has {value.size} elements, its shape {list(want)} "
+                       f"holds {int(np.prod(want))}")
+        elif finite and value.dtype.kind == "f" and not np.isfinite(value.astype(np.float64)).all():
+            out.append(f"the reference's `{a.name}` has NaN or Inf from finite inputs at problem {smallest.label()}")
+    return out
 
 
 def _group(todos: list[str]) -> list[str]:

@@ -1,15 +1,25 @@
-"""Kernel signatures: a small C declaration parser of our own.
+"""Kernel signatures and argument roles, read from source with tree-sitter's C++ grammar.
 
-It reads a CUDA `__global__` or OpenCL `__kernel` function from source text — nothing is compiled
-or run — and tells, for each argument, its type, whether it is a pointer, whether what it points
-to is const, and whether the body writes or reads through it (directly or through a local pointer
-made from it: `half8 *o = reinterpret_cast<half8 *>(out + t * d); o[i] = r;` writes `out`).
+A CUDA `__global__` or OpenCL `__kernel` function is found in source text — nothing is compiled
+or run — and for each argument kerntune tells its type, whether it is a pointer, whether what it
+points to is const, and what the body does with it: written (directly, through a cast pointer
+`reinterpret_cast<float4 *>(out)[i] = v` or `*(T *)(out + i) = v`, through a local pointer made
+from it, through a vector type's `v.store(out + i)` or another function of the file, which is read
+for what it does with its own parameters) and whether it is read before the kernel writes it.
+
+The grammar is C++'s; the CUDA and OpenCL words it does not know (`__global__`, `__device__`,
+`__launch_bounds__(...)`, `__kernel`, `__global`, `__local`, ...) are blanked out, as tokens of
+a first parse, before the parse that is read. Preprocessor conditionals are parsed in all their
+branches: the branch the file selects by itself (its own #defines, and the -D options given;
+other names are 0, as in the C preprocessor) gives the types, and a kernel's body is read in
+every branch. What cannot be read is said in `notes`, one phrase each, and reading goes on.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
+import functools
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator, Mapping
 
 from .template import TemplateError
 
@@ -22,21 +32,42 @@ CTYPES = {
     "unsigned": "uint32", "unsigned int": "uint32", "uint": "uint32", "uint32_t": "uint32",
     "long": "int64", "long int": "int64", "long long": "int64", "long long int": "int64", "int64_t": "int64",
     "unsigned long": "uint64", "unsigned long int": "uint64", "unsigned long long": "uint64", "ulong": "uint64",
-    "size_t": "uint64", "uint64_t": "uint64",
+    "unsigned long long int": "uint64", "size_t": "uint64", "uint64_t": "uint64",
     "short": "int16", "short int": "int16", "int16_t": "int16",
     "char": "int8", "signed char": "int8", "int8_t": "int8",
     "unsigned char": "uint8", "uchar": "uint8", "uint8_t": "uint8",
 }
+# Packed vector types: the dtype of their elements and how many one holds. A buffer of them is
+# described in elements (a `__nv_bfloat162 *` of n pairs is 2n bfloat16).
+PACKED = {
+    "float2": ("float32", 2), "float4": ("float32", 4), "double2": ("float64", 2),
+    "__half2": ("float16", 2), "half2": ("float16", 2),
+    "__nv_bfloat162": ("bfloat16", 2), "nv_bfloat162": ("bfloat16", 2),
+    "int2": ("int32", 2), "int4": ("int32", 4),
+}
+# Names the CUDA headers give to types, as the demangler spells them.
+CUDA_SPELLING = {"half": "__half", "nv_bfloat16": "__nv_bfloat16", "half2": "__half2",
+                 "nv_bfloat162": "__nv_bfloat162"}
 INTEGER_DTYPES = ("int8", "uint8", "int16", "int32", "uint32", "int64", "uint64")
-QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "__global", "global",
-              "__constant", "constant", "__private", "private", "struct", "__grid_constant__"}
-_ATTRIBUTES = {"__launch_bounds__", "__attribute__", "__declspec", "__maxnreg__", "__cluster_dims__"}
-_NOT_NAMES = {"void", "extern", "static", "inline", "__inline__", "__forceinline__", "__noinline__",
-              "__device__", "__host__", "__kernel", "kernel", "__global__", "__global", "template"}
+QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "typename",
+              "signed_", "constexpr", "std"}
+
+# CUDA and OpenCL words C++ does not know, blanked before the parse that is read
+_CUDA_WORDS = {"__global__", "__device__", "__host__", "__forceinline__", "__noinline__", "__shared__",
+               "__constant__", "__managed__", "__grid_constant__", "__inline__"}
+_OPENCL_WORDS = {"__kernel", "kernel", "__global", "global", "__local", "local", "__constant", "constant",
+                 "__private", "private", "__read_only", "read_only", "__write_only", "write_only"}
+_WITH_PARENS = {"__launch_bounds__", "__cluster_dims__", "__maxnreg__", "__attribute__", "__declspec",
+                "__align__", "__builtin_align__"}
+_KERNEL_WORDS = {"__global__", "__kernel", "kernel"}
+_LOCAL_WORDS = {"__local", "local"}
+_CONSTANT_WORDS = {"__constant", "constant"}
+_CASTS = {"reinterpret_cast", "static_cast", "const_cast", "__builtin_assume_aligned"}
+_SKIP_LEAVES = {"comment", "string_literal", "raw_string_literal", "char_literal", "system_lib_string"}
 
 
 class SignatureError(TemplateError):
-    """No kernel, or a declaration this parser cannot read; the message is one line."""
+    """No kernel, or a kernel that cannot be used as it is; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -48,16 +79,23 @@ class KernelArg:
     pointer: bool
     const: bool  # the pointee is const (or in OpenCL's __constant space)
     written: bool = False
-    read: bool = False
+    read: bool = False  # read before the kernel writes it (values it did not write itself)
     local: bool = False  # an OpenCL __local pointer: workspace, not a buffer
 
     @property
     def dtype(self) -> str | None:
-        return CTYPES.get(self.ctype)
+        if self.ctype in CTYPES:
+            return CTYPES[self.ctype]
+        return PACKED[self.ctype][0] if self.ctype in PACKED else None
+
+    @property
+    def packed(self) -> int:
+        """How many elements one value of the argument's type holds (float4: 4)."""
+        return PACKED[self.ctype][1] if self.ctype in PACKED else 1
 
     @property
     def role(self) -> str:
-        """scalar, input, output (written, never read) or inout (written and read)."""
+        """scalar, input, output (written, never read before written) or inout."""
         if not self.pointer:
             return "scalar"
         if self.const or not self.written:
@@ -66,14 +104,38 @@ class KernelArg:
 
 
 @dataclass(frozen=True)
+class Instantiation:
+    """An explicit instantiation of a template kernel: its arguments as written, and by parameter."""
+
+    text: str  # "<float, 4>"
+    args: tuple[tuple[str, str], ...]  # (template parameter, its argument's words)
+
+
+@dataclass(frozen=True)
 class KernelSignature:
-    """A kernel function: its name, dialect, arguments, launch hint and body text."""
+    """A kernel function: its name, dialect, arguments, launch hint, body and what was not read."""
 
     name: str
     dialect: str  # "cuda" or "opencl"
     args: tuple[KernelArg, ...]
     block_hint: tuple[int, ...] = ()  # from __launch_bounds__(N) or reqd_work_group_size(x, y, z)
     body: str = ""
+    template_params: tuple[str, ...] = ()  # a template kernel's parameters, in order
+    instantiations: tuple[Instantiation, ...] = ()
+    notes: tuple[str, ...] = ()  # what could not be read, one phrase each
+    qualified: str = ""  # with its namespaces: "ops::gelu"
+    generic_args: tuple[KernelArg, ...] = ()  # a template's arguments as declared (types `T`)
+
+    @property
+    def is_template(self) -> bool:
+        return bool(self.template_params)
+
+    @property
+    def entry(self) -> str:
+        """The name that loads it: the plain name, or its instantiation when it has several."""
+        if len(self.instantiations) > 1:
+            return self.name + self.instantiations[0].text
+        return self.name
 
     def arg(self, name: str) -> KernelArg:
         for a in self.args:
@@ -81,320 +143,765 @@ class KernelSignature:
                 return a
         raise KeyError(name)
 
+    def instantiate(self, inst: Instantiation) -> "KernelSignature":
+        """The signature with the template's type parameters replaced by an instantiation's types."""
+        types = dict(inst.args)
+        generic = self.generic_args or self.args
+        return replace(self, args=tuple(replace(a, ctype=types.get(a.ctype, a.ctype)) for a in generic),
+                       generic_args=generic)
 
-def strip_code(source: str) -> str:
-    """Comments, string and character literals and preprocessor lines blanked out (line breaks kept)."""
-    out: list[str] = []
-    i, n = 0, len(source)
-    line_start = True
-    while i < n:
-        c = source[i]
-        if line_start and c in " \t":
-            out.append(c)
-            i += 1
+
+# parsing ---------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _parser():
+    try:
+        import tree_sitter_cpp
+        from tree_sitter import Language, Parser
+    except ImportError as e:  # pragma: no cover - a dependency of kerntune
+        raise SignatureError(f"tree-sitter and tree-sitter-cpp are needed to read kernels ({e})") from None
+    return Parser(Language(tree_sitter_cpp.language()))
+
+
+def _leaves(node) -> Iterator:
+    """The tokens under a node in order, comments and literals' insides left out."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in _SKIP_LEAVES:
             continue
-        if line_start and c == "#":  # a directive, with its continuation lines
-            j = i
-            while j < n:
-                k = source.find("\n", j)
-                if k < 0:
-                    k = n
-                if k > 0 and source[k - 1] == "\\" and k < n:
-                    j = k + 1
-                    continue
-                break
-            out.append(re.sub(r"[^\n]", " ", source[i:k]))
-            i = k
-            continue
-        line_start = c == "\n"
-        if source.startswith("//", i):
-            k = source.find("\n", i)
-            k = n if k < 0 else k
-            out.append(" " * (k - i))
-            i = k
-        elif source.startswith("/*", i):
-            k = source.find("*/", i + 2)
-            k = n if k < 0 else k + 2
-            out.append(re.sub(r"[^\n]", " ", source[i:k]))
-            i = k
-        elif c in "\"'":
-            j = i + 1
-            while j < n and source[j] != c and source[j] != "\n":
-                j += 2 if source[j] == "\\" else 1
-            out.append(c + " " * max(j - i - 1, 0) + (c if j < n else ""))
-            i = j + 1
+        if n.child_count == 0:
+            yield n
         else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+            stack.extend(reversed(n.children))
 
 
-def _matching(text: str, start: int, open_: str = "(", close: str = ")") -> int:
-    """The index of the bracket closing the one at `start` (-1 if unbalanced)."""
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == open_:
-            depth += 1
-        elif text[i] == close:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
+@dataclass
+class _Marks:
+    """What the blanked words said, by byte offset."""
+
+    kernels: list[int] = field(default_factory=list)  # offsets of __global__ / __kernel
+    local: list[int] = field(default_factory=list)
+    constant: list[int] = field(default_factory=list)
+    hints: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    text: bytes = b""  # the blanked source
+
+    def head(self, node) -> int:
+        """Where a node's text starts once the blanked words before it are counted in."""
+        start = node.start_byte
+        while start > 0 and self.text[start - 1:start].isspace():
+            start -= 1
+        return start
 
 
-def parse_kernels(source: str) -> list[KernelSignature]:
-    """Every kernel defined in the source, in order; argument types named through a typedef are
-    given as the type it names (as compiled with no -D options)."""
-    text = strip_code(source)
-    names = typedefs(source)
-    kernels = []
-    for m in re.finditer(r"\b(__global__|__kernel|kernel)\b", text):
-        dialect = "cuda" if m.group(1) == "__global__" else "opencl"
-        sig = _parse_at(text, m.end(), dialect)
-        if sig is not None:
-            if names:
-                sig = replace(sig, args=tuple(replace(a, ctype=names.get(a.ctype, a.ctype)) for a in sig.args))
-            kernels.append(sig)
-    return kernels
+def _int(text: str) -> int | None:
+    t = text.rstrip("uUlL")
+    try:
+        return int(t, 0)
+    except ValueError:
+        return None
 
 
-_DIRECTIVE = re.compile(r"#\s*(ifdef|ifndef|if|elif|else|endif|define|undef)\b\s*(.*)")
-
-
-def _if_value(expr: str, defined: set[str]) -> bool:
-    """An #if condition over `defined(X)` and 0/1; anything else counts as true."""
-    e = re.sub(r"defined\s*\(?\s*(\w+)\s*\)?", lambda m: "1" if m.group(1) in defined else "0", expr)
-    e = e.split("//")[0].strip()
-    m = re.fullmatch(r"(!?)\s*([01])", e)
-    if m:
-        return (m.group(2) == "1") != bool(m.group(1))
-    return True
-
-
-def active_lines(source: str) -> list[str]:
-    """The lines the preprocessor keeps with no -D options: #ifdef, #ifndef, #if defined(...),
-    #elif, #else and #endif over the macros the file defines itself. Nothing is evaluated."""
-    defined: set[str] = set()
-    stack: list[tuple[bool, bool]] = []  # (enclosing group active, a branch already taken)
-    active, out = True, []
-    for line in source.splitlines():
-        m = _DIRECTIVE.match(line.strip())
-        if not m:
-            if active:
-                out.append(line)
+def _blank(src: bytes) -> tuple[bytes, str, _Marks]:
+    """The source with the CUDA and OpenCL words blanked (offsets kept), its dialect and marks."""
+    tree = _parser().parse(src)
+    leaves = [l for l in _leaves(tree.root_node) if l.type not in ("preproc_arg",)]
+    words = [l.text.decode("utf-8", "replace") for l in leaves]
+    cuda = "__global__" in words
+    opencl = not cuda and ("__kernel" in words or any(
+        w == "kernel" and i + 1 < len(words) and words[i + 1] in ("void", "__attribute__")
+        for i, w in enumerate(words)))
+    known = _CUDA_WORDS | (_OPENCL_WORDS if opencl else set())  # `kernel` is a C++ name in CUDA
+    out = bytearray(src)
+    marks = _Marks()
+    i = 0
+    while i < len(leaves):
+        leaf, w = leaves[i], words[i]
+        if w in _WITH_PARENS and i + 1 < len(leaves) and words[i + 1] == "(":
+            depth, j = 0, i + 1
+            while j < len(leaves):
+                depth += {"(": 1, ")": -1}.get(words[j], 0)
+                if depth == 0:
+                    break
+                j += 1
+            inner = words[i + 2:j]
+            hint: tuple[int, ...] = ()
+            if "reqd_work_group_size" in inner:
+                k = inner.index("reqd_work_group_size")
+                nums = [_int(t) for t in inner[k + 2:k + 7:2]]
+                if len(nums) == 3 and all(n is not None for n in nums):
+                    hint = tuple(nums)  # type: ignore[arg-type]
+            elif w == "__launch_bounds__" and inner and _int(inner[0]) is not None and (
+                    len(inner) == 1 or inner[1] == ","):
+                hint = (_int(inner[0]),)  # type: ignore[assignment]
+            if hint:
+                marks.hints.append((leaf.start_byte, hint))
+            end = leaves[min(j, len(leaves) - 1)].end_byte
+            out[leaf.start_byte:end] = b" " * (end - leaf.start_byte)
+            i = j + 1
             continue
-        d, rest = m.group(1), m.group(2).strip()
-        word = rest.split("(")[0].split()[0] if rest.split() else ""
-        if d in ("ifdef", "ifndef", "if"):
-            cond = (word in defined if d == "ifdef" else word not in defined if d == "ifndef"
-                    else _if_value(rest, defined))
-            stack.append((active, cond))
-            active = active and cond
-        elif d == "elif" and stack:
-            parent, taken = stack[-1]
-            cond = not taken and _if_value(rest, defined)
-            stack[-1] = (parent, taken or cond)
-            active = parent and cond
-        elif d == "else" and stack:
-            parent, taken = stack[-1]
-            stack[-1] = (parent, True)
-            active = parent and not taken
-        elif d == "endif" and stack:
-            active = stack.pop()[0]
-        elif active and d == "define" and word:
-            defined.add(word)
-        elif active and d == "undef":
-            defined.discard(word)
-    return out
+        if w in known:
+            if w in _KERNEL_WORDS:
+                marks.kernels.append(leaf.start_byte)
+            elif w in _LOCAL_WORDS:
+                marks.local.append(leaf.start_byte)
+            elif w in _CONSTANT_WORDS:
+                marks.constant.append(leaf.start_byte)
+            out[leaf.start_byte:leaf.end_byte] = b" " * (leaf.end_byte - leaf.start_byte)
+        i += 1
+    marks.text = bytes(out)
+    return marks.text, ("opencl" if opencl else "cuda"), marks
 
 
-def typedefs(source: str) -> dict[str, str]:
-    """`typedef TYPE NAME;` of the active source: NAME -> TYPE's words, chains followed."""
-    text = strip_code("\n".join(active_lines(source)))
-    found: dict[str, str] = {}
-    for m in re.finditer(r"\btypedef\s+([A-Za-z_][\w\s]*?)\s+([A-Za-z_]\w*)\s*;", text):
-        words = [w for w in m.group(1).split() if w not in QUALIFIERS]
-        if words:
-            found[m.group(2)] = " ".join(words)
-    for _ in range(8):  # typedefs of typedefs
-        found = {k: found.get(v, v) for k, v in found.items()}
+def _text(node) -> str:
+    return node.text.decode("utf-8", "replace") if node is not None else ""
+
+
+def _words(node) -> str:
+    """A type node's words, qualifiers removed: `const unsigned int` -> `unsigned int`."""
+    if node is None:
+        return ""
+    if node.type == "qualified_identifier":
+        return _words(node.child_by_field_name("name"))
+    if node.type == "template_type":
+        return " ".join(_text(node).split())
+    parts = _text(node).replace("*", " ").replace("&", " ").split()
+    return " ".join(p for p in parts if p not in QUALIFIERS)
+
+
+# the preprocessor ------------------------------------------------------------------------------
+
+class _Pre:
+    """Which preprocessor branches the file selects by itself, and its object-like macros."""
+
+    def __init__(self, defines: Mapping[str, str]):
+        self.macros: dict[str, str] = dict(defines)
+        self.notes: list[str] = []
+
+    def value(self, node) -> int | None:
+        t = node.type
+        if t == "number_literal":
+            return _int(_text(node))
+        if t == "char_literal":
+            inner = _text(node)[1:-1]
+            return ord(inner) if len(inner) == 1 else None
+        if t == "identifier":
+            v = self.macros.get(_text(node))
+            if v is None:
+                return 0  # an undefined name is 0, as in the C preprocessor
+            return _int(v.strip()) if _int(v.strip()) is not None else None
+        if t == "preproc_defined":
+            names = [c for c in node.children if c.type == "identifier"]
+            return int(bool(names) and _text(names[0]) in self.macros)
+        if t == "parenthesized_expression":
+            inner = [c for c in node.named_children if c.type != "comment"]
+            return self.value(inner[0]) if inner else None
+        if t == "unary_expression":
+            v = self.value(node.child_by_field_name("argument"))
+            op = _text(node.child_by_field_name("operator"))
+            if v is None:
+                return None
+            return {"!": int(not v), "-": -v, "+": v, "~": ~v}.get(op)
+        if t == "binary_expression":
+            op = _text(node.child_by_field_name("operator"))
+            a = self.value(node.child_by_field_name("left"))
+            if op in ("&&", "||") and a is not None and (a == 0) == (op == "&&"):
+                return int(op == "||")  # short-circuit
+            b = self.value(node.child_by_field_name("right"))
+            if a is None or b is None:
+                return None
+            ops = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+                   "/": lambda: int(a / b) if b else None, "%": lambda: a % b if b else None,
+                   "<": lambda: int(a < b), ">": lambda: int(a > b), "<=": lambda: int(a <= b),
+                   ">=": lambda: int(a >= b), "==": lambda: int(a == b), "!=": lambda: int(a != b),
+                   "&&": lambda: int(bool(a and b)), "||": lambda: int(bool(a or b)),
+                   "&": lambda: a & b, "|": lambda: a | b, "^": lambda: a ^ b,
+                   "<<": lambda: a << b, ">>": lambda: a >> b}
+            return ops[op]() if op in ops else None
+        if t == "conditional_expression":
+            c = self.value(node.child_by_field_name("condition"))
+            if c is None:
+                return None
+            return self.value(node.child_by_field_name("consequence" if c else "alternative"))
+        return None
+
+    def condition(self, node) -> bool:
+        """Whether a conditional group's branch is taken; an unreadable one counts as taken."""
+        t = node.type
+        if t in ("preproc_ifdef",):
+            name = _text(node.child_by_field_name("name"))
+            ifndef = _text(node.children[0]).endswith("ifndef")
+            return (name in self.macros) != ifndef
+        if t == "preproc_elifdef":
+            name = _text(node.child_by_field_name("name"))
+            return (name in self.macros) != _text(node.children[0]).endswith("elifndef")
+        cond = node.child_by_field_name("condition")
+        v = self.value(cond) if cond is not None else None
+        if v is None:
+            self.notes.append(f"could not evaluate `#{_text(node.children[0]).lstrip('#')} "
+                              f"{' '.join(_text(cond).split())}`; read its first branch")
+            return True
+        return bool(v)
+
+
+_CONDITIONALS = ("preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef")
+
+
+def _active(node, pre: _Pre) -> Iterator:
+    """The top-level items of the branches the file selects, in order; #defines recorded as met."""
+    for child in node.children:
+        t = child.type
+        if t in _CONDITIONALS:
+            alt = child.child_by_field_name("alternative")
+            if pre.condition(child):
+                yield from _active_branch(child, alt, pre)
+            elif alt is not None:
+                if alt.type == "preproc_else":
+                    yield from _active(alt, pre)
+                else:
+                    yield from _active(_Wrap(alt), pre)
+        elif t == "preproc_def":
+            name = _text(child.child_by_field_name("name"))
+            value = child.child_by_field_name("value")
+            pre.macros[name] = _text(value).strip() if value is not None else "1"
+            yield child
+        elif t == "preproc_call" and _text(child.child_by_field_name("directive")) == "#undef":
+            pre.macros.pop(_text(child.child_by_field_name("argument")).strip(), None)
+        elif t in ("namespace_definition", "linkage_specification"):
+            yield child
+            body = child.child_by_field_name("body")
+            if body is not None:
+                yield from _active(body if body.type == "declaration_list" else _Wrap(body), pre)
+        else:
+            yield child
+
+
+class _Wrap:
+    """An #elif node seen as a group holding only itself, so `_active` takes its condition."""
+
+    def __init__(self, node):
+        self.children = [node]
+
+
+def _active_branch(group, alt, pre: _Pre) -> Iterator:
+    for c in group.children:
+        if alt is not None and c.id == alt.id:
+            break
+        if c.type in ("#if", "#ifdef", "#ifndef", "#elif", "#elifdef", "#elifndef", "#endif", "#else") or (
+                c == group.child_by_field_name("condition") or c == group.child_by_field_name("name")):
+            continue
+        yield from _active(_Wrap(c), pre)
+
+
+# arguments -------------------------------------------------------------------------------------
+
+def _declarator_name(node) -> tuple[str, bool, bool]:
+    """(name, is a pointer or array, the pointer itself is const) of a parameter declarator."""
+    pointer = False
+    while node is not None:
+        t = node.type
+        if t in ("identifier", "field_identifier", "type_identifier"):
+            return _text(node), pointer, False
+        if t in ("pointer_declarator", "array_declarator", "abstract_pointer_declarator",
+                 "abstract_array_declarator"):
+            pointer = True
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            named = [c for c in node.named_children if c.type != "type_qualifier"]
+            inner = named[-1] if named else None
+        node = inner
+    return "", pointer, False
+
+
+def _param(node, marks: _Marks, types: Mapping[str, str], notes: list[str]) -> KernelArg | None:
+    decl = node.child_by_field_name("declarator")
+    name, pointer, _ = _declarator_name(decl)
+    ctype = _words(node.child_by_field_name("type"))
+    if not name:
+        notes.append(f"an argument without a name (`{' '.join(_text(node).split())}`)")
+        return None
+    ctype = types.get(ctype, ctype)
+    if decl is not None and decl.type == "reference_declarator":
+        notes.append(f"argument {name} is a reference")
+    const = any(c.type == "type_qualifier" and _text(c) == "const" for c in node.children)
+    span = range(marks.head(node), node.end_byte)
+    const = const or any(o in span for o in marks.constant)
+    local = any(o in span for o in marks.local)
+    return KernelArg(name, ctype, pointer, const and pointer, local=local)
+
+
+# reads and writes ------------------------------------------------------------------------------
+
+_STORE_WORDS = ("store", "vstore", "__st", "st_global", "write")
+_LOAD_WORDS = ("load", "vload", "__ld", "ld_global", "read", "fetch")
+
+
+def _callee(fn) -> str:
+    """The plain name of the function a call calls (`v.store`, `ns::f<T>` and `f` give store, f, f)."""
+    while fn is not None:
+        t = fn.type
+        if t in ("identifier", "field_identifier", "type_identifier"):
+            return _text(fn)
+        if t == "field_expression":
+            fn = fn.child_by_field_name("field")
+        elif t in ("qualified_identifier", "template_function", "template_method"):
+            fn = fn.child_by_field_name("name")
+        elif t == "parenthesized_expression":
+            fn = fn.named_children[0] if fn.named_children else None
+        else:
+            return ""
+    return ""
+
+
+class _Flow:
+    """Reads and writes through pointers, in evaluation order, for one function body."""
+
+    def __init__(self, aliases: dict[str, set], functions: Mapping[str, object], memo: dict, depth: int,
+                 notes: list[str]):
+        self.aliases = aliases  # a local or parameter name -> the tracked pointers it points into
+        self.refs: dict[str, set] = {}  # a reference bound to an element -> the pointers
+        self.first: dict = {}  # tracked pointer -> "read" or "write", whichever came first
+        self.written: set = set()
+        self.read: set = set()
+        self.functions = functions
+        self.memo = memo  # what each function of the file does with its parameters, once read
+        self.depth = depth
+        self.notes = notes
+
+    def event(self, targets: Iterable, kind: str) -> None:
+        for t in targets:
+            self.first.setdefault(t, kind)
+            (self.written if kind == "write" else self.read).add(t)
+
+    def points_into(self, e) -> set:
+        """The tracked pointers an expression's value points into."""
+        if e is None:
+            return set()
+        t = e.type
+        if t == "identifier":
+            return set(self.aliases.get(_text(e), ()))
+        if t in ("parenthesized_expression", "comma_expression"):
+            named = [c for c in e.named_children if c.type != "comment"]
+            return self.points_into(named[-1]) if named else set()
+        if t == "cast_expression":
+            return self.points_into(e.child_by_field_name("value"))
+        if t == "call_expression" and _callee(e.child_by_field_name("function")) in _CASTS:
+            args = e.child_by_field_name("arguments").named_children
+            return self.points_into(args[0]) if args else set()
+        if t == "binary_expression" and _text(e.child_by_field_name("operator")) in ("+", "-"):
+            return self.points_into(e.child_by_field_name("left")) | self.points_into(e.child_by_field_name("right"))
+        if t == "pointer_expression" and _text(e.child_by_field_name("operator")) == "&":
+            return self.element_of(e.child_by_field_name("argument"))
+        if t == "conditional_expression":
+            return self.points_into(e.child_by_field_name("consequence")) | \
+                self.points_into(e.child_by_field_name("alternative"))
+        if t == "assignment_expression":
+            return self.points_into(e.child_by_field_name("right"))
+        return set()
+
+    def element_of(self, e) -> set:
+        """The tracked pointers an lvalue expression is an element of (`out[i]`, `*p`, `p->x`)."""
+        if e is None:
+            return set()
+        t = e.type
+        if t == "subscript_expression":
+            return self.points_into(e.child_by_field_name("argument"))
+        if t == "pointer_expression" and _text(e.child_by_field_name("operator")) == "*":
+            return self.points_into(e.child_by_field_name("argument"))
+        if t == "field_expression":
+            if _text(e.child_by_field_name("operator")) == "->":
+                return self.points_into(e.child_by_field_name("argument"))
+            return self.element_of(e.child_by_field_name("argument"))
+        if t == "parenthesized_expression":
+            named = e.named_children
+            return self.element_of(named[-1]) if named else set()
+        if t == "identifier":
+            return set(self.refs.get(_text(e), ()))
+        return set()
+
+    # visiting
+    def visit(self, node) -> None:
+        t = node.type
+        if t in _SKIP_LEAVES:
+            return
+        if t == "assignment_expression":
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            self.visit(right)
+            op = _text(node.child_by_field_name("operator"))
+            target = self.element_of(left)
+            if target:
+                if op != "=":
+                    self.event(target, "read")
+                self.event(target, "write")
+                self.visit_inside(left)
+            else:
+                if left is not None and left.type == "identifier" and _text(left) in self.aliases:
+                    self.aliases[_text(left)] = self.aliases[_text(left)] | self.points_into(right)
+                self.visit(left) if left is not None else None
+            return
+        if t == "update_expression":
+            arg = node.child_by_field_name("argument")
+            target = self.element_of(arg)
+            if target:
+                self.event(target, "read")
+                self.event(target, "write")
+                self.visit_inside(arg)
+            elif arg is not None:
+                self.visit(arg)
+            return
+        if t in ("subscript_expression", "field_expression") or (
+                t == "pointer_expression" and _text(node.child_by_field_name("operator")) == "*"):
+            self.event(self.element_of(node), "read")
+            self.visit_inside(node)
+            return
+        if t == "pointer_expression":  # &x[i]: an address, not a read
+            arg = node.child_by_field_name("argument")
+            if self.element_of(arg):
+                self.visit_inside(arg)
+            elif arg is not None:
+                self.visit(arg)
+            return
+        if t == "call_expression":
+            self.call(node)
+            return
+        if t in ("declaration", "condition_declaration"):
+            self.declaration(node)
+            return
+        for c in node.children:
+            self.visit(c)
+
+    def visit_inside(self, node) -> None:
+        """The parts of an element expression other than the element itself (its indices)."""
+        if node is None:
+            return
+        if node.type in ("field_expression", "parenthesized_expression") and not (
+                node.type == "field_expression" and _text(node.child_by_field_name("operator")) == "->"):
+            inner = node.child_by_field_name("argument") if node.type == "field_expression" else (
+                node.named_children[-1] if node.named_children else None)
+            if inner is not None and self.element_of(inner):
+                self.visit_inside(inner)
+                return
+        for c in node.children:
+            self.visit(c)
+
+    def declaration(self, node) -> None:
+        for d in node.children_by_field_name("declarator"):
+            if d.type != "init_declarator":
+                continue
+            inner, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+            if value is None:
+                continue
+            if value.type in ("initializer_list", "argument_list"):
+                named = value.named_children
+                value_expr = named[0] if len(named) == 1 else None
+            else:
+                value_expr = value
+            if inner is not None and inner.type == "reference_declarator" and self.element_of(value_expr):
+                self.visit_inside(value_expr)  # binds a name to the element: no read yet
+            else:
+                self.visit(value)
+            name, pointer, _ = _declarator_name(inner)
+            if not name or value_expr is None:
+                continue
+            if inner.type == "reference_declarator":
+                target = self.element_of(value_expr)
+                if target:
+                    self.refs[name] = target
+                elif self.points_into(value_expr):
+                    self.aliases[name] = self.points_into(value_expr)
+            elif pointer or _text(node.child_by_field_name("type")) == "auto":
+                into = self.points_into(value_expr)
+                if into:
+                    self.aliases[name] = into
+
+    def call(self, node) -> None:
+        fn = node.child_by_field_name("function")
+        name = _callee(fn)
+        args_node = node.child_by_field_name("arguments")
+        args = [a for a in args_node.named_children if a.type != "comment"] if args_node is not None else []
+        for a in args:
+            self.visit(a)
+        if fn is not None and fn.type == "field_expression":
+            self.visit(fn.child_by_field_name("argument"))
+        passed = [(i, self.points_into(a)) for i, a in enumerate(args)]
+        passed = [(i, p) for i, p in passed if p]
+        if not passed or name in _CASTS:
+            return
+        effects = _param_effects(self.functions.get(name), self.functions, self.memo, self.depth + 1)
+        low = name.lower()
+        for i, into in passed:
+            if effects is not None and i < len(effects):
+                first, w, r = effects[i]
+                order = [first] + [k for k in ("read", "write") if k != first and (w if k == "write" else r)]
+                for kind in order:
+                    if kind:
+                        self.event(into, kind)
+            elif low.startswith("atomic") or low.startswith("atom_"):
+                self.event(into, "read")
+                self.event(into, "write")
+            elif low in ("memcpy", "memcpy_async", "__builtin_memcpy", "memmove"):
+                self.event(into, "write" if i == 0 else "read")
+            elif low in ("memset", "__builtin_memset"):
+                self.event(into, "write")
+            elif low.startswith(_STORE_WORDS) or "store" in low:
+                # OpenCL's vstore takes the pointer last; other stores write the pointers they get
+                self.event(into, "write")
+            elif low.startswith(_LOAD_WORDS) or "load" in low:
+                self.event(into, "read")
+            else:
+                self.notes.append(f"cannot tell what `{name or _text(fn)}` does with a pointer it is passed; "
+                                  "counted as a write")
+                self.event(into, "write")
+
+
+def _param_effects(fn, functions: Mapping[str, object], memo: dict,
+                   depth: int) -> list[tuple[str, bool, bool]] | None:
+    """For a function of the file: (first access, written, read before written) of each parameter."""
+    if fn is None or depth > 6:
+        return None
+    key = (fn.start_byte, fn.end_byte)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # a recursive call, while the function is read, is an unknown
+    decl = _function_declarator(fn)
+    params = decl.child_by_field_name("parameters") if decl is not None else None
+    names = []
+    for p in params.named_children if params is not None else []:
+        if p.type in ("parameter_declaration", "optional_parameter_declaration"):
+            names.append(_declarator_name(p.child_by_field_name("declarator"))[0])
+    flow = _Flow({n: {i} for i, n in enumerate(names) if n}, functions, memo, depth, [])
+    body = fn.child_by_field_name("body")
+    if body is not None:
+        flow.visit(body)
+    memo[key] = [(flow.first.get(i, ""), i in flow.written, flow.first.get(i) == "read") for i in range(len(names))]
+    return memo[key]
+
+
+def _function_declarator(fn):
+    d = fn.child_by_field_name("declarator")
+    while d is not None and d.type != "function_declarator":
+        d = d.child_by_field_name("declarator")
+    return d
+
+
+def _functions(root) -> dict[str, object]:
+    """Every function defined in the file (free functions, methods, templates), by plain name."""
+    found: dict[str, object] = {}
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.type == "function_definition":
+            d = _function_declarator(n)
+            if d is not None:
+                found.setdefault(_callee(d.child_by_field_name("declarator")), n)
+            continue
+        stack.extend(n.children)
     return found
 
 
-def parse_kernel(source: str, entry: str | None = None, where: str = "source") -> KernelSignature:
-    """The kernel named `entry`, or the only (first) kernel of the source."""
-    kernels = parse_kernels(source)
+# kernels ---------------------------------------------------------------------------------------
+
+def _typedef(node, types: dict[str, str]) -> None:
+    if node.type == "type_definition":
+        base = _words(node.child_by_field_name("type"))
+        for d in node.children_by_field_name("declarator"):
+            name, pointer, _ = _declarator_name(d)
+            if name and not pointer:
+                types[name] = types.get(base, base)
+    elif node.type == "alias_declaration":
+        t = node.child_by_field_name("type")
+        base = _words(t.child_by_field_name("type") if t is not None and t.type == "type_descriptor" else t)
+        name = _text(node.child_by_field_name("name"))
+        if name:
+            types[name] = types.get(base, base)
+
+
+def _template_params(node) -> tuple[str, ...]:
+    plist = node.child_by_field_name("parameters")
+    out = []
+    for p in plist.named_children if plist is not None else []:
+        if p.type in ("type_parameter_declaration", "optional_type_parameter_declaration",
+                      "variadic_type_parameter_declaration"):
+            ident = p.child_by_field_name("name") or next(
+                (c for c in p.named_children if c.type == "type_identifier"), None)
+            out.append(_text(ident))
+        elif p.type in ("parameter_declaration", "optional_parameter_declaration"):
+            out.append(_declarator_name(p.child_by_field_name("declarator"))[0])
+    return tuple(out)
+
+
+def _instantiation(node, params: tuple[str, ...], kernel_args: list[KernelArg],
+                   types: Mapping[str, str]) -> tuple[str, Instantiation] | None:
+    """(kernel name, instantiation) of `template __global__ void k<float>(float *, ...);`."""
+    decl = _function_declarator(node)
+    if decl is None:
+        return None
+    target = decl.child_by_field_name("declarator")
+    name = _callee(target)
+    values: dict[str, str] = {}
+    if target is not None and target.type == "template_function":
+        targs = target.child_by_field_name("arguments")
+        for p, a in zip(params, [c for c in targs.named_children if c.type != "comment"]):
+            values[p] = _words(a.child_by_field_name("type")) if a.type == "type_descriptor" else " ".join(
+                _text(a).split())
+    # type parameters the argument list leaves to deduction: from the declared parameter types
+    plist = decl.child_by_field_name("parameters")
+    declared = [p for p in plist.named_children if p.type == "parameter_declaration"] if plist is not None else []
+    for ka, p in zip(kernel_args, declared):
+        if ka.ctype in params and ka.ctype not in values:
+            values[ka.ctype] = _words(p.child_by_field_name("type"))
+    values = {k: CUDA_SPELLING.get(types.get(v, v), types.get(v, v)) for k, v in values.items()}
+    if any(p not in values for p in params):
+        return name, Instantiation("", tuple(values.items()))
+    return name, Instantiation("<" + ", ".join(values[p] for p in params) + ">", tuple(values.items()))
+
+
+def _qualified(node, root) -> str:
+    parts = []
+    p = node.parent
+    while p is not None and p.id != root.id:
+        if p.type == "namespace_definition":
+            n = p.child_by_field_name("name")
+            if n is not None:
+                parts.append(_text(n))
+        p = p.parent
+    return "::".join(reversed(parts))
+
+
+def parse_kernels(source: str, defines: Mapping[str, str] | None = None) -> list[KernelSignature]:
+    """Every kernel defined in the source, in order, with the types its typedefs and explicit
+    instantiations give; never raises on source it cannot fully read (see `notes`)."""
+    blanked, dialect, marks = _blank(source.encode("utf-8"))
+    tree = _parser().parse(blanked)
+    root = tree.root_node
+    pre = _Pre(defines or {})
+    functions = _functions(root)
+    types: dict[str, str] = {}
+    found: list[tuple[object, object]] = []  # (function_definition, enclosing template_declaration)
+    instantiations = []
+    for item in _active(root, pre):
+        t = item.type
+        if t == "preproc_def":
+            value = item.child_by_field_name("value")
+            words = _text(value).split() if value is not None else []
+            if words and " ".join(words) in CTYPES | PACKED:  # `#define floatX float`: a type
+                types[_text(item.child_by_field_name("name"))] = " ".join(words)
+        elif t in ("type_definition", "alias_declaration"):
+            _typedef(item, types)
+        elif t == "function_definition":
+            found.append((item, None))
+        elif t == "template_declaration":
+            inner = next((c for c in item.named_children if c.type == "function_definition"), None)
+            if inner is not None:
+                found.append((inner, item))
+        elif t == "template_instantiation":
+            instantiations.append(item)
+    notes = list(dict.fromkeys(pre.notes))
+    kernels = []
+    memo: dict = {}
+    for fn, template in found:
+        body = fn.child_by_field_name("body")
+        start = marks.head(fn)  # the blanked words before it (`__global__ void`) are whitespace now
+        if body is None or not any(start <= o < body.start_byte for o in marks.kernels):
+            continue  # not a kernel: a __device__ or host function
+        kernels.append(_kernel(fn, start, template, root, dialect, marks, types, functions, memo, instantiations, notes))
+    if root.has_error:
+        bad = _first_error(root)
+        if bad is not None:
+            line = bad.start_point[0] + 1
+            note = f"could not parse line {line} (`{' '.join(_text(bad).split())[:60]}`)"
+            kernels = [replace(k, notes=k.notes + (note,)) for k in kernels]
+    return kernels
+
+
+def _first_error(node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "ERROR" or n.is_missing:
+            return n
+        if n.has_error:
+            stack.extend(reversed(n.children))
+    return None
+
+
+def _kernel(fn, head, template, root, dialect, marks, types, functions, memo, instantiations, file_notes) -> KernelSignature:
+    decl = _function_declarator(fn)
+    name = _callee(decl.child_by_field_name("declarator")) if decl is not None else ""
+    notes = list(file_notes)
+    args: list[KernelArg] = []
+    plist = decl.child_by_field_name("parameters") if decl is not None else None
+    for p in plist.named_children if plist is not None else []:
+        if p.type in ("parameter_declaration", "optional_parameter_declaration"):
+            a = _param(p, marks, types, notes)
+            if a is not None:
+                args.append(a)
+        elif p.type == "variadic_parameter_declaration" or _text(p) == "...":
+            notes.append("a variadic argument list")
+    body = fn.child_by_field_name("body")
+    flow = _Flow({a.name: {a.name} for a in args if a.pointer}, functions, memo, 0, notes)
+    if body is not None:
+        flow.visit(body)
+    args = [replace(a, written=a.name in flow.written, read=flow.first.get(a.name) == "read") if a.pointer else a
+            for a in args]
+    hint = next((h for o, h in marks.hints if head <= o < (body or fn).start_byte), ())
+    params = _template_params(template) if template is not None else ()
+    insts = []
+    for node in instantiations:
+        got = _instantiation(node, params, args, types)
+        if got is not None and got[0] == name and params:
+            insts.append(got[1])
+    sig = KernelSignature(name, dialect, tuple(args), hint, _text(body)[1:-1] if body is not None else "",
+                          params, tuple(insts), tuple(dict.fromkeys(notes)),
+                          "::".join(x for x in (_qualified(fn, root), name) if x))
+    if insts and insts[0].text:
+        sig = sig.instantiate(insts[0])
+    return sig
+
+
+def typedefs(source: str, defines: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`typedef TYPE NAME;` and `using NAME = TYPE;` of the branches the file selects: NAME -> TYPE's words."""
+    blanked, _, _ = _blank(source.encode("utf-8"))
+    root = _parser().parse(blanked).root_node
+    types: dict[str, str] = {}
+    for item in _active(root, _Pre(defines or {})):
+        if item.type in ("type_definition", "alias_declaration"):
+            _typedef(item, types)
+    return types
+
+
+def parse_kernel(source: str, entry: str | None = None, where: str = "source",
+                 defines: Mapping[str, str] | None = None) -> KernelSignature:
+    """The kernel named `entry` (plain, qualified or with its template arguments), or the first.
+
+    A template kernel with no explicit instantiation is an error naming the instantiation to add."""
+    kernels = parse_kernels(source, defines)
     if not kernels:
         raise SignatureError(f"{where}: no __global__ or __kernel function found")
-    if entry is None:
-        return kernels[0]
-    for k in kernels:
-        if k.name == entry:
-            return k
-    raise SignatureError(f"{where}: no kernel named {entry!r} (found {', '.join(k.name for k in kernels)})")
+    chosen = kernels[0]
+    if entry is not None:
+        base = entry.split("<")[0].strip().lstrip(":")
+        named = [k for k in kernels if k.name == base or k.qualified == base or k.qualified.endswith("::" + base)]
+        if not named:
+            raise SignatureError(f"{where}: no kernel named {entry!r} (found {', '.join(k.name for k in kernels)})")
+        chosen = named[0]
+        if "<" in entry:
+            want = "".join(entry[entry.index("<"):].split())
+            inst = [i for i in chosen.instantiations if "".join(i.text.split()) == want]
+            if inst:
+                chosen = replace(chosen, instantiations=(inst[0],) + tuple(
+                    i for i in chosen.instantiations if i is not inst[0])).instantiate(inst[0])
+    if chosen.is_template and not any(i.text for i in chosen.instantiations):
+        raise SignatureError(f"{where}: kernel {chosen.name} is a template with no explicit instantiation; "
+                             f"add one after it, e.g. `{_suggest(chosen)}`")
+    return chosen
 
 
-def _parse_at(text: str, pos: int, dialect: str) -> KernelSignature | None:
-    hint: tuple[int, ...] = ()
-    ident = re.compile(r"\s*([A-Za-z_]\w*|[^\sA-Za-z_])")
-    i = pos
-    name = None
-    while i < len(text):
-        m = ident.match(text, i)
-        if m is None:
-            return None
-        tok = m.group(1)
-        i = m.end()
-        if tok in _ATTRIBUTES:
-            j = text.find("(", i)
-            k = _matching(text, j) if j >= 0 else -1
-            if k < 0:
-                return None
-            inner = text[j + 1:k]
-            nums = re.search(r"reqd_work_group_size\s*\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)", inner)
-            if nums:
-                hint = tuple(int(x) for x in nums.groups())
-            elif tok == "__launch_bounds__":
-                first = inner.split(",")[0].strip()
-                if first.isdigit():
-                    hint = (int(first),)
-            i = k + 1
-            continue
-        if tok in ("{", ";", "}", "="):
-            return None  # not a function definition (a declaration, or `kernel` used as a word)
-        if re.match(r"[A-Za-z_]", tok) and tok not in _NOT_NAMES and re.match(r"\s*\(", text[i:]):
-            name = tok
-            break
-    if name is None:
-        return None
-    j = text.find("(", i)
-    k = _matching(text, j)
-    if k < 0:
-        raise SignatureError(f"kernel {name}: unbalanced parentheses in its argument list")
-    body_start = re.compile(r"\s*(\{|;)").match(text, k + 1)
-    if body_start is None or body_start.group(1) != "{":
-        return None  # a prototype
-    b = body_start.end() - 1
-    e = _matching(text, b, "{", "}")
-    if e < 0:
-        raise SignatureError(f"kernel {name}: unbalanced braces in its body")
-    body = text[b + 1:e]
-    args = [_parse_arg(p, name) for p in _split_params(text[j + 1:k])]
-    args = _analyse(args, body, dialect)
-    return KernelSignature(name, dialect, tuple(args), hint, body)
-
-
-def _split_params(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for c in text:
-        if c in "(<[":
-            depth += 1
-        elif c in ")>]":
-            depth -= 1
-        if c == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    last = "".join(cur).strip()
-    if last and last != "void":
-        parts.append(last)
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _parse_arg(text: str, kernel: str) -> KernelArg:
-    tokens = re.findall(r"[A-Za-z_]\w*|\*|\[|&", text)
-    words = [t for t in tokens if re.match(r"[A-Za-z_]", t)]
-    if not words:
-        raise SignatureError(f"kernel {kernel}: cannot read the argument `{text}`")
-    name = words[-1]
-    pointer = "*" in tokens or "[" in tokens
-    first_star = tokens.index("*") if "*" in tokens else len(tokens)
-    before = tokens[:first_star]
-    const = "const" in before or "__constant" in before or "constant" in before
-    local = "__local" in tokens or "local" in tokens
-    type_words = [w for w in words[:-1] if w not in QUALIFIERS and w not in ("__local", "local")]
-    if not type_words:
-        raise SignatureError(f"kernel {kernel}: the argument `{text}` has no type")
-    return KernelArg(name, " ".join(type_words), pointer, const, local=local)
-
-
-_ASSIGN = re.compile(r"\s*(?:(?:[-+*/%&|^]|<<|>>)=|=(?!=)|\+\+|--)")
-
-
-def _analyse(args: list[KernelArg], body: str, dialect: str) -> list[KernelArg]:
-    """Which pointer arguments the body writes and reads, through themselves or local aliases."""
-    names = {a.name: {a.name} for a in args if a.pointer}
-    # local pointers made from an argument: `T *p = ...arg...;` (also `auto p = ...`)
-    decls = [(m.group(1), m.group(2)) for m in re.finditer(
-        r"(?=(?:\*\s*(?:(?:__restrict__|__restrict|restrict|const)\s*)*|\bauto\s+)([A-Za-z_]\w*)\s*=(?!=)([^;]*))",
-        body)]
-    changed = True
-    while changed:
-        changed = False
-        for alias, rhs in decls:
-            for arg, group in names.items():
-                if alias not in group and any(re.search(rf"\b{re.escape(g)}\b", rhs) for g in group):
-                    group.add(alias)
-                    changed = True
-    out = []
-    for a in args:
-        if not a.pointer:
-            out.append(a)
-            continue
-        w = r = False
-        for n in names[a.name]:
-            nw, nr = _uses(body, n)
-            w, r = w or nw, r or nr
-        out.append(KernelArg(a.name, a.ctype, a.pointer, a.const, w, r, a.local))
-    return out
-
-
-def _uses(body: str, n: str) -> tuple[bool, bool]:
-    """(written, read) through the pointer named n."""
-    written = read = False
-    word = re.escape(n)
-    for m in re.finditer(rf"(?<![\w.>])(?:{word}\s*\[|\*\s*\(\s*{word}\b|\*\s*{word}\b)", body):
-        start = m.start()
-        if body[start] == "*":
-            # unary only: `a * b` is a product
-            prev = body[:start].rstrip()[-1:] if body[:start].strip() else ""
-            if prev and (prev.isalnum() or prev in "_)]"):
-                continue
-            if body[m.end() - 1] == "(" or m.group(0).replace(" ", "").startswith("*("):
-                j = body.find("(", start)
-                end = _matching(body, j)
-            else:
-                end = m.end() - 1
-        else:
-            j = body.find("[", start)
-            end = _matching(body, j, "[", "]")
-        if end < 0:
-            continue
-        follow = _ASSIGN.match(body, end + 1)
-        if follow is not None:
-            written = True
-            if follow.group(0).strip() not in ("=",):
-                read = True  # +=, ++: a read as well
-        else:
-            read = True
-    for call in re.finditer(r"\b(vstore\w*|vload\w*|__st\w+|__ld\w+|atomic\w*|atom_\w+)\s*\(", body):
-        j = body.find("(", call.start())
-        k = _matching(body, j)
-        if k < 0:
-            continue
-        args = _split_params(body[j + 1:k])
-        if not args:
-            continue
-        fn = call.group(1)
-        # OpenCL's vload/vstore take the pointer last, CUDA's __ld/__st and atomics first
-        target = args[-1] if fn.startswith(("vstore", "vload")) else args[0]
-        if not re.search(rf"\b{word}\b", target):
-            continue
-        if fn.startswith(("vstore", "__st")):
-            written = True
-        elif fn.startswith(("vload", "__ld")):
-            read = True
-        else:
-            written = read = True
-    return written, read
+def _suggest(sig: KernelSignature) -> str:
+    """An explicit instantiation of a template kernel, with float for every type parameter."""
+    types = {p: "float" for p in sig.template_params}
+    targs = ", ".join("float" if any(a.ctype == p for a in sig.args) else "/* value */"
+                      for p in sig.template_params)
+    params = ", ".join(("const " if a.const else "") + types.get(a.ctype, a.ctype) + (" *" if a.pointer else "")
+                       for a in sig.args)
+    return f"template __global__ void {sig.name}<{targs}>({params});"

@@ -312,7 +312,8 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
     kernel = s.table(data, "kernel", "")
     s.check_keys(
         kernel,
-        {"name", "description", "entry", "sources", "baseline", "reference", "forbid_spills", "options"},
+        {"name", "description", "entry", "sources", "baseline", "reference", "forbid_spills", "options",
+         "absolute_includes"},
         "kernel",
     )
     name = s.string(kernel, "name", "kernel")
@@ -320,8 +321,8 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         raise s.fail("kernel.name", "a name of letters, digits and _", name)
     description = s.string(kernel, "description", "kernel", "")
     entry = s.string(kernel, "entry", "kernel", name)
-    if not NAME_RE.match(entry):
-        raise s.fail("kernel.entry", "a C identifier", entry)
+    if not _entry_name(entry):
+        raise s.fail("kernel.entry", "a kernel name: `k`, `ns::k` or an instantiation `k<float, 4>`", entry)
 
     directory = path.parent
     source_files = s.table(kernel, "sources", "kernel")
@@ -350,12 +351,14 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
     raw_opts = kernel.get("options", {})
     if not isinstance(raw_opts, dict):
         raise s.fail("kernel.options", "a table of backend = [options]", raw_opts)
+    absolute_includes = kernel.get("absolute_includes", False)
+    if not isinstance(absolute_includes, bool):
+        raise s.fail("kernel.absolute_includes", "true or false", absolute_includes)
     for backend, opts in raw_opts.items():
-        if backend not in BACKENDS or not isinstance(opts, list) or not all(
-            isinstance(o, str) and re.match(r"^-[A-Za-z0-9_=.,+-]+$", o) for o in opts
-        ):
+        if backend not in BACKENDS or not isinstance(opts, list) or not all(isinstance(o, str) for o in opts):
             raise s.fail(f"kernel.options.{backend}", "a list of compiler flags such as \"-O3\"", opts)
-        options[backend] = tuple(opts)
+        options[backend] = tuple(_option(s, directory, o, f"kernel.options.{backend}", absolute_includes)
+                                 for o in opts)
 
     forbid_spills = kernel.get("forbid_spills", False)
     if not isinstance(forbid_spills, bool):
@@ -465,6 +468,44 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         forbid_spills=forbid_spills,
         compile_options=options,
     )
+
+
+def _entry_name(entry: str) -> bool:
+    """`k`, `ns::k`, `k<float, 4>`: names separated by ::, then template arguments in balanced <>."""
+    name, _, targs = entry.partition("<")
+    if not all(NAME_RE.match(part) for part in name.strip().removeprefix("::").split("::")):
+        return False
+    if not targs:
+        return True
+    depth = 1
+    for c in targs:
+        if not (c.isalnum() or c in "_ ,:*&()-.<>"):
+            return False
+        depth += {"<": 1, ">": -1}.get(c, 0)
+        if depth < 0:
+            return False
+    return depth == 0 and targs.rstrip().endswith(">")
+
+
+def _option(s: _Spec, directory: Path, opt: str, key: str, absolute_ok: bool) -> str:
+    """A compiler flag; `-IPATH` is an include folder inside the spec's folder (made absolute), or
+    an absolute folder anywhere when the spec says `absolute_includes = true`."""
+    if opt.startswith("-I") and len(opt) > 2:
+        path = Path(opt[2:])
+        if path.is_absolute():
+            if not absolute_ok:
+                raise s.fail(key, "include folders inside the spec's folder (an absolute -I path needs "
+                                  "absolute_includes = true in [kernel])", opt)
+            return f"-I{path}"
+        where = (directory / path).resolve()
+        if not where.is_relative_to(directory.resolve()):
+            raise s.fail(key, "include folders inside the spec's folder", opt)
+        if not where.is_dir():
+            raise s.fail(key, f"an existing folder ({opt[2:]} not found beside the spec)", opt)
+        return f"-I{where}"
+    if not re.match(r"^-[A-Za-z0-9_=.,+-]+$", opt):
+        raise s.fail(key, "a list of compiler flags such as \"-O3\"", opt)
+    return opt
 
 
 def _read_beside(s: _Spec, directory: Path, fname: str, key: str) -> str:

@@ -16,6 +16,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 HERE = Path(__file__).resolve().parent
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 ROOT = HERE.parent
 BASELINES = ("silu_and_mul", "fused_add_rmsnorm", "merge_attn_states", "matmul", "softmax")
 
@@ -51,7 +52,7 @@ def test_check_says_in_one_line_what_is_missing_until_the_spec_is_complete(tmp_p
                     "cost.bytes, arg shapes (out, x)\n")
     text = spec.read_text()
     for old, new in [('grid = ["TODO"]', 'grid = ["tokens"]'), ('block = ["TODO"]', "block = [256]"),
-                     ('name = "TODO"', 'name = "small"'), ('tokens = "TODO"', "tokens = 4"), ('d = "TODO"', "d = 2048"),
+                     ('name = "TODO"', 'name = "small"'), ('tokens = "TODO"', "tokens = 3"), ('d = "TODO"', "d = 2048"),
                      ('bytes = "TODO"', 'bytes = "tokens * d * 6"')]:
         text = text.replace(old, new)
     text = text.replace('shape = ["TODO"]', 'shape = ["tokens", "d"]', 1).replace('shape = ["TODO"]',
@@ -61,9 +62,66 @@ def test_check_says_in_one_line_what_is_missing_until_the_spec_is_complete(tmp_p
     assert ": complete: silu_and_mul, 4 arguments, 1 problem size, 0 parameters" in capsys.readouterr().out
     # complete but wrong is one line naming the place
     spec.write_text(text.replace('shape = ["tokens", "d"]', 'shape = ["tokens", "e"]'))
-    assert main(["init", "--check", str(spec)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "[arg.out.shape[1]] expected only known names, not e" in err
+    assert main(["init", "--check", str(spec)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "[arg.out.shape[1]] expected only known names, not e" in out
+    # an even size alone is a problem: nothing would catch a kernel that skips a tail
+    spec.write_text(text.replace("tokens = 3", "tokens = 4"))
+    assert main(["init", "--check", str(spec)]) == 1
+    assert "no odd verification size: add a [[verify.problem]] with odd tokens, d" in capsys.readouterr().out
+
+
+@needs_nvcc
+def test_check_compiles_finds_the_kernel_runs_the_reference_and_says_every_problem_at_once(tmp_path, capsys):
+    (tmp_path / "k.cu").write_text(
+        "namespace ops { template <typename T> __global__ void scale(T *out, const T *x, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = 2 * x[i]; }\n"
+        "template __global__ void scale<float>(float *, const float *, int); }\n")
+    (tmp_path / "reference.py").write_text("def reference(inputs, sizes):\n    return {'out': inputs['x'] * 3 / 0}\n")
+    spec = tmp_path / "kernel.toml"
+    assert main(["init", str(tmp_path / "k.cu")]) == 0
+    capsys.readouterr()
+    text = spec.read_text().replace('entry = "scale"', 'entry = "scal"')
+    spec.write_text(text)
+    assert main(["init", "--check", str(spec)]) == 1
+    line = capsys.readouterr().out
+    assert line.count("\n") == 1
+    assert "still to fill in: problem sizes (n)" in line
+    assert "k.cu (cuda): the program has no kernel named 'scal'; it has ops::scale<float>" in line
+    for old, new in [('entry = "scal"', 'entry = "scale"\nreference = "reference.py"'),
+                     ('grid = ["TODO"]', 'grid = ["n / 7"]'), ('block = ["TODO"]', "block = [7]"),
+                     ('name = "TODO"', 'name = "small"'), ('n = "TODO"', "n = 1001"),
+                     ('shape = ["TODO"]', 'shape = ["n"]'), ('bytes = "TODO"', 'bytes = "8 * n"')]:
+        text = text.replace(old, new)
+    spec.write_text(text)
+    assert main(["init", "--check", str(spec)]) == 1
+    line = capsys.readouterr().out
+    assert "the reference's `out` has NaN or Inf from finite inputs" in line
+    assert "launch.grid `n / 7` divides with `/`" in line
+    (tmp_path / "reference.py").write_text("def reference(inputs, sizes):\n    return {'out': inputs['x'] * 2}\n")
+    spec.write_text(text.replace("n / 7", "ceil_div(n, 7)"))
+    assert main(["init", "--check", str(spec)]) == 0
+    assert ": complete: scale, 3 arguments" in capsys.readouterr().out
+
+
+def test_include_folders_are_confined_to_the_spec_folder_unless_the_spec_says_absolute(tmp_path):
+    from kerntune.engine.template import TemplateError
+
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "scale.h").write_text("#define SCALE 2.0f\n")
+    (tmp_path / "k.cl").write_text('#include "scale.h"\n__kernel void k(__global float *o) { o[0] = SCALE; }\n')
+    base = ('[kernel]\nname = "k"\nsources = { opencl = "k.cl" }\n{extra}options = { opencl = [OPT] }\n'
+            '[launch]\ngrid = [1]\nblock = [1]\n[[arg]]\nname = "o"\ndtype = "float32"\nrole = "output"\n'
+            'shape = [1]\n[[problem]]\nname = "one"\nn = 1\n[cost]\nbytes = 4\n')
+    spec = tmp_path / "kernel.toml"
+    spec.write_text(base.replace("{extra}", "").replace("OPT", '"-Iinc"'))
+    assert load_template(spec).compile_options["opencl"] == (f"-I{tmp_path / 'inc'}",)
+    for bad in ('"-I../elsewhere"', '"-I/usr/include"'):
+        spec.write_text(base.replace("{extra}", "").replace("OPT", bad))
+        with pytest.raises(TemplateError, match="include folders inside the spec's folder"):
+            load_template(spec)
+    spec.write_text(base.replace("{extra}", "absolute_includes = true\n").replace("OPT", '"-I/usr/include"'))
+    assert load_template(spec).compile_options["opencl"] == ("-I/usr/include",)
 
 
 def test_an_opencl_twin_is_merged_and_must_agree(tmp_path, capsys):
@@ -126,7 +184,7 @@ def test_opencl_signatures_with_address_spaces():
 
 
 def test_typedefs_are_read_as_the_source_compiles_without_options():
-    from kerntune.engine.signature import active_lines, parse_kernel, typedefs
+    from kerntune.engine.signature import parse_kernel, typedefs
 
     src = ("#ifdef WIDE\ntypedef double real;\n#elif defined(HALF)\ntypedef __half real;\n#else\n"
            "typedef float real;\n#endif\ntypedef real value_t;\n"
@@ -134,6 +192,152 @@ def test_typedefs_are_read_as_the_source_compiles_without_options():
     assert typedefs(src) == {"real": "float", "value_t": "float"}
     assert [(a.name, a.dtype) for a in parse_kernel(src).args] == [("out", "float32"), ("in", "float32"),
                                                                    ("n", "int32")]
-    assert "typedef double real;" not in active_lines(src)
     defined_first = "#define WIDE 1\n" + src
     assert typedefs(defined_first)["real"] == "double"
+    assert typedefs(src, {"HALF": "1"})["real"] == "__half"
+
+
+# real-world kernel shapes: tree-sitter reads them, roles come from what the body does -------------
+
+FLASHINFER_LIKE = r"""
+#include <cuda_fp16.h>
+#include "vec_dtypes.cuh"
+#if (__CUDACC_VER_MAJOR__ >= 12) && defined(FLASHINFER_ENABLE_BF16)
+#define HAS_BF16 1
+#endif
+namespace flashinfer {
+namespace norm {
+template <uint32_t VEC_SIZE, typename T>
+__global__ void RMSNormKernel(T* __restrict__ input, T* __restrict__ weight, T* __restrict__ output,
+                              const uint32_t d, float eps) {
+  const uint32_t tx = threadIdx.x, bx = blockIdx.x;
+  float sum_sq = 0.f;
+  auto square = [&](float v) { return v * v; };
+  for (uint32_t i = 0; i < d / VEC_SIZE; i++) {
+    vec_t<T, VEC_SIZE> input_vec;
+    input_vec.cast_load(input + bx * d + i * VEC_SIZE);
+#pragma unroll
+    for (uint32_t j = 0; j < VEC_SIZE; j++) sum_sq += square(float(input_vec[j]));
+  }
+  float rms_rcp = rsqrtf(sum_sq / float(d) + eps);
+  for (uint32_t i = 0; i < d / VEC_SIZE; i++) {
+    vec_t<T, VEC_SIZE> input_vec, weight_vec, output_vec;
+    input_vec.cast_load(input + bx * d + i * VEC_SIZE);
+    weight_vec.cast_load(weight + i * VEC_SIZE);
+    for (uint32_t j = 0; j < VEC_SIZE; j++) output_vec[j] = float(input_vec[j]) * rms_rcp * float(weight_vec[j]);
+    output_vec.cast_store(output + bx * d + i * VEC_SIZE);
+  }
+}
+template __global__ void RMSNormKernel<8, half>(half*, half*, half*, const uint32_t, float);
+}  // namespace norm
+}  // namespace flashinfer
+"""
+
+
+def test_a_flashinfer_style_template_reads_with_roles_and_types_from_its_instantiation():
+    sig = parse_kernel(FLASHINFER_LIKE)
+    assert sig.name == "RMSNormKernel" and sig.qualified == "flashinfer::norm::RMSNormKernel"
+    assert sig.template_params == ("VEC_SIZE", "T")
+    assert [(a.name, a.dtype, a.role) for a in sig.args] == [
+        ("input", "float16", "input"), ("weight", "float16", "input"), ("output", "float16", "output"),
+        ("d", "uint32", "scalar"), ("eps", "float32", "scalar")]
+    assert sig.instantiations[0].text == "<8, __half>"
+
+
+CAST_WRITES = r"""
+typedef float4 vec4;
+struct Pack { float v[4];
+  __device__ void store(float *p) const { for (int k = 0; k < 4; ++k) p[k] = v[k]; }
+  __device__ void load(const float *p) { for (int k = 0; k < 4; ++k) v[k] = p[k]; } };
+__device__ __forceinline__ void put(float *dst, int i, float v) { dst[i] = v; }
+__global__ void __launch_bounds__(256, 2) many(float *a, float *b, float *c, float *d, float *e, float *f,
+                                               float *softmax_out, const float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  reinterpret_cast<float4 *>(a)[i] = make_float4(1.f, 2.f, 3.f, 4.f);
+  *(vec4 *)(b + 4 * i) = reinterpret_cast<const vec4 *>(x)[i];
+  Pack p; p.load(x + 4 * i); p.store(c + 4 * i);
+  put(d, i, x[i]);
+  float *row = e + blockIdx.x * n;
+  for (float *q = row; q < row + n; ++q) *q = 0.f;
+  float4 &r = reinterpret_cast<float4 *>(f)[i];
+  r.x = 1.f;
+  float m = -1e30f, s = 0.f;
+  for (int j = 0; j < n; ++j) m = fmaxf(m, x[j]);
+  for (int j = 0; j < n; ++j) { softmax_out[j] = expf(x[j] - m); s += softmax_out[j]; }
+  for (int j = 0; j < n; ++j) softmax_out[j] /= s;
+}
+"""
+
+
+def test_writes_through_casts_helpers_methods_references_and_local_pointers_make_outputs():
+    sig = parse_kernel(CAST_WRITES)
+    roles = {a.name: a.role for a in sig.args}
+    # the softmax writes its output before it reads it back: still an output, checked for gaps
+    assert roles == {"a": "output", "b": "output", "c": "output", "d": "output", "e": "output",
+                     "f": "output", "softmax_out": "output", "x": "input", "n": "scalar"}
+    assert sig.block_hint == (256,) and sig.notes == ()
+
+
+def test_reading_before_writing_is_inout_and_an_unknown_callee_is_said():
+    sig = parse_kernel("""
+    __global__ void k(float *acc, float *y, float *z, float *w) {
+        acc[threadIdx.x] = acc[threadIdx.x] * 2.0f;   // read first: inout
+        float t = y[0]; y[0] = t + 1.0f;             // read first: inout
+        opaque_from_a_header(z);                      // cannot tell: counted as a write
+        w[0] = 1.0f; w[1] = w[0];                     // written first: output
+    }""")
+    assert {a.name: a.role for a in sig.args} == {"acc": "inout", "y": "inout", "z": "output", "w": "output"}
+    assert any("opaque_from_a_header" in n for n in sig.notes)
+
+
+def test_preprocessor_conditions_templates_and_lambdas_never_end_in_a_traceback():
+    src = """
+    #define VEC 4
+    #if (VEC > 2) && !defined(NARROW)
+    typedef float elem;
+    #elif VEC
+    typedef double elem;
+    #else
+    typedef __half elem;
+    #endif
+    #if SOME_MACRO_FROM_A_HEADER(3)
+    #endif
+    namespace a { namespace b {
+    template <typename T, int N = 2>
+    __global__ void k(T *out, const elem *in, int n) {
+        auto f = [=] __device__ (int i) { return in[i] * N; };
+    #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        out[threadIdx.x] = f(threadIdx.x);
+    #else
+        out[threadIdx.x] = 0;
+    #endif
+    }
+    template __global__ void k<__nv_bfloat16, 2>(__nv_bfloat16 *, const elem *, int);
+    template __global__ void k<float, 2>(float *, const elem *, int);
+    }}
+    """
+    sig = parse_kernel(src)
+    assert [(a.name, a.dtype, a.role) for a in sig.args] == [
+        ("out", "bfloat16", "output"), ("in", "float32", "input"), ("n", "int32", "scalar")]
+    assert sig.entry == "k<__nv_bfloat16, 2>"  # two instantiations: the spec names one
+    assert any("could not evaluate" in n for n in sig.notes)
+    chosen = parse_kernel(src, "k<float, 2>")
+    assert chosen.args[0].dtype == "float32"
+
+
+def test_a_template_without_instantiation_is_an_error_naming_the_one_to_add():
+    src = "template <typename T>\n__global__ void scale(T *out, const T *x, int n) { out[0] = x[0]; }\n"
+    with pytest.raises(SignatureError, match=r"kernel scale is a template with no explicit instantiation; "
+                                             r"add one after it, e\.g\. `template __global__ void "
+                                             r"scale<float>\(float \*, const float \*, int\);`"):
+        parse_kernel(src)
+
+
+def test_source_tree_sitter_cannot_fully_parse_still_gives_its_kernel_and_a_note(tmp_path, capsys):
+    f = tmp_path / "odd.cu"
+    f.write_text("__global__ void k(float *out, const float *x) {\n"
+                 "  out[threadIdx.x] = x[threadIdx.x] @@ 2;\n}\n")
+    assert main(["init", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "out output" in out and "could not read: could not parse line 2" in out
+    assert (tmp_path / "kernel.toml").exists()
