@@ -27,6 +27,11 @@ class ExpressionError(ValueError):
     """An expression that cannot be parsed, is not allowed, or cannot be evaluated."""
 
 
+class NonFiniteError(ExpressionError):
+    """An expression whose value (or a step of it) is infinite or not a number: a size, a
+    count or a bound that no configuration can have."""
+
+
 def _ceil_div(a: Number, b: Number) -> int:
     a, b = _as_int(a, "ceil_div"), _as_int(b, "ceil_div")
     if b == 0:
@@ -98,6 +103,8 @@ def _check_number(v: object) -> Number:
             raise ExpressionError("integer result too large")
         return v
     if isinstance(v, float):
+        if not math.isfinite(v):
+            raise NonFiniteError(f"the value is {v}, not a finite number")
         return v
     raise ExpressionError(f"not a number: {type(v).__name__}")
 
@@ -189,7 +196,7 @@ class Expression:
         try:
             return _check_number(self._fn(env))
         except ExpressionError as e:
-            raise ExpressionError(f"{e} in `{self.source}`") from None
+            raise type(e)(f"{e} in `{self.source}`") from None
         except (ArithmeticError, ValueError, TypeError, RecursionError, MemoryError) as e:
             raise ExpressionError(f"cannot evaluate `{self.source}`: {e}") from None
 
@@ -202,7 +209,7 @@ def parse(source: object) -> Expression:
     if isinstance(source, bool):
         source = "true" if source else "false"
     if isinstance(source, (int, float)):
-        value = source
+        value = _check_number(source)
         return Expression(str(source), frozenset(), lambda env: value)
     if not isinstance(source, str):
         raise ExpressionError(f"expected an expression string, got {type(source).__name__}")

@@ -243,8 +243,8 @@ def _compile_problems(p: Path, data: Mapping) -> list[str]:
             continue
         try:
             source = (p.parent / fname).read_text(encoding="utf-8")
-        except OSError as e:
-            out.append(f"cannot read {fname}: {e.strerror or e}")
+        except (OSError, ValueError) as e:  # ValueError: a NUL byte in the name
+            out.append(f"cannot read {fname!r}: {getattr(e, 'strerror', None) or e}")
             continue
         try:
             if backend == "cuda" and cuda_backend.find_nvcc() is not None:

@@ -322,6 +322,8 @@ def load_session(path: str | Path) -> Session:
         raise SessionError(f"{p}: no such file") from None
     except OSError as e:
         raise SessionError(f"{p}: cannot read: {e.strerror or e}") from None
+    except ValueError:  # a NUL byte in the path
+        raise SessionError(f"{str(p)!r}: not a usable file name") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

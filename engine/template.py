@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -277,7 +278,10 @@ def _join(where: str, key: str) -> str:
 
 
 def _describe(v: Any) -> str:
-    text = repr(v)
+    try:
+        text = repr(v)
+    except RecursionError:
+        text = "(nested too deeply to show)"
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(v).__name__} {text}"
@@ -304,6 +308,8 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise TemplateError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise TemplateError(f"{path}: not valid TOML: nested too deeply") from None
     s.check_keys(
         data,
         {"kernel", "param", "constraints", "launch", "arg", "problem", "verify", "cost"},
@@ -372,7 +378,8 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         reference_fn = fn_part or "reference"
         if not NAME_RE.match(reference_fn):
             raise s.fail("kernel.reference", "file.py or file.py:function", ref)
-        reference_path = (directory / file_part).resolve()
+        # the reference is imported as Python: it comes from the spec's own folder, like the sources
+        reference_path = _beside(s, directory, file_part, "kernel.reference").resolve()
         if not reference_path.is_file():
             raise s.fail("kernel.reference", f"an existing file beside the spec ({file_part} not found)")
 
@@ -508,11 +515,17 @@ def _option(s: _Spec, directory: Path, opt: str, key: str, absolute_ok: bool) ->
     return opt
 
 
-def _read_beside(s: _Spec, directory: Path, fname: str, key: str) -> str:
-    if Path(fname).is_absolute() or ".." in Path(fname).parts:
+def _beside(s: _Spec, directory: Path, fname: str, key: str) -> Path:
+    """A file the spec names: in the spec's folder or below it, never an absolute path or `..`."""
+    if not fname or "\0" in fname or Path(fname).is_absolute() or ".." in Path(fname).parts:
         raise s.fail(key, "a file name beside the spec", fname)
+    return directory / fname
+
+
+def _read_beside(s: _Spec, directory: Path, fname: str, key: str) -> str:
+    path = _beside(s, directory, fname, key)
     try:
-        return (directory / fname).read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise s.fail(key, f"an existing file beside the spec ({fname} not found)") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -577,8 +590,8 @@ def _parameters(s: _Spec, raw: Any) -> tuple[Parameter, ...]:
         if not isinstance(values, list) or not values:
             raise s.fail(f"{where}.values", "a non-empty list of numbers or booleans", values)
         for v in values:
-            if not isinstance(v, (int, float, bool)):
-                raise s.fail(f"{where}.values", "numbers or booleans only", v)
+            if not isinstance(v, (int, float, bool)) or (isinstance(v, float) and not math.isfinite(v)):
+                raise s.fail(f"{where}.values", "finite numbers or booleans only", v)
         if len(set(values)) != len(values):
             raise s.fail(f"{where}.values", "distinct values", values)
         if "default" not in item:
@@ -638,7 +651,7 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
             if (
                 not isinstance(r, list)
                 or len(r) != 2
-                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in r)
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in r)
                 or not r[0] < r[1]
             ):
                 raise s.fail(f"{where}.range", "[low, high] with low < high", r)
@@ -647,8 +660,8 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
         for t in ("rtol", "atol"):
             if t in item:
                 v = item[t]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                    raise s.fail(f"{where}.{t}", "a non-negative number", v)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+                    raise s.fail(f"{where}.{t}", "a non-negative finite number", v)
                 tols[t] = float(v)
         inf_fraction = item.get("inf_fraction", 0.0)
         if (isinstance(inf_fraction, bool) or not isinstance(inf_fraction, (int, float))

@@ -20,6 +20,7 @@ from .backends import BackendError, CompileError, list_devices, open_backend, pi
 from .compile_pool import CompilePool, default_jobs
 from .device import DeviceLimits
 from .evaluate import TimingPolicy, VerifyPolicy
+from .footprint import check_fits
 from .events import (
     BestImproved,
     ConfigEvaluated,
@@ -179,6 +180,7 @@ class TuneRun:
         backend, limits = resolve_device(opts.backend, opts.device)
         limits = peaks_for(backend, opts.device, limits, opts.probe, pending.append)
         problem = template.problem(opts.problem, opts.overrides)
+        check_fits(template, problem, limits, opts.verify.pool)  # before a worker allocates anything
         space = build_space(template, problem, limits)
         default = Config.of(template.default_config())
         if space.feasible == 0:

@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        for arg in argv:
+            if "\0" in arg:  # no file name or value holds one; the OS would refuse it later, unclearly
+                raise UsageError(f"{arg!r}: an argument with a NUL byte")
         args = build_parser().parse_args(argv)
         if args.command is None:
             build_parser().print_help()
