@@ -1,0 +1,164 @@
+"""Loaders under hostile input: every error is one line and exit code 2, never a traceback.
+
+Deep nesting, NUL bytes in paths, expressions that are not finite, problems larger than the
+device can hold (refused before anything is allocated), a reference outside the spec's folder,
+and a fuzz test over mutated real specs and sessions (tests/fuzz_support.py; bench/fuzz.py runs
+10,000 of each).
+"""
+
+import random
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fuzz_support
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.footprint import check_fits, footprint
+from kerntune.engine.template import TemplateError, load_template
+from kerntune.tui.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTOR_ADD = ROOT / "templates" / "vector_add"
+
+
+@pytest.fixture
+def spec(tmp_path):
+    d = tmp_path / "va"
+    shutil.copytree(VECTOR_ADD, d)
+    return d / "kernel.toml"
+
+
+def edit(spec: Path, old: str, new: str) -> None:
+    text = spec.read_text()
+    assert old in text
+    spec.write_text(text.replace(old, new, 1))
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    code = main([*argv])
+    err = capsys.readouterr().err
+    return code, err
+
+
+def one_error_line(err: str) -> str:
+    assert err.count("\n") == 1 and err.startswith("kerntune: error: ") and "Traceback" not in err, err
+    return err
+
+
+TUNE = ("--headless", "--no-probe", "--budget", "1", "--repeats", "3")
+
+
+def test_deep_nesting_in_a_spec_or_a_session_is_one_line(tmp_path, spec, capsys):
+    spec.write_text(spec.read_text() + "\nx = " + "[" * 20000 + "]" * 20000 + "\n")
+    code, err = run(capsys, "tune", str(spec), *TUNE)
+    assert code == 2 and "nested too deeply" in one_error_line(err)
+    code, err = run(capsys, "init", "--check", str(spec))
+    assert code == 2 and "nested too deeply" in one_error_line(err)
+    session = tmp_path / "deep.toml"
+    header = (ROOT / "tests/data/sessions/vector_add.toml").read_text().split("[[event]]")[0]
+    session.write_text(header + "\n[deep]\nx = " + "{a = " * 9000)
+    code, err = run(capsys, "show", str(session))
+    assert code == 2 and "nested too deeply" in one_error_line(err)
+
+
+def test_nul_bytes_in_paths_are_one_line(tmp_path, spec, capsys):
+    for argv in (["show", "a\0b.toml"], ["tune", "vector_add", "--session", "s\0.toml", *TUNE],
+                 ["kt-import", "a\0b", "-o", str(tmp_path / "x.toml")]):
+        code, err = run(capsys, *argv)
+        assert code == 2 and "NUL byte" in one_error_line(err)
+    for old, new in (('opencl = "kernel.cl"', 'opencl = "kernel\\u0000.cl"'),
+                     ('reference = "reference.py"', 'reference = "ref\\u0000erence.py"')):
+        shutil.copyfile(VECTOR_ADD / "kernel.toml", spec)
+        edit(spec, old, new)
+        code, err = run(capsys, "tune", str(spec), *TUNE)
+        assert code == 2 and "a file name beside the spec" in one_error_line(err)
+
+
+@pytest.mark.parametrize("where,old,new,message", [
+    ("launch", 'block = ["BLOCK"]', 'block = ["BLOCK"]\nshared_bytes = "BLOCK * 1e308 * 10"',
+     "[launch] is not finite for BLOCK="),
+    ("literal", 'block = ["BLOCK"]', 'block = ["BLOCK"]\nshared_bytes = nan', "not a finite number"),
+    ("grid", 'grid = ["ceil_div(n, BLOCK * ITEMS)"]', 'grid = ["n / (BLOCK * ITEMS) * 1e308 * 1e10"]',
+     "[launch] is not finite"),
+    ("cost", 'bytes = "12 * n"', 'bytes = "12 * n * 1e300 * 1e300"', "[cost.bytes] at 1M: the value is inf"),
+    ("shape", 'shape = ["n"]', 'shape = ["n * 1e300 * 1e300"]', "[arg.a.shape] at 1M"),
+    ("values", "values = [1, 2, 4, 8]", "values = [1, 2, 4, inf]", "finite numbers or booleans only"),
+    ("tolerance", 'role = "output"', 'role = "output"\nrtol = nan', "a non-negative finite number"),
+])
+def test_expressions_that_are_not_finite_are_one_line_and_exit_2(spec, capsys, where, old, new, message):
+    edit(spec, old, new)
+    t0 = time.monotonic()
+    code, err = run(capsys, "tune", str(spec), *TUNE)
+    assert code == 2 and message in one_error_line(err)
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_problem_the_device_cannot_hold_is_refused_before_allocating(capsys):
+    t0 = time.monotonic()
+    code, err = run(capsys, "tune", "vector_add", "--shape", "n=1000000000000", *TUNE)
+    assert code == 2 and time.monotonic() - t0 < 20
+    line = one_error_line(err)
+    assert "vector_add at n=1000000000000 needs at least 40.0 TiB of device memory" in line
+
+    t = load_template(VECTOR_ADD)
+    problem = t.problem("1M")
+    need = footprint(t, problem, 4)
+    elements = (1 << 20) + 100003  # the 1M problem and the odd verification size
+    # device: a, b and c, and a copy of a and b for each of the 4 input sets, float32
+    assert need.device_bytes == (3 + 2 * 4) * 4 * elements
+    # host: a and b for each input set, c's reference and tolerance for each (float32), c read back
+    assert need.host_bytes == (2 * 4 * 4 + 4 * 2 * 4 + 4) * elements
+    big = DeviceLimits("opencl", "big", global_mem_bytes=need.device_bytes)
+    assert check_fits(t, problem, big, 4, host_available=need.host_bytes) == need
+    with pytest.raises(TemplateError, match=r"of device memory .* small has 1\.0 KiB"):
+        check_fits(t, problem, DeviceLimits("opencl", "small", global_mem_bytes=1024), 4)
+    with pytest.raises(TemplateError, match=r"needs at least 74\.5 MiB of host memory .* 1\.0 MiB is available"):
+        check_fits(t, problem, big, 4, host_available=1 << 20)
+
+
+@pytest.mark.parametrize("ref", ["../elsewhere/reference.py", "/tmp/reference.py", "sub/../../reference.py"])
+def test_the_reference_is_confined_to_the_specs_folder(tmp_path, spec, ref):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.copyfile(VECTOR_ADD / "reference.py", outside / "reference.py")
+    edit(spec, 'reference = "reference.py"', f'reference = "{ref}"')
+    with pytest.raises(TemplateError, match=r"\[kernel.reference\] expected a file name beside the spec"):
+        load_template(spec)
+
+
+def test_a_reference_in_a_folder_below_the_spec_is_used(spec):
+    (spec.parent / "ref").mkdir()
+    shutil.move(spec.parent / "reference.py", spec.parent / "ref" / "reference.py")
+    edit(spec, 'reference = "reference.py"', 'reference = "ref/reference.py:reference"')
+    t = load_template(spec)
+    assert t.reference_path == (spec.parent / "ref" / "reference.py").resolve()
+    assert callable(t.load_reference())
+
+
+# the fuzz test: a fixed seed, a bounded budget ----------------------------------------------------
+
+SPEC_SEEDS = [(d, (d / "kernel.toml").read_bytes()) for d in fuzz_support.SPEC_DIRS]
+SESSION_SEEDS = [p.read_bytes() for p in fuzz_support.SESSIONS]
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@FUZZ
+@given(st.integers(0, 2**32), st.sampled_from(range(len(SPEC_SEEDS))))
+def test_mutated_specs_load_or_fail_in_one_line(tmp_path, seed, which):
+    origin, data = SPEC_SEEDS[which]
+    t0 = time.monotonic()
+    fuzz_support.spec_case(fuzz_support.mutate(data, random.Random(seed)), tmp_path / f"s{which}", origin)
+    assert time.monotonic() - t0 < 10
+
+
+@FUZZ
+@given(st.integers(0, 2**32), st.sampled_from(range(len(SESSION_SEEDS))))
+def test_mutated_sessions_load_or_fail_in_one_line(tmp_path, seed, which):
+    t0 = time.monotonic()
+    fuzz_support.session_case(fuzz_support.mutate(SESSION_SEEDS[which], random.Random(seed)), tmp_path / "s.toml")
+    assert time.monotonic() - t0 < 10
