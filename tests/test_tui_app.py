@@ -5,6 +5,7 @@ replay controls change what is shown. Sessions are real runs recorded on PoCL (t
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
 
@@ -23,7 +24,7 @@ from kerntune.tui.app import ACTIONS, live_app, replay_app
 from kerntune.tui.widgets.details import DetailsScreen
 from kerntune.tui.widgets.help import HelpScreen
 from kerntune.tui.widgets.prompt import PathPrompt
-from tui_support import HOSTILE, VECTOR_ADD, scripted_live, until
+from tui_support import HOSTILE, VECTOR_ADD, WIDE, scripted_live, until
 
 
 def run(coro):
@@ -293,7 +294,7 @@ def test_the_layout_fits_80x24_and_uses_a_large_terminal():
     run(go())
 
 
-def test_no_color_turns_the_dashboard_grey():
+def test_no_color_gives_no_colour_at_all():
     def colours(svg: str) -> set[str]:
         return set(re.findall(r"fill: ?#([0-9a-f]{6})", svg)) | set(re.findall(r'fill="#([0-9a-f]{6})"', svg))
 
@@ -317,7 +318,9 @@ def test_no_color_turns_the_dashboard_grey():
         plain = run(shot())
     finally:
         mp.undo()
-    assert colours(plain) - window and all(grey(c) for c in colours(plain) - window)
+    # No colour at all: the terminal's own foreground and background only (the export draws them
+    # as its default c5c8c6 on 292929), the cursor row in reverse.
+    assert colours(plain) - window <= {"c5c8c6", "292929"}, colours(plain) - window
 
 
 def test_telemetry_is_read_about_once_a_second_while_tuning(tmp_path):
@@ -418,3 +421,123 @@ def test_replay_of_a_profiled_h100_session_shows_the_profiler_and_its_details():
             assert "profiler (Nsight Compute" in body and "long scoreboard" in body and "% of peak" in body
 
     run(go())
+
+
+def test_v_shows_a_configuration_s_source_and_s_saves_it_without_overwriting(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "wide-1.cl").write_text("mine\n")  # a file of the default name is never replaced
+
+    async def go():
+        from kerntune.tui.widgets.source import SourceScreen
+
+        app = replay_app(load_session(WIDE), paused=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("greater_than_sign", "v")
+            assert isinstance(app.screen, SourceScreen)
+            text = app.screen_text()
+            assert "ranked 1 of 30" in text and "#define BLOCK 64" in text and "launch: grid" in text
+            await pilot.press("s")
+            assert isinstance(app.screen, PathPrompt)
+            assert app.screen.query_one(Input).value == "wide-1-2.cl"
+            await pilot.press("ctrl+a", "ctrl+k", *"wide-1.cl", "enter")
+            assert isinstance(app.screen, PathPrompt) and "exists" in app.screen_text()
+            assert (tmp_path / "wide-1.cl").read_text() == "mine\n"
+            await pilot.press("enter")  # the second enter on the same name overwrites
+            await pilot.pause()
+            assert isinstance(app.screen, SourceScreen)
+            await pilot.press("escape")
+            assert not isinstance(app.screen, SourceScreen)
+
+    run(go())
+    source = (tmp_path / "wide-1.cl").read_text()
+    best = load_session(WIDE).best()
+    assert all(f"#define {k} {int(v)}\n" in source for k, v in best.config.items())
+    assert "__kernel" in source and "void wide(" in source
+
+
+def test_a_compile_error_s_details_show_the_compiler_s_log():
+    async def go():
+        app = replay_app(load_session(WIDE), paused=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("greater_than_sign", "f")
+            await pilot.press("slash", *"status=compile_error", "enter", "enter")
+            assert isinstance(app.screen, DetailsScreen)
+            text = app.screen_text()
+            assert "compiler log:" in text and "failed to build the program" in text
+
+    run(go())
+
+
+def test_escape_clears_the_filter_and_the_footer_shows_the_filter_s_keys():
+    async def go():
+        app = replay_app(load_session(HOSTILE), paused=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("greater_than_sign", "slash", *"MODE>=5")
+            footer = app.screen_text().splitlines()[-1]
+            assert "Keep the filter" in footer and "Clear the filter" in footer and "Play" not in footer
+            assert table(app).row_count == 1
+            await pilot.press(*" nonsense=1")
+            text = app.screen_text()
+            assert "filter error: unknown name 'nonsense'" in text
+            assert "(known: MODE, THREADS," in text and "speedup, spread, status)" in text  # wrapped, not cut
+            await pilot.press("escape")
+            assert isinstance(app.focused, DataTable) and table(app).row_count == 2
+            assert "filter" not in app.screen_text().splitlines()[13]
+            assert "Play" in app.screen_text().splitlines()[-1]
+
+    run(go())
+
+
+def test_f_with_no_failures_says_so():
+    async def go():
+        app = replay_app(load_session(VECTOR_ADD), paused=True)
+        said = []
+        app.notify = lambda message, **kw: said.append(message)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("greater_than_sign", "f")
+            await pilot.pause()
+            assert said == ["No configuration has failed."]
+            assert not app.query_one("#board").view.show_failed
+
+    run(go())
+
+
+def test_every_result_of_a_large_session_has_a_row():
+    from pathlib import Path
+
+    from kerntune.tui.widgets.leaderboard import Leaderboard
+
+    session = load_session(Path(__file__).resolve().parent.parent / "sessions" / "matmul-2048.toml")
+    shown = [r for r in session.results() if r.verified]
+
+    async def go():
+        app = replay_app(session, paused=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("greater_than_sign")
+            assert table(app).row_count == len(shown) > 1000  # no cap: the table draws what is on screen
+            for _ in range(3):
+                await pilot.press("pagedown")
+            assert table(app).cursor_row >= 20
+            board = app.query_one(Leaderboard)
+            key = board.selected_key()
+            assert app.state.rank(key) == table(app).cursor_row + 1
+
+    run(go())
+
+
+def test_without_a_terminal_or_with_term_dumb_there_is_no_dashboard(monkeypatch):
+    from kerntune.tui.terminal import dashboard_possible
+
+    class Tty:
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("KERNTUNE_HEADLESS", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert dashboard_possible(Tty())
+    monkeypatch.setenv("TERM", "dumb")
+    assert not dashboard_possible(Tty())
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert not dashboard_possible(io.StringIO())
+    monkeypatch.setenv("KERNTUNE_HEADLESS", "1")
+    assert not dashboard_possible(Tty())

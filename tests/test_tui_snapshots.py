@@ -21,7 +21,7 @@ import pytest
 
 from kerntune.engine.session import load_session
 from kerntune.tui.app import replay_app
-from tui_support import HOSTILE, scripted_live, until
+from tui_support import HOSTILE, WIDE, scripted_live, until
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 UPDATE = os.environ.get("KERNTUNE_UPDATE_SNAPSHOTS") == "1"
@@ -80,3 +80,21 @@ def test_replay_dashboard_snapshot(size, tmp_path):
     text, svg = asyncio.run(go())
     assert "■ replay ended" in text and "compile_error" in text
     check(f"replay-{size[0]}x{size[1]}", text, svg, tmp_path)
+
+
+def test_a_nine_parameter_template_keeps_the_columns_that_matter_at_80x24(tmp_path):
+    async def go():
+        # Nine parameters, long names, recorded on PoCL: the parameters that differ from the
+        # default share one column; rank, median, % SOL, speedup and status stay on screen.
+        app = replay_app(load_session(WIDE), paused=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("greater_than_sign")
+            await pilot.pause(0.1)
+            return app.screen_text(), app.export_screenshot(title="kerntune replay")
+
+    text, svg = asyncio.run(go())
+    header = next(line for line in text.splitlines() if "median µs" in line)
+    for label in ("# ↑", "config", "median µs", "% SOL", "speedup", "status"):
+        assert label in header
+    assert "default" in text and "IPT=2" in text  # only what differs from the default is named
+    check("wide-80x24", text, svg, tmp_path)

@@ -258,3 +258,36 @@ def test_loop_events_reach_the_plan_and_the_diff():
     assert any("template rejected: BLOCK is never used" in t for t in texts)
     assert "diff" in state.dirty
     assert "int a = BLOCK;" in state.template["source"] and state.template["original_source"] == "int a = 256;"
+
+
+def test_a_configuration_s_source_has_its_defines_launch_and_options_and_show_prints_the_same(capsys):
+    from kerntune.tui.cli import main
+    from kerntune.tui.export import config_source
+    from tui_support import WIDE
+
+    session = load_session(WIDE)
+    state = DashboardState(session.header)
+    state.apply_all(session.events)
+    key = state.ranked_key(2)
+    r = state.entries[key].result
+    text = config_source(session.header, r, rank=2, ranked=state.ranked_count, baseline_us=state.baseline_us)
+    assert text.startswith("/* kerntune: wide, the configuration ranked 2 of 30 (median ")
+    assert f" * launch: grid {r.grid[0]} x 1 x 1 work-groups, block {r.block[0]} x 1 x 1 work-items" in text
+    assert " * compile: clBuildProgram" in text
+    defines = "".join(f"#define {k} {v}\n" for k, v in r.config.items())
+    # the defines come before the template's own #ifndef defaults, which they override
+    assert text.index(defines) < text.index("#ifndef BLOCK") and session.template["source"] in text
+    assert state.differs(r.config) and all(r.config[n] == v for n, v in state.differs(r.config))
+    assert main(["show", str(WIDE), "--config", "2", "--source"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.replace(f" * session {WIDE}\n", "") == text
+    assert main(["show", str(WIDE), "--config", "31", "--source"]) == 2
+    assert "ranks 30 configurations" in capsys.readouterr().err
+
+
+def test_long_parameter_names_abbreviate_without_clashes():
+    from kerntune.tui.widgets.leaderboard import abbreviations
+
+    names = abbreviations(["BLOCK", "ITEMS_PER_THREAD", "INNER_PASS_TILE", "VECTOR_WIDTH", "UNROLLFACTORS"])
+    assert names["BLOCK"] == "BLOCK" and names["VECTOR_WIDTH"] == "VW" and names["UNROLLFACTORS"] == "UNROLLF…"
+    assert names["ITEMS_PER_THREAD"] != names["INNER_PASS_TILE"]  # both would be IPT

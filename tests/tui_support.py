@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 SESSIONS = HERE / "data" / "sessions"
 VECTOR_ADD = SESSIONS / "vector_add.toml"
 HOSTILE = SESSIONS / "hostile.toml"
+WIDE = SESSIONS / "wide.toml"  # nine parameters, recorded on PoCL from tests/data/wide
 
 
 class ScriptedEngine:
