@@ -1,6 +1,11 @@
 """How fast the dashboard takes in a session: a 10,000-event replay, as fast as it can go.
 
     python bench/tui.py [--events 10000] [--size 120x40] [--headless]
+    python bench/tui.py --sessions [--size 80x24] [--runs 5]
+
+--sessions: the first paint of every session in sessions/ as `kerntune replay` opens it: the time
+to load the file, from then to the dashboard's first frame painted, and to the whole session
+painted after `>` (every result a row); the median of --runs runs each, headless.
 
 Writes a session of N events with the real SessionWriter (the vector_add fixture's header; four
 parameters; synthetic results, about 6 % of them failures, 16 raw times each, since a real run of
@@ -177,14 +182,69 @@ def in_pty(session_path: Path, size: tuple[int, int], batch: int = MAX_BATCH) ->
     return result
 
 
+class FirstPaint(ReplayDashboard):
+    """The replay dashboard as `kerntune replay` opens it, noting when its first frame is painted."""
+
+    painted_at = 0.0
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.call_after_refresh(self._painted)
+
+    def _painted(self) -> None:
+        self.painted_at = time.perf_counter()
+
+
+def first_paint(session_path: Path, size: tuple[int, int]) -> dict:
+    """Seconds to load the session, to paint the first frame, and to paint the whole session."""
+    t0 = time.perf_counter()
+    session = load_session(session_path)
+    loaded = time.perf_counter()
+    app = FirstPaint(feed=ReplayFeed(session.events), state=DashboardState(session.header),
+                     session_path=session.path, warnings=session.warnings)
+    out: dict = {}
+
+    async def go():
+        async with app.run_test(size=size) as pilot:
+            while not app.painted_at:
+                await pilot.pause(0.001)
+            out["paint_s"] = app.painted_at - t0
+            t1 = time.perf_counter()
+            await pilot.press("greater_than_sign")
+            await pilot.pause()
+            out["end_s"] = time.perf_counter() - t1
+            out["rows"] = app.query_one("#board-table").row_count
+
+    asyncio.run(go())
+    out["load_s"] = loaded - t0
+    return out
+
+
+def bench_sessions(size: tuple[int, int], runs: int) -> None:
+    print(f"first paint of every session in sessions/, headless {size[0]}x{size[1]}, median of {runs} runs, "
+          f"Python {platform.python_version()}, {os.cpu_count()} CPUs")
+    print(f"{'session':<46}{'MiB':>6}{'events':>8}{'load s':>8}{'paint s':>9}{'> all s':>9}{'rows':>7}")
+    for path in sorted((ROOT / "sessions").glob("*.toml")):
+        rs = [first_paint(path, size) for _ in range(runs)]
+        med = {k: statistics.median(r[k] for r in rs) for k in ("load_s", "paint_s", "end_s")}
+        events = len(load_session(path).events)
+        print(f"{path.name:<46}{path.stat().st_size / 2**20:>6.1f}{events:>8d}{med['load_s']:>8.2f}"
+              f"{med['paint_s']:>9.2f}{med['end_s']:>9.2f}{rs[0]['rows']:>7d}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=10_000)
     ap.add_argument("--size", default="120x40")
     ap.add_argument("--headless", action="store_true", help="no terminal: Textual's headless driver")
     ap.add_argument("--batch", type=int, default=MAX_BATCH, help=f"events a frame takes in (default {MAX_BATCH})")
+    ap.add_argument("--sessions", action="store_true", help="first paint of every session in sessions/")
+    ap.add_argument("--runs", type=int, default=5, help="with --sessions: runs per session (the median)")
     args = ap.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
+    if args.sessions:
+        bench_sessions((w, h), args.runs)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.toml"
         write_session(path, args.events)
