@@ -36,7 +36,7 @@ def _alarm(signum, frame):
     raise Hang()
 
 
-def run(kind: str, count: int, seed: int, hang: float, scratch: Path) -> tuple[int, int, float]:
+def run(kind: str, count: int, seed: int, hang: float, scratch: Path, trace: bool = False) -> tuple[int, int, float]:
     seeds = [(d, (d / "kernel.toml").read_bytes()) for d in SPEC_DIRS] if kind == "spec" else \
         [(p, p.read_bytes()) for p in SESSIONS]
     tracebacks = hangs = 0
@@ -47,6 +47,8 @@ def run(kind: str, count: int, seed: int, hang: float, scratch: Path) -> tuple[i
         origin, data = rng.choice(seeds)
         mutated = mutate(data, rng)
         where = scratch / f"{kind}-{case % 50}"
+        if trace:  # the case about to run, for a crash that takes the process with it
+            print(f"{kind} case {case}", file=sys.stderr, flush=True)
         t0 = time.monotonic()
         signal.setitimer(signal.ITIMER_REAL, hang)
         try:
@@ -74,6 +76,7 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hang", type=float, default=10.0, help="seconds after which a case counts as a hang")
+    ap.add_argument("--trace", action="store_true", help="name each case on stderr before it runs")
     args = ap.parse_args()
     signal.signal(signal.SIGALRM, _alarm)
     bad = 0
@@ -82,7 +85,7 @@ def main() -> int:
             if not count:
                 continue
             t0 = time.monotonic()
-            tracebacks, hangs, slowest = run(kind, count, args.seed, args.hang, Path(tmp))
+            tracebacks, hangs, slowest = run(kind, count, args.seed, args.hang, Path(tmp), args.trace)
             bad += tracebacks + hangs
             print(f"{count} mutated {kind}s: {tracebacks} tracebacks, {hangs} hangs; "
                   f"{time.monotonic() - t0:.0f} s, slowest case {slowest:.2f} s")

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from .device import DeviceLimits
 from .expressions import ExpressionError
 from .signature import INTEGER_DTYPES, KernelArg, KernelSignature, SignatureError, parse_kernel
-from .template import DTYPES, TemplateError, load_template
+from .template import DTYPES, NAME_RE, TemplateError, load_template
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -226,10 +226,15 @@ def _compile_problems(p: Path, data: Mapping) -> list[str]:
     entry = kernel.get("entry", kernel.get("name"))
     if not isinstance(entry, str) or not entry or entry.upper().startswith(TODO):
         return []
+    if "\0" in entry:
+        return [f"kernel.entry {entry!r} holds a NUL byte"]
     defines = {}
     for prm in data.get("param", []) if isinstance(data.get("param"), list) else []:
         if isinstance(prm, dict) and isinstance(prm.get("name"), str) and "default" in prm:
             v = prm["default"]
+            # only what the compiler can take as -DNAME=value (a NUL byte crashes some in-process)
+            if not NAME_RE.match(prm["name"]) or isinstance(v, str) or not isinstance(v, (int, float, bool)):
+                return [f"param {prm['name']!r}: a C identifier with a number as its default, to compile"]
             defines[prm["name"]] = "1" if v is True else "0" if v is False else str(v)
     try:  # options as the spec resolves them (include folders made absolute)
         options = dict(load_options(p, data))
