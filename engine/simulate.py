@@ -67,6 +67,20 @@ def recorded_space(session: Session) -> tuple[Space, dict[str, Result]]:
     return Space(session.template.get("name", ""), problem, tuple(configs), len(configs)), by_key
 
 
+def _after_the_best(rules: StopRules, best: Result, trace: list[float], since: int, size: int) -> str | None:
+    """The rest of a run that has found the recorded best, without asking the strategy: nothing
+    can beat that best, and every strategy proposes each configuration once until the space is
+    exhausted, so only the stop rules decide when it ends. Extends `trace`; the rule's reason, or
+    None for an exhausted space."""
+    while len(trace) < size:
+        why = rules.reason(len(trace), 0.0, best.sol_fraction, since)
+        if why:
+            return why
+        since += 1
+        trace.append(best.median_us)
+    return None
+
+
 def simulate(session: Session, strategy: str, budget: int = 0, seed: int = 0,
              within: tuple[float, ...] = (0.03,), stop: StopRules | None = None,
              stop_within: float | None = None) -> Simulation:
@@ -105,6 +119,9 @@ def simulate(session: Session, strategy: str, budget: int = 0, seed: int = 0,
                 needed[w] = len(trace)
         if stop_within is not None and best is not None and best.median_us <= recorded.median_us * (1 + stop_within):
             reason = f"within {100 * stop_within:g}% of the recorded best"
+            break
+        if best is not None and best.median_us <= recorded.median_us:
+            reason = _after_the_best(rules, best, trace, since, space.feasible) or reason
             break
     return Simulation(strategy, seed, budget, len(trace), best, recorded, space.feasible, tuple(trace),
                       needed, reason)

@@ -201,3 +201,38 @@ def test_seeded_configs_go_first_and_the_strategy_never_repeats_them():
         s.observe(c, Result(config=c.as_dict(), status="ok", median_us=_fake_time(c.as_dict())))
     assert got[:2] == [c.key for c in seeds[:2]]
     assert len(got) == len(set(got)) == space.feasible  # the grid skips the seeds, and proposes the done one once
+
+
+def _simulate_to_the_end(session, strategy, seed, rules):
+    """The simulation as it was before it stopped asking the strategy once the best was found:
+    the strategy walked through the whole space, then the stop rules applied to that walk."""
+    from kerntune.engine.simulate import recorded_space
+    from kerntune.engine.space import Config
+
+    space, by_key = recorded_space(session)
+    default = session.template.get("default_config")
+    strat = make_strategy(strategy, space, seed=seed,
+                          first=Config.of(default) if config_key(default) in by_key else None)
+    walk = []
+    while (config := strat.propose()) is not None:
+        walk.append(by_key[config.key])
+        strat.observe(config, walk[-1])
+    best, trace, since = None, [], 0
+    for r in walk:
+        why = rules.reason(len(trace), 0.0, best.sol_fraction if best else None, since)
+        if why:
+            return best, trace, why
+        improves = r.ranked and (best is None or r.median_us < best.median_us)
+        best, since = (r, 0) if improves else (best, since + 1)
+        trace.append(best.median_us if best else math.inf)
+    return best, trace, rules.reason(len(trace), 0.0, best.sol_fraction if best else None, since) or "space exhausted"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("rules", [StopRules(), StopRules(budget=50), StopRules(patience=7),
+                                   StopRules(sol_target=0.5)], ids=["none", "budget", "patience", "sol"])
+def test_a_simulation_that_finds_the_best_ends_as_the_full_walk_does(strategy, rules):
+    session = load_session(SESSIONS / "merge_attn_states-llama7b-t4096.toml")
+    sim = simulate(session, strategy, seed=3, stop=rules)
+    best, trace, reason = _simulate_to_the_end(session, strategy, 3, rules)
+    assert (sim.best, list(sim.trace), sim.reason, sim.evaluations) == (best, trace, reason, len(trace))

@@ -1,6 +1,11 @@
 """Session files: written event by event, loaded back exactly, and every bad file is one line."""
 
+import math
+import tomllib
+from pathlib import Path
+
 import pytest
+import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +19,8 @@ from kerntune.engine.events import (
     WinnerVerified,
 )
 from kerntune.engine.result import Resources, Result
-from kerntune.engine.session import SessionError, SessionWriter, load_session, new_header
+from kerntune.engine import session as session_module
+from kerntune.engine.session import SessionError, SessionWriter, _clean, load_session, new_header, parse_session_text
 
 
 def header():
@@ -156,3 +162,90 @@ def test_fuzzed_sessions_load_or_fail_with_one_line(tmp_path, data):
         assert "\n" not in str(e)
     else:
         s.summary()  # whatever loaded can be summarised
+
+
+# The fast reader of large sessions reads exactly what tomllib reads -----------------------------
+
+SESSION_FILES = sorted((Path(__file__).parent.parent / "sessions").glob("*.toml")) + sorted(
+    (Path(__file__).parent / "data" / "sessions").glob("*.toml"))
+
+
+def _ordered(v):
+    """A value with every table's key order made part of it (dict equality ignores order)."""
+    if isinstance(v, dict):
+        return [(k, _ordered(x)) for k, x in v.items()]
+    if isinstance(v, list):
+        return [_ordered(x) for x in v]
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    return (type(v).__name__, v)
+
+
+@pytest.mark.parametrize("path", SESSION_FILES, ids=lambda p: p.stem)
+def test_the_fast_reader_reads_every_recorded_session_as_tomllib_does(path):
+    text = path.read_text(encoding="utf-8")
+    start = session_module._EVENT_HEADER.search(text).start()
+    fast = session_module._fast_events(text, start)  # no silent fallback to tomllib here
+    assert _ordered(fast) == _ordered(tomllib.loads(text)["event"])
+    assert _ordered(parse_session_text(text)) == _ordered(tomllib.loads(text))
+
+
+def _event_text(body: str) -> str:
+    return tomli_w.dumps(_clean(dict(header()))) + "\n[[event]]\nkind = \"note\"\nt = 0.5\n" + body + "# end\n"
+
+
+@pytest.mark.parametrize("body", [
+    'text = "tab\\there \\u00e9 \\"q\\" inf nan"\n',  # escapes: read one by one
+    'text = "x"\nextra = [inf, -inf, 1.5, -0, 0.0, 1e5, 2E-3, "s", true]\n',
+    'text = "x"\nvalues = [\n    1,\n    2.5,\n    "three",\n    nan,\n]\n',
+    '"quoted key" = 1\n"a = b" = "c = d"\ntext = ""\n',
+    'text = "x"\n[event.sub]\na = [\n]\nb = []\n[event.sub.deeper]\nc = 1\n',
+    'text = "comment # inside"\n# a comment, with a comma,\n\ntext2 = "y"\n',
+])
+def test_the_fast_reader_reads_what_tomli_w_writes_and_more(body):
+    text = _event_text(body)
+    assert _ordered(parse_session_text(text)) == _ordered(tomllib.loads(text))
+
+
+@pytest.mark.parametrize("body", [
+    "text = 01\n",  # a leading zero
+    "text = 1.\n",
+    "text = .5\n",
+    "text = 1e\n",
+    "text = +-1\n",
+    "text = 1.2.3\n",
+    "text = [1.2.3]\n",
+    "values = [\n    1,\n    --2,\n]\ntext = \"x\"\n",
+    'text = "a"\ntext = "b"\n',  # a key defined twice
+    '"text" = "a"\ntext = "b"\n',
+    'text = "a"\n[event.sub]\nx = 1\n[event.sub]\ny = 2\n',  # a table defined twice
+    'text = "a"\nsub = 1\n[event.sub]\nx = 1\n',
+    'text = "bad \\q escape"\n',
+    'text = "control \x7f char"\n',
+    "text = null\n",
+    'text = "x"\nv = {"a": 1}\n',
+])
+def test_the_fast_reader_refuses_what_tomllib_refuses(body):
+    text = _event_text(body)
+    with pytest.raises(tomllib.TOMLDecodeError):
+        tomllib.loads(text)
+    with pytest.raises(tomllib.TOMLDecodeError):
+        parse_session_text(text)
+
+
+@pytest.mark.parametrize("body", [
+    "text = 'literal'\n",
+    'text = """multi\nline"""\n',
+    "  text = \"indented\"\n",
+    "text = \"x\"\na.b = 1\n",
+    "text = \"x\"\n[event.sub.implicit]\ny = 2\n[event.sub]\nz = 3\n",
+    'text = "x"\nv = [[1, 2], [3]]\n',
+    "text = \"x\"\nwhen = 1979-05-27T07:32:00Z\n",
+    "text = \"x\"\nn = 1_000\n",
+])
+def test_the_fast_reader_hands_the_rest_of_toml_to_tomllib(body):
+    text = _event_text(body)
+    start = session_module._EVENT_HEADER.search(text).start()
+    with pytest.raises(session_module._NotFast):
+        session_module._fast_events(text, start)
+    assert _ordered(parse_session_text(text)) == _ordered(tomllib.loads(text))
