@@ -85,7 +85,9 @@ def round_analysis(state: LoopState, record: RoundRecord) -> str:
     if record.best is not None:
         b = record.best
         vs = f", {orig / b.median_us:.2f}x the original ({us(orig)})" if orig and b.median_us else ""
-        default = _default_result(state, results)
+        # the default is measured once per template, in the first round that searched it
+        default = _default_result(state, [*results, *(r for rec in state.history
+                                                      if rec.template_dir == state.template_dir for r in rec.results)])
         vs_default = (f", {default.median_us / b.median_us:.2f}x the template's default ({us(default.median_us)})"
                       if default is not None and default.ranked and b.median_us else "")
         sol = f"; {100 * b.sol_fraction:.0f}% of SOL ({us(b.sol_us)})" if b.sol_fraction else ""

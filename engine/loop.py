@@ -351,10 +351,12 @@ class TuningLoop:
         # stage 1 alone needs no timing: the gate compares outputs, not speed
         original = None if opts.templatize_only else self._measure_original()
         reason = f"{opts.rounds} round{'s' if opts.rounds != 1 else ''} done"
+        started = 0  # rounds begun: what the RoundStarted events counted
         for number in range(1, opts.rounds + 1):
             if self._stop.is_set():
                 reason = self.stop_reason
                 break
+            started = number
             self._running.wait()
             why = self._round(number, original)
             if why:
@@ -378,7 +380,7 @@ class TuningLoop:
                    if best is not None and original is not None and original.verified and best.median_us
                    and original.median_us else 0.0)
         self._emit(LoopFinished(
-            self._now(), reason, len(self.history), dict(best.config) if best else {},
+            self._now(), reason, started, dict(best.config) if best else {},
             (best.median_us or 0.0) if best else 0.0, (original.median_us or 0.0) if original else 0.0, speedup,
             (best.sol_fraction or 0.0) if best else 0.0, str(self.template_dir or ""), round(self._cost, 6),
             best is not None and best is original))
@@ -452,11 +454,14 @@ class TuningLoop:
             search = replace(search, values={})
         self._emit(SearchPlanned(self._now(), number, self.provider.name, search.strategy, search.budget,
                                  {p.name: list(p.values) for p in template.parameters}, search.reason))
+        # every configuration of this template is measured once in the session, the default too:
+        # an earlier round's result of it stays the baseline of speedups
+        earlier = [r for rec in self.history if rec.template_dir == self.template_dir for r in rec.results]
+        skip = tuple(dict.fromkeys(config_key(r.config) for r in earlier))
         default_key = config_key(template.default_config())
-        skip = tuple(dict.fromkeys(
-            config_key(r.config) for rec in self.history if rec.template_dir == self.template_dir
-            for r in rec.results if config_key(r.config) != default_key))
-        opts = replace(self.tune_options, strategy=search.strategy, budget=search.budget, skip=skip)
+        baseline = next((r for r in earlier if config_key(r.config) == default_key), None)
+        opts = replace(self.tune_options, strategy=search.strategy, budget=search.budget, skip=skip,
+                       baseline=baseline)
         run = TuneRun(template, opts, self.sinks, session=self._writer, started=self._t0)
         self._current = run
         try:

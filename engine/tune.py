@@ -69,6 +69,9 @@ class TuneOptions:
     # Configurations (their config_key) measured earlier, by an earlier round of the agent loop
     # on the same template: not evaluated again.
     skip: tuple[str, ...] = ()
+    # The default configuration's result from such an earlier round: the baseline of speedups,
+    # so that the default is not measured again either.
+    baseline: Result | None = None
     # Profile the K best configurations with Nsight Compute when the search ends (CUDA only).
     profile_top: int = 0
     # CUDA: compute-sanitizer memcheck on the K fastest configurations (the reported winner is
@@ -310,6 +313,8 @@ class TuneRun:
                           if limits.peaks_source else None, limits.peaks_spread,
                           ((odd.name, dict(odd.values)),) if odd is not None else ())
         baseline = next((r for r in results if config_key(r.config) == default.key), None)
+        if baseline is None and opts.baseline is not None and config_key(opts.baseline.config) == default.key:
+            baseline = opts.baseline
         best = min((r for r in results if r.ranked), key=lambda r: r.median_us, default=None)
         new = 0
         since_improvement = 0

@@ -15,6 +15,7 @@ from kerntune.engine.evaluate import TimingPolicy
 from kerntune.engine.events import (
     AgentCall,
     Analysis,
+    ConfigEvaluated,
     GateChecked,
     LoopFinished,
     LoopStarted,
@@ -26,6 +27,7 @@ from kerntune.engine.events import (
 from kerntune.engine.gate import check_proposal, guard_free
 from kerntune.engine.loop import LoopOptions, TuningLoop
 from kerntune.engine.proposal import ParamProposal, TemplateProposal
+from kerntune.engine.result import config_key
 from kerntune.engine.session import SessionWriter, load_session, new_header
 from kerntune.engine.sol import save_peaks
 from kerntune.engine.template import load_template
@@ -147,3 +149,18 @@ def test_the_engine_never_imports_the_agents_and_nothing_needs_the_sdk_to_load()
             "kerntune.engine.loop; assert 'anthropic' not in sys.modules, 'anthropic imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_loop_measures_each_configuration_of_a_template_once(tmp_path, original, opencl_backend):
+    tune = TuneOptions(backend="opencl", probe=False, seed=5, session_path=tmp_path / "once.toml",
+                       timing=TimingPolicy(min_repeats=3, max_repeats=3))
+    events = []
+    out = TuningLoop(original, [RulesProvider()], LoopOptions(tune=tune, rounds=2, budget=4, sol_target=0.99,
+                                                              plateau=-1.0), [events.append]).run()
+    assert len(out.rounds) == 2 and all(len(r.results) > 0 for r in out.rounds)
+    measured = [config_key(e.result.config) for e in events if isinstance(e, ConfigEvaluated) and e.result.config]
+    assert len(measured) == len(set(measured)), "a configuration was measured twice"
+    default = config_key(out.template.default_config())
+    assert default in measured  # the default, measured in round 1, is round 2's baseline too
+    assert [e.rounds for e in events if isinstance(e, LoopFinished)] == [2]
+    assert any("the template's default" in e.text for e in events if isinstance(e, Analysis) and e.round == 2)
