@@ -1,5 +1,7 @@
 """The `kerntune` command end to end on the OpenCL CPU device, and its one-line errors."""
 
+import csv
+import io
 import json
 import os
 import signal
@@ -175,3 +177,41 @@ def test_start_from_tries_another_sizes_fastest_first(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is a session of 'vector_add', not of 'silu_and_mul'" in err and len(err.strip().splitlines()) == 1
     assert not other.exists()
+
+
+def test_version_csv_and_no_silent_overwrite(tmp_path, capsys):
+    from kerntune.tui.cli import main
+
+    session = Path(__file__).parent / "data" / "sessions" / "vector_add.toml"
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("kerntune ")
+    assert main(["show", str(session), "--csv"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0][:4] == ["rank", "label", "BLOCK", "ITEMS"] and rows[1][0] == "1"
+    assert float(rows[1][4]) <= float(rows[2][4])  # fastest first, figures unrounded
+    out = tmp_path / "board.csv"
+    assert main(["show", str(session), "--csv", "-o", str(out)]) == 0
+    capsys.readouterr()
+    for argv in (["show", str(session), "--csv", "-o", str(out)], ["kt-export", str(session), "-o", str(out)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "already exists (--force writes over it)" in err and err.count("\n") == 1
+    assert main(["kt-export", str(session), "-o", str(out), "--force"]) == 0
+
+
+def test_text_numbers_labels_and_wrapping(monkeypatch):
+    from kerntune.engine.result import Result
+    from kerntune.tui.numbers import fmt_num
+    from kerntune.tui.text import TextRenderer, leaderboard_rows
+
+    assert [fmt_num(v) for v in (2888.5, 62803.2, 16115.67, 12.345, 1.2345, 0.012345, None)] == [
+        "2888", "62803", "16116", "12.3", "1.23", "0.0123", "-"]
+    original = Result(config={}, status="ok", median_us=10.0)
+    assert leaderboard_rows([original], original)[0][1] == "original"
+    monkeypatch.setenv("COLUMNS", "50")
+    buf = io.StringIO()
+    r = TextRenderer(buf)
+    r._print("word " * 30 + "the cost model is the end")
+    lines = buf.getvalue().splitlines()
+    assert len(lines) > 1 and all(len(line) <= 50 for line in lines) and lines[-1].endswith("the end")

@@ -17,12 +17,13 @@ from kerntune.engine.evaluate import TimingPolicy, VerifyPolicy
 from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.kerneltuner import CacheFormatError
 from kerntune.engine.search import STRATEGIES
-from kerntune.engine.session import SessionError, load_session
+from kerntune.engine.session import SessionError, load_session, tool_version
 from kerntune.engine.simulate import SimulationError
 from kerntune.engine.space import SpaceError
 from kerntune.engine.template import Template, TemplateError, load_template
 from kerntune.engine.tune import TuneError, TuneOptions, TuneRun
 from kerntune.tui.errors import UsageError
+from kerntune.tui.numbers import fmt_num, fmt_ratio
 from kerntune.tui.loop_cli import add_loop_arguments, add_loop_commands, cmd_init, cmd_templatize
 
 EXIT_BAD_INPUT = 2
@@ -66,6 +67,7 @@ def _parse_shape(items: Sequence[str]) -> dict[str, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kerntune", description="Tune GPU kernels: templates, constrained search, verified timing.")
+    p.add_argument("--version", action="version", version=f"kerntune {tool_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.add_parser("list", help="built-in templates with their parameters and problem sizes")
     sub.add_parser("devices", help="every device found, by backend, with its limits")
@@ -114,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("session", type=Path)
     s.add_argument("--json", action="store_true", help="one JSON object")
     s.add_argument("--failed", action="store_true", help="also list failed configurations")
+    s.add_argument("--csv", action="store_true", help="the leaderboard as CSV (to stdout, or -o FILE)")
+    s.add_argument("-o", "--output", type=Path, help="with --csv: the file to write")
+    s.add_argument("--force", action="store_true", help="with -o: write over an existing file")
     s.add_argument("--source", action="store_true",
                    help="print the generated source of the configuration ranked --config N (defines, launch, "
                         "compiler options)")
@@ -140,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     ke = sub.add_parser("kt-export", help="write a session as a Kernel Tuner cache file (JSON)")
     ke.add_argument("session", type=Path)
     ke.add_argument("-o", "--output", type=Path, required=True, help="the cache file to write")
+    ke.add_argument("--force", action="store_true", help="write over an existing file")
 
     pf = sub.add_parser("profile", help="Nsight Compute metrics for configurations of a CUDA session")
     pf.add_argument("session", type=Path)
@@ -182,6 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         _error(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": "))
         return EXIT_FAILED
+
+
+def refuse_overwrite(path: Path, force: bool) -> None:
+    """A command that writes a file never writes over one without --force (one line, exit 2)."""
+    if path.exists() and not force:
+        raise UsageError(f"{path}: already exists (--force writes over it)")
 
 
 def _error(text: str) -> None:
@@ -303,9 +315,23 @@ def _tune_headless(template: Template, options: TuneOptions, show_failed: bool) 
 def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.config is not None and not args.source:
         raise UsageError("--config N goes with --source")
+    if args.output is not None and not args.csv:
+        raise UsageError("show: -o goes with --csv")
+    if args.output is not None:
+        refuse_overwrite(args.output, args.force)
     session = load_session(args.session)
     if args.source:
         return _show_source(session, 1 if args.config is None else args.config)
+    if args.csv:
+        from kerntune.tui.text import leaderboard_csv
+
+        text = leaderboard_csv(session.results(), session.baseline(), failed=args.failed)
+        if args.output is None:
+            sys.stdout.write(text)
+        else:
+            args.output.write_text(text, encoding="utf-8")
+            print(f"{args.session}: leaderboard -> {args.output}")
+        return 0
     summary = session.summary()
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
@@ -321,7 +347,8 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f"evaluated {summary['evaluated']} of {summary['feasible']} feasible; verified {summary['verified']}; "
           f"failed: {failed}")
     if summary["speedup"]:
-        print(f"best {summary['best']['median_us']:.2f} us, {summary['speedup']:.2f}x the default configuration")
+        print(f"best {fmt_num(summary['best']['median_us'])} us, {fmt_ratio(summary['speedup'])} the default "
+              "configuration")
     out.results = session.results()
     out.baseline = session.baseline()
     out.finish(show_failed=args.failed)
@@ -349,7 +376,7 @@ def _show_source(session: Any, rank: int) -> int:
 
 def cmd_simulate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune.engine.simulate import simulate
-    from kerntune.tui.text import fmt_config
+    from kerntune.tui.text import fmt_params
 
     if args.budget < 0 or not 0 < args.within < 1:
         raise UsageError("--budget must not be negative and --within is a fraction in (0, 1)")
@@ -361,9 +388,10 @@ def cmd_simulate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     need = sim.within[args.within]
     print(f"{sim.strategy} (seed {sim.seed}) on {args.session}: {sim.evaluations} of {sim.space_size} evaluated "
           f"({sim.reason})")
-    print(f"recorded best {sim.recorded_best.median_us:.2f} us: {fmt_config(sim.recorded_best.config)}")
+    print(f"recorded best {fmt_num(sim.recorded_best.median_us)} us: {fmt_params(sim.recorded_best.config)}")
     if sim.best is not None:
-        print(f"found         {sim.best.median_us:.2f} us: {fmt_config(sim.best.config)} ({sim.ratio:.3f}x the best)")
+        print(f"found         {fmt_num(sim.best.median_us)} us: {fmt_params(sim.best.config)} "
+              f"({fmt_ratio(sim.ratio)} the best)")
     print(f"within {100 * args.within:g}% of the best after "
           + (f"{need} evaluations ({100 * need / sim.space_size:.1f}% of the space)" if need else "never"))
     return 0
@@ -381,6 +409,7 @@ def cmd_kt_import(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def cmd_kt_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune.engine.kerneltuner import export_cache
 
+    refuse_overwrite(args.output, args.force)
     data = export_cache(load_session(args.session))
     args.output.write_text(json.dumps(data, indent=1) + "\n")
     print(f"{args.session}: {len(data['cache'])} configurations -> {args.output}")

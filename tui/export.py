@@ -103,11 +103,14 @@ def _problem(state: DashboardState) -> Mapping[str, Any]:
     return dict(p) if isinstance(p, Mapping) else {}
 
 
-def write_file(path: Path, text: str) -> Path:
-    """Write text to path (its folder is created); returns the path written."""
+def write_file(path: Path, text: str, force: bool = False) -> Path:
+    """Write text to path (its folder is created); returns the path written. An existing file is
+    written over only with `force`, as every command that writes a file asks for --force."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise ExportError(f"{path} is a folder; give a file name")
+    if path.exists() and not force:
+        raise ExportError(f"{path} already exists; give another name")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")

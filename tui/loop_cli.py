@@ -234,24 +234,25 @@ class LoopText:
 
 def summary_lines(outcome: LoopOutcome) -> list[str]:
     """The loop's result in a few lines: original, best, speedup, SOL, template, session, cost."""
-    from kerntune.tui.text import fmt_config, fmt_us
+    from kerntune.tui.numbers import fmt_num, fmt_percent, fmt_ratio
+    from kerntune.tui.text import fmt_params
 
     lines = []
     orig = outcome.original
     if orig is not None:
-        lines.append(f"original:  {fmt_us(orig.median_us)} us")
+        lines.append(f"original:  {fmt_num(orig.median_us)} us")
     best = outcome.best
     if outcome.beaten is not None:
         lost = outcome.beaten
-        lines.append(f"best:      the original stays ({fmt_us(best.median_us)} us, 1.00x the original): the fastest "
-                     f"configuration, {fmt_us(lost.median_us)} us {fmt_config(lost.config)} (round "
+        lines.append(f"best:      the original stays ({fmt_num(best.median_us)} us, 1.00x the original): the fastest "
+                     f"configuration, {fmt_num(lost.median_us)} us {fmt_params(lost.config)} (round "
                      f"{_round_of(outcome, lost)}), did not beat it")
     elif outcome.kept_original:
-        lines.append(f"best:      the original stays ({fmt_us(best.median_us)} us): no configuration was verified")
+        lines.append(f"best:      the original stays ({fmt_num(best.median_us)} us): no configuration was verified")
     elif best is not None:
-        sol = f", {100 * best.sol_fraction:.0f}% of SOL" if best.sol_fraction else ""
-        speed = f", {outcome.speedup:.2f}x the original" if outcome.speedup else ""
-        lines.append(f"best:      {fmt_us(best.median_us)} us  {fmt_config(best.config)}  (round "
+        sol = f", {fmt_percent(best.sol_fraction)} of SOL" if best.sol_fraction else ""
+        speed = f", {fmt_ratio(outcome.speedup)} the original" if outcome.speedup else ""
+        lines.append(f"best:      {fmt_num(best.median_us)} us  {fmt_params(best.config)}  (round "
                      f"{outcome.best_round}{speed}{sol}; re-verified on new inputs)")
     else:
         lines.append("best:      none verified")

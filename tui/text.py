@@ -5,6 +5,9 @@ The same events the dashboard shows: a progress line while a run goes, then the 
 
 from __future__ import annotations
 
+import csv
+import io
+import shutil
 import sys
 import time
 from typing import Any, Iterable, Mapping, TextIO
@@ -25,10 +28,19 @@ from kerntune.engine.events import (
 )
 from kerntune.engine.result import Result, config_key
 
+from .numbers import fmt_num, fmt_percent, fmt_speedup
+
 
 def fmt_config(config: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items())
 
+
+def fmt_params(config: Mapping[str, Any]) -> str:
+    """A configuration's parameters; the original kernel (no parameters) is labelled `original`."""
+    return fmt_config(config) or "original"
+
+
+# The dashboard's figures (tui/widgets); text output uses tui/numbers.py.
 
 def fmt_us(v: float | None) -> str:
     if v is None:
@@ -40,19 +52,9 @@ def fmt_us(v: float | None) -> str:
     return f"{v:.2f}"
 
 
-def fmt_percent(fraction: float | None) -> str:
-    """A fraction as a percentage with one decimal ("-" when unknown)."""
-    return f"{100 * fraction:.1f}%" if fraction is not None else "-"
-
-
 def fmt_gbs(v: float | None) -> str:
     """Bandwidth in GB/s with one decimal ("-" when unknown)."""
     return f"{v:.1f}" if v is not None else "-"
-
-
-def fmt_speedup(base_us: float | None, us: float | None) -> str:
-    """How many times faster than the baseline ("-" without a baseline or a time)."""
-    return f"{base_us / us:.2f}x" if base_us and us else "-"
 
 
 def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: int = 15,
@@ -77,17 +79,43 @@ def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: 
 def _row(rank: str, r: Result, base: float | None) -> list[str]:
     return [
         rank,
-        fmt_config(r.config),
-        fmt_us(r.median_us),
+        fmt_params(r.config),
+        fmt_num(r.median_us),
         fmt_percent(r.spread),
-        fmt_gbs(r.bandwidth_gbs),
+        fmt_num(r.bandwidth_gbs),
         fmt_percent(r.sol_fraction),
         fmt_speedup(base, r.median_us),
-        r.status if not r.message or r.verified else f"{r.status}: {r.message[:60]}",
+        r.status if not r.message or r.verified else f"{r.status}: {r.message}",
     ]
 
 
 HEADERS = ["#", "parameters", "median us", "spread", "GB/s", "% SOL", "speedup", "status"]
+
+
+def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: bool = False) -> str:
+    """Every ranked result (then suspect ones, and failures with `failed`) as CSV: one row per
+    configuration, its figures as recorded (microseconds, GB/s, fractions), not rounded."""
+    results = list(results)
+    names = list(dict.fromkeys(k for r in results for k in r.config))
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["rank", "label", *names, "median_us", "spread", "bandwidth_gbs", "sol_fraction", "speedup",
+                "status", "message"])
+    ranked = sorted((r for r in results if r.ranked), key=lambda r: r.median_us)
+    rows = [(str(i + 1), r) for i, r in enumerate(ranked)] + [("!", r) for r in results if r.status == "suspect"]
+    if failed:
+        rows += [("x", r) for r in results if not r.verified]
+    base = baseline.median_us if baseline is not None and baseline.ranked else None
+
+    def cell(v: Any) -> str:
+        return "" if v is None else str(int(v) if isinstance(v, bool) else v)
+
+    for rank, r in rows:
+        speed = base / r.median_us if base and r.median_us else None
+        w.writerow([rank, "" if r.config else "original", *(cell(r.config.get(n)) for n in names),
+                    cell(r.median_us), cell(r.spread), cell(r.bandwidth_gbs), cell(r.sol_fraction), cell(speed),
+                    r.status, r.message])
+    return out.getvalue()
 
 
 def leaderboard_table(results: Iterable[Result], baseline: Result | None, title: str = "",
@@ -101,6 +129,11 @@ def leaderboard_table(results: Iterable[Result], baseline: Result | None, title:
     return table
 
 
+def text_width() -> int:
+    """The width text output wraps at: `COLUMNS` when set, else the terminal's, else 120."""
+    return max(shutil.get_terminal_size((120, 24)).columns, 40)
+
+
 class TextRenderer:
     """An event sink that prints a run as text: a progress bar on a terminal, lines in a pipe."""
 
@@ -108,7 +141,7 @@ class TextRenderer:
         self.out = out or sys.stdout
         self.tty = self.out.isatty()
         self.console = Console(file=self.out, highlight=False, soft_wrap=False,
-                               width=None if self.tty else 120)
+                               width=text_width())
         self.verbose = verbose
         self.results: list[Result] = []
         self.baseline: Result | None = None
@@ -141,9 +174,9 @@ class TextRenderer:
             if self.default_key is not None and config_key(r.config) == self.default_key:
                 self.baseline = r
             if not self.tty:
-                msg = f" {r.message[:100]}" if r.message and not r.ranked else ""
-                self._print(f"[{len(self.results):>4}/{self.feasible}] {fmt_config(r.config)}: "
-                            f"{r.status} {fmt_us(r.median_us)} us{msg}")
+                msg = f" {r.message}" if r.message and not r.ranked else ""
+                self._print(f"[{len(self.results):>4}/{self.feasible}] {fmt_params(r.config)}: "
+                            f"{r.status} {fmt_num(r.median_us)} us{msg}")
             else:
                 self._progress()
         elif isinstance(ev, BestImproved):
@@ -164,7 +197,7 @@ class TextRenderer:
         width = 24
         filled = int(width * min(n, total) / total)
         rate = n / max(time.monotonic() - self._t0, 1e-6)
-        best = f"best {fmt_us(self.best.median_us)} us" if self.best and self.best.median_us else "best -"
+        best = f"best {fmt_num(self.best.median_us)} us" if self.best and self.best.median_us else "best -"
         failed = sum(1 for r in self.results if not r.verified)
         line = (f"\r[{'#' * filled}{'.' * (width - filled)}] {n}/{self.feasible}  {rate:.1f}/s  {best}"
                 f"  failed {failed}")
@@ -176,7 +209,7 @@ class TextRenderer:
         if self._line:
             self.out.write("\n")
             self._line = False
-        self.console.print(text, markup=False, soft_wrap=True)
+        self.console.print(text, markup=False, soft_wrap=False)  # wrapped at the width, words kept whole
 
     def finish(self, title: str = "", show_failed: bool = False) -> None:
         if self._line:
