@@ -91,6 +91,10 @@ class Backend(Protocol):
     def fill(self, buffer: Any, byte: int, nbytes: int, offset: int = 0, wait: bool = True) -> None:
         """Set every byte of a device buffer (or of a range of it)."""
 
+    def first_difference(self, a: Any, a_offset: int, b: Any, b_offset: int, nbytes: int) -> int:
+        """The first byte at which two device ranges differ, or -1 when they are equal (a
+        comparison on the device where it can be, so only a few bytes come back)."""
+
     def upload(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None: ...
 
     def download(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None:

@@ -233,6 +233,29 @@ def first_errors(log: str, limit: int = 6) -> str:
     return " | ".join(chosen)[:800] or "nvcc failed"
 
 
+# The evaluator's byte comparison on the device: the first differing byte of two ranges, by
+# 16-byte words where both ranges allow it, found with atomicMin.
+_DIFFER_SRC = r"""
+extern "C" __global__ void kerntune_first_difference(const unsigned char *a, const unsigned char *b,
+                                                     unsigned long long n, unsigned long long *first)
+{
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool wide = (((unsigned long long)a | (unsigned long long)b) & 15) == 0;
+    const unsigned long long words = wide ? n / 16 : 0;
+    for (unsigned long long w = tid; w < words; w += stride) {
+        const uint4 x = ((const uint4 *)a)[w], y = ((const uint4 *)b)[w];
+        if (x.x != y.x || x.y != y.y || x.z != y.z || x.w != y.w) {
+            for (unsigned long long i = 16 * w; i < 16 * w + 16; ++i)
+                if (a[i] != b[i]) { atomicMin(first, i); break; }
+        }
+    }
+    for (unsigned long long i = 16 * words + tid; i < n; i += stride)
+        if (a[i] != b[i]) atomicMin(first, i);
+}
+"""
+
+
 # the device (pycuda) ---------------------------------------------------------------------------
 
 def _require() -> None:
@@ -365,6 +388,8 @@ class CUDABackend:
         self._flush_bytes = max(2 * self.limits.l2_bytes, 4 * 2**20)
         self._flush_buf = None
         self._flush_count = 0
+        self._differ: CUDAKernel | None = None
+        self._differ_out = None
 
     # compile -----------------------------------------------------------------------------------
     def compile(self, source: str, entry: str, defines: Mapping[str, str],
@@ -446,6 +471,24 @@ class CUDABackend:
                 drv.memset_d8_async(where, int(byte) & 0xFF, int(nbytes))
         except drv.Error as e:
             raise LaunchError(f"device fill failed: {_one_line(e)}") from None
+
+    def first_difference(self, a: Any, a_offset: int, b: Any, b_offset: int, nbytes: int) -> int:
+        if nbytes <= 0:
+            return -1
+        if self._differ is None:
+            self._differ = self.compile(_DIFFER_SRC, "kerntune_first_difference", {})
+            self._differ_out = self.alloc(8)
+        found = np.array([np.iinfo(np.uint64).max], dtype=np.uint64)
+        self.upload(self._differ_out, found)
+        threads, blocks = 256, min(4 * self.limits.sm_count * 8, max(1, -(-int(nbytes) // (256 * 16))))
+        try:
+            self._differ.function(np.uintp(int(a) + int(a_offset)), np.uintp(int(b) + int(b_offset)),
+                                  np.uint64(nbytes), self._differ_out, block=(threads, 1, 1), grid=(blocks, 1, 1))
+        except drv.Error as e:
+            raise LaunchError(f"device comparison failed: {_one_line(e)}") from None
+        self.download(self._differ_out, found)
+        first = int(found[0])
+        return -1 if first >= nbytes else first
 
     def upload(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None:
         try:

@@ -195,6 +195,14 @@ class OpenCLBackend:
         except cl.Error as e:
             raise LaunchError(f"device fill failed: {e}") from None
 
+    def first_difference(self, a: Any, a_offset: int, b: Any, b_offset: int, nbytes: int) -> int:
+        # on a CPU device the host is the device: two copies and a comparison in numpy
+        x, y = np.empty(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
+        self.download(a, x, a_offset)
+        self.download(b, y, b_offset)
+        diff = np.flatnonzero(x != y)
+        return int(diff[0]) if diff.size else -1
+
     def upload(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None:
         try:
             cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), dst_offset=int(offset),
