@@ -24,6 +24,7 @@ from .footprint import check_fits
 from .events import (
     BestImproved,
     ConfigEvaluated,
+    ConfigSanitized,
     Event,
     Note,
     RunFinished,
