@@ -1,8 +1,9 @@
 """Speed of light: the least time a problem can take on a device.
 
 max(bytes moved / memory bandwidth, flops / arithmetic peak), from the template's cost model and
-the device's peaks: measured once per device by `kerntune probe` and cached, datasheet figures
-otherwise. A result faster than its bound is flagged as suspect rather than ranked.
+the device's peaks: measured by `kerntune probe` and cached per device and driver with the date and
+the measurement's spread, datasheet figures otherwise. A result faster than its bound by more than
+the probe's uncertainty is flagged as suspect rather than ranked.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ SUSPECT_MARGIN = 0.05
 
 @dataclass(frozen=True)
 class Peaks:
-    bandwidth_gbs: float
-    gflops: float
+    bandwidth_gbs: float  # 0: unknown
+    gflops: float  # 0: unknown
     source: str  # "measured <date>" or "datasheet"
+    spread: float = 0.0  # the measurement's relative spread (the larger of the two figures')
 
 
 def cache_dir() -> Path:
@@ -60,36 +62,70 @@ def _peaks_file() -> Path:
     return cache_dir() / "peaks.toml"
 
 
-def load_peaks(limits: DeviceLimits) -> Peaks | None:
-    """Measured peaks for this device from the cache, else datasheet figures, else None."""
-    path = _peaks_file()
-    try:
-        data = tomllib.loads(path.read_text())
-        entry = data.get("device", {}).get(limits.key())
-        if isinstance(entry, dict):
-            return Peaks(float(entry["bandwidth_gbs"]), float(entry["gflops"]),
-                         f"measured {entry.get('measured', '')}".strip())
-    except (OSError, ValueError, KeyError, TypeError, tomllib.TOMLDecodeError):
-        pass
+def peaks_key(limits: DeviceLimits) -> str:
+    """The cache's key: the device and its driver (a new driver may run kernels at other rates)."""
+    return f"{limits.key()}:{limits.driver}".replace(" ", "_")
+
+
+def datasheet(limits: DeviceLimits) -> Peaks | None:
     for key, (bw, fl) in DATASHEET.items():
         if key in limits.name:
             return Peaks(bw, fl, "datasheet")
     return None
 
 
-def save_peaks(limits: DeviceLimits, bandwidth_gbs: float, gflops: float) -> Path:
+def cached_peaks(limits: DeviceLimits) -> Peaks | None:
+    """The measurement cached for this device and driver; None when there is none, or only one
+    from before the cache carried the driver and the spread."""
+    try:
+        data = tomllib.loads(_peaks_file().read_text())
+        entry = data.get("device", {}).get(peaks_key(limits))
+        if not isinstance(entry, dict) or "spread" not in entry or entry.get("driver") != limits.driver:
+            return None
+        bw, fl = float(entry.get("bandwidth_gbs", 0.0)), float(entry.get("gflops", 0.0))
+        if bw <= 0 and fl <= 0:
+            return None
+        return Peaks(bw, fl, f"measured {entry.get('measured', '')}".strip(), float(entry["spread"]))
+    except (OSError, ValueError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        return None
+
+
+def load_peaks(limits: DeviceLimits) -> Peaks | None:
+    """Measured peaks for this device and driver from the cache (a figure the probe refused
+    filled in from the datasheet when it has one), else datasheet figures, else None."""
+    sheet = datasheet(limits)
+    peaks = cached_peaks(limits)
+    if peaks is None:
+        return sheet
+    if sheet is not None and (peaks.bandwidth_gbs <= 0 or peaks.gflops <= 0):
+        return Peaks(peaks.bandwidth_gbs or sheet.bandwidth_gbs, peaks.gflops or sheet.gflops,
+                     f"{peaks.source} and datasheet", peaks.spread)
+    return peaks
+
+
+def save_peaks(limits: DeviceLimits, bandwidth_gbs: float, gflops: float, spread: float = 0.0,
+               bandwidth_spread: float | None = None, gflops_spread: float | None = None) -> Path:
+    """Cache a measurement for this device and driver, dated, with its spread; a figure of 0 (one
+    the probe refused) is not known."""
     path = _peaks_file()
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError):
         data = {}
     devices = data.setdefault("device", {})
-    devices[limits.key()] = {
+    entry = {
         "name": limits.name,
+        "driver": limits.driver,
         "bandwidth_gbs": round(bandwidth_gbs, 2),
         "gflops": round(gflops, 2),
+        "spread": round(spread, 4),
         "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
     }
+    if bandwidth_spread is not None:
+        entry["bandwidth_spread"] = round(bandwidth_spread, 4)
+    if gflops_spread is not None:
+        entry["gflops_spread"] = round(gflops_spread, 4)
+    devices[peaks_key(limits)] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(tomli_w.dumps(data))

@@ -35,7 +35,7 @@ from .events import (
 from .result import FAILED, Result, config_key
 from .search import Seeded, StopRules, make_strategy
 from .session import Session, SessionError, SessionWriter, default_path, load_session, lock_session, new_header
-from .sol import Peaks, load_peaks, save_peaks
+from .sol import load_peaks
 from .space import Config, Space, build_space, odd_problem
 from .template import ParamValue, Problem, Template
 from .worker import Worker, WorkerError, WorkerSpec
@@ -111,20 +111,18 @@ def peaks_for(backend: str, device: int, limits: DeviceLimits, measure: bool,
     """The device's limits with peak rates: cached measurement, a new measurement, or datasheet."""
     peaks = load_peaks(limits)
     if (peaks is None or peaks.source == "datasheet") and measure:
-        from .probe import probe
+        from .probe import measure_peaks
 
-        note(f"measuring {limits.name}'s copy bandwidth and arithmetic peak (once; cached)")
+        note(f"measuring {limits.name}'s copy bandwidth and arithmetic peak (once per driver; cached)")
         b = open_backend(backend, device)
         try:
-            r = probe(b)
+            peaks = measure_peaks(b, note)[1] or peaks
         finally:
             b.close()
-        save_peaks(limits, r.bandwidth_gbs, r.gflops)
-        peaks = Peaks(r.bandwidth_gbs, r.gflops, "measured")
     if peaks is None:
         note(f"no peak rates known for {limits.name}: % of speed-of-light is not shown (run `kerntune probe`)")
         return limits
-    return limits.with_peaks(peaks.bandwidth_gbs, peaks.gflops, peaks.source)
+    return limits.with_peaks(peaks.bandwidth_gbs, peaks.gflops, peaks.source, spread=peaks.spread)
 
 
 class TuneRun:

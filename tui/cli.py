@@ -159,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("probe", help="measure and cache a device's bandwidth and arithmetic peak")
     pr.add_argument("--backend", choices=("auto",) + BACKEND_NAMES, default="auto")
     pr.add_argument("--device", type=int, default=0)
+    pr.add_argument("--refresh", action="store_true", help="measure again even when a measurement is cached")
     return p
 
 
@@ -417,19 +418,33 @@ def cmd_kt_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from kerntune.engine.probe import probe
-    from kerntune.engine.sol import save_peaks
+    from kerntune.engine.probe import measure_peaks
+    from kerntune.engine.sol import cache_dir, cached_peaks
 
     backend = open_backend(args.backend, args.device)
     try:
-        r = probe(backend)
+        cached = None if args.refresh else cached_peaks(backend.limits)
+        if cached is not None:
+            known = [f"copy bandwidth {fmt_num(cached.bandwidth_gbs)} GB/s" if cached.bandwidth_gbs else "",
+                     f"fp32 FMA {fmt_num(cached.gflops)} GFLOP/s" if cached.gflops else ""]
+            print(f"{backend.limits.name} ({backend.name}): {', '.join(k for k in known if k)} "
+                  f"(spread {100 * cached.spread:.1f}%, {cached.source}); `kerntune probe --refresh` measures again")
+            return 0
+        refused: list[str] = []
+        r, peaks = measure_peaks(backend, refused.append)
     finally:
         backend.close()
-    path = save_peaks(backend.limits, r.bandwidth_gbs, r.gflops)
-    print(f"{backend.limits.name} ({backend.name}): copy bandwidth {r.bandwidth_gbs:.1f} GB/s "
-          f"(spread {100 * r.bandwidth_spread:.1f}%, {r.copy_bytes / 2**20:.0f} MiB each way), "
-          f"fp32 FMA {r.gflops:.0f} GFLOP/s (spread {100 * r.gflops_spread:.1f}%)")
-    print(f"saved to {path}")
+    print(f"{backend.limits.name} ({backend.name}): copy bandwidth {fmt_num(r.bandwidth_gbs)} GB/s "
+          f"(spread {100 * r.bandwidth_spread:.1f}% over {r.bandwidth_rounds} rounds, "
+          f"{r.copy_bytes / 2**20:.0f} MiB each way), fp32 FMA {fmt_num(r.gflops)} GFLOP/s "
+          f"(spread {100 * r.gflops_spread:.1f}% over {r.gflops_rounds} rounds)"
+          + ("" if r.stable else "; the rounds did not settle"))
+    for line in refused:
+        print(line)
+    if peaks is None:
+        print("nothing saved")
+        return 1
+    print(f"saved to {cache_dir() / 'peaks.toml'}")
     return 0
 
 
