@@ -462,13 +462,13 @@ class Evaluator:
         return outs
 
     def _inspect(self, which: int, inputs: Inputs, outs: Mapping[str, np.ndarray], where: str,
-                 full: bool = True, settled: dict[str, np.ndarray] | None = None) -> float:
+                 full: bool = True, settled: dict[str, np.ndarray] | None = None, label: bool = False) -> float:
         """After a checked launch: guards intact, inputs unchanged (unless not `full`), outputs
         right. Returns the worst error as a fraction of the tolerance; raises Rejected with the
         first finding. With `settled`, an output byte for byte equal to the one an earlier
         launch passed with is right without comparing it again."""
         problem = self.problems[which]
-        at = "" if which == 0 else f" at {problem.label()}"
+        at = "" if which == 0 and not label else f" at {problem.label()}"
         suffix = f"{at} ({where})"
         bufs = self._device_buffers(which)
         seen = np.empty(GUARD_BYTES, dtype=np.uint8)
@@ -634,7 +634,7 @@ class Evaluator:
                         inputs.expected[a.name] = ref
                         inputs.checks[a.name] = Expected(ref, a.dtype, a)
                     got = self._run_checked(kernel, mine, inputs, which)
-                    worst = max(worst, self._inspect(which, inputs, got, f"seed {seed}"))
+                    worst = max(worst, self._inspect(which, inputs, got, f"seed {seed}", label=True))
                 except LaunchError as e:
                     return False, math.inf, f"launch failed at {problem.label()} (seed {seed}): {e}"
                 except Rejected as e:

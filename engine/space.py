@@ -197,19 +197,20 @@ def infeasible_reason(template: Template, values: Mapping[str, ParamValue], prob
 
 def odd_problem(template: Template, problem: Problem, configs: Sequence[Config],
                 limits: DeviceLimits) -> Problem | None:
-    """A verification size that catches tail bugs, when the template's own sizes cannot.
+    """A verification size that catches tail bugs, when the spec lists none.
 
-    Every size that no verification problem (nor the tuning problem) has odd becomes odd (one
-    less) in a copy of the first verification size, where that keeps every feasible
-    configuration feasible: a size the constraints require to be a multiple of something stays
-    as it is. None when every size is already odd somewhere, or none can be made odd."""
+    When no verification problem (nor the tuning problem) has a size that no power of two
+    divides, every size of a copy of the first verification size becomes odd (one less) where
+    that keeps every feasible configuration feasible: a size the constraints require to be a
+    multiple of something stays as it is. None when the spec has an odd size already, or none
+    can be made odd."""
     checked = (problem,) + tuple(template.verify_problems)
+    if any(int(v) % 2 == 1 and int(v) > 1 for p in checked for v in p.values.values()):
+        return None
     first = template.verify_problems[0] if template.verify_problems else problem
     values = dict(first.values)
     changed = []
     for name in values:
-        if any(int(p.values.get(name, 0)) % 2 == 1 for p in checked):
-            continue
         v = int(values[name])
         if v < 2:
             continue

@@ -633,7 +633,7 @@ class Dashboard(App[int]):
         if path is None:
             return
         try:
-            written = write_file(path, render(self.state, self.session_path))
+            written = write_file(path, render(self.state, self.session_path), force=True)  # the prompt asked
         except (ExportError, OSError) as e:
             self.notify(str(e), title="Not exported", severity="error")
             return

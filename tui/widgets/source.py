@@ -51,7 +51,7 @@ class SourceScreen(ModalScreen[Path | None]):
         if path is None:
             return
         try:
-            written = write_file(path, self.source)
+            written = write_file(path, self.source, force=True)  # the prompt asked before an overwrite
         except (ExportError, OSError) as e:
             self.app.notify(str(e), title="Not saved", severity="error")
             return
