@@ -10,7 +10,6 @@ from a kernel's signature and checks a filled-in one.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 from dataclasses import replace
@@ -35,6 +34,7 @@ from kerntune.engine.proposal import source_diff
 from kerntune.engine.template import Template, load_template
 from kerntune.engine.tune import TuneOptions
 from kerntune.tui.errors import UsageError
+from kerntune.tui.terminal import dashboard_possible
 
 DEFAULT_ROUNDS = 3
 DEFAULT_SOL_TARGET = 0.9
@@ -109,7 +109,7 @@ def tune_with_agent(template: Template, options: TuneOptions, args: argparse.Nam
         raise _usage("--resume does not apply to the agent loop (each run is a new session)")
     provs, why = make_providers(args.agent, args.model)
     lopts = replace(loop_options(args, options), notes=(why,))
-    if not args.headless and sys.stdout.isatty() and os.environ.get("KERNTUNE_HEADLESS") is None:
+    if not args.headless and dashboard_possible():
         code = _live(template, provs, lopts)
         if code is not None:
             return code
