@@ -54,6 +54,17 @@ TIMING_CHECK_BYTES = 16 * 2**20
 MAX_TIMED_CHECKS = 16
 
 
+# A candidate may miss the reference by at most this many times the original kernel's own worst
+# error, where the original misses the dtype's default tolerance; beyond CALIBRATION_LIMIT times
+# the default the original and the reference disagree and the run stops.
+CALIBRATION_FACTOR = 2.0
+CALIBRATION_LIMIT = 1e4
+
+
+class CalibrationError(RuntimeError):
+    """The original kernel and the reference disagree: nothing can be verified against them."""
+
+
 class Rejected(Exception):
     """A checked launch found the configuration wrong: its status and message."""
 
@@ -86,7 +97,7 @@ class Expected:
     """A reference output prepared once for fast comparisons: values in the working precision,
     the tolerance of each element, and where the reference itself is NaN or infinite."""
 
-    def __init__(self, ref: np.ndarray, dtype: str, arg: Argument):
+    def __init__(self, ref: np.ndarray, dtype: str, arg: Argument, scale: float = 1.0):
         self.shape = ref.shape
         self.dtype = dtype
         self.exact = dtype not in TOLERANCE
@@ -94,8 +105,9 @@ class Expected:
             self.values = np.ascontiguousarray(ref).ravel()
             return
         rtol, atol = TOLERANCE[dtype]
-        self.rtol = arg.rtol if arg.rtol is not None else rtol
-        self.atol = arg.atol if arg.atol is not None else atol
+        # `scale`: the calibration's widening of the dtype's default (never of the spec's own)
+        self.rtol = arg.rtol if arg.rtol is not None else rtol * scale
+        self.atol = arg.atol if arg.atol is not None else atol * scale
         work = np.float64 if dtype == "float64" else np.float32
         self.values = ref.astype(work).ravel()
         nan, inf = np.isnan(self.values), np.isinf(self.values)
@@ -301,6 +313,7 @@ class Evaluator:
         self._kinds: list[str] = []  # poisons still to use in this configuration's checked runs
         self._resident: dict[int, tuple[np.ndarray, Any]] = {}
         self._verified: dict[int, dict[str, np.ndarray]] = {}  # id(inputs) -> outputs that passed
+        self.scale: dict[str, float] = {}  # outputs whose default tolerance the calibration widened
         self._timing_inputs: Inputs | None = None
         env = problem.values
         self.bytes_moved = float(template.cost_bytes.evaluate(env))
@@ -335,7 +348,7 @@ class Evaluator:
         else:
             inputs.expected = {k: v.copy() for k, v in self._baseline_outputs(inputs, which).items()}
         for a in outputs:
-            inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a)
+            inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a, self.scale.get(a.name, 1.0))
         return inputs
 
     def _baseline_outputs(self, inputs: Inputs, which: int) -> dict[str, np.ndarray]:
@@ -535,6 +548,62 @@ class Evaluator:
         for which in range(len(self.problems)):
             self._pool(which)
             self._device_buffers(which)
+
+    def calibrate(self) -> dict[str, float]:
+        """Measure the original kernel's own error against the reference, before tuning.
+
+        Where the original misses the dtype's default tolerance on an output (fast-math, a
+        different order of summation), that output's tolerance is widened to CALIBRATION_FACTOR
+        times the original's worst error, so the user's own kernel passes and no candidate may be
+        worse than twice what it achieves. An output with an explicit rtol/atol in the spec keeps
+        it. Returns {output: worst error of the original / default tolerance} for every output;
+        raises CalibrationError, one line naming the output and its worst element, when the
+        original fails an explicit tolerance or disagrees with the reference beyond
+        CALIBRATION_LIMIT times the default (a wrong reference, or a wrong kernel)."""
+        if self.reference is None:
+            return {}
+        source = self.template.original_sources.get(self.backend.name)
+        # a build of its own (one define more), so that no state it keeps is shared with a
+        # candidate's build of the same source (PoCL loads identical builds once)
+        own = {"KERNTUNE_CALIBRATION": "1"}
+        try:
+            if source is not None:
+                config = None
+                kernel = self.backend.compile(source, self.template.entry, own, self.options)
+            else:
+                config = self.template.default_config()
+                kernel = self.backend.compile(self.source, self.template.entry, {**_defines(config), **own},
+                                              self.options)
+        except CompileError as e:
+            raise CalibrationError(f"the original kernel does not compile: {e}") from None
+        outputs = [a for a in self.template.arguments if a.is_output]
+        worst: dict[str, tuple[float, str]] = {a.name: (0.0, "") for a in outputs}
+        self._arm_guards()
+        for which, problem in enumerate(self.problems):
+            geo = self._geometry(config, problem)
+            for inputs in self._pool(which)[:2]:
+                outs = self._run_checked(kernel, geo, inputs, which, poison="nan")
+                for a in outputs:
+                    err, msg = compare(a.name, outs[a.name], Expected(inputs.expected[a.name], a.dtype, a))
+                    if err > worst[a.name][0]:
+                        at = "" if which == 0 else f" at {problem.label()}"
+                        worst[a.name] = (err, f"{msg}{at}")
+        for a in outputs:
+            err, msg = worst[a.name]
+            if err <= 1.0:
+                continue
+            explicit = a.rtol is not None or a.atol is not None
+            if explicit or not math.isfinite(err) or err > CALIBRATION_LIMIT:
+                why = "its explicit tolerance" if explicit else "the reference"
+                raise CalibrationError(f"the original kernel disagrees with {why}: {msg}")
+            self.scale[a.name] = CALIBRATION_FACTOR * err
+        if self.scale:
+            for pool in self._pools.values():
+                for inputs in pool:
+                    for a in outputs:
+                        inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a,
+                                                         self.scale.get(a.name, 1.0))
+        return {name: round(err, 4) for name, (err, _) in worst.items()}
 
     # the protocol ------------------------------------------------------------------------------
     def compile(self, config: Mapping[str, ParamValue]) -> Any:

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 import tomli_w
 
-from .events import ConfigEvaluated, Event, EventFormatError, RunFinished, RunStarted, event_from_dict, event_to_dict
+from .events import ConfigEvaluated, Note, Event, EventFormatError, RunFinished, RunStarted, event_from_dict, event_to_dict
 from .result import FAILED, Result, config_key
 
 if sys.version_info >= (3, 11):
@@ -300,6 +300,7 @@ class Session:
             "speedup": None,
             "finished": None,
             "warnings": list(self.warnings),
+            "calibration": [e.text for e in self.events if isinstance(e, Note) and e.source == "calibration"],
         }
         if best is not None:
             out["best"] = {"config": dict(best.config), "median_us": best.median_us,

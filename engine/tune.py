@@ -330,6 +330,12 @@ class TuneRun:
                 worker.start()
             except WorkerError as e:
                 raise TuneError(f"cannot start the evaluation worker: {e}") from None
+            for name, err in sorted(worker.info.get("calibration", {}).items()):
+                scale = worker.info.get("scale", {}).get(name)
+                widened = (f"; its tolerance is widened {scale:.3g}x for every configuration" if scale
+                           else "; the default tolerance holds")
+                self._emit(Note(self._now(), f"tolerance of `{name}`: the original kernel's worst error is "
+                                f"{err:.3g}x the default{widened}", source="calibration"))
             if not worker.info.get("cold_cache", True):
                 flush = worker.info.get("flush_bytes", 0) / 2**20
                 self.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "

@@ -66,11 +66,13 @@ def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
         ev = Evaluator(backend, template, problem, seed=spec.seed, timing=spec.timing, verify=spec.verify,
                        extra_problems=extra)
         ev.prepare()
+        calibration = ev.calibrate()
     except Exception as e:  # reported to the parent as one line; the run cannot go on without it
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
     conn.send(("ready", {"limits": backend.limits.to_dict(), "cold_cache": ev.cold_cache,
-                         "flush_bytes": backend.flush_bytes()}))
+                         "flush_bytes": backend.flush_bytes(), "calibration": calibration,
+                         "scale": dict(ev.scale)}))
     kept: dict[str, tuple[float, Any]] = {}  # config key -> (median, loaded kernel)
     while True:
         try:

@@ -347,6 +347,8 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     failed = ", ".join(f"{k} {v}" for k, v in summary["failed"].items()) or "none"
     print(f"evaluated {summary['evaluated']} of {summary['feasible']} feasible; verified {summary['verified']}; "
           f"failed: {failed}")
+    for line in summary.get("calibration", []):
+        print(line)
     if summary["speedup"]:
         print(f"best {fmt_num(summary['best']['median_us'])} us, {fmt_ratio(summary['speedup'])} the default "
               "configuration")
