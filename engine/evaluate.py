@@ -163,10 +163,11 @@ def make_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
         if arg.role == "output":
             continue
         shape = arg_shape(arg, problem)
+        low, high = arg.bounds(problem.values)
         if arg.init == "randint":
-            data = rng.integers(int(arg.low), int(arg.high), size=shape)
-        elif arg.init == "uniform":
-            data = rng.uniform(arg.low, arg.high, size=shape)
+            data = rng.integers(math.ceil(low), math.ceil(high), size=shape)
+        elif arg.init in ("uniform", "positive"):
+            data = rng.uniform(low, high, size=shape)
         else:
             data = rng.standard_normal(size=shape, dtype=np.float32)
         data = data.astype(np_dtype(arg.dtype))
@@ -345,6 +346,7 @@ class Evaluator:
                 if a.name not in expected:
                     raise RuntimeError(f"the template's reference returned no `{a.name}`")
                 inputs.expected[a.name] = np.asarray(expected[a.name]).astype(np_dtype(a.dtype)).reshape(arg_shape(a, problem))
+                _check_finite(a, inputs.expected[a.name], inputs, problem)
         else:
             inputs.expected = {k: v.copy() for k, v in self._baseline_outputs(inputs, which).items()}
         for a in outputs:
@@ -929,6 +931,26 @@ class Evaluator:
             return False, f"{e.status}: {e.message}"
         except (CompileError, LaunchError, ExpressionError) as e:
             return False, str(e)
+
+
+def _check_finite(a: Argument, ref: np.ndarray, inputs: Inputs, problem: Problem) -> None:
+    """A reference with NaN or Inf where every input is finite is an error (it would leave those
+    elements unchecked), unless the spec says the output may hold them (`nonfinite = true`)."""
+    if a.nonfinite_ok or a.dtype not in TOLERANCE:
+        return
+    bad = ~np.isfinite(ref.astype(np.float32, copy=False))
+    if not bad.any():
+        return
+    infinite = [k for k, v in inputs.host.items() if v.dtype.kind == "f" or v.dtype.name == "bfloat16"
+                if not np.isfinite(v.astype(np.float32, copy=False)).all()]
+    if infinite:
+        return
+    i = int(np.flatnonzero(bad.ravel())[0])
+    inputs_named = ", ".join(f"`{k}`" for k in inputs.host) or "none"
+    raise RuntimeError(
+        f"the template's reference gives {int(bad.sum())} non-finite values of `{a.name}` (first at {i}) "
+        f"at {problem.label()} from finite inputs ({inputs_named}): give those inputs a range that keeps "
+        f"the reference finite (`init`, `range` in [[arg]]), or set `nonfinite = true` on `{a.name}`")
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def np_dtype(name: str) -> Any:
 
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(name)
-INITS = ("normal", "uniform", "randint")
+INITS = ("normal", "uniform", "randint", "positive")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names that expressions may use to reach the device's limits (see engine/space.py).
 DEVICE_NAMES = (
@@ -107,6 +107,19 @@ class Argument:
     rtol: float | None = None
     atol: float | None = None
     inf_fraction: float = 0.0  # share of random inputs set to -inf (log-sum-exps of empty rows)
+    # `range` bounds written as expressions over the problem sizes (token ids in [0, vocab))
+    range_exprs: tuple[Expression, Expression] | None = None
+    # the reference may hold NaN or Inf for this output although the inputs are finite
+    nonfinite_ok: bool = False
+
+    def bounds(self, values: Mapping[str, Any]) -> tuple[float, float]:
+        """The range inputs are drawn from, at a problem's sizes."""
+        if self.range_exprs is None:
+            return self.low, self.high
+        lo, hi = (float(e.evaluate(values)) for e in self.range_exprs)
+        if not lo < hi:
+            raise ExpressionError(f"the range of `{self.name}` is empty at {dict(values)}: [{lo:g}, {hi:g})")
+        return lo, hi
 
     @property
     def is_buffer(self) -> bool:
@@ -620,7 +633,8 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
         raise s.fail("arg", "a list of [[arg]] tables, one for each kernel argument", raw)
     out: list[Argument] = []
     seen: set[str] = set()
-    keys = {"name", "dtype", "role", "shape", "value", "init", "range", "rtol", "atol", "inf_fraction"}
+    keys = {"name", "dtype", "role", "shape", "value", "init", "range", "rtol", "atol", "inf_fraction",
+            "nonfinite"}
     for i, item in enumerate(raw):
         name, where = _named_table(s, "arg", i, item, keys, seen)
         dtype = s.string(item, "dtype", where)
@@ -646,16 +660,26 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
         low, high = -1.0, 1.0
         if init == "randint":
             low, high = 0, 100
+        elif init == "positive":
+            low, high = 0.01, 1.0
+        range_exprs = None
         if "range" in item:
             r = item["range"]
-            if (
-                not isinstance(r, list)
-                or len(r) != 2
-                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in r)
-                or not r[0] < r[1]
-            ):
+            if not isinstance(r, list) or len(r) != 2:
+                raise s.fail(f"{where}.range", "[low, high]: numbers or expressions over the problem sizes", r)
+            if any(isinstance(x, str) for x in r):
+                range_exprs = tuple(checked(x if isinstance(x, str) else str(x), f"{where}.range", problem_names)
+                                    for x in r)
+            elif (not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in r)
+                    or not r[0] < r[1]):
                 raise s.fail(f"{where}.range", "[low, high] with low < high", r)
-            low, high = r
+            else:
+                low, high = r
+            if init == "positive" and range_exprs is None and low <= 0:
+                raise s.fail(f"{where}.range", "a range above zero for a positive input", r)
+        nonfinite = item.get("nonfinite", False)
+        if not isinstance(nonfinite, bool):
+            raise s.fail(f"{where}.nonfinite", "true or false", nonfinite)
         tols = {}
         for t in ("rtol", "atol"):
             if t in item:
@@ -668,7 +692,8 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
                 or not 0 <= inf_fraction < 1 or (inf_fraction and dtype not in FLOAT_DTYPES)):
             raise s.fail(f"{where}.inf_fraction", "a fraction in [0, 1) of a float argument", inf_fraction)
         out.append(Argument(name, dtype, role, shape, value, init, low, high, **tols,
-                            inf_fraction=float(inf_fraction)))
+                            inf_fraction=float(inf_fraction), range_exprs=range_exprs,
+                            nonfinite_ok=nonfinite))
     if not any(a.is_output for a in out):
         raise s.fail("arg", "at least one argument with role output or inout")
     return tuple(out)

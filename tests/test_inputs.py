@@ -1,0 +1,48 @@
+"""Inputs described in the spec: ranges over the problem sizes, positive inputs, and a reference
+that turns finite inputs into NaN stopping the run in one line."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from kerntune import templates
+from kerntune.engine.evaluate import make_inputs
+from kerntune.engine.template import TemplateError, load_template
+
+from test_cli import QUICK, kerntune
+
+
+def _vector_add(tmp_path, arg_extra: str, reference: str | None = None):
+    d = tmp_path / "va"
+    shutil.copytree(templates.path("vector_add").parent, d)
+    spec = (d / "kernel.toml").read_text()
+    spec = spec.replace('name = "a"\n', f'name = "a"\n{arg_extra}\n', 1)
+    (d / "kernel.toml").write_text(spec)
+    if reference is not None:
+        (d / "reference.py").write_text(reference)
+    return d
+
+
+def test_a_range_may_name_the_problem_sizes(tmp_path):
+    t = load_template(_vector_add(tmp_path, 'init = "uniform"\nrange = ["n / 2", "n"]'))
+    a = make_inputs(t, t.problem(None, {"n": 1000}), 1).host["a"]
+    assert a.min() >= 500 and a.max() < 1000
+
+
+def test_positive_inputs_are_above_zero(tmp_path):
+    t = load_template(_vector_add(tmp_path, 'init = "positive"'))
+    a = make_inputs(t, t.problem(None, {"n": 5000}), 1).host["a"]
+    assert (a > 0).all()
+    with pytest.raises(TemplateError, match="above zero"):
+        load_template(_vector_add(tmp_path / "x", 'init = "positive"\nrange = [-1, 1]'))
+
+
+def test_a_reference_with_nan_from_finite_inputs_stops_in_one_line(tmp_path):
+    ref = "import numpy as np\ndef reference(inputs, sizes):\n    return {'c': np.sqrt(inputs['a']) + inputs['b']}\n"
+    d = _vector_add(tmp_path, "", reference=ref)
+    r = kerntune("tune", str(d), "--session", str(tmp_path / "s.toml"), "--shape", "n=4000", *QUICK)
+    assert r.returncode != 0
+    err = r.stderr.strip()
+    assert err.count("\n") == 0 and "non-finite values of `c`" in err and "nonfinite = true" in err
+    assert np.sqrt(np.float32(-1)) != np.sqrt(np.float32(-1))  # numpy's NaN, as the reference made
