@@ -239,6 +239,9 @@ class Session:
     def results(self) -> list[Result]:
         """Every configuration's result in order, with demotions applied: an event that
         `replaces` takes the place of the latest result of the same index and configuration."""
+        cached = getattr(self, "_results", None)
+        if cached is not None and cached[0] == len(self.events):
+            return list(cached[1])
         out: list[Result] = []
         at: dict[tuple[int, str], int] = {}
         for e in self.events:
@@ -249,6 +252,7 @@ class Session:
                 else:
                     at[key] = len(out)
                     out.append(e.result)
+        self._results = (len(self.events), tuple(out))  # a loaded session's events do not change
         return out
 
     def evaluated_keys(self) -> set[str]:
