@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import defaultdict
@@ -104,10 +105,17 @@ class RulesProvider:
             return SearchPlan("grid", budget, values, f"{how}: {size} configurations")
         budget = state.budget or REFINE_BUDGET
         _, first = profile_evidence(state)
-        values, order = refinement(template, state.best.config, mine, budget, first)
+        # A neighbourhood measured to the last configuration is widened (values two, then three
+        # places away...) until it holds something new: a round never re-proposes only what is known.
+        widest = max((len(p.values) for p in template.parameters), default=1)
+        for radius in range(1, widest + 1):
+            values, order = refinement(template, state.best.config, mine, budget, first, radius)
+            if unmeasured(values, mine):
+                break
         lead = f"the profile's bound first ({', '.join(first)}), then " if first else ""
+        near = "neighbours" if radius == 1 else f"values up to {radius} places from"
         return SearchPlan("grid", budget, values,
-                          f"neighbours of the best's values, {lead}most influential first: " + ", ".join(order))
+                          f"{near} the best's values, {lead}most influential first: " + ", ".join(order))
 
     # tester ------------------------------------------------------------------------------------
     def test(self, state: LoopState, record: RoundRecord) -> Report:
@@ -177,11 +185,19 @@ def profile_evidence(state: LoopState) -> tuple[str, list[str]]:
     return text, list(dict.fromkeys(first))
 
 
+def unmeasured(values: dict, results: list) -> int:
+    """How many configurations of the grid `values` no result in `results` measured."""
+    names = list(values)
+    seen = {tuple(r.config.get(n) for n in names) for r in results if r.config}
+    return sum(1 for combo in itertools.product(*values.values()) if combo not in seen)
+
+
 def refinement(template: Template, best: dict, results: list, budget: int,
-               first: list[str] | tuple[str, ...] = ()) -> tuple[dict, list[str]]:
-    """Neighbours of the best's values, parameter by parameter in order of how much each moved the
-    time (the slowest over the fastest of the best times per value), while the product fits; the
-    parameters in `first` (the profile's choice) go before the rest."""
+               first: list[str] | tuple[str, ...] = (), radius: int = 1) -> tuple[dict, list[str]]:
+    """Neighbours of the best's values (up to `radius` places away), parameter by parameter in
+    order of how much each moved the time (the slowest over the fastest of the best times per
+    value), while the configurations not yet measured fit the budget; the parameters in `first`
+    (the profile's choice) go before the rest."""
     defaults = template.default_config()
     effect = {}
     for p in template.parameters:
@@ -197,27 +213,24 @@ def refinement(template: Template, best: dict, results: list, budget: int,
     def size(v: dict) -> int:
         return math.prod(len(set(x) | {defaults[n]}) for n, x in v.items())
 
+    known = sum(1 for r in results if r.config)
     used = []
     for name in order:
         p = template.parameter(name)
         trial = dict(values)
-        trial[name] = neighbours(p.values, best[name], p.description.startswith("threads"))
-        if size(trial) <= budget:
+        trial[name] = neighbours(p.values, best[name], p.description.startswith("threads"), radius)
+        if size(trial) <= budget or (size(trial) <= budget + known and unmeasured(trial, results) <= budget):
             values = trial
             used.append(f"{name} (x{effect[name]:.2f})")
     return values, used
 
 
-def neighbours(values: tuple, best: ParamValue, threads: bool) -> tuple:
-    """The best value, the ones either side of it in the list, and for thread counts the
-    multiples of 32 halfway to each side (192 and 384 around 256)."""
+def neighbours(values: tuple, best: ParamValue, threads: bool, radius: int = 1) -> tuple:
+    """The best value, the ones up to `radius` places either side of it in the list, and for
+    thread counts the multiples of 32 halfway to each side (192 and 384 around 256)."""
     ordered = sorted(values)
     i = ordered.index(best) if best in ordered else 0
-    out = {best}
-    if i > 0:
-        out.add(ordered[i - 1])
-    if i + 1 < len(ordered):
-        out.add(ordered[i + 1])
+    out = set(ordered[max(0, i - radius):i + radius + 1]) | {best}
     if threads and isinstance(best, int) and not isinstance(best, bool):
         for other in (ordered[i - 1] if i > 0 else None, ordered[i + 1] if i + 1 < len(ordered) else None):
             if other is None:

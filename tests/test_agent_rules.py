@@ -1,15 +1,17 @@
 """The agent loop with the offline rules: the original silu_and_mul, templated and tuned on PoCL."""
 
+import itertools
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kerntune.agents.lift import find_lifts, lift_template, values_for
-from kerntune.agents.rules import coarse_grid, neighbours, spread
+from kerntune.agents.rules import coarse_grid, neighbours, refinement, spread, unmeasured
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.events import (
     Analysis,
@@ -183,6 +185,19 @@ def test_value_ranges_and_the_grids_of_the_tuner():
     assert spread((32, 64, 128, 256, 512, 1024, 2048, 4096), 256, 3) == (32, 256, 4096)
     assert neighbours((32, 64, 128, 256, 512), 256, threads=True) == (128, 192, 256, 384, 512)
     assert neighbours((1, 2, 4, 8), 8, threads=False) == (4, 8)
+    assert neighbours((1, 2, 4, 8, 16), 8, threads=False, radius=2) == (2, 4, 8, 16)
+
+
+def test_a_refinement_whose_neighbourhood_is_all_measured_reaches_further(tmp_path):
+    t = load_template(original_spec(tmp_path))
+    template = write_template(t, lift_template(t, "opencl", CPU).proposal, tmp_path / "tpl", CPU)
+    best = template.default_config()
+    near, _ = refinement(template, best, [], 10_000)
+    measured = [SimpleNamespace(config=dict(zip(near, combo)), ranked=True, median_us=1.0 + i)
+                for i, combo in enumerate(itertools.product(*near.values()))]
+    assert unmeasured(near, measured) == 0
+    wider, _ = refinement(template, best, measured, 8, radius=2)
+    assert 0 < unmeasured(wider, measured) <= 8
 
 
 def test_the_coarse_grid_fits_the_budget_and_keeps_every_default(tmp_path):
