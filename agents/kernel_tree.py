@@ -1,0 +1,996 @@
+"""Kernels read as syntax trees: what each thread owns, its loops, accumulators and array accesses.
+
+CUDA C++ and OpenCL C are parsed with tree-sitter's C++ grammar, the CUDA and OpenCL words blanked
+first as engine/signature.py does (offsets are kept, so every span here is a span of the source as
+written). Nothing is read with regular expressions and nothing is compiled or run.
+
+For each kernel `analyse` tells:
+
+- the thread and block ids it reads (`blockIdx.x * blockDim.x + threadIdx.x`, `get_global_id(0)`,
+  ...) and the launch dimensions they are in, and the literals the indexing uses as a thread count
+  (`blockIdx.x * 256 + threadIdx.x` assumes 256 threads per block);
+- the variable holding the element or row a thread owns, and the guard that bounds it
+  (`if (i < n) {...}` or `if (i >= n) return;`);
+- its loops (bounds, step, trip count when it is a literal, whether the step is the thread count),
+  the kernel's own loops told from the loops of the functions it calls;
+- what each array is read and written at (the index as written, the innermost loop it is in,
+  whether it is reached on every path), including through a local pointer such as
+  `const float *x = inp + row * C;`;
+- its accumulators (a sum, max or min carried across a loop's iterations) and the softmax pair (a
+  max, then a sum of `exp(... - max)`);
+- a classification: `elementwise` (a thread per element, every array read and written at an index
+  that moves with the element one for one), `rowwise` (a thread per row, loops over the row) or
+  `neither`, with the reasons.
+
+`slope` tells how an index expression moves as the element variable moves, which is what the
+rewrites need to prove a vector access safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from kerntune.engine.signature import KernelSignature, _blank, _callee, _leaves, _parser, _text, parse_kernels
+
+# ids a thread reads, by kind: CUDA fields and OpenCL functions
+CUDA_IDS = {"threadIdx": "local", "blockIdx": "group", "blockDim": "local_size", "gridDim": "groups"}
+OPENCL_IDS = {"get_global_id": "global", "get_local_id": "local", "get_group_id": "group",
+              "get_local_size": "local_size", "get_num_groups": "groups", "get_global_size": "global_size"}
+DIMS = {"x": 0, "y": 1, "z": 2}
+BARRIERS = {"__syncthreads", "barrier", "work_group_barrier", "__syncwarp", "sub_group_barrier",
+            "__syncthreads_count", "__syncthreads_and", "__syncthreads_or"}
+ATOMIC_PREFIXES = ("atomic", "atom_", "__atomic")
+MAX_FUNCTIONS = {"max", "fmax", "fmaxf", "__hmax", "fmax_", "maxf"}
+MIN_FUNCTIONS = {"min", "fmin", "fminf", "__hmin"}
+EXP_FUNCTIONS = {"exp", "expf", "__expf", "exp2", "exp2f", "native_exp", "half_exp", "hexp", "__expf"}
+# functions whose value depends only on their arguments (an index built from them moves as they do)
+PURE_INDEX = {"min", "max", "abs"}
+
+
+@dataclass(frozen=True)
+class Span:
+    """A half-open range of characters of the source: source[start:end]."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ThreadIndex:
+    """A local variable initialised from thread or block ids."""
+
+    name: str
+    expr: str  # its initialiser, as written
+    reads: tuple[tuple[str, int], ...]  # (kind, dimension): ("group", 0) for blockIdx.x
+    is_global: bool  # a global index: group * local_size + local, or get_global_id, in one dimension
+    span: Span  # the declaration statement
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A loop; for a `for` of the usual shape its variable, bounds, step and trip count."""
+
+    function: str  # the function it is written in
+    in_kernel: bool  # written in the kernel's own body, not in a function it calls
+    var: str = ""
+    start: str = ""
+    bound: str = ""  # `j < bound` (or `j <= bound`, with `inclusive`)
+    inclusive: bool = False
+    step: str = ""
+    trip: int | None = None  # a literal trip count
+    depth: int = 0  # loops around it in the same function
+    strided_by_threads: bool = False  # the step is the block's (or the grid's) thread count
+    span: Span = Span(0, 0)
+    pragma: Span | None = None  # the `#pragma unroll` line just before it
+    accesses: int = 0  # array accesses in its body
+
+    @property
+    def hot(self) -> bool:
+        """The kernel's own loop over data: where an unroll count is worth tuning."""
+        return self.in_kernel and (self.accesses > 0 or self.trip is None or self.trip > 1)
+
+
+@dataclass(frozen=True)
+class Access:
+    """One array element read or written: `array[index]`, `array` a pointer argument."""
+
+    array: str  # the kernel argument it points into
+    index: str  # the index as written (through a local pointer: `offset + (index)`)
+    write: bool
+    read: bool
+    span: Span  # the subscript expression
+    index_span: Span
+    loop: int | None  # the innermost loop of the kernel it is in (an index into `loops`)
+    unconditional: bool  # reached on every path through the kernel's body (not under an if or loop)
+    via: str = ""  # the local pointer it goes through, when it does
+    offset: str = ""  # that pointer's offset from the argument
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """A variable carried across a loop's iterations by a sum, max or min."""
+
+    var: str
+    op: str  # "sum", "max" or "min"
+    loop: int  # index into `loops`
+    init: str  # its initial value, as written ("" when not found)
+    span: Span  # the update statement
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The bound on the owned element or row: `if (var < bound) {...}` or `if (var >= bound) return;`."""
+
+    var: str
+    bound: str
+    form: str  # "if" or "return"
+    span: Span  # the if statement
+
+
+@dataclass(frozen=True)
+class KernelAnalysis:
+    """What one kernel does, read from its syntax tree; see the module's docstring."""
+
+    name: str
+    dialect: str
+    signature: KernelSignature
+    span: Span  # the function definition (from its return type, the kernel words included)
+    body: Span  # the body's braces included
+    thread_indices: tuple[ThreadIndex, ...] = ()
+    element: str = ""  # the variable of the element or row a thread owns
+    guard: Guard | None = None
+    loops: tuple[Loop, ...] = ()  # the kernel's own loops, in order
+    helper_loops: tuple[Loop, ...] = ()  # loops of the file's other functions
+    accesses: tuple[Access, ...] = ()
+    accumulators: tuple[Accumulator, ...] = ()
+    softmax_pairs: tuple[tuple[str, str], ...] = ()  # (max variable, sum-of-exp variable)
+    launch_dims: frozenset[int] = frozenset()  # dimensions of the launch the kernel reads
+    fixed_threads: tuple[int, ...] = ()  # literals the indexing takes as a thread count
+    barriers: bool = False
+    shared: bool = False  # __shared__ or __local memory
+    atomics: bool = False
+    opaque: tuple[str, ...] = ()  # arrays used other than by subscript (casts, pointer arithmetic, calls)
+    kind: str = "neither"  # "elementwise", "rowwise" or "neither"
+    reasons: tuple[str, ...] = ()
+    locals: dict[str, str] = field(default_factory=dict)  # single-assignment locals: name -> initialiser
+
+    @property
+    def owns(self) -> str:
+        """In words: what one thread owns."""
+        if self.kind == "elementwise":
+            return f"one element, `{self.element}`"
+        if self.kind == "rowwise":
+            return f"one row, `{self.element}`"
+        return "no one element or row"
+
+    def arrays(self) -> dict[str, tuple[bool, bool]]:
+        """Each array the kernel accesses: (read, written)."""
+        out: dict[str, tuple[bool, bool]] = {}
+        for a in self.accesses:
+            r, w = out.get(a.array, (False, False))
+            out[a.array] = (r or a.read, w or a.write)
+        return out
+
+
+class KernelTreeError(ValueError):
+    """The source holds no kernel that can be read; the message is one line."""
+
+
+# the API ---------------------------------------------------------------------------------------
+
+def analyse(source: str, defines: dict[str, str] | None = None) -> list[KernelAnalysis]:
+    """Every kernel of the source, analysed, in order."""
+    return _File(source, defines).kernels()
+
+
+def classify(source: str, entry: str | None = None) -> KernelAnalysis:
+    """The analysis of the kernel named `entry` (or the only kernel of the source)."""
+    kernels = analyse(source)
+    if not kernels:
+        raise KernelTreeError("no __global__ or __kernel function in the source")
+    if entry is None:
+        return kernels[0]
+    base = entry.split("<")[0].split("::")[-1]
+    for k in kernels:
+        if k.name == base:
+            return k
+    raise KernelTreeError(f"no kernel named {entry} (the source has {', '.join(k.name for k in kernels)})")
+
+
+def slope(analysis: KernelAnalysis, index: str, var: str | None = None) -> int | None:
+    """How `index` moves when the owned variable moves by one: 0 (it does not), 1 (one for one)
+    or None (otherwise, or unknown); div and mod by values that do not move count as moving one
+    for one within a stretch that crosses no multiple of the divisor (see `Slope.conditions`)."""
+    return index_slope(analysis, index, var).slope
+
+
+@dataclass(frozen=True)
+class Slope:
+    """An index's slope, and the `(operand, divisor)` pairs of the div and mod it goes through:
+    the slope holds over a stretch of elements whose operand crosses no multiple of the divisor."""
+
+    slope: int | None
+    conditions: tuple[tuple[str, str], ...] = ()
+
+
+def index_slope(analysis: KernelAnalysis, index: str, var: str | None = None) -> Slope:
+    """`slope` with the conditions under which it holds; operands are inlined (locals replaced by
+    their initialisers) so that they can be evaluated anywhere in the kernel."""
+    node = _parse_expression(index)
+    if node is None:
+        return Slope(None)
+    var = var or analysis.element
+    # thread ids move with the element a thread owns, not with a loop the thread runs
+    s = _Slopes(analysis.locals, var, ids_move=var == analysis.element)
+    value = s.of(node)
+    return Slope(value, tuple(dict.fromkeys(s.conditions)))
+
+
+def inline(analysis: KernelAnalysis, expr: str, rename: dict[str, str] | None = None) -> str:
+    """`expr` with the kernel's single-assignment locals replaced by their initialisers (in
+    parentheses) and the names in `rename` renamed: an expression that can be evaluated anywhere."""
+    node = _parse_expression(expr)
+    if node is None:
+        return expr
+    return _inline(node, analysis.locals, rename or {}, 0)
+
+
+# reading a file --------------------------------------------------------------------------------
+
+class _File:
+    def __init__(self, source: str, defines: dict[str, str] | None):
+        self.source = source
+        self.raw = source.encode("utf-8")
+        self.blanked, self.dialect, self.marks = _blank(self.raw)
+        self.root = _parser().parse(self.blanked).root_node
+        self.signatures = {s.name: s for s in parse_kernels(source, defines)}
+        ascii_only = len(self.raw) == len(source)
+        self._chars = None if ascii_only else self._char_map()
+        raw_root = _parser().parse(self.raw).root_node
+        self.shared_marks = sorted(leaf.start_byte for leaf in _leaves(raw_root)
+                                   if _text(leaf) in ("__shared__", "__local", "local" if self.dialect == "opencl" else ""))
+
+    def _char_map(self) -> list[int]:
+        out, pos = [0] * (len(self.raw) + 1), 0
+        for i, ch in enumerate(self.source):
+            n = len(ch.encode("utf-8"))
+            for k in range(n):
+                out[pos + k] = i
+            pos += n
+        out[pos] = len(self.source)
+        return out
+
+    def span(self, start: int, end: int) -> Span:
+        if self._chars is None:
+            return Span(start, end)
+        return Span(self._chars[start], self._chars[end])
+
+    def node_span(self, node) -> Span:
+        return self.span(node.start_byte, node.end_byte)
+
+    def functions(self) -> Iterator:
+        stack = [self.root]
+        out = []
+        while stack:
+            n = stack.pop()
+            if n.type == "function_definition":
+                out.append(n)
+                continue
+            stack.extend(n.children)
+        return sorted(out, key=lambda n: n.start_byte)
+
+    def is_kernel(self, fn) -> bool:
+        body = fn.child_by_field_name("body")
+        start = self.marks.head(fn)
+        return body is not None and any(start <= o < body.start_byte for o in self.marks.kernels)
+
+    def kernels(self) -> list[KernelAnalysis]:
+        fns = self.functions()
+        helpers = [lp for fn in fns if not self.is_kernel(fn) for lp in _Body(self, fn, False).loops]
+        out = []
+        for fn in fns:
+            if not self.is_kernel(fn):
+                continue
+            name = _function_name(fn)
+            sig = self.signatures.get(name)
+            if sig is None:
+                continue
+            out.append(_Body(self, fn, True).analysis(sig, tuple(helpers)))
+        return out
+
+
+def _function_name(fn) -> str:
+    d = fn.child_by_field_name("declarator")
+    while d is not None and d.type != "function_declarator":
+        d = d.child_by_field_name("declarator")
+    return _callee(d.child_by_field_name("declarator")) if d is not None else ""
+
+
+def _parse_expression(text: str):
+    """The syntax tree of one expression (parsed as an initialiser, where C++ reads no declaration)."""
+    root = _parser().parse(f"auto kt_e = ({text});".encode("utf-8")).root_node
+    if root.has_error:
+        return None
+    decl = root.named_children[0] if root.named_children else None
+    init = decl.child_by_field_name("declarator") if decl is not None else None
+    value = init.child_by_field_name("value") if init is not None else None
+    if value is None or value.type != "parenthesized_expression":
+        return None
+    named = [c for c in value.named_children if c.type != "comment"]
+    return named[0] if len(named) == 1 else None
+
+
+def _unwrap(node):
+    """The expression inside parentheses and casts."""
+    while node is not None:
+        if node.type == "parenthesized_expression":
+            named = [c for c in node.named_children if c.type != "comment"]
+            node = named[0] if len(named) == 1 else None
+        elif node.type == "cast_expression":
+            node = node.child_by_field_name("value")
+        elif node.type == "call_expression" and _callee(node.child_by_field_name("function")) in (
+                "static_cast", "size_t", "long", "int", "unsigned"):
+            args = node.child_by_field_name("arguments").named_children
+            node = args[0] if len(args) == 1 else None
+            if node is None:
+                return None
+        else:
+            return node
+    return None
+
+
+def thread_reads(node, dialect: str) -> set[tuple[str, int]]:
+    """The (kind, dimension) of every thread or block id an expression reads."""
+    out: set[tuple[str, int]] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "field_expression":
+            arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
+            if arg is not None and arg.type == "identifier" and _text(arg) in CUDA_IDS and _text(fld) in DIMS:
+                out.add((CUDA_IDS[_text(arg)], DIMS[_text(fld)]))
+                continue
+        if n.type == "call_expression":
+            name = _callee(n.child_by_field_name("function"))
+            if name in OPENCL_IDS:
+                args = n.child_by_field_name("arguments").named_children
+                dim = int(_text(args[0])) if args and _text(args[0]).isdigit() else 0
+                out.add((OPENCL_IDS[name], dim))
+                continue
+        stack.extend(n.children)
+    return out
+
+
+def _global_index(node, dialect: str) -> tuple[bool, int | None, tuple[int, ...]]:
+    """Whether an initialiser is a global index in one dimension; its dimension; the literals it
+    takes as the block's thread count (`blockIdx.x * 256 + threadIdx.x`)."""
+    node = _unwrap(node)
+    if node is None:
+        return False, None, ()
+    if node.type == "call_expression" and _callee(node.child_by_field_name("function")) == "get_global_id":
+        (kind, dim), = thread_reads(node, dialect)
+        return True, dim, ()
+    if node.type != "binary_expression" or _text(node.child_by_field_name("operator")) != "+":
+        return False, None, ()
+    left, right = _unwrap(node.child_by_field_name("left")), _unwrap(node.child_by_field_name("right"))
+    for prod, local in ((left, right), (right, left)):
+        if prod is None or local is None:
+            continue
+        lr = thread_reads(local, dialect)
+        if len(lr) != 1 or next(iter(lr))[0] != "local" or _unwrap(local) is None:
+            continue
+        dim = next(iter(lr))[1]
+        if prod.type != "binary_expression" or _text(prod.child_by_field_name("operator")) != "*":
+            continue
+        a, b = _unwrap(prod.child_by_field_name("left")), _unwrap(prod.child_by_field_name("right"))
+        if a is None or b is None:
+            continue
+        ra, rb = thread_reads(a, dialect), thread_reads(b, dialect)
+        for g, s, rg, rs in ((a, b, ra, rb), (b, a, rb, ra)):
+            if rg == {("group", dim)}:
+                if rs == {("local_size", dim)}:
+                    return True, dim, ()
+                if not rs and s.type == "number_literal" and _text(s).rstrip("uUlL").isdigit():
+                    return True, dim, (int(_text(s).rstrip("uUlL")),)
+    return False, None, ()
+
+
+class _Body:
+    """One function's body walked once: loops, accesses, accumulators, locals."""
+
+    def __init__(self, f: _File, fn, kernel: bool):
+        self.f = f
+        self.fn = fn
+        self.kernel = kernel
+        self.name = _function_name(fn)
+        self.body = fn.child_by_field_name("body")
+        self.loops: list[Loop] = []
+        self.loop_nodes: list = []
+        self.accesses: list[Access] = []
+        self.accumulators: list[Accumulator] = []
+        self.pointers: set[str] = set()
+        self.ptr_alias: dict[str, tuple[str, str]] = {}  # local pointer -> (argument, offset)
+        self.assigned: dict[str, int] = {}  # name -> assignments after its declaration
+        self.inits: dict[str, object] = {}  # local name -> initialiser node
+        self.barriers = self.atomics = False
+        if kernel:
+            sig = f.signatures.get(self.name)
+            self.pointers = {a.name for a in sig.args if a.pointer} if sig is not None else set()
+        if self.body is not None:
+            self._declarations(self.body)
+            self._walk(self.body, [], True)
+
+    # locals and assignments ----------------------------------------------------------------
+    def _declarations(self, body) -> None:
+        stack = [body]
+        while stack:
+            n = stack.pop()
+            if n.type == "init_declarator":
+                name_node = n.child_by_field_name("declarator")
+                value = n.child_by_field_name("value")
+                pointer = name_node is not None and name_node.type == "pointer_declarator"
+                while name_node is not None and name_node.type not in ("identifier",):
+                    name_node = name_node.child_by_field_name("declarator")
+                if name_node is not None and value is not None:
+                    name = _text(name_node)
+                    if name in self.inits:
+                        self.assigned[name] = self.assigned.get(name, 0) + 1
+                    self.inits[name] = value
+                    if pointer:
+                        root, offset = self._pointer_root(value)
+                        if root is not None:
+                            self.ptr_alias[name] = (root, offset)
+            elif n.type == "assignment_expression":
+                left = _unwrap(n.child_by_field_name("left"))
+                if left is not None and left.type == "identifier":
+                    self.assigned[_text(left)] = self.assigned.get(_text(left), 0) + 1
+            elif n.type == "update_expression":
+                arg = _unwrap(n.child_by_field_name("argument"))
+                if arg is not None and arg.type == "identifier":
+                    self.assigned[_text(arg)] = self.assigned.get(_text(arg), 0) + 1
+            stack.extend(n.children)
+
+    def _pointer_root(self, value) -> tuple[str | None, str]:
+        v = _unwrap(value)
+        if v is None:
+            return None, ""
+        if v.type == "identifier":
+            name = _text(v)
+            if name in self.pointers:
+                return name, "0"
+            if name in self.ptr_alias:
+                return self.ptr_alias[name]
+            return None, ""
+        if v.type == "binary_expression" and _text(v.child_by_field_name("operator")) == "+":
+            left, right = v.child_by_field_name("left"), v.child_by_field_name("right")
+            root, off = self._pointer_root(left)
+            if root is not None:
+                return root, _plus(off, _text(right))
+            root, off = self._pointer_root(right)
+            if root is not None:
+                return root, _plus(off, _text(left))
+        return None, ""
+
+    def single_locals(self) -> dict[str, object]:
+        return {n: v for n, v in self.inits.items() if not self.assigned.get(n)}
+
+    # the walk --------------------------------------------------------------------------------
+    def _walk(self, node, loops: list[int], unconditional: bool) -> None:
+        t = node.type
+        if t in ("for_statement", "while_statement", "do_statement", "for_range_loop"):
+            index = self._loop(node, loops)
+            init = node.child_by_field_name("initializer")
+            for c in node.children:
+                if init is not None and c.id == init.id:
+                    self._walk(c, loops, unconditional)
+                else:
+                    self._walk(c, loops + [index], False)
+            return
+        if t in ("if_statement", "conditional_expression", "switch_statement"):
+            cond = node.child_by_field_name("condition")
+            for c in node.children:
+                self._walk(c, loops, unconditional and cond is not None and c.id == cond.id)
+            return
+        if t == "binary_expression" and _text(node.child_by_field_name("operator")) in ("&&", "||"):
+            self._walk(node.child_by_field_name("left"), loops, unconditional)
+            self._walk(node.child_by_field_name("right"), loops, False)
+            return
+        if t == "call_expression":
+            name = _callee(node.child_by_field_name("function"))
+            if name in BARRIERS:
+                self.barriers = True
+            if name.startswith(ATOMIC_PREFIXES):
+                self.atomics = True
+        if t == "subscript_expression" and self.kernel:
+            self._access(node, loops, unconditional)
+        if t == "assignment_expression" and loops:
+            self._accumulator(node, loops[-1])
+        for c in node.children:
+            self._walk(c, loops, unconditional)
+
+    def _access(self, node, loops: list[int], unconditional: bool) -> None:
+        arr = _unwrap(node.child_by_field_name("argument"))
+        idx_list = node.child_by_field_name("indices") or node.child_by_field_name("index")
+        if arr is None or idx_list is None or arr.type != "identifier":
+            return
+        inner = [c for c in idx_list.named_children if c.type != "comment"] if idx_list.type == \
+            "subscript_argument_list" else [idx_list]
+        if len(inner) != 1:
+            return
+        name = _text(arr)
+        via, offset = "", ""
+        if name in self.ptr_alias:
+            via, (name, offset) = name, self.ptr_alias[name]
+        if name not in self.pointers:
+            return
+        parent = node.parent
+        while parent is not None and parent.type == "parenthesized_expression":
+            parent = parent.parent
+        write = read = False
+        if parent is not None and parent.type == "assignment_expression" and \
+                parent.child_by_field_name("left").start_byte == node.start_byte:
+            write = True
+            read = _text(parent.child_by_field_name("operator")) != "="
+        elif parent is not None and parent.type == "update_expression":
+            write = read = True
+        elif parent is not None and parent.type == "pointer_expression" and \
+                _text(parent.child_by_field_name("operator")) == "&":
+            write = read = True  # its address escapes: taken as both
+        else:
+            read = True
+        index = _text(inner[0])
+        if via and offset != "0":
+            index = f"{offset} + ({index})"
+        for lp in loops:
+            self.loops[lp] = _with_access(self.loops[lp])
+        self.accesses.append(Access(name, index, write, read, self.f.node_span(node),
+                                    self.f.node_span(inner[0]), loops[-1] if loops else None,
+                                    unconditional, via, offset if via else ""))
+
+    def _loop(self, node, loops: list[int]) -> int:
+        span = self.f.node_span(node)
+        prev = node.prev_named_sibling
+        pragma = None
+        if prev is not None and prev.type == "preproc_call" and \
+                _text(prev.child_by_field_name("directive")) == "#pragma":
+            arg = _text(prev.child_by_field_name("argument")).split()
+            if arg and arg[0] == "unroll":
+                pragma = self.f.node_span(prev)
+        lp = Loop(self.name, self.kernel, depth=len(loops), span=span, pragma=pragma)
+        if node.type == "for_statement":
+            lp = self._for(node, lp)
+        self.loops.append(lp)
+        self.loop_nodes.append(node)
+        return len(self.loops) - 1
+
+    def _for(self, node, lp: Loop) -> Loop:
+        init = node.child_by_field_name("initializer")
+        cond = node.child_by_field_name("condition")
+        update = node.child_by_field_name("update")
+        var = start = ""
+        if init is not None and init.type == "declaration":
+            d = init.child_by_field_name("declarator")
+            if d is not None and d.type == "init_declarator":
+                var, start = _text(d.child_by_field_name("declarator")), _text(d.child_by_field_name("value"))
+        elif init is not None and init.type == "assignment_expression":
+            var, start = _text(init.child_by_field_name("left")), _text(init.child_by_field_name("right"))
+        bound, inclusive = "", False
+        c = _unwrap(cond) if cond is not None else None
+        if c is not None and c.type == "binary_expression" and _text(c.child_by_field_name("left")) == var:
+            op = _text(c.child_by_field_name("operator"))
+            if op in ("<", "<=", "!="):
+                bound, inclusive = _text(c.child_by_field_name("right")), op == "<="
+        step = ""
+        u = update
+        if u is not None and u.type == "update_expression" and _text(u.child_by_field_name("argument")) == var:
+            step = "1" if "++" in _text(u) else ""
+        elif u is not None and u.type == "assignment_expression" and _text(u.child_by_field_name("left")) == var:
+            op = _text(u.child_by_field_name("operator"))
+            right = u.child_by_field_name("right")
+            if op == "+=":
+                step = _text(right)
+            elif op == "=" and right.type == "binary_expression" and \
+                    _text(right.child_by_field_name("operator")) == "+" and \
+                    _text(right.child_by_field_name("left")) == var:
+                step = _text(right.child_by_field_name("right"))
+        trip = None
+        s, b, st = _literal(start), _literal(bound), _literal(step)
+        if s is not None and b is not None and st:
+            trip = max(0, (b + (1 if inclusive else 0) - s + st - 1) // st)
+        strided = False
+        if update is not None:
+            reads = {k for k, _ in thread_reads(update, self.f.dialect)}
+            strided = bool(reads & {"local_size", "groups", "global_size"})
+            if not strided and step in self.inits:
+                strided = bool({k for k, _ in thread_reads(self.inits[step], self.f.dialect)}
+                               & {"local_size", "groups", "global_size"})
+        return Loop(lp.function, lp.in_kernel, var, start, bound, inclusive, step, trip, lp.depth, strided,
+                    lp.span, lp.pragma)
+
+    def _accumulator(self, node, loop: int) -> None:
+        left = _unwrap(node.child_by_field_name("left"))
+        if left is None or left.type != "identifier":
+            return
+        var = _text(left)
+        op = _text(node.child_by_field_name("operator"))
+        right = node.child_by_field_name("right")
+        kind = None
+        if op in ("+=", "-="):
+            kind = "sum"
+        elif op == "=":
+            r = _unwrap(right)
+            if r is not None and r.type == "binary_expression" and _text(r.child_by_field_name("operator")) == "+" \
+                    and var in (_text(_unwrap(r.child_by_field_name("left"))),
+                                _text(_unwrap(r.child_by_field_name("right")))):
+                kind = "sum"
+            elif r is not None and r.type == "call_expression":
+                fname = _callee(r.child_by_field_name("function"))
+                args = [_text(_unwrap(a)) for a in r.child_by_field_name("arguments").named_children]
+                if var in args and fname in MAX_FUNCTIONS:
+                    kind = "max"
+                elif var in args and fname in MIN_FUNCTIONS:
+                    kind = "min"
+            elif r is not None and r.type == "conditional_expression":
+                cnd = _unwrap(r.child_by_field_name("condition"))
+                if cnd is not None and cnd.type == "binary_expression" and var in _names(cnd):
+                    o = _text(cnd.child_by_field_name("operator"))
+                    first = _text(_unwrap(cnd.child_by_field_name("left")))
+                    big = (o in (">", ">=")) == (first != var)  # `x > acc ? x : acc` is a max
+                    kind = "max" if big else "min"
+        if kind is None:
+            # `if (x > m) m = x;`
+            stmt = node.parent.parent if node.parent is not None else None
+            if stmt is not None and stmt.type == "if_statement" and op == "=":
+                cnd = _unwrap(stmt.child_by_field_name("condition"))
+                if cnd is not None and cnd.type == "binary_expression" and var in _names(cnd):
+                    o = _text(cnd.child_by_field_name("operator"))
+                    first = _text(_unwrap(cnd.child_by_field_name("left")))
+                    if o in (">", ">=", "<", "<="):
+                        kind = "max" if (o in (">", ">=")) == (first != var) else "min"
+        if kind is None or any(lp.var == var for lp in self.loops):
+            return
+        # declared outside the loop: carried across its iterations
+        loop_node = self.loop_nodes[loop]
+        init = self.inits.get(var)
+        if init is not None and loop_node.start_byte <= init.start_byte < loop_node.end_byte:
+            return
+        self.accumulators.append(Accumulator(var, kind, loop, _text(init) if init is not None else "",
+                                             self.f.node_span(node)))
+
+    # the kernel's analysis -------------------------------------------------------------------
+    def analysis(self, sig: KernelSignature, helper_loops: tuple[Loop, ...]) -> KernelAnalysis:
+        f = self.f
+        locals_ = self.single_locals()
+        indices = []
+        fixed: list[int] = []
+        for name, value in self.inits.items():
+            reads = thread_reads(value, f.dialect)
+            if not reads:
+                continue
+            is_global, _, literal = _global_index(value, f.dialect)
+            fixed += literal
+            decl = value.parent.parent if value.parent is not None else value
+            indices.append(ThreadIndex(name, _text(value), tuple(sorted(reads)), is_global, f.node_span(decl)))
+        dims = {d for d in range(3) if any(d == dim for _, dim in thread_reads(self.body, f.dialect))}
+        shared = any(self.f.marks.head(self.fn) <= o < self.fn.end_byte for o in f.shared_marks)
+        element = next((t.name for t in indices if t.is_global and t.reads[0][1] == 0 and
+                        not self.assigned.get(t.name)), "")
+        guard = self._guard(element) if element else None
+        opaque = self._opaque()
+        pairs = []
+        for m in self.accumulators:
+            if m.op != "max":
+                continue
+            for s in self.accumulators:
+                if s.op == "sum" and _exp_of(self._node_at(s.span), m.var, self.inits):
+                    pairs.append((m.var, s.var))
+        analysis = KernelAnalysis(
+            sig.name, f.dialect, sig, f.span(f.marks.head(self.fn), self.fn.end_byte), f.node_span(self.body),
+            tuple(indices), element, guard, tuple(self.loops), helper_loops, tuple(self.accesses),
+            tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(fixed)),
+            self.barriers, shared, self.atomics, opaque,
+            locals={n: _text(v) for n, v in locals_.items()})
+        kind, reasons = _classify(analysis)
+        return KernelAnalysis(**{**analysis.__dict__, "kind": kind, "reasons": tuple(reasons)})
+
+    def _opaque(self) -> tuple[str, ...]:
+        """Pointer arguments (or local pointers into them) used other than as `p[index]` or in the
+        initialiser of a local pointer: accesses this analysis cannot see."""
+        names = self.pointers | set(self.ptr_alias)
+        out = []
+        stack = [self.body]
+        while stack:
+            n = stack.pop()
+            if n.type == "identifier" and _text(n) in names:
+                parent = n.parent
+                ok = parent is not None and parent.type == "subscript_expression" and \
+                    parent.child_by_field_name("argument") == n
+                decl = n
+                while decl is not None and decl.type not in ("init_declarator", "compound_statement"):
+                    decl = decl.parent
+                if decl is not None and decl.type == "init_declarator":
+                    target = decl.child_by_field_name("declarator")
+                    ok = ok or (target is not None and target.type == "pointer_declarator" and
+                                _text(target).lstrip("*").strip().split()[-1] in self.ptr_alias)
+                if not ok:
+                    root = self.ptr_alias.get(_text(n), (_text(n), ""))[0]
+                    out.append(root)
+                continue
+            stack.extend(n.children)
+        return tuple(dict.fromkeys(out))
+
+    def _node_at(self, span: Span):
+        stack = [self.body]
+        while stack:
+            n = stack.pop()
+            if self.f.node_span(n) == span:
+                return n
+            stack.extend(n.children)
+        return None
+
+    def _guard(self, var: str) -> Guard | None:
+        for stmt in self.body.named_children:
+            if stmt.type != "if_statement":
+                continue
+            cond = _unwrap(stmt.child_by_field_name("condition"))
+            if cond is None or cond.type == "condition_clause":
+                named = [c for c in (cond.named_children if cond is not None else []) if c.type != "comment"]
+                cond = _unwrap(named[0]) if len(named) == 1 else None
+            if cond is None or cond.type != "binary_expression":
+                return None
+            op = _text(cond.child_by_field_name("operator"))
+            left, right = _unwrap(cond.child_by_field_name("left")), _unwrap(cond.child_by_field_name("right"))
+            if left is None or right is None:
+                return None
+            if _text(right) == var:  # `n > i` reads as `i < n`
+                left, right = right, left
+                op = {">": "<", ">=": "<=", "<": ">", "<=": ">="}.get(op, op)
+            if _text(left) != var:
+                return None
+            then = stmt.child_by_field_name("consequence")
+            alt = stmt.child_by_field_name("alternative")
+            if op == "<" and alt is None:
+                return Guard(var, _text(right), "if", self.f.node_span(stmt))
+            if op == ">=" and alt is None and _returns(then):
+                return Guard(var, _text(right), "return", self.f.node_span(stmt))
+            return None
+        return None
+
+
+def _with_access(lp: Loop) -> Loop:
+    return Loop(**{**lp.__dict__, "accesses": lp.accesses + 1})
+
+
+def _returns(node) -> bool:
+    if node is None:
+        return False
+    if node.type == "return_statement":
+        return True
+    if node.type == "compound_statement":
+        named = [c for c in node.named_children if c.type != "comment"]
+        return len(named) == 1 and named[0].type == "return_statement"
+    return False
+
+
+def _names(node) -> set[str]:
+    out = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            out.add(_text(n))
+        stack.extend(n.children)
+    return out
+
+
+def _exp_of(node, var: str, inits: dict) -> bool:
+    """Whether an update's right side takes exp of something that reads `var` (directly or through
+    a local)."""
+    if node is None:
+        return False
+    stack = [node.child_by_field_name("right") or node]
+    seen: set[str] = set()
+    while stack:
+        n = stack.pop()
+        if n.type == "call_expression" and _callee(n.child_by_field_name("function")) in EXP_FUNCTIONS:
+            names = _names(n.child_by_field_name("arguments"))
+            todo = list(names)
+            while todo:
+                x = todo.pop()
+                if x == var:
+                    return True
+                if x in inits and x not in seen:
+                    seen.add(x)
+                    todo.extend(_names(inits[x]))
+        if n.type == "identifier" and _text(n) in inits and _text(n) not in seen:
+            seen.add(_text(n))
+            stack.append(inits[_text(n)])
+        stack.extend(n.children)
+    return False
+
+
+def _literal(text: str) -> int | None:
+    t = text.strip().rstrip("uUlL")
+    return int(t) if t.isdigit() else None
+
+
+def _plus(a: str, b: str) -> str:
+    if a in ("", "0"):
+        return b
+    return f"{a} + {b}"
+
+
+# slopes ----------------------------------------------------------------------------------------
+
+class _Slopes:
+    """How expressions move with one variable: 0, 1 or None."""
+
+    def __init__(self, locals_: dict[str, str], var: str, ids_move: bool = True):
+        self.locals = locals_
+        self.ids = None if ids_move else 0
+        self.var = var
+        self.conditions: list[tuple[str, str]] = []
+        self.depth = 0
+
+    def of(self, node) -> int | None:
+        node = _unwrap(node) if node.type != "cast_expression" else _unwrap(node)
+        if node is None:
+            return None
+        t = node.type
+        if t == "number_literal":
+            return 0
+        if t == "identifier":
+            name = _text(node)
+            if name == self.var:
+                return 1
+            if name in self.locals and self.depth < 32:
+                self.depth += 1
+                value = _parse_expression(self.locals[name])
+                got = self.of(value) if value is not None else None
+                self.depth -= 1
+                return got
+            return 0 if name not in CUDA_IDS else self.ids
+        if t == "field_expression":
+            return self.ids if thread_reads(node, "") else 0
+        if t == "call_expression":
+            if thread_reads(node, ""):
+                return self.ids
+            args = node.child_by_field_name("arguments").named_children
+            slopes = [self.of(a) for a in args]
+            return 0 if all(s == 0 for s in slopes) else None
+        if t == "unary_expression":
+            v = self.of(node.child_by_field_name("argument"))
+            op = _text(node.child_by_field_name("operator"))
+            return v if op == "+" else (0 if v == 0 else None)
+        if t == "binary_expression":
+            op = _text(node.child_by_field_name("operator"))
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            a, b = self.of(left), self.of(right)
+            if a is None or b is None:
+                return None
+            if op == "+":
+                return a + b if a + b <= 1 else None
+            if op == "-":
+                return a - b if a - b in (0, 1) else None
+            if op == "*":
+                if a == 0 and b == 0:
+                    return 0
+                one = _literal(_text(_unwrap(right) if a == 1 else _unwrap(left)) or "")
+                return 1 if one == 1 else None
+            if op in ("/", "%", ">>", "&"):
+                if b != 0:
+                    return None
+                if a == 0:
+                    return 0
+                divisor = _text(right)
+                if op == ">>":
+                    divisor = f"(1 << ({divisor}))"
+                    op = "/"
+                if op == "&":
+                    return None
+                keep = {k: v for k, v in self.locals.items() if k != self.var}  # the variable stays by name
+                self.conditions.append((_inline_text(_text(left), keep, {}), _inline_text(divisor, keep, {})))
+                return 0 if op == "/" else 1
+            return 0 if a == 0 and b == 0 else None
+        if t == "conditional_expression":
+            parts = [self.of(node.child_by_field_name(k)) for k in ("condition", "consequence", "alternative")]
+            return 0 if all(p == 0 for p in parts) else None
+        if t == "subscript_expression":
+            return None
+        return None
+
+
+def _inline_text(expr: str, locals_: dict[str, str], rename: dict[str, str]) -> str:
+    node = _parse_expression(expr)
+    return _inline(node, locals_, rename, 0) if node is not None else expr
+
+
+def _inline(node, locals_: dict[str, str], rename: dict[str, str], depth: int) -> str:
+    """The text of `node` with identifiers replaced; other text kept as written."""
+    out = []
+    pos = node.start_byte
+    base = node.start_byte
+    src = node.text
+    for ident in _identifiers(node):
+        name = _text(ident)
+        if name in rename:
+            text = rename[name]
+        elif name in locals_ and depth < 32:
+            text = "(" + _inline_text(locals_[name], locals_, rename) + ")"
+        else:
+            continue
+        out.append(src[pos - base:ident.start_byte - base].decode("utf-8", "replace"))
+        out.append(text)
+        pos = ident.end_byte
+    out.append(src[pos - base:].decode("utf-8", "replace"))
+    return "".join(out)
+
+
+def _identifiers(node) -> list:
+    """Identifiers of an expression in order (field names and called functions left out)."""
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            parent = n.parent
+            if parent is not None and parent.type == "call_expression" and \
+                    parent.child_by_field_name("function") == n:
+                continue
+            out.append(n)
+            continue
+        if n.type == "field_expression":
+            stack.append(n.child_by_field_name("argument"))
+            continue
+        stack.extend(reversed(n.children))
+    return sorted(out, key=lambda n: n.start_byte)
+
+
+# the classification ----------------------------------------------------------------------------
+
+def _classify(a: KernelAnalysis) -> tuple[str, list[str]]:
+    reasons: list[str] = []
+    if not a.element:
+        return "neither", ["no variable holds a global index (blockIdx * blockDim + threadIdx, get_global_id)"]
+    if a.barriers or a.shared or a.atomics:
+        what = [w for w, on in (("barriers", a.barriers), ("shared memory", a.shared), ("atomics", a.atomics)) if on]
+        return "neither", [f"threads cooperate ({', '.join(what)})"]
+    if len(a.launch_dims) > 1:
+        return "neither", [f"it reads launch dimensions {sorted(a.launch_dims)}"]
+    others = [t for t in a.thread_indices if t.name != a.element]
+    if others:
+        return "neither", [f"`{others[0].name}` reads thread ids apart from `{a.element}`"]
+    if a.opaque:
+        return "neither", [f"`{a.opaque[0]}` is used other than by subscript (a cast, pointer arithmetic or a call)"]
+    if not a.accesses:
+        return "neither", ["it accesses no array argument"]
+    in_loops = [x for x in a.accesses if x.loop is not None]
+    slopes = {(x.array, x.index): slope(a, x.index) for x in a.accesses}
+    if not in_loops:
+        bad = [x for x in a.accesses if slopes[(x.array, x.index)] not in (0, 1)]
+        if bad:
+            return "neither", [f"`{bad[0].array}[{bad[0].index}]` does not move one for one with `{a.element}`"]
+        for arr, (read, written) in a.arrays().items():
+            idx = {x.index for x in a.accesses if x.array == arr}
+            if written and (len(idx) > 1 or any(slopes[(arr, i)] != 1 for i in idx)):
+                return "neither", [f"`{arr}` is written at {len(idx)} indices, or at one that does not move "
+                                   f"with `{a.element}`"]
+        reasons.append(f"a thread per element `{a.element}`; every array is accessed at an index that moves "
+                       "with it one for one (or not at all, for arrays only read)")
+        if a.guard is None:
+            reasons.append(f"no guard `if ({a.element} < n)` bounds the element")
+        return "elementwise", reasons
+    # a thread per row: loops over the row, arrays indexed by the row and the loop variable
+    row_loops = [i for i, lp in enumerate(a.loops) if lp.var and lp.bound and not lp.strided_by_threads
+                 and slope(a, lp.bound) == 0]
+    if not row_loops:
+        return "neither", ["its loops are not loops over a row (a bound that does not move with the thread)"]
+    for x in in_loops:
+        lp = a.loops[x.loop]
+        if not lp.var:
+            return "neither", [f"`{x.array}[{x.index}]` is in a loop of unknown shape"]
+        if slope(a, x.index, lp.var) != 1 and slope(a, x.index, lp.var) != 0:
+            return "neither", [f"`{x.array}[{x.index}]` does not move one for one with `{lp.var}`"]
+    return "rowwise", [f"a thread per row `{a.element}`, {len(row_loops)} loop(s) over the row"]
+
