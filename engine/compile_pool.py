@@ -1,14 +1,20 @@
 """Parallel compilation ahead of the device.
 
-nvcc runs in subprocesses, so a thread pool keeps every core busy while the worker verifies and
-times one configuration at a time. Binaries come back as bytes and are loaded by the worker.
+The compilers run in a pool of processes (NVRTC compiles in the calling process and holds it
+while it does, nvcc in a subprocess of its own), so every core builds while the worker verifies
+and times one configuration at a time. Binaries come back as bytes and are loaded by the worker.
+A compiler that crashes its process costs that configuration a compile error, never the run: the
+pool starts new processes and goes on.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -30,31 +36,53 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+def _build(source: str, entry: str, defines: Mapping[str, str], options: tuple, arch: str) -> Compiled:
+    """One configuration, in a pool process."""
+    from .backends.cuda_toolchain import compile_cubin  # only the CUDA path builds ahead
+
+    t0 = time.perf_counter()
+    cubin, info, cached = compile_cubin(source, entry, defines, options, arch)
+    return Compiled(cubin, info, cached, time.perf_counter() - t0)
+
+
 class CompilePool:
-    """Compiles configurations of one template for one CUDA architecture on `jobs` threads."""
+    """Compiles configurations of one template for one CUDA architecture in `jobs` processes."""
 
     def __init__(self, template: Template, arch: str, jobs: int):
-        from .backends.cuda import compile_cubin  # only the CUDA path builds ahead
-
-        self._compile = compile_cubin
         self.template = template
         self.arch = arch
         self.source = template.source_for("cuda")
         self.options = tuple(template.compile_options.get("cuda", ()))
         self.jobs = jobs
-        self._pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kerntune-nvcc")
+        self._lock = threading.Lock()
+        self._procs = self._new_processes()
+        # Threads hand work to the processes and wait for it, so a crashed process is seen (and
+        # its configuration retried once) behind the Future the caller holds.
+        self._threads = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kerntune-compile")
+
+    def _new_processes(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
 
     def submit(self, config: Mapping[str, ParamValue]) -> "Future[Compiled]":
         defines = {k: ("1" if v is True else "0" if v is False else str(v)) for k, v in config.items()}
-        return self._pool.submit(self._build, defines)
+        return self._threads.submit(self._build, defines)
 
     def _build(self, defines: Mapping[str, str]) -> Compiled:
-        t0 = time.perf_counter()
-        cubin, info, cached = self._compile(self.source, self.template.entry, defines, self.options, self.arch)
-        return Compiled(cubin, info, cached, time.perf_counter() - t0)
+        for attempt in range(2):
+            procs = self._procs
+            try:
+                return procs.submit(_build, self.source, self.template.entry, defines, self.options,
+                                    self.arch).result()
+            except BrokenProcessPool:
+                with self._lock:
+                    if self._procs is procs:
+                        procs.shutdown(wait=False, cancel_futures=True)
+                        self._procs = self._new_processes()
+        raise CompileError("the compiler crashed its process (twice) on this configuration")
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._procs.shutdown(wait=False, cancel_futures=True)
 
 
 __all__ = ["CompilePool", "Compiled", "CompileError", "default_jobs"]

@@ -323,7 +323,8 @@ class TuneRun:
         worker = Worker(spec, config_timeout=opts.config_timeout)
         ahead = _Ahead(strategy, self._compile_pool(template, backend, limits))
         if ahead.pool is not None:
-            self.note(f"compiling ahead on {ahead.pool.jobs} threads")
+            from .backends.cuda_toolchain import compiler_summary
+            self.note(f"compiling ahead in {ahead.pool.jobs} processes: {compiler_summary()}")
         winner_ok = None
         try:
             try:

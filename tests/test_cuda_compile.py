@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from kerntune.engine.backends import BackendError, CompileError
-from kerntune.engine.backends import cuda
+from kerntune.engine.backends import cuda, cuda_toolchain
 from kerntune.engine.space import Geometry
 
 needs_nvcc = pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
+needs_nvrtc = pytest.mark.skipif(not cuda.nvrtc_version(), reason="NVRTC (cuda-python) not installed")
 
 VADD = r"""
 #ifndef SCALE
@@ -56,8 +57,15 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cubin"
 
 
+@pytest.fixture(params=["nvcc", pytest.param("nvrtc", marks=needs_nvrtc)])
+def compiler(request, cache, monkeypatch):
+    """Each compile test runs with each compiler alone (KERNTUNE_COMPILER)."""
+    monkeypatch.setenv("KERNTUNE_COMPILER", request.param)
+    return request.param
+
+
 @needs_nvcc
-def test_good_kernel_compiles_and_reports_ptxas_figures(cache):
+def test_good_kernel_compiles_and_reports_ptxas_figures(cache, compiler):
     cubin, info, cached = cuda.compile_cubin(VADD, "vadd", {}, (), "sm_90")
     assert cubin[:4] == b"\x7fELF"
     assert not cached
@@ -69,7 +77,7 @@ def test_good_kernel_compiles_and_reports_ptxas_figures(cache):
 
 
 @needs_nvcc
-def test_spills_are_reported(cache):
+def test_spills_are_reported(cache, compiler):
     _, info, _ = cuda.compile_cubin(SPILLER, "spill", {}, ("-maxrregcount=32",), "sm_90")
     assert info["registers"] <= 32
     assert info["spill_stores"] > 0 and info["spill_loads"] > 0
@@ -77,11 +85,11 @@ def test_spills_are_reported(cache):
 
 
 @needs_nvcc
-def test_syntax_error_names_the_line(cache):
+def test_syntax_error_names_the_line(cache, compiler):
     with pytest.raises(CompileError) as e:
         cuda.compile_cubin(BROKEN, "broken", {}, (), "sm_90")
     message = str(e.value)
-    assert re.search(r"kernel\.cu\(\d+\): error", message), message
+    assert re.search(r"kernel\.cu\(\d+\): error", message), message  # both compilers say so
     assert "kernel.cu(3)" in message or "kernel.cu(2)" in message
     assert "kerntune-nvcc-" not in message  # no temporary paths
     assert len(message.splitlines()[0]) <= 800  # the first error lines, then the whole log
@@ -90,14 +98,15 @@ def test_syntax_error_names_the_line(cache):
 
 
 @needs_nvcc
-def test_second_compile_is_a_cache_hit(cache, monkeypatch):
+def test_second_compile_is_a_cache_hit(cache, compiler, monkeypatch):
     first = cuda.compile_cubin(VADD, "vadd", {"SCALE": "2.0f"}, (), "sm_90")
     assert not first[2]
 
-    def no_nvcc(*a, **k):
-        raise AssertionError("nvcc ran on a cache hit")
+    def no_compiler(*a, **k):
+        raise AssertionError("a compiler ran on a cache hit")
 
-    monkeypatch.setattr(cuda, "_run_nvcc", no_nvcc)
+    monkeypatch.setattr(cuda_toolchain, "_run_nvcc", no_compiler)
+    monkeypatch.setattr(cuda_toolchain, "_run_nvrtc", no_compiler)
     second = cuda.compile_cubin(VADD, "vadd", {"SCALE": "2.0f"}, (), "9.0")
     assert second[2]
     assert second[0] == first[0] and second[1] == first[1]
@@ -122,13 +131,67 @@ def test_missing_entry_is_a_compile_error(cache):
         cuda.compile_cubin(VADD, "vad", {}, (), "sm_90")
 
 
+# A kernel file as people publish it, with its host launcher and a host header: NVRTC compiles
+# device code only, so nvcc builds it.
+WITH_HOST = r"""
+#include <cstdio>
+__global__ void twice(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }
+void launch(float *x, int n) { twice<<<(n + 255) / 256, 256>>>(x, n); std::printf("launched\\n"); }
+"""
+
+
+@needs_nvcc
+@needs_nvrtc
+def test_nvrtc_is_the_default_and_nvcc_builds_what_it_cannot(cache, monkeypatch):
+    monkeypatch.delenv("KERNTUNE_COMPILER", raising=False)
+    ran = []
+    for name in ("_run_nvcc", "_run_nvrtc"):
+        real = getattr(cuda_toolchain, name)
+        monkeypatch.setattr(cuda_toolchain, name, lambda *a, _r=real, _n=name: (ran.append(_n), _r(*a))[1])
+    _, info, _ = cuda.compile_cubin(VADD, "vadd", {"SCALE": "2.0f"}, (), "sm_90")
+    assert ran == ["_run_nvrtc"] and info["registers"] > 0
+    ran.clear()
+    _, info, _ = cuda.compile_cubin(WITH_HOST, "twice", {}, (), "sm_90")
+    assert ran == ["_run_nvrtc", "_run_nvcc"] and info["registers"] > 0
+    ran.clear()  # the next configuration of that source goes to nvcc at once
+    cuda.compile_cubin(WITH_HOST, "twice", {"UNUSED": "2"}, (), "sm_90")
+    assert ran == ["_run_nvcc"]
+    ran.clear()  # nvcc-only options too
+    cuda.compile_cubin(VADD, "vadd", {}, ("-Xcompiler=-Wall",), "sm_90")
+    assert ran == ["_run_nvcc"]
+
+
+@needs_nvrtc
+def test_nvrtc_alone_says_what_it_cannot_build(cache, monkeypatch):
+    monkeypatch.setenv("KERNTUNE_COMPILER", "nvrtc")
+    with pytest.raises(CompileError, match="nvcc's alone"):
+        cuda.compile_cubin(VADD, "vadd", {}, ("-Xcompiler=-Wall",), "sm_90")
+    with pytest.raises(CompileError, match="cstdio|launch|error"):
+        cuda.compile_cubin(WITH_HOST, "twice", {}, (), "sm_90")
+
+
+def test_nvcc_options_as_nvrtc_spells_them():
+    assert cuda_toolchain.nvrtc_options(["-O3", "--use_fast_math", "-Xptxas=-v", "-maxrregcount=32", "-I/x"]) == [
+        "--use_fast_math", "-maxrregcount=32", "-I/x"]
+    assert cuda_toolchain.nvrtc_options(["-Xptxas", "-dlcm=cg"]) == ["--ptxas-options=-dlcm=cg"]
+    assert cuda_toolchain.nvrtc_options(["-Xcompiler", "-fPIC"]) is None
+    assert cuda_toolchain.nvrtc_options(["--keep"]) is None
+
+
+def test_a_bad_compiler_choice_is_one_line(cache, monkeypatch):
+    monkeypatch.setenv("KERNTUNE_COMPILER", "clang")
+    with pytest.raises(CompileError, match="KERNTUNE_COMPILER"):
+        cuda.compile_cubin(VADD, "vadd", {}, (), "sm_90")
+
+
 def test_bad_define_name_is_refused(cache):
     with pytest.raises(CompileError, match="preprocessor name"):
         cuda.compile_cubin(VADD, "vadd", {"-o/tmp/x": "1"}, (), "sm_90")
 
 
 def test_missing_nvcc_is_a_compile_error(cache, monkeypatch):
-    monkeypatch.setattr(cuda, "find_nvcc", lambda: None)
+    monkeypatch.setenv("KERNTUNE_COMPILER", "nvcc")
+    monkeypatch.setattr(cuda_toolchain, "find_nvcc", lambda: None)
     with pytest.raises(CompileError, match="nvcc not found"):
         cuda.compile_cubin(VADD, "vadd", {}, (), "sm_90")
 

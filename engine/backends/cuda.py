@@ -1,21 +1,12 @@
-"""The CUDA backend: nvcc builds a cubin, pycuda loads, launches and times it.
+"""The CUDA backend: pycuda loads, launches and times cubins that cuda_toolchain builds.
 
-Compilation is split off into `compile_cubin`, which needs nvcc but neither pycuda nor a GPU, so
-that the parallel compile pool and the CPU tests can run it anywhere. Cubins are cached on disk.
+Building (NVRTC or nvcc) needs neither pycuda nor a GPU, so the parallel compile pool and the CPU
+tests run it anywhere; it lives in cuda_toolchain, and its names are importable from here too.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
-import os
-import re
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -23,7 +14,7 @@ import numpy as np
 from ..device import DeviceLimits
 from ..result import Resources
 from ..space import Geometry
-from . import BackendError, CompileError, DeviceInfo, LaunchError, compile_message
+from . import BackendError, CompileError, DeviceInfo, LaunchError
 from .cuda_symbols import resolve_entry
 
 try:
@@ -36,201 +27,11 @@ except OSError as e:  # pragma: no cover - pycuda is there but libcuda is not
     drv = None
     _IMPORT_ERROR = str(e)
 
-NVCC_FLAGS = ("-O3", "-lineinfo", "-Xptxas=-v")
-NVCC_TIMEOUT_S = 300
-# What a block may use without opting in, where the device does not say.
-DEFAULT_SHARED_LIMIT = 48 * 1024
-
-_DEFINE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-# compile (no pycuda, no GPU) -------------------------------------------------------------------
-
-def find_nvcc() -> str | None:
-    """nvcc on PATH, else under CUDA_HOME / CUDA_PATH, else the usual install place."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root and os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
-            return os.path.join(root, "bin", "nvcc")
-    if os.access("/usr/local/cuda/bin/nvcc", os.X_OK):
-        return "/usr/local/cuda/bin/nvcc"
-    return None
-
-
-@functools.lru_cache(maxsize=4)
-def nvcc_version(nvcc: str) -> str:
-    """`nvcc --version` output; part of the cache key, so a new toolkit never reuses old cubins."""
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise CompileError(f"cannot run {nvcc} --version: {e}") from None
-    return out.stdout.strip()
-
-
-def cache_dir() -> Path:
-    """Where cubins are kept: $KERNTUNE_CACHE_DIR/cubin, by default ~/.cache/kerntune/cubin."""
-    root = os.environ.get("KERNTUNE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "kerntune")
-    return Path(root) / "cubin"
-
-
-def normalize_arch(arch: str) -> str:
-    """'9.0', '90', 'sm_90' and 'sm_90a' all name a real architecture for -arch."""
-    a = arch.strip().lower()
-    m = re.fullmatch(r"(\d+)\.(\d+)([af]?)", a)
-    if m:
-        return f"sm_{m.group(1)}{m.group(2)}{m.group(3)}"
-    if re.fullmatch(r"\d+[af]?", a):
-        return f"sm_{a}"
-    if re.fullmatch(r"sm_\d+[af]?", a):
-        return a
-    raise CompileError(f"not a CUDA architecture: {arch!r} (expected e.g. sm_90 or 9.0)")
-
-
-def cache_key(source: str, defines: Mapping[str, str], options: Sequence[str], arch: str,
-              version: str) -> str:
-    """sha256 over everything that changes the cubin."""
-    blob = json.dumps(
-        {
-            "source": source,
-            "defines": sorted((str(k), str(v)) for k, v in defines.items()),
-            "options": [str(o) for o in options],
-            "arch": arch,
-            "nvcc": version,
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def compile_cubin(source: str, entry: str, defines: Mapping[str, str],
-                  options: Sequence[str] = (), arch: str = "sm_90") -> tuple[bytes, dict, bool]:
-    """Build a cubin with nvcc, or take it from the cache.
-
-    Returns (cubin bytes, ptxas figures for `entry`, whether it came from the cache). The figures
-    are registers, spill_stores, spill_loads, stack_frame, smem (bytes), barriers and cmem where
-    ptxas printed them. Raises CompileError with nvcc's first error lines.
-    """
-    arch = normalize_arch(arch)
-    for name in defines:
-        # one -DNAME=VALUE argument each, but a name like "-o..." must not reach nvcc at all
-        if not _DEFINE_NAME.match(str(name)):
-            raise CompileError(f"not a preprocessor name: {name!r}")
-    nvcc = find_nvcc()
-    if nvcc is None:
-        raise CompileError("nvcc not found: put the CUDA toolkit's bin/ on PATH or set CUDA_HOME")
-    key = cache_key(source, defines, options, arch, nvcc_version(nvcc))
-    where = cache_dir()
-    cubin_path, info_path = where / f"{key}.cubin", where / f"{key}.json"
-
-    try:
-        functions = json.loads(info_path.read_text())
-        cubin = cubin_path.read_bytes()
-    except (OSError, ValueError):
-        pass
-    else:
-        return cubin, _entry_info(functions, cubin, entry), True
-
-    cubin, log = _run_nvcc(nvcc, source, defines, options, arch)
-    functions = parse_ptxas(log)
-    _store(where, key, cubin, functions)
-    return cubin, _entry_info(functions, cubin, entry), False
-
-
-def _run_nvcc(nvcc: str, source: str, defines: Mapping[str, str], options: Sequence[str],
-              arch: str) -> tuple[bytes, str]:
-    with tempfile.TemporaryDirectory(prefix="kerntune-nvcc-") as tmp:
-        src = os.path.join(tmp, "kernel.cu")
-        out = os.path.join(tmp, "kernel.cubin")
-        # (`open` in this module is the backend's; files go through Path)
-        Path(src).write_text(source, encoding="utf-8")
-        cmd = [nvcc, "-cubin", f"-arch={arch}", *NVCC_FLAGS,
-               *(f"-D{k}={v}" for k, v in defines.items()), *map(str, options), "-o", out, src]
-        try:
-            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True,
-                                  timeout=NVCC_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise CompileError(f"nvcc took longer than {NVCC_TIMEOUT_S} s") from None
-        except OSError as e:
-            raise CompileError(f"cannot run nvcc: {e}") from None
-        # The temporary path means nothing to the user; the file is their kernel.
-        log = (proc.stdout + proc.stderr).replace(src, "kernel.cu").replace(tmp + os.sep, "")
-        if proc.returncode != 0 or not os.path.exists(out):
-            raise CompileError(compile_message(first_errors(log), log))
-        return Path(out).read_bytes(), log
-
-
-def _store(where: Path, key: str, cubin: bytes, functions: dict) -> None:
-    # Written under a temporary name and renamed, because compile workers share the cache: a
-    # reader sees a whole file or none. A cache that cannot be written only costs a recompile.
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        for name, data in ((f"{key}.cubin", cubin), (f"{key}.json", json.dumps(functions).encode())):
-            fd, tmp = tempfile.mkstemp(dir=where, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, where / name)
-    except OSError:
-        pass
-
-
-def _entry_info(functions: Mapping[str, dict], cubin: bytes, entry: str) -> dict:
-    """ptxas figures of the kernel `entry` names (C++ or extern "C"), found in the cubin's symbols."""
-    symbol = resolve_entry(cubin, entry).symbol
-    return dict(functions.get(symbol, {}))
-
-
-_FUNC_RE = re.compile(r"(?:Compiling entry function|Function properties for) '?([^'\s]+)'?")
-_PROPS_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED_RE = re.compile(r"Used (\d+) registers")
-_FIELDS = {
-    "smem": re.compile(r"(\d+) bytes smem"),
-    "cmem": re.compile(r"(\d+) bytes cmem\[0\]"),
-    "barriers": re.compile(r"used (\d+) barriers"),
-}
-
-
-def parse_ptxas(log: str) -> dict[str, dict]:
-    """ptxas -v figures for every function it reports, by name.
-
-    Entry functions carry "entry": True, registers, spill_stores, spill_loads, stack_frame and,
-    where printed, smem, cmem and barriers (all byte counts except registers and barriers).
-    """
-    functions: dict[str, dict] = {}
-    current: dict | None = None
-    for line in log.splitlines():
-        m = _FUNC_RE.search(line)
-        if m:
-            current = functions.setdefault(m.group(1), {})
-            if "Compiling entry function" in line:
-                current["entry"] = True
-            continue
-        if current is None:
-            continue
-        m = _PROPS_RE.search(line)
-        if m:
-            current["stack_frame"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
-            continue
-        m = _USED_RE.search(line)
-        if m:
-            current["registers"] = int(m.group(1))
-            current["smem"] = 0  # ptxas leaves out a zero smem
-            for name, rx in _FIELDS.items():
-                fm = rx.search(line)
-                if fm:
-                    current[name] = int(fm.group(1))
-    return functions
-
-
-def first_errors(log: str, limit: int = 6) -> str:
-    """nvcc's first error lines, joined on one line, at most about 800 characters."""
-    lines = [l.rstrip() for l in log.splitlines() if l.strip()]
-    errors = [l for l in lines if re.search(r"\berror\b", l, re.IGNORECASE)
-              and not re.match(r"\d+ errors? detected", l.strip())]
-    chosen = errors[:limit] or lines[-limit:]
-    return " | ".join(chosen)[:800] or "nvcc failed"
+# Building cubins lives in cuda_toolchain (NVRTC, then nvcc); these names stay importable here.
+from .cuda_toolchain import (  # noqa: E402,F401
+    DEFAULT_SHARED_LIMIT, NVCC_FLAGS, cache_dir, cache_key, compile_cubin, compiler_summary, find_nvcc,  # noqa: F401
+    first_errors, normalize_arch, nvcc_version, nvrtc_version, parse_ptxas,  # noqa: F401
+)
 
 
 # The evaluator's byte comparison on the device: the first differing byte of two ranges, by

@@ -1,0 +1,407 @@
+"""Building cubins: NVRTC (NVIDIA's runtime compiler, through cuda-python) first, nvcc after.
+
+Neither needs pycuda or a GPU, so the compile pool and the CPU tests run this anywhere a compiler
+is installed. NVRTC compiles in the calling process in about a quarter of nvcc's time (no host
+compiler, no driver script, no temporary files); nvcc builds what NVRTC cannot: a source with host
+code or host headers, or options NVRTC does not know. Either way the cubin is the same kind of
+file, its kernels are found by their symbols (C++ names included, `cuda_symbols`), and the
+register, spill and shared-memory figures come from ptxas's own report, which both print.
+
+Cubins are cached on disk, keyed by source, defines, options, architecture and the compiler's
+version: a cubin never outlives the toolkit that built it.
+
+`KERNTUNE_COMPILER` chooses: `auto` (the default: NVRTC where it works, nvcc otherwise), `nvrtc`
+(NVRTC only) or `nvcc` (nvcc only).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from . import CompileError, compile_message
+from .cuda_symbols import resolve_entry
+
+NVCC_FLAGS = ("-O3", "-lineinfo", "-Xptxas=-v")
+NVCC_TIMEOUT_S = 300
+# NVRTC's equivalents of NVCC_FLAGS (device code is optimised at -O3 by default in both; nvcc's
+# -O3 is for host code, which NVRTC does not compile).
+NVRTC_FLAGS = ("-lineinfo", "--ptxas-options=-v")
+COMPILERS = ("auto", "nvrtc", "nvcc")
+# What a block may use without opting in, where the device does not say.
+DEFAULT_SHARED_LIMIT = 48 * 1024
+
+_DEFINE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, else under CUDA_HOME / CUDA_PATH, else the usual install place."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root and os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
+            return os.path.join(root, "bin", "nvcc")
+    if os.access("/usr/local/cuda/bin/nvcc", os.X_OK):
+        return "/usr/local/cuda/bin/nvcc"
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def nvcc_version(nvcc: str) -> str:
+    """`nvcc --version` output; part of the cache key, so a new toolkit never reuses old cubins."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CompileError(f"cannot run {nvcc} --version: {e}") from None
+    return out.stdout.strip()
+
+
+def cache_dir() -> Path:
+    """Where cubins are kept: $KERNTUNE_CACHE_DIR/cubin, by default ~/.cache/kerntune/cubin."""
+    root = os.environ.get("KERNTUNE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "kerntune")
+    return Path(root) / "cubin"
+
+
+def normalize_arch(arch: str) -> str:
+    """'9.0', '90', 'sm_90' and 'sm_90a' all name a real architecture for -arch."""
+    a = arch.strip().lower()
+    m = re.fullmatch(r"(\d+)\.(\d+)([af]?)", a)
+    if m:
+        return f"sm_{m.group(1)}{m.group(2)}{m.group(3)}"
+    if re.fullmatch(r"\d+[af]?", a):
+        return f"sm_{a}"
+    if re.fullmatch(r"sm_\d+[af]?", a):
+        return a
+    raise CompileError(f"not a CUDA architecture: {arch!r} (expected e.g. sm_90 or 9.0)")
+
+
+def cache_key(source: str, defines: Mapping[str, str], options: Sequence[str], arch: str,
+              version: str) -> str:
+    """sha256 over everything that changes the cubin."""
+    blob = json.dumps(
+        {
+            "source": source,
+            "defines": sorted((str(k), str(v)) for k, v in defines.items()),
+            "options": [str(o) for o in options],
+            "arch": arch,
+            "nvcc": version,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+# NVRTC -----------------------------------------------------------------------------------------
+
+def _nvrtc_module() -> Any:
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        try:
+            from cuda import nvrtc  # cuda-python before 12.6 named the module so
+        except ImportError:
+            return None
+    return nvrtc
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> str:
+    """'nvrtc 13.0' where cuda-python and the NVRTC library both load, else ''."""
+    nvrtc = _nvrtc_module()
+    if nvrtc is None:
+        return ""
+    try:
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception:  # the bindings load but libnvrtc does not (RuntimeError, OSError, ...)
+        return ""
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return ""
+    return f"nvrtc {major}.{minor}"
+
+
+def compiler_choice() -> str:
+    choice = os.environ.get("KERNTUNE_COMPILER", "auto").strip().lower() or "auto"
+    if choice not in COMPILERS:
+        raise CompileError(f"KERNTUNE_COMPILER={choice!r}: expected one of {', '.join(COMPILERS)}")
+    return choice
+
+
+def compiler_summary() -> str:
+    """What builds cubins here, in words, for the run's notes."""
+    choice = compiler_choice()
+    nvrtc, nvcc = nvrtc_version(), find_nvcc()
+    if choice == "nvcc" or not nvrtc:
+        why = "" if choice == "nvcc" else " (NVRTC not available: install cuda-python with the `cuda` extra)"
+        return f"nvcc{why}" if nvcc else "no CUDA compiler found"
+    if choice == "nvrtc" or not nvcc:
+        return nvrtc
+    return f"{nvrtc}, nvcc for what NVRTC cannot build"
+
+
+@functools.lru_cache(maxsize=1)
+def toolkit_include() -> tuple[str, ...]:
+    """Folders holding the toolkit's device headers (cuda_fp16.h, cuda_bf16.h, ...), which NVRTC
+    needs on its include path and nvcc finds by itself."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = find_nvcc()
+    if nvcc:
+        roots.append(str(Path(os.path.realpath(nvcc)).parent.parent))
+    roots.append("/usr/local/cuda")
+    try:  # the header wheels pip installs beside NVRTC's (nvidia/cu13/include, nvidia/cuda_runtime/include)
+        import nvidia  # type: ignore[import-not-found]
+        for base in getattr(nvidia, "__path__", []):
+            for sub in ("cu13", "cu12", "cuda_runtime", "cuda_nvrtc"):
+                roots.append(os.path.join(base, sub))
+    except ImportError:
+        pass
+    found = []
+    for root in roots:
+        if root:
+            inc = os.path.join(root, "include")
+            if os.path.isfile(os.path.join(inc, "cuda_fp16.h")) and inc not in found:
+                found.append(inc)
+    return tuple(found[:1])
+
+
+# nvcc options NVRTC takes as they are, by prefix; anything else sends the build to nvcc.
+_NVRTC_SAME = ("-I", "--include-path", "-D", "--define-macro", "-U", "--undefine-macro",
+               "--use_fast_math", "-use_fast_math", "--maxrregcount", "-maxrregcount", "-std=", "--std",
+               "-lineinfo", "--generate-line-info", "--ftz", "-ftz", "--prec-div", "-prec-div",
+               "--prec-sqrt", "-prec-sqrt", "--fmad", "-fmad", "--extra-device-vectorization",
+               "--restrict", "-restrict", "--device-debug", "-G", "--relocatable-device-code=false",
+               "-rdc=false", "--dopt", "-dopt", "--expt-relaxed-constexpr", "--expt-extended-lambda",
+               "-extended-lambda", "--extended-lambda", "-default-device", "--Wno-deprecated-declarations")
+_NVRTC_DROP = ("-O3", "-O2", "-O1", "-O0", "-Xptxas=-v", "--ptxas-options=-v", "-Xptxas=--verbose")
+
+
+def nvrtc_options(options: Sequence[str]) -> list[str] | None:
+    """`options` as NVRTC spells them, or None when one of them is nvcc's alone."""
+    out, it = [], iter(str(o) for o in options)
+    for o in it:
+        if o in _NVRTC_DROP:
+            continue
+        if o in ("-Xptxas", "--ptxas-options"):
+            nxt = next(it, "")
+            if nxt not in ("-v", "--verbose"):
+                out.append(f"--ptxas-options={nxt}")
+            continue
+        if o.startswith(("-Xptxas=", "--ptxas-options=")):
+            out.append("--ptxas-options=" + o.split("=", 1)[1])
+            continue
+        if o.startswith(_NVRTC_SAME):
+            out.append(o)
+            continue
+        return None
+    return out
+
+
+class _NvrtcFailed(Exception):
+    """NVRTC refused the program; `log` is its log."""
+
+    def __init__(self, log: str):
+        super().__init__(log)
+        self.log = log
+
+
+def _run_nvrtc(source: str, defines: Mapping[str, str], options: Sequence[str], arch: str) -> tuple[bytes, str]:
+    nvrtc = _nvrtc_module()
+    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    if err != ok:
+        raise _NvrtcFailed(f"nvrtcCreateProgram: {err}")
+    try:
+        args = [f"-arch={arch}", *NVRTC_FLAGS, *(f"-D{k}={v}" for k, v in defines.items()), *options,
+                *(f"-I{inc}" for inc in toolkit_include())]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(args), [a.encode() for a in args])
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        raw = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, raw)
+        log = raw.rstrip(b"\x00").decode(errors="replace")
+        if err != ok:
+            raise _NvrtcFailed(log or str(err))
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        if err != ok or size == 0:
+            raise _NvrtcFailed(f"nvrtcGetCUBIN: {err}")
+        return cubin, log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+# Sources (with their options) NVRTC could not build but nvcc could: later configurations of the
+# same template go to nvcc at once instead of failing NVRTC first every time.
+_NVCC_ONLY: set[str] = set()
+_NVCC_ONLY_LOCK = threading.Lock()
+
+
+# the one entry point ---------------------------------------------------------------------------
+
+def compile_cubin(source: str, entry: str, defines: Mapping[str, str],
+                  options: Sequence[str] = (), arch: str = "sm_90") -> tuple[bytes, dict, bool]:
+    """Build a cubin with NVRTC or nvcc (see the module's notes), or take it from the cache.
+
+    Returns (cubin bytes, ptxas figures for `entry`, whether it came from the cache). The figures
+    are registers, spill_stores, spill_loads, stack_frame, smem (bytes), barriers and cmem where
+    ptxas printed them. Raises CompileError with the compiler's first error lines.
+    """
+    arch = normalize_arch(arch)
+    for name in defines:
+        # one -DNAME=VALUE argument each, but a name like "-o..." must not reach a compiler at all
+        if not _DEFINE_NAME.match(str(name)):
+            raise CompileError(f"not a preprocessor name: {name!r}")
+    choice = compiler_choice()
+    nvcc = find_nvcc() if choice != "nvrtc" else None
+    translated = nvrtc_options(options) if choice != "nvcc" and nvrtc_version() else None
+    family = hashlib.sha256(json.dumps([source, list(map(str, options)), arch]).encode()).hexdigest()
+    use_nvrtc = translated is not None and (family not in _NVCC_ONLY or nvcc is None)
+    if choice == "nvrtc" and translated is None:
+        raise CompileError("KERNTUNE_COMPILER=nvrtc, but " + (
+            "NVRTC is not available (install cuda-python)" if not nvrtc_version()
+            else "these options are nvcc's alone: " + " ".join(map(str, options))))
+    if not use_nvrtc and nvcc is None:
+        raise CompileError("nvcc not found: put the CUDA toolkit's bin/ on PATH or set CUDA_HOME"
+                           + ("" if nvrtc_version() else ", or install cuda-python for NVRTC"))
+
+    if use_nvrtc:
+        key = cache_key(source, defines, options, arch, nvrtc_version())
+        hit = _cached(key, entry)
+        if hit is not None:
+            return hit
+        try:
+            cubin, log = _run_nvrtc(source, defines, translated, arch)
+        except _NvrtcFailed as failed:
+            if nvcc is None:
+                raise CompileError(compile_message(first_errors(failed.log, "nvrtc failed"), failed.log)) from None
+            cubin, log = _run_nvcc(nvcc, source, defines, options, arch)  # raises nvcc's own message
+            with _NVCC_ONLY_LOCK:
+                _NVCC_ONLY.add(family)
+            key = cache_key(source, defines, options, arch, nvcc_version(nvcc))
+        return _keep(key, cubin, parse_ptxas(log), entry)
+
+    key = cache_key(source, defines, options, arch, nvcc_version(nvcc))
+    hit = _cached(key, entry)
+    if hit is not None:
+        return hit
+    cubin, log = _run_nvcc(nvcc, source, defines, options, arch)
+    return _keep(key, cubin, parse_ptxas(log), entry)
+
+
+def _cached(key: str, entry: str) -> tuple[bytes, dict, bool] | None:
+    where = cache_dir()
+    try:
+        functions = json.loads((where / f"{key}.json").read_text())
+        cubin = (where / f"{key}.cubin").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return cubin, _entry_info(functions, cubin, entry), True
+
+
+def _keep(key: str, cubin: bytes, functions: dict, entry: str) -> tuple[bytes, dict, bool]:
+    info = _entry_info(functions, cubin, entry)  # before storing: a missing kernel is an error
+    _store(cache_dir(), key, cubin, functions)
+    return cubin, info, False
+
+
+def _run_nvcc(nvcc: str, source: str, defines: Mapping[str, str], options: Sequence[str],
+              arch: str) -> tuple[bytes, str]:
+    with tempfile.TemporaryDirectory(prefix="kerntune-nvcc-") as tmp:
+        src = os.path.join(tmp, "kernel.cu")
+        out = os.path.join(tmp, "kernel.cubin")
+        Path(src).write_text(source, encoding="utf-8")
+        cmd = [nvcc, "-cubin", f"-arch={arch}", *NVCC_FLAGS,
+               *(f"-D{k}={v}" for k, v in defines.items()), *map(str, options), "-o", out, src]
+        try:
+            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True,
+                                  timeout=NVCC_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"nvcc took longer than {NVCC_TIMEOUT_S} s") from None
+        except OSError as e:
+            raise CompileError(f"cannot run nvcc: {e}") from None
+        # The temporary path means nothing to the user; the file is their kernel.
+        log = (proc.stdout + proc.stderr).replace(src, "kernel.cu").replace(tmp + os.sep, "")
+        if proc.returncode != 0 or not os.path.exists(out):
+            raise CompileError(compile_message(first_errors(log), log))
+        return Path(out).read_bytes(), log
+
+
+def _store(where: Path, key: str, cubin: bytes, functions: dict) -> None:
+    # Written under a temporary name and renamed, because compile workers share the cache: a
+    # reader sees a whole file or none. A cache that cannot be written only costs a recompile.
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        for name, data in ((f"{key}.cubin", cubin), (f"{key}.json", json.dumps(functions).encode())):
+            fd, tmp = tempfile.mkstemp(dir=where, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, where / name)
+    except OSError:
+        pass
+
+
+def _entry_info(functions: Mapping[str, dict], cubin: bytes, entry: str) -> dict:
+    """ptxas figures of the kernel `entry` names (C++ or extern "C"), found in the cubin's symbols."""
+    symbol = resolve_entry(cubin, entry).symbol
+    return dict(functions.get(symbol, {}))
+
+
+_FUNC_RE = re.compile(r"(?:Compiling entry function|Function properties for) '?([^'\s]+)'?")
+_PROPS_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED_RE = re.compile(r"Used (\d+) registers")
+_FIELDS = {
+    "smem": re.compile(r"(\d+) bytes smem"),
+    "cmem": re.compile(r"(\d+) bytes cmem\[0\]"),
+    "barriers": re.compile(r"used (\d+) barriers"),
+}
+
+
+def parse_ptxas(log: str) -> dict[str, dict]:
+    """ptxas -v figures for every function it reports, by name.
+
+    Entry functions carry "entry": True, registers, spill_stores, spill_loads, stack_frame and,
+    where printed, smem, cmem and barriers (all byte counts except registers and barriers).
+    """
+    functions: dict[str, dict] = {}
+    current: dict | None = None
+    for line in log.splitlines():
+        m = _FUNC_RE.search(line)
+        if m:
+            current = functions.setdefault(m.group(1), {})
+            if "Compiling entry function" in line:
+                current["entry"] = True
+            continue
+        if current is None:
+            continue
+        m = _PROPS_RE.search(line)
+        if m:
+            current["stack_frame"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
+            continue
+        m = _USED_RE.search(line)
+        if m:
+            current["registers"] = int(m.group(1))
+            current["smem"] = 0  # ptxas leaves out a zero smem
+            for name, rx in _FIELDS.items():
+                fm = rx.search(line)
+                if fm:
+                    current[name] = int(fm.group(1))
+    return functions
+
+
+def first_errors(log: str, fallback: str = "nvcc failed", limit: int = 6) -> str:
+    """The compiler's first error lines, joined on one line, at most about 800 characters."""
+    lines = [l.rstrip() for l in log.splitlines() if l.strip()]
+    errors = [l for l in lines if re.search(r"\berror\b", l, re.IGNORECASE)
+              and not re.match(r"\d+ (catastrophic )?errors? detected", l.strip())]
+    chosen = errors[:limit] or lines[-limit:]
+    return " | ".join(chosen)[:800] or fallback
