@@ -9,7 +9,6 @@ must move — which `check_spec` finds and names in one line.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,12 +16,7 @@ from typing import Any, Mapping
 from .device import DeviceLimits
 from .expressions import ExpressionError
 from .signature import INTEGER_DTYPES, KernelArg, KernelSignature, SignatureError, parse_kernel
-from .template import DTYPES, NAME_RE, TemplateError, load_template
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .template import DTYPES, NAME_RE, TemplateError, load_template, read_toml_file
 
 TODO = "TODO"
 
@@ -177,16 +171,7 @@ def check_spec(path: Path) -> str:
     reference and runs it on the smallest problem's inputs. Nothing needs a GPU. Raises
     TemplateError (one line) when the file is not a spec at all."""
     p = path / "kernel.toml" if path.is_dir() else path
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TemplateError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TemplateError(f"{p}: cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise TemplateError(f"{p}: not valid TOML: {e}") from None
-    except RecursionError:
-        raise TemplateError(f"{p}: not valid TOML: nested too deeply") from None
+    data = read_toml_file(p)
     problems: list[str] = []
     notes: list[str] = []
     todos = list(dict.fromkeys(find_todos(data)))

@@ -169,6 +169,9 @@ class Template:
     original_sources: Mapping[str, str] = field(default_factory=dict)
     forbid_spills: bool = False
     compile_options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # names of `[[problem]]` entries the kernel serves (a prefill and a decode size, say): tuned
+    # each, then one general configuration chosen across them (engine/campaign.py)
+    serves: tuple[str, ...] = ()
 
     @property
     def problem_names(self) -> tuple[str, ...]:
@@ -325,7 +328,7 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         raise TemplateError(f"{path}: not valid TOML: nested too deeply") from None
     s.check_keys(
         data,
-        {"kernel", "param", "constraints", "launch", "arg", "problem", "verify", "cost"},
+        {"kernel", "param", "constraints", "launch", "arg", "problem", "verify", "cost", "serves"},
         "",
     )
     kernel = s.table(data, "kernel", "")
@@ -402,6 +405,7 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         raise s.fail("problem", "at least one [[problem]] table with a name and sizes", raw_problems)
     problems = _problems(s, raw_problems, "problem")
     problem_names = set(problems[0].values)
+    serves = _serves(s, data.get("serves", []), problems)
     verify_problems: tuple[Problem, ...] = ()
     if "verify" in data:
         verify = s.table(data, "verify", "")
@@ -487,6 +491,7 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         original_sources=originals,
         forbid_spills=forbid_spills,
         compile_options=options,
+        serves=serves,
     )
 
 
@@ -575,6 +580,19 @@ def _problems(s: _Spec, raw: list, key: str, names: set[str] | None = None) -> t
             seen.add(pname)
         out.append(Problem(pname, values))
     return tuple(out)
+
+
+def _serves(s: _Spec, raw: Any, problems: tuple[Problem, ...]) -> tuple[str, ...]:
+    """`serves = ["prefill", "decode"]`: distinct names of the spec's own `[[problem]]` entries."""
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise s.fail("serves", "a list of [[problem]] names, such as [\"prefill\", \"decode\"]", raw)
+    known = [p.name for p in problems if p.name]
+    for name in raw:
+        if name not in known:
+            raise s.fail("serves", f"names of [[problem]] entries ({', '.join(known) or 'none has a name'})", name)
+    if len(set(raw)) != len(raw):
+        raise s.fail("serves", "each problem named once", raw)
+    return tuple(raw)
 
 
 def _named_table(s: _Spec, table: str, i: int, item: Any, keys: set[str], seen: set[str]) -> tuple[str, str]:
@@ -697,6 +715,20 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
     if not any(a.is_output for a in out):
         raise s.fail("arg", "at least one argument with role output or inout")
     return tuple(out)
+
+
+def read_toml_file(path: Path, error: type[Exception] = TemplateError) -> dict:
+    """A TOML file's data; a file that is missing, unreadable or not TOML is `error`, one line."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"{path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise error(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise error(f"{path}: not valid TOML: nested too deeply") from None
 
 
 def read_spec_toml(text: str) -> dict:

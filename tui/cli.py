@@ -9,8 +9,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Sequence
 
+from kerntune.engine.campaign import DEFAULT_TOP, CampaignError
 from kerntune.engine.backends import BACKEND_NAMES, BackendError, list_devices, open_backend
 from kerntune.engine.device import describe
 from kerntune.engine.evaluate import TimingPolicy, VerifyPolicy
@@ -65,15 +67,8 @@ def _parse_shape(items: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kerntune", description="Tune GPU kernels: templates, constrained search, verified timing.")
-    p.add_argument("--version", action="version", version=f"kerntune {tool_version()}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.add_parser("list", help="built-in templates with their parameters and problem sizes")
-    sub.add_parser("devices", help="every device found, by backend, with its limits")
-
-    t = sub.add_parser("tune", help="tune a template")
-    t.add_argument("template", help="a built-in template name or a path to a kernel.toml")
+def add_search_arguments(t: argparse.ArgumentParser) -> None:
+    """The options of a search, shared by `tune` and `campaign`."""
     t.add_argument("--backend", choices=("auto",) + BACKEND_NAMES, default="auto")
     t.add_argument("--device", type=int, default=0, help="device index within the backend")
     t.add_argument("--strategy", choices=STRATEGIES, default="grid",
@@ -84,11 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after K evaluations without improvement")
     t.add_argument("--budget", type=int, default=0, help="most configurations to evaluate (0: all)")
     t.add_argument("--time-limit", type=float, default=0.0, metavar="S", help="stop after S seconds")
-    t.add_argument("--problem", help="a named problem size of the template (default: its first)")
-    t.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
-                   help="override one problem size, e.g. --shape tokens=64")
-    t.add_argument("--session", type=Path, help="session file to write (default: sessions/NAME-TIME.toml)")
-    t.add_argument("--resume", action="store_true", help="continue the run recorded in --session")
     t.add_argument("--seed", type=int, help="seed for inputs and random search (default: new each run)")
     t.add_argument("--repeats", type=int, default=0, help="fix the number of timed repetitions")
     t.add_argument("--config-timeout", type=float, default=120.0, metavar="S",
@@ -96,6 +86,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--compile-jobs", type=int, default=0, metavar="N",
                    help="CUDA: compile N configurations ahead in parallel (0: one per core, 1: off)")
     t.add_argument("--no-probe", action="store_true", help="do not measure the device's peaks when unknown")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kerntune", description="Tune GPU kernels: templates, constrained search, verified timing.")
+    p.add_argument("--version", action="version", version=f"kerntune {tool_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.add_parser("list", help="built-in templates with their parameters and problem sizes")
+    sub.add_parser("devices", help="every device found, by backend, with its limits")
+
+    t = sub.add_parser("tune", help="tune a template")
+    t.add_argument("template", help="a built-in template name or a path to a kernel.toml")
+    add_search_arguments(t)
+    t.add_argument("--problem", help="a named problem size of the template (default: its first)")
+    t.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
+                   help="override one problem size, e.g. --shape tokens=64")
+    t.add_argument("--session", type=Path, help="session file to write (default: sessions/NAME-TIME.toml)")
+    t.add_argument("--resume", action="store_true", help="continue the run recorded in --session")
     t.add_argument("--sanitize", type=int, default=0, metavar="K",
                    help="CUDA: run compute-sanitizer memcheck on the K fastest configurations (the "
                         "winner is always checked when compute-sanitizer is found); a finding demotes it")
@@ -112,7 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_loop_arguments(t)
     add_loop_commands(sub)
 
-    s = sub.add_parser("show", help="summarise a session file")
+    c = sub.add_parser("campaign", help="tune templates x problem sizes, one session per pair, and choose each "
+                                        "template's general configuration")
+    c.add_argument("file", type=Path, help="the campaign file (TOML: [campaign] and [[kernel]] tables)")
+    add_search_arguments(c)
+    c.add_argument("--dir", type=Path, help="the campaign's folder (default: sessions/campaign-NAME); a rerun "
+                                            "skips finished pairs and resumes cut ones")
+    c.add_argument("--top", type=int, default=0, metavar="K",
+                   help=f"each size's K fastest are measured at every other size (default {DEFAULT_TOP})")
+
+    s = sub.add_parser("show", help="summarise a session file, or a campaign's summary")
     s.add_argument("session", type=Path)
     s.add_argument("--json", action="store_true", help="one JSON object")
     s.add_argument("--failed", action="store_true", help="also list failed configurations")
@@ -175,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_BAD_INPUT
         return COMMANDS[args.command](args, argv)
     except (UsageError, TemplateError, SessionError, ExpressionError, SpaceError, SimulationError,
-            CacheFormatError) as e:
+            CacheFormatError, CampaignError) as e:
         _error(str(e))
         return EXIT_BAD_INPUT
     except (BackendError, TuneError) as e:
@@ -253,38 +269,45 @@ def fastest_configs(session, template_name: str, k: int) -> tuple[dict, ...]:
     return tuple(dict(r.config) for r in ranked[:k])
 
 
+def search_options(args: argparse.Namespace, argv: Sequence[str], **more: Any) -> TuneOptions:
+    """A search's options from `tune`'s or `campaign`'s command line; bad values are one line."""
+    if args.budget < 0 or args.time_limit < 0 or args.repeats < 0 or getattr(args, "profile_top", 0) < 0:
+        raise UsageError("--budget, --time-limit, --repeats and --profile-top must not be negative")
+    if args.config_timeout <= 0:
+        raise UsageError("--config-timeout must be positive")
+    if not 0 <= args.sol_target <= 1 or args.patience < 0:
+        raise UsageError("--sol-target is a fraction in [0, 1] and --patience must not be negative")
+    timing = TimingPolicy()
+    if args.repeats:
+        timing = TimingPolicy(min_repeats=args.repeats, max_repeats=args.repeats)
+    return TuneOptions(
+        backend=args.backend, device=args.device, strategy=args.strategy, budget=args.budget,
+        time_limit=args.time_limit, seed=args.seed, timing=timing, verify=VerifyPolicy(),
+        config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
+        sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv], **more)
+
+
 def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     template = resolve_template(args.template)
     overrides = _parse_shape(args.shape)
     template.problem(args.problem, overrides)  # fail early on a bad --problem/--shape
     if args.resume and args.session is None:
         raise UsageError("--resume needs --session PATH")
-    if args.budget < 0 or args.time_limit < 0 or args.repeats < 0 or args.profile_top < 0:
-        raise UsageError("--budget, --time-limit, --repeats and --profile-top must not be negative")
-    if args.config_timeout <= 0:
-        raise UsageError("--config-timeout must be positive")
-    if not 0 <= args.sol_target <= 1 or args.patience < 0:
-        raise UsageError("--sol-target is a fraction in [0, 1] and --patience must not be negative")
     start_from: tuple = ()
     if args.start_from is not None:
         if args.start_top < 1:
             raise UsageError("--start-top must be at least 1")
         start_from = fastest_configs(load_session(args.start_from), template.name, args.start_top)
-    timing = TimingPolicy()
-    if args.repeats:
-        timing = TimingPolicy(min_repeats=args.repeats, max_repeats=args.repeats)
-    options = TuneOptions(
-        backend=args.backend, device=args.device, strategy=args.strategy, budget=args.budget,
-        time_limit=args.time_limit, seed=args.seed, problem=args.problem, overrides=overrides,
-        session_path=args.session, resume=args.resume, timing=timing, verify=VerifyPolicy(),
-        config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
-        sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv],
-        profile_top=args.profile_top, start_from=start_from, sanitize=max(0, args.sanitize),
-    )
+    options = search_options(args, argv, problem=args.problem, overrides=overrides, session_path=args.session,
+                             resume=args.resume, profile_top=args.profile_top, start_from=start_from,
+                             sanitize=max(0, args.sanitize))
+    served = bool(template.serves) and args.problem is None and not overrides
     if args.agent is not None or not template.parameters:  # the agent loop: plan, template, tune, test
         from kerntune.tui.loop_cli import tune_with_agent
 
-        return tune_with_agent(template, options, args)
+        return tune_with_agent(template, options, args, served=served)
+    if served:  # every size the spec serves, and one configuration for all of them
+        return tune_served(template, options, args.session, args.resume)
     from kerntune.tui.terminal import dashboard_possible
 
     if not args.headless and dashboard_possible():
@@ -295,6 +318,83 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         else:
             return run_live(template, options)
     return _tune_headless(template, options, args.show_failed)
+
+
+# served sizes and campaigns (engine/campaign.py) ------------------------------------------------
+
+def served_folder(template: Template, folder: Path | None, resume: bool) -> Path:
+    """Where a served-size run keeps its sessions and summary: --session names the folder."""
+    from kerntune.engine.session import default_path
+
+    if folder is None:
+        if resume:
+            raise UsageError("--resume needs --session FOLDER (the folder of the served-size run)")
+        first = default_path(template.name)
+        return first.with_name(first.stem + "-serves")
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder}: {template.name} serves {', '.join(template.serves)}: --session names a "
+                         "folder for their sessions, not a file")
+    if folder.is_dir() and any(folder.glob("*.toml")) and not resume:
+        raise UsageError(f"{folder}: already holds sessions (--resume continues that run)")
+    return folder
+
+
+def tune_served(template: Template, options: TuneOptions, folder: Path | None, resume: bool,
+                start_from: tuple = ()) -> int:
+    """`tune` of a spec with `serves`: each size tuned in a session of its own, then the
+    configuration for every size, and the report per size."""
+    from kerntune.engine.campaign import Campaign, served_kernel
+
+    where = served_folder(template, folder, resume)
+    print(f"{template.name} serves {', '.join(template.serves)}: each size is tuned, then one configuration "
+          f"is chosen for all of them (sessions in {where})")
+    pairs = Campaign([served_kernel(template)], where, replace(options, session_path=None, resume=False),
+                     name=template.name, start_from={template.name: start_from or options.start_from})
+    return run_campaign(pairs, f"{template.name}: every size it serves")
+
+
+def run_campaign(campaign: Any, title: str) -> int:
+    """Run a campaign in text: each pair's progress as lines, then the summary table."""
+    from kerntune.engine.campaign import load_summary
+    from kerntune.tui.text import TextRenderer, print_campaign
+
+    def sinks_for(job: Any) -> list:
+        what = "measuring the other sizes' leaders" if job.configs else "tuning"
+        print(f"-- {job.size}: {what} ({job.session})", flush=True)
+        return [TextRenderer()]
+
+    def said(pair: Any) -> None:
+        what = {"skipped": "finished before: kept", "failed": f"failed: {pair.error}"}.get(pair.status, pair.status)
+        print(f"{pair.template} at {pair.size}: {what}", flush=True)
+
+    outcome = campaign.run(sinks_for, said)
+    print_campaign(load_summary(outcome.summary_path), title=title)
+    print(f"summary: {outcome.summary_path}")
+    ok = all(g.config is not None for g in outcome.generals) and not any(p.status == "failed" for p in outcome.pairs)
+    return 0 if ok else EXIT_FAILED
+
+
+def cmd_campaign(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """`kerntune campaign FILE.toml`: every template x size of the file, resumable."""
+    from kerntune import templates
+    from kerntune.engine.campaign import Campaign, load_campaign
+
+    name, kernels, file_options = load_campaign(args.file, templates.path)
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    for key, value in file_options.items():  # the file's options, unless the command line gives them
+        flag = "--" + key.replace("_", "-")
+        if key != "top" and flag not in given:
+            setattr(args, key, value)
+    if args.top < 0:
+        raise UsageError("--top must be at least 1")
+    top = args.top or file_options.get("top", DEFAULT_TOP)
+    options = search_options(args, argv)
+    folder = args.dir or Path("sessions") / f"campaign-{name}"
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder}: not a folder")
+    pairs = sum(len(k.sizes) for k in kernels)
+    print(f"campaign {name}: {len(kernels)} template{'s' if len(kernels) != 1 else ''}, {pairs} pairs, in {folder}")
+    return run_campaign(Campaign(kernels, folder, options, top=top, name=name), f"campaign {name}")
 
 
 def _tune_headless(template: Template, options: TuneOptions, show_failed: bool) -> int:
@@ -320,6 +420,10 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError("show: -o goes with --csv")
     if args.output is not None:
         refuse_overwrite(args.output, args.force)
+    from kerntune.engine.campaign import is_summary
+
+    if is_summary(args.session):
+        return _show_summary(args)
     session = load_session(args.session)
     if args.source:
         return _show_source(session, 1 if args.config is None else args.config)
@@ -355,6 +459,25 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out.results = session.results()
     out.baseline = session.baseline()
     out.finish(show_failed=args.failed)
+    return 0
+
+
+def _show_summary(args: argparse.Namespace) -> int:
+    """`show` of a campaign's (or a served-size run's) summary: the table per (template, size)."""
+    from kerntune.engine.campaign import load_summary
+    from kerntune.tui.text import print_campaign
+
+    if args.source or args.csv or args.failed:
+        raise UsageError(f"{args.session}: a campaign's summary; --source, --csv and --failed go with one of "
+                         "its sessions")
+    summary = load_summary(args.session)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+        return 0
+    head = summary["summary"]
+    print(f"campaign {head.get('name', '')} ({head.get('created', '')}): {len(summary['pair'])} pairs; "
+          f"sessions beside {summary['path']}")
+    print_campaign(summary)
     return 0
 
 
@@ -503,6 +626,7 @@ COMMANDS: dict[str, Any] = {
     "replay": cmd_replay,
     "templatize": cmd_templatize,
     "init": cmd_init,
+    "campaign": cmd_campaign,
 }
 
 if __name__ == "__main__":  # pragma: no cover

@@ -103,13 +103,18 @@ def make_providers(agent: str | None, model: str | None) -> tuple[list, str]:
         raise _usage(str(e)) from None
 
 
-def tune_with_agent(template: Template, options: TuneOptions, args: argparse.Namespace) -> int:
-    """`kerntune tune SPEC --agent ...` (or a spec without parameters): the loop, then its summary."""
+def tune_with_agent(template: Template, options: TuneOptions, args: argparse.Namespace,
+                    served: bool = False) -> int:
+    """`kerntune tune SPEC --agent ...` (or a spec without parameters): the loop, then its summary.
+    With `served` (the spec's `serves`), the loop runs at the first size it serves and its
+    template is then tuned at every one of them (`serve_after_loop`)."""
     if args.resume:
         raise _usage("--resume does not apply to the agent loop (each run is a new session)")
     provs, why = make_providers(args.agent, args.model)
+    if served:
+        options = replace(options, problem=template.serves[0])
     lopts = replace(loop_options(args, options), notes=(why,))
-    if not args.headless and dashboard_possible():
+    if not served and not args.headless and dashboard_possible():  # served sizes: text
         code = _live(template, provs, lopts)
         if code is not None:
             return code
@@ -117,10 +122,40 @@ def tune_with_agent(template: Template, options: TuneOptions, args: argparse.Nam
     loop = TuningLoop(template, provs, lopts, [text])
     outcome = loop.run()
     text.finish(outcome, show_failed=args.show_failed)
+    if served:
+        return serve_after_loop(template, outcome, lopts)
     if outcome.best is None:
         _error("no configuration was verified")
         return 1
     return 0
+
+
+def serve_after_loop(template: Template, outcome: LoopOutcome, lopts: LoopOptions) -> int:
+    """The loop's accepted template tuned at every size the spec serves (its fastest configurations
+    first, within the loop's whole budget), and one configuration chosen for all of them.
+
+    At every size the original's time is the template's default configuration, which the gate
+    showed computes what the original kernel computes, with the original's launch."""
+    from kerntune.engine.campaign import Campaign, Kernel
+    from kerntune.tui.cli import run_campaign
+
+    if outcome.template_dir is None:
+        print(f"served sizes: no template passed the gate, so only the original kernel was measured (at "
+              f"{template.serves[0]}); the other sizes ({', '.join(template.serves[1:])}) are not tuned")
+        return 0 if outcome.best is not None else 1
+    tuned = load_template(outcome.template_dir / "kernel.toml")
+    measured = [r for rec in outcome.rounds if rec.template_dir == outcome.template_dir for r in rec.results]
+    fastest = tuple(dict(r.config) for r in sorted((r for r in measured if r.ranked), key=lambda r: r.median_us)[:5])
+    budget = lopts.budget * lopts.rounds if lopts.budget else max(len(measured), len(fastest) + 1)
+    folder = outcome.session_path.with_name(outcome.session_path.stem + "-serves")
+    print(f"{template.name} serves {', '.join(template.serves)}: the template of {outcome.template_dir} is tuned at "
+          f"each ({budget} configurations at most, the loop's fastest first), then one configuration is chosen "
+          f"for all of them (sessions in {folder})")
+    options = replace(lopts.tune, problem=None, session_path=None, resume=False, budget=budget, skip=(),
+                      baseline=None, sol_target=0.0)
+    campaign = Campaign([Kernel(tuned.spec_path, tuned.name, tuple((n, n, {}) for n in template.serves))], folder,
+                        options, name=template.name, start_from={tuned.name: fastest})
+    return run_campaign(campaign, f"{template.name}: the loop's template at every size it serves")
 
 
 def _live(template: Template, provs: list, lopts: LoopOptions) -> int | None:

@@ -216,3 +216,58 @@ class TextRenderer:
             self.out.write("\n")
             self._line = False
         self.console.print(leaderboard_table(self.results, self.baseline, title, failed=show_failed))
+
+
+# campaigns and served sizes (engine/campaign.py): the summary it writes, as a table --------------
+
+CAMPAIGN_HEADERS = ["template", "size", "original us", "best us", "best", "general us", "general", "status"]
+
+
+def campaign_table(summary: Mapping[str, Any], title: str = "") -> Table:
+    """One row per (template, size): the original's time, the size's best with its speedup, and
+    the template's general configuration's time there with its speedup."""
+    general = {(g.get("template"), s.get("size")): s for g in summary.get("general", []) for s in g.get("size", [])}
+    table = Table(title=title or None, title_justify="left", header_style="bold")
+    for h in CAMPAIGN_HEADERS:
+        table.add_column(h, justify="left" if h in ("template", "size", "status") else "right", overflow="fold")
+    for p in summary.get("pair", []):
+        g = general.get((p.get("template"), p.get("size")), {})
+        orig = p.get("original_us")
+        status = p.get("status", "")
+        if p.get("error"):
+            status = f"{status}: {p['error']}"
+        table.add_row(str(p.get("template", "")), str(p.get("size", "")), fmt_num(orig), fmt_num(p.get("best_us")),
+                      fmt_speedup(orig, p.get("best_us")), fmt_num(g.get("general_us")),
+                      fmt_speedup(orig, g.get("general_us")), status)
+    return table
+
+
+def campaign_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Below the table: each template's general configuration and each size's best, in words,
+    with every place a reported configuration is slower than the original."""
+    from .numbers import fmt_ratio
+
+    lines = []
+    for g in summary.get("general", []):
+        name = g.get("template", "")
+        config = g.get("config")
+        sizes = g.get("size", [])
+        if config is None:
+            lines.append(f"{name}: no general configuration")
+        else:
+            lines.append(f"{name}: general configuration {fmt_params(config)}, {fmt_ratio(g.get('geomean_speedup'))} "
+                         f"the original (geometric mean over {len(sizes)} size{'s' if len(sizes) != 1 else ''})")
+        for s in sizes:
+            if s.get("best_us") is not None:
+                lines.append(f"    best at {s.get('size')}: {fmt_params(s.get('best_config', {}))} "
+                             f"({fmt_num(s['best_us'])} us, original {fmt_num(s.get('original_us'))} us)")
+        lines.extend(f"    note: {n}" for n in g.get("notes", []))
+    return lines
+
+
+def print_campaign(summary: Mapping[str, Any], out: TextIO | None = None, title: str = "") -> None:
+    """The table and the lines, wrapped at the text width."""
+    console = Console(file=out or sys.stdout, highlight=False, soft_wrap=False, width=text_width())
+    console.print(campaign_table(summary, title))
+    for line in campaign_lines(summary):
+        console.print(line, markup=False)
