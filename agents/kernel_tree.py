@@ -105,6 +105,7 @@ class Access:
     unconditional: bool  # reached on every path through the kernel's body (not under an if or loop)
     via: str = ""  # the local pointer it goes through, when it does
     offset: str = ""  # that pointer's offset from the argument
+    under: tuple[Span, ...] = ()  # the ifs, loops and conditional expressions around it, outermost first
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,10 @@ class KernelAnalysis:
     kind: str = "neither"  # "elementwise", "rowwise" or "neither"
     reasons: tuple[str, ...] = ()
     locals: dict[str, str] = field(default_factory=dict)  # single-assignment locals: name -> initialiser
+    arg_types: dict[str, str] = field(default_factory=dict)  # pointer argument -> its element type as written
+    returns: tuple[Span, ...] = ()  # the kernel's return statements
+    statements: tuple[Span, ...] = ()  # the top-level statements of its body
+    name_span: Span = Span(0, 0)  # its name in the declaration
 
     @property
     def owns(self) -> str:
@@ -419,6 +424,8 @@ class _Body:
             self.pointers = {a.name for a in sig.args if a.pointer} if sig is not None else set()
         if self.body is not None:
             self._declarations(self.body)
+            self.under: list = []
+            self.returns: list = []
             self._walk(self.body, [], True)
 
     # locals and assignments ----------------------------------------------------------------
@@ -478,19 +485,25 @@ class _Body:
     # the walk --------------------------------------------------------------------------------
     def _walk(self, node, loops: list[int], unconditional: bool) -> None:
         t = node.type
+        if t == "return_statement":
+            self.returns.append(self.f.node_span(node))
         if t in ("for_statement", "while_statement", "do_statement", "for_range_loop"):
             index = self._loop(node, loops)
             init = node.child_by_field_name("initializer")
+            self.under.append(self.f.node_span(node))
             for c in node.children:
                 if init is not None and c.id == init.id:
                     self._walk(c, loops, unconditional)
                 else:
                     self._walk(c, loops + [index], False)
+            self.under.pop()
             return
         if t in ("if_statement", "conditional_expression", "switch_statement"):
             cond = node.child_by_field_name("condition")
+            self.under.append(self.f.node_span(node))
             for c in node.children:
                 self._walk(c, loops, unconditional and cond is not None and c.id == cond.id)
+            self.under.pop()
             return
         if t == "binary_expression" and _text(node.child_by_field_name("operator")) in ("&&", "||"):
             self._walk(node.child_by_field_name("left"), loops, unconditional)
@@ -546,7 +559,7 @@ class _Body:
             self.loops[lp] = _with_access(self.loops[lp])
         self.accesses.append(Access(name, index, write, read, self.f.node_span(node),
                                     self.f.node_span(inner[0]), loops[-1] if loops else None,
-                                    unconditional, via, offset if via else ""))
+                                    unconditional, via, offset if via else "", tuple(self.under)))
 
     def _loop(self, node, loops: list[int]) -> int:
         span = self.f.node_span(node)
@@ -686,13 +699,47 @@ class _Body:
                 if s.op == "sum" and _exp_of(self._node_at(s.span), m.var, self.inits):
                     pairs.append((m.var, s.var))
         analysis = KernelAnalysis(
-            sig.name, f.dialect, sig, f.span(f.marks.head(self.fn), self.fn.end_byte), f.node_span(self.body),
+            sig.name, f.dialect, sig, f.span(self._start(), self.fn.end_byte), f.node_span(self.body),
             tuple(indices), element, guard, tuple(self.loops), helper_loops, tuple(self.accesses),
             tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(fixed)),
             self.barriers, shared, self.atomics, opaque,
-            locals={n: _text(v) for n, v in locals_.items()})
+            locals={n: _text(v) for n, v in locals_.items()}, arg_types=self._arg_types(),
+            returns=tuple(self.returns),
+            statements=tuple(f.node_span(c) for c in self.body.named_children if c.type != "comment"),
+            name_span=self._name_span())
         kind, reasons = _classify(analysis)
         return KernelAnalysis(**{**analysis.__dict__, "kind": kind, "reasons": tuple(reasons)})
+
+    def _start(self) -> int:
+        """Where the definition starts in the source as written: its first kernel word."""
+        start = self.f.marks.head(self.fn)
+        while start < self.fn.start_byte and self.f.raw[start:start + 1].isspace():
+            start += 1
+        return start
+
+    def _name_span(self) -> Span:
+        d = self.fn.child_by_field_name("declarator")
+        while d is not None and d.type != "function_declarator":
+            d = d.child_by_field_name("declarator")
+        name = d.child_by_field_name("declarator") if d is not None else None
+        return self.f.node_span(name) if name is not None else Span(0, 0)
+
+    def _arg_types(self) -> dict[str, str]:
+        """Each pointer argument's element type as written, qualifiers left out (`floatX`, `T`)."""
+        out = {}
+        d = self.fn.child_by_field_name("declarator")
+        while d is not None and d.type != "function_declarator":
+            d = d.child_by_field_name("declarator")
+        params = d.child_by_field_name("parameters") if d is not None else None
+        for p in params.named_children if params is not None else []:
+            if p.type != "parameter_declaration":
+                continue
+            name, pointer = _declared(p.child_by_field_name("declarator"))
+            if pointer and name:
+                words = [w for w in _text(p.child_by_field_name("type")).split()
+                         if w not in ("const", "volatile", "__restrict__", "restrict", "__restrict")]
+                out[name] = " ".join(words)
+        return out
 
     def _opaque(self) -> tuple[str, ...]:
         """Pointer arguments (or local pointers into them) used other than as `p[index]` or in the
@@ -756,6 +803,20 @@ class _Body:
                 return Guard(var, _text(right), "return", self.f.node_span(stmt))
             return None
         return None
+
+
+def _declared(node) -> tuple[str, bool]:
+    """(name, is a pointer) of a parameter's declarator."""
+    pointer = False
+    while node is not None and node.type != "identifier":
+        if node.type in ("pointer_declarator", "array_declarator"):
+            pointer = True
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            named = [c for c in node.named_children if c.type not in ("type_qualifier", "comment")]
+            inner = named[-1] if named else None
+        node = inner
+    return (_text(node) if node is not None else ""), pointer
 
 
 def _with_access(lp: Loop) -> Loop:

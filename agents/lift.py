@@ -298,7 +298,7 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
     literal = _block_literal(block)
     if literal is not None:
         same = [lf for lf in lifts if lf.kind == "threads" and lf.default == literal]
-        name = same[0].name if same else _fresh("BLOCK", taken | {lf.name for lf in lifts})
+        name = same[0].name if same else fresh_name("BLOCK", taken | {lf.name for lf in lifts})
         if name not in dropped:
             launch_name, launch_literal = name, literal
             launch_grid = any(re.search(rf"\b{literal}\b", g) for g in grid)
@@ -399,7 +399,8 @@ def _words(t: Template) -> set[str]:
     return out
 
 
-def _fresh(name: str, taken: set[str]) -> str:
+def fresh_name(name: str, taken: set[str] | frozenset[str]) -> str:
+    """`name`, or a variant of it that `taken` does not hold."""
     for candidate in (name, f"{name}_SIZE", f"KT_{name}"):
         if candidate not in taken:
             return candidate
@@ -417,7 +418,7 @@ def _unique_names(lifts: list[Lift], taken: set[str]) -> list[Lift]:
             used.add(lf.name)
             out.append(lf)
             continue
-        name = lf.name if lf.name not in taken and lf.name not in used else _fresh(lf.name, taken | used)
+        name = lf.name if lf.name not in taken and lf.name not in used else fresh_name(lf.name, taken | used)
         used.add(name)
         if name != lf.name:
             lf = replace(lf, name=name, edits=tuple(replace(e, text=e.text.replace(lf.name, name)) for e in lf.edits))

@@ -16,6 +16,7 @@ import itertools
 import math
 import re
 from collections import defaultdict
+from dataclasses import replace
 
 from kerntune.engine.loop import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
 from kerntune.engine.proposal import TemplateProposal
@@ -23,6 +24,7 @@ from kerntune.engine.template import ParamValue, Template
 
 from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
 from .lift import KINDS, Lift, lift_template
+from .rewrites import Rewrite, compose
 
 # What to vary first, by the bound Nsight Compute reports for the best configuration (kinds of
 # parameter as agents/lift.py names them): a memory-bound kernel wants more bytes in flight per
@@ -44,8 +46,10 @@ class RulesProvider:
     model = ""
 
     def __init__(self) -> None:
-        self.dropped: set[str] = set()
+        self.dropped: set[str] = set()  # lifts by parameter name, rewrites by their name
         self.lifts: list[Lift] = []
+        self.rewrites: list[Rewrite] = []
+        self.rejected: list[tuple[str, str]] = []  # (rewrite, why the gate rejected the template with it)
 
     # planner -----------------------------------------------------------------------------------
     def plan(self, state: LoopState) -> Plan:
@@ -78,18 +82,41 @@ class RulesProvider:
 
     # generator ---------------------------------------------------------------------------------
     def generate(self, state: LoopState, rejection: str | None) -> TemplateProposal:
-        if rejection is not None and self.lifts:
-            named = [lf.name for lf in self.lifts if re.search(rf"\b{re.escape(lf.name)}\b", rejection)]
-            if named:
-                self.dropped.update(named)
-            else:
-                riskiest = max(self.lifts, key=lambda lf: (lf.risk, -self.lifts.index(lf)))
-                self.dropped.add(riskiest.name)
+        if rejection is not None:
+            self._reduce(rejection)
         lifted = lift_template(state.original, state.backend, state.limits, self.dropped)
-        if lifted.proposal is None:
-            raise ProviderError("the rules find nothing left to lift: " + "; ".join(lifted.notes[-1:]))
+        proposal, applied = compose(state.original, state.backend, state.limits, lifted.proposal, self.dropped)
+        if proposal is None:
+            raise ProviderError("the rules find nothing left to lift or rewrite: " + "; ".join(lifted.notes[-1:]))
         self.lifts = lifted.lifts
-        return lifted.proposal
+        self.rewrites = applied.rewrites
+        if self.rejected:
+            proposal = replace(proposal, notes=tuple(proposal.notes) + tuple(
+                f"the {name} rewrite is left out: the gate rejected the template with it ({why})"
+                for name, why in self.rejected))
+        return proposal
+
+    def _reduce(self, rejection: str) -> None:
+        """After a rejection: leave out what the gate named, else the riskiest rewrite, else the
+        riskiest lift (rewrites go first: the lifts alone reproduced the original more often)."""
+        for r in self.rewrites:
+            if any(re.search(rf"\b{re.escape(p.name)}\b", rejection) for p in r.parameters):
+                self._drop_rewrite(r.name, rejection)
+                return
+        named = [lf.name for lf in self.lifts if re.search(rf"\b{re.escape(lf.name)}\b", rejection)]
+        if named:
+            self.dropped.update(named)
+            return
+        if self.rewrites:
+            self._drop_rewrite(self.rewrites[-1].name, rejection)
+            return
+        if self.lifts:
+            riskiest = max(self.lifts, key=lambda lf: (lf.risk, -self.lifts.index(lf)))
+            self.dropped.add(riskiest.name)
+
+    def _drop_rewrite(self, name: str, rejection: str) -> None:
+        self.dropped.add(name)
+        self.rejected.append((name, rejection.splitlines()[0][:300] if rejection else ""))
 
     # tuner -------------------------------------------------------------------------------------
     def tune(self, state: LoopState) -> SearchPlan:

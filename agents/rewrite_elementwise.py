@@ -1,0 +1,362 @@
+"""The elementwise rewrite: vector loads and stores, several elements per thread, a grid-stride
+loop, streaming cache hints and launch bounds, for a kernel whose threads each own one element.
+
+Parameters (each default gives the original kernel, token for token, through `#if`):
+
+- `VEC`: elements per thread handled as one pack, loaded and stored as 16-byte words (CUDA) or
+  `vloadN` / `vstoreN` (OpenCL) when the pack is whole, in range and aligned, element by element
+  (the original code) otherwise: the tail and any pack crossing a row;
+- `ITEMS`: packs per thread, a block's width apart so that loads stay coalesced;
+- `GRID`: 0 launches a block per BLOCK * VEC * ITEMS elements (one pass); k > 0 launches k blocks
+  per multiprocessor, which stride over the elements;
+- `CACHE` (CUDA): 1 loads and stores with the streaming hints `__ldcs` / `__stcs`;
+- `BOUNDS` (CUDA, a kernel without `__launch_bounds__`): k > 0 declares
+  `__launch_bounds__(BLOCK, k)`.
+
+The analysis (agents/kernel_tree.py) must show a thread per element with a guard `if (i < n)` or
+`if (i >= n) return;`, every array read or written at an index that moves one for one with the
+element (or, read only, not at all), a written array at one index only, and no other return. A
+pack is taken whole only when, at run time, its last element is in range, it crosses no multiple
+of any divisor the indices divide or take the remainder by, and (CUDA) each address is aligned.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kerntune.engine.expressions import ExpressionError
+from kerntune.engine.expressions import parse as parse_expression
+from kerntune.engine.proposal import ParamProposal
+
+from .kernel_tree import Span, index_slope, inline, thread_reads
+from .lift import fresh_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .rewrites import Declined, Rewrite, RewriteContext
+
+NAME = "elementwise"
+BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
+         "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
+CUDA_IDS = {"size": "blockDim.x", "group": "blockIdx.x", "local": "threadIdx.x", "groups": "gridDim.x"}
+OPENCL_IDS = {"size": "get_local_size(0)", "group": "get_group_id(0)", "local": "get_local_id(0)",
+              "groups": "get_num_groups(0)"}
+
+CUDA_HELPERS = """\
+// kerntune: whole packs of N elements moved as 16-byte words (or one smaller word)
+template <int BYTES> struct kt_word;
+template <> struct kt_word<1> { typedef unsigned char type; };
+template <> struct kt_word<2> { typedef unsigned short type; };
+template <> struct kt_word<4> { typedef unsigned int type; };
+template <> struct kt_word<8> { typedef uint2 type; };
+template <> struct kt_word<16> { typedef uint4 type; };
+template <int N, typename T> __device__ __forceinline__ bool kt_aligned(const T *p) {
+    return (reinterpret_cast<size_t>(p) & ((sizeof(T) * N < 16 ? sizeof(T) * N : 16) - 1)) == 0;
+}
+template <int N, int STREAM, typename T> __device__ __forceinline__ void kt_load(T *dst, const T *src) {
+    constexpr int bytes = sizeof(T) * N, w = bytes < 16 ? bytes : 16;
+    typedef typename kt_word<w>::type W;
+#pragma unroll
+    for (int c = 0; c < bytes / w; ++c)
+        reinterpret_cast<W *>(dst)[c] = STREAM ? __ldcs(reinterpret_cast<const W *>(src) + c)
+                                               : reinterpret_cast<const W *>(src)[c];
+}
+template <int N, int STREAM, typename T> __device__ __forceinline__ void kt_store(T *dst, const T *src) {
+    constexpr int bytes = sizeof(T) * N, w = bytes < 16 ? bytes : 16;
+    typedef typename kt_word<w>::type W;
+#pragma unroll
+    for (int c = 0; c < bytes / w; ++c) {
+        if (STREAM) __stcs(reinterpret_cast<W *>(dst) + c, reinterpret_cast<const W *>(src)[c]);
+        else reinterpret_cast<W *>(dst)[c] = reinterpret_cast<const W *>(src)[c];
+    }
+}
+"""
+
+OPENCL_HELPERS = """\
+// kerntune: whole packs of VEC elements moved with vloadN / vstoreN
+#define KT_CAT_(a, b) a##b
+#define KT_CAT(a, b) KT_CAT_(a, b)
+#if {vec} == 1
+#define KT_LOAD(dst, src) ((dst)[0] = *(src))
+#define KT_STORE(dst, src) (*(dst) = (src)[0])
+#else
+#define KT_LOAD(dst, src) KT_CAT(vstore, {vec})(KT_CAT(vload, {vec})(0, (src)), 0, (dst))
+#define KT_STORE(dst, src) KT_CAT(vstore, {vec})(KT_CAT(vload, {vec})(0, (src)), 0, (dst))
+#endif
+"""
+
+
+def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+    """The elementwise rewrite of the context's kernel, or why it does not apply."""
+    from .rewrites import Declined
+
+    why = _unsafe(ctx)
+    if why:
+        return Declined(NAME, why)
+    try:
+        return _rewrite(ctx)
+    except _Decline as e:
+        return Declined(NAME, str(e))
+
+
+class _Decline(Exception):
+    pass
+
+
+def _unsafe(ctx: "RewriteContext") -> str:
+    a = ctx.analysis
+    if a.kind != "elementwise":
+        return f"the kernel is not elementwise ({a.reasons[0] if a.reasons else a.kind})"
+    if a.signature.is_template:
+        return "a template kernel"
+    if a.guard is None:
+        return f"no guard `if ({a.element} < n)` or `if ({a.element} >= n) return;` bounds the element"
+    if any(not _inside(r, a.guard.span) for r in a.returns) or (a.guard.form == "if" and a.returns):
+        return "it returns elsewhere than its guard"
+    decl = next(t for t in a.thread_indices if t.name == a.element)
+    if decl.span not in a.statements:
+        return f"`{a.element}` is not declared at the top of the kernel's body"
+    return ""
+
+
+def _inside(inner: Span, outer: Span) -> bool:
+    return outer.start <= inner.start and inner.end <= outer.end
+
+
+def _rewrite(ctx: "RewriteContext") -> "Rewrite":
+    from .rewrites import Rewrite
+
+    a, src, cuda = ctx.analysis, ctx.source, ctx.backend == "cuda"
+    ids = CUDA_IDS if cuda else OPENCL_IDS
+    taken = set(ctx.taken) | set(ctx.defaults)
+    names = {}
+    for base in ("VEC", "ITEMS", "GRID") + (("CACHE", "BOUNDS") if cuda else ()):
+        names[base] = fresh_name(base, taken)
+        taken.add(names[base])
+    vec, items, grid_p = names["VEC"], names["ITEMS"], names["GRID"]
+    dtypes = {arg.name: arg.dtype for arg in ctx.original.arguments}
+
+    # the streams: each (array, index) moving one for one with the element
+    streams: dict[tuple[str, str], list] = {}
+    conditions: list[tuple[str, str]] = []
+    for x in a.accesses:
+        s = index_slope(a, x.index)
+        if s.slope == 1:
+            streams.setdefault((x.array, "".join(inline(a, x.index).split())), []).append(x)
+            conditions += s.conditions
+        elif s.slope != 0:
+            raise _Decline(f"`{x.array}[{x.index}]` does not move with the element")
+    widths = [BYTES.get(dtypes.get(arr, ""), 0) for arr, _ in streams]
+    if not streams or 0 in widths:
+        raise _Decline("an array's element size is not known from the spec")
+    bound = inline(a, a.guard.bound)
+    if a.element in _words(bound) or thread_reads_text(bound):
+        raise _Decline(f"the guard's bound `{a.guard.bound}` moves with the thread")
+
+    # the launch: one block per BLOCK * VEC * ITEMS elements, or k blocks per multiprocessor
+    if len(ctx.block) > 1 and any(b.strip() != "1" for b in ctx.block[1:]) or \
+            len(ctx.grid) > 1 and any(g.strip() != "1" for g in ctx.grid[1:]):
+        raise _Decline("the launch is not one-dimensional")
+    count = _spec_expression(bound, ctx)
+    block0 = ctx.block[0]
+    chunks = f"ceil_div({count}, ({block0}) * {vec} * {items})"
+    grid0 = f"min({chunks}, max(sm_count * {grid_p}, {chunks} * (1 - min({grid_p}, 1))))"
+    new_grid = (grid0,) + tuple(ctx.grid[1:])
+    defaults = {**ctx.defaults, vec: 1, items: 1, grid_p: 0}
+    _same_launch(ctx, ctx.grid[0], grid0, defaults)
+
+    # the rewritten kernel
+    head_start = src.rfind("\n", 0, a.span.start) + 1
+    prefix = src[head_start:a.span.start].strip()
+    if prefix not in ("", 'extern "C"'):
+        raise _Decline("the kernel's declaration shares its line with other code")
+    end = a.span.end
+    original_text = src[head_start:end]
+    head = src[head_start:a.body.start]
+    bounds_param = None
+    params = []
+    if cuda and "__launch_bounds__" not in head and (block0.isidentifier() or block0.isdigit()):
+        bounds_param = names["BOUNDS"]
+        cut = a.name_span.start - head_start
+        head = head[:cut] + f"KT_BOUNDS({block0}) " + head[cut:]
+    elem_decl = next(t for t in a.thread_indices if t.name == a.element)
+    decl_text = src[elem_decl.span.start:elem_decl.span.end]
+    cut = decl_text.rfind(elem_decl.expr)
+    decl = decl_text[:cut] + "kt_i0 + kt_k" + decl_text[cut + len(elem_decl.expr):]
+    before = [st for st in a.statements if st.end <= elem_decl.span.start]
+    after = [st for st in a.statements if st.start >= elem_decl.span.end]
+    body_first = after[0].start if after else a.body.end - 1
+    body_last = after[-1].end if after else a.body.end - 1
+    element_code = src[body_first:body_last]
+
+    regs: list[str] = []
+    loads: list[str] = []
+    stores: list[str] = []
+    checks = [f"kt_i0 + {vec} <= kt_n"]
+    for operand, divisor in dict.fromkeys(conditions):
+        op0 = inline(a, operand, {a.element: "kt_i0"})
+        checks.append(f"(({op0}) % ({divisor})) + {vec} <= ({divisor})")
+    replace: list[tuple[Span, str]] = []
+    for n, ((arr, _), xs) in enumerate(streams.items()):
+        ctype = a.arg_types.get(xs[0].array) or a.arg_types.get(xs[0].via, "")
+        if not ctype:
+            raise _Decline(f"the element type of `{arr}` is not known")
+        reg = f"kt_r{n}"
+        first = inline(a, xs[0].index, {a.element: "kt_i0"})
+        address = f"{arr} + ({first})"
+        written = any(x.write for x in xs)
+        read = any(x.read for x in xs)
+        whole = all(x.under in ((), (a.guard.span,)) for x in xs if x.write) and \
+            (a.guard.form == "if" or all(x.under == () for x in xs if x.write))
+        regs.append(f"__align__(16) {ctype} {reg}[{vec}];" if cuda else f"{ctype} {reg}[{vec}];")
+        if read or not whole:
+            loads.append(f"kt_load<{vec}, {names['CACHE']}>({reg}, {address});" if cuda
+                         else f"KT_LOAD({reg}, {address});")
+        if written:
+            stores.append(f"kt_store<{vec}, {names['CACHE']}>({address}, {reg});" if cuda
+                          else f"KT_STORE({address}, {reg});")
+        if cuda:
+            checks.append(f"kt_aligned<{vec}>({address})")
+        for x in xs:
+            replace.append((x.span, f"{reg}[kt_k]"))
+    vector_code = _replaced(src, body_first, body_last, replace)
+
+    ind = "    "
+    prelude = "".join(src[st.start:st.end] + "\n" + ind for st in before)
+    kernel = (
+        f"{head}{{\n{ind}{prelude}"
+        f"const long kt_n = (long)({bound});\n"
+        f"{ind}const long kt_span = (long){ids['size']} * {items} * {vec};\n"
+        f"{ind}for (long kt_base = (long){ids['group']} * kt_span; kt_base < kt_n; "
+        f"kt_base += (long){ids['groups']} * kt_span) {{\n"
+        f"#pragma unroll\n"
+        f"{ind * 2}for (int kt_item = 0; kt_item < {items}; ++kt_item) {{\n"
+        f"{ind * 3}const long kt_i0 = kt_base + ((long)kt_item * {ids['size']} + {ids['local']}) * {vec};\n"
+        f"{ind * 3}if ({' && '.join(checks)}) {{\n"
+        + "".join(f"{ind * 4}{r}\n" for r in regs + loads)
+        + f"#pragma unroll\n{ind * 4}for (int kt_k = 0; kt_k < {vec}; ++kt_k) {{\n"
+        f"{ind * 5}{decl}\n{ind * 5}{vector_code}\n{ind * 4}}}\n"
+        + "".join(f"{ind * 4}{s}\n" for s in stores)
+        + f"{ind * 3}}} else {{\n"
+        f"{ind * 4}for (int kt_k = 0; kt_k < {vec}; ++kt_k) {{\n"
+        f"{ind * 5}{decl}\n{ind * 5}{element_code}\n{ind * 4}}}\n"
+        f"{ind * 3}}}\n{ind * 2}}}\n{ind}}}\n}}"
+    )
+    switches = [f"{vec} != 1", f"{items} != 1", f"{grid_p} != 0"]
+    helpers = CUDA_HELPERS if cuda else OPENCL_HELPERS.format(vec=vec)
+    if cuda:
+        switches.append(f"{names['CACHE']} != 0")
+    if bounds_param:
+        switches.append(f"{bounds_param} != 0")
+        helpers += (f"#if {bounds_param} > 0\n#define KT_BOUNDS(b) __launch_bounds__(b, {bounds_param})\n"
+                    "#else\n#define KT_BOUNDS(b)\n#endif\n")
+    text = (f"#if {' || '.join(switches)}\n{helpers}{kernel}\n#else\n{original_text}\n#endif")
+    new_source = src[:head_start] + text + src[end:]
+
+    smallest = min(widths)
+    top = min(16, max(1, 32 // smallest))
+    vec_values = tuple(v for v in (1, 2, 4, 8, 16) if v <= top)
+    params = [
+        ParamProposal(vec, vec_values, 1, f"elements per vector access (a {16 // smallest}-wide pack is 16 bytes); "
+                      "whole packs only, the tail element by element"),
+        ParamProposal(items, (1, 2, 4, 8), 1, "packs per thread, a block's width apart"),
+        ParamProposal(grid_p, (0, 1, 4, 16), 0, "0: a block per BLOCK * VEC * ITEMS elements; "
+                      "k: k blocks per multiprocessor, striding over the elements"),
+    ]
+    if cuda:
+        params.append(ParamProposal(names["CACHE"], (0, 1), 0, "on or off: streaming loads and stores "
+                                    "(__ldcs / __stcs), for data read or written once"))
+    if bounds_param:
+        params.append(ParamProposal(bounds_param, (0, 1, 2), 0, f"0: none; k: __launch_bounds__({block0}, k)"))
+    what = [f"{len(streams)} streams" if len(streams) != 1 else "1 stream", f"{vec}-wide packs", f"{items} per thread",
+            "grid-stride or one-shot grid"]
+    if cuda:
+        what.append("streaming cache hints")
+    if bounds_param:
+        what.append("launch bounds")
+    return Rewrite(NAME, new_source, tuple(params), "elementwise: " + ", ".join(what), (), new_grid, None)
+
+
+def _replaced(src: str, start: int, end: int, edits: list[tuple[Span, str]]) -> str:
+    out, pos = [], start
+    for span, text in sorted(edits, key=lambda e: e[0].start):
+        if span.start < pos:
+            raise _Decline("two accesses overlap")
+        out.append(src[pos:span.start])
+        out.append(text)
+        pos = span.end
+    out.append(src[pos:end])
+    return "".join(out)
+
+
+def _words(text: str) -> set[str]:
+    out, word = set(), ""
+    for ch in text + " ":
+        if ch.isalnum() or ch == "_":
+            word += ch
+        else:
+            if word and not word[0].isdigit():
+                out.add(word)
+            word = ""
+    return out
+
+
+def thread_reads_text(text: str) -> bool:
+    """Whether an expression reads thread or block ids."""
+    from .kernel_tree import _parse_expression
+
+    node = _parse_expression(text)
+    return node is None or bool(thread_reads(node, ""))
+
+
+def _spec_expression(bound: str, ctx: "RewriteContext") -> str:
+    """The guard's bound over the spec's problem names: each scalar argument replaced by its value."""
+    values = {a.name: a.value.source for a in ctx.original.arguments if a.role == "scalar" and a.value is not None}
+    from .kernel_tree import _parse_expression
+
+    node = _parse_expression(bound)
+    if node is None:
+        raise _Decline(f"the guard's bound `{bound}` cannot be read")
+    return _spec_text(node, values, bound)
+
+
+def _spec_text(node, values: dict[str, str], whole: str) -> str:
+    t = node.type
+    text = node.text.decode("utf-8", "replace")
+    if t == "number_literal":
+        digits = text.rstrip("uUlL")
+        if digits.isdigit():
+            return digits
+    elif t == "identifier":
+        if text in values:
+            return f"({values[text]})"
+    elif t == "parenthesized_expression":
+        inner = [c for c in node.named_children if c.type != "comment"]
+        if len(inner) == 1:
+            return f"({_spec_text(inner[0], values, whole)})"
+    elif t == "cast_expression":
+        return _spec_text(node.child_by_field_name("value"), values, whole)
+    elif t == "binary_expression":
+        op = node.child_by_field_name("operator").text.decode()
+        if op in ("+", "-", "*", "/", "%"):
+            left = _spec_text(node.child_by_field_name("left"), values, whole)
+            right = _spec_text(node.child_by_field_name("right"), values, whole)
+            return f"{left} {'//' if op == '/' else op} {right}"  # C's integer division
+    raise _Decline(f"the guard's bound `{whole}` is not arithmetic over the kernel's scalar arguments")
+
+
+def _same_launch(ctx: "RewriteContext", old: str, new: str, defaults: dict) -> None:
+    """The new grid, at the defaults, launches what the old one did at every size of the spec."""
+    try:
+        a, b = parse_expression(old), parse_expression(new)
+    except ExpressionError as e:
+        raise _Decline(f"the launch cannot be read ({e})") from None
+    device = ctx.limits.expression_names()
+    for problem in (*ctx.original.problems, *ctx.original.verify_problems):
+        env = {**device, **problem.values, **defaults}
+        try:
+            if a.evaluate(env) != b.evaluate(env):
+                raise _Decline(f"the grid `{old}` is not one block per {ctx.block[0]} elements of the guard's "
+                               f"bound at {problem.label()}")
+        except (ExpressionError, ZeroDivisionError, KeyError) as e:
+            raise _Decline(f"the launch cannot be evaluated at {problem.label()} ({e})") from None
+

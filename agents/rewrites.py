@@ -1,0 +1,183 @@
+"""Rewrites: the rules' changes to a kernel's structure, each exposed as template parameters.
+
+A rewrite is a function of one signature,
+
+    def rewrite(ctx: RewriteContext) -> Rewrite | Declined
+
+that reads the kernel's analysis (agents/kernel_tree.py) and the source as the rewrites before it
+left it (the literals already lifted), and returns the new source with its parameters, or says
+why it does not apply. Its parameters' defaults must reproduce the original token for token
+(the gate's check stays true), and it must apply only where the analysis proves it safe. The
+rules generator runs the functions of REWRITES in order on each backend's source, each on the
+source the one before made; a rewrite the gate rejects is dropped by name and the rest are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
+from kerntune.engine.template import Template
+
+from . import rewrite_elementwise
+from .kernel_tree import KernelAnalysis, KernelTreeError, classify
+
+# In order; each function sees the source the ones before it made. Add a rewrite here.
+REWRITES: tuple[Callable[["RewriteContext"], "Rewrite | Declined"], ...] = (
+    rewrite_elementwise.rewrite,
+)
+
+
+@dataclass(frozen=True)
+class RewriteContext:
+    """What a rewrite reads: the original spec, the backend, the source so far and its launch."""
+
+    original: Template
+    backend: str  # the dialect of `source`: "cuda" or "opencl"
+    source: str  # after the lifts and the rewrites before this one
+    analysis: KernelAnalysis  # of `source`'s entry kernel
+    grid: tuple[str, ...]  # the launch so far, over problem names and parameters
+    block: tuple[str, ...]
+    defaults: dict  # the parameters so far and their defaults (the lifts' and earlier rewrites')
+    limits: DeviceLimits
+    taken: frozenset[str] = frozenset()  # names the source or spec already uses
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A rewrite's result: the new source, its parameters and constraints, and the launch it needs."""
+
+    name: str  # stable, for dropping it after a rejection: "elementwise"
+    source: str
+    parameters: tuple[ParamProposal, ...]
+    description: str  # one line for the diff panel and `templatize`
+    constraints: tuple[str, ...] = ()
+    grid: tuple[str, ...] | None = None  # None keeps the launch as it is
+    block: tuple[str, ...] | None = None
+    risk: int = 4  # rewrites are dropped before lifts (which go up to 3)
+
+
+@dataclass(frozen=True)
+class Declined:
+    """A rewrite that does not apply, and why, in one phrase."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class Applied:
+    """The rewrites applied to each backend's source, in order, and those declined."""
+
+    sources: dict[str, str]
+    rewrites: list[Rewrite] = field(default_factory=list)  # of the primary backend
+    declined: list[Declined] = field(default_factory=list)
+    grid: tuple[str, ...] = ()
+    block: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+
+def apply_rewrites(original: Template, sources: dict[str, str], primary: str, grid: tuple[str, ...],
+                   block: tuple[str, ...], defaults: dict, limits: DeviceLimits,
+                   dropped: frozenset[str] | set[str] = frozenset(), taken: frozenset[str] = frozenset(),
+                   rewrites: tuple = REWRITES) -> Applied:
+    """The rewrites of `rewrites` that apply, made in order on every backend's source (the primary
+    backend decides; another backend whose rewrite differs is left out, with a note)."""
+    out = Applied(dict(sources), grid=tuple(grid), block=tuple(block))
+    defaults = dict(defaults)
+    for fn in rewrites:
+        made: dict[str, Rewrite] = {}
+        for backend in [primary] + sorted(b for b in out.sources if b != primary):
+            got = _one(fn, original, backend, out, defaults, limits, taken)
+            if backend == primary:
+                if isinstance(got, Declined):
+                    out.declined.append(got)
+                    break
+                if got.name in dropped:
+                    out.declined.append(Declined(got.name, "left out: the gate rejected a template with it"))
+                    break
+                made[backend] = got
+                continue
+            mine = made[primary]
+            if isinstance(got, Declined) or _shape(got) != _shape(mine):
+                why = got.reason if isinstance(got, Declined) else "it would not take the same parameters"
+                out.notes.append(f"the {backend} source cannot take the {mine.name} rewrite ({why}): "
+                                 f"the template is for {', '.join(sorted(made))} only")
+                out.sources.pop(backend)
+                continue
+            made[backend] = got
+        if primary not in made:
+            continue
+        mine = made[primary]
+        for backend, r in made.items():
+            out.sources[backend] = r.source
+        out.rewrites.append(mine)
+        out.grid = mine.grid if mine.grid is not None else out.grid
+        out.block = mine.block if mine.block is not None else out.block
+        defaults.update({p.name: p.default for p in mine.parameters})
+    return out
+
+
+def _one(fn, original: Template, backend: str, sofar: Applied, defaults: dict, limits: DeviceLimits,
+         taken: frozenset[str]) -> Rewrite | Declined:
+    source = sofar.sources[backend]
+    try:
+        analysis = classify(source, original.entry)
+    except KernelTreeError as e:
+        return Declined(getattr(fn, "__module__", "rewrite").rsplit(".", 1)[-1], str(e))
+    ctx = RewriteContext(original, backend, source, analysis, sofar.grid, sofar.block, dict(defaults), limits,
+                         frozenset(taken))
+    return fn(ctx)
+
+
+def _shape(r: Rewrite) -> tuple:
+    return (r.name, tuple((p.name, p.default) for p in r.parameters), r.grid, r.block, r.constraints)
+
+
+def compose(original: Template, backend: str, limits: DeviceLimits, proposal: TemplateProposal | None,
+            dropped: frozenset[str] | set[str] = frozenset()) -> tuple[TemplateProposal | None, Applied]:
+    """The lifts' proposal (None: nothing was lifted) with the rewrites that apply made on top."""
+    if proposal is not None:
+        sources, grid, block = dict(proposal.sources), proposal.grid, proposal.block
+        params = list(proposal.parameters)
+    else:
+        sources = {b: original.source_for(b) for b in original.sources}
+        grid, block = (tuple(x) for x in original_launch(original, limits))
+        params = []
+    if original.parameters:
+        return proposal, Applied(sources, grid=tuple(grid or ()), block=tuple(block or ()))
+    taken = frozenset(_identifiers(sources) | set(original.problem_names) | {p.name for p in params})
+    applied = apply_rewrites(original, sources, backend, tuple(grid), tuple(block),
+                             {p.name: p.default for p in params}, limits, dropped, taken)
+    if not applied.rewrites:
+        return proposal, applied
+    params += [p for r in applied.rewrites for p in r.parameters]
+    constraints = list(proposal.constraints if proposal is not None else ())
+    constraints += [c for r in applied.rewrites for c in r.constraints]
+    described = [r.description for r in applied.rewrites]
+    summary = (proposal.summary + "; " if proposal is not None else "rules: ") + "; ".join(described)
+    notes = list(proposal.notes if proposal is not None else ()) + applied.notes
+    notes += [f"rewrote the kernel: {d}" for d in described]
+    notes += [f"no {d.name} rewrite: {d.reason}" for d in applied.declined]
+    return TemplateProposal(
+        sources=applied.sources, parameters=tuple(params), constraints=tuple(dict.fromkeys(constraints)),
+        grid=applied.grid, block=applied.block,
+        shared_bytes=proposal.shared_bytes if proposal is not None else None,
+        summary=f"{summary} ({len(params)} parameters: {', '.join(p.name for p in params)})",
+        notes=tuple(notes)), applied
+
+
+def _identifiers(sources: dict[str, str]) -> set[str]:
+    out: set[str] = set()
+    for src in sources.values():
+        word = ""
+        for ch in src + " ":
+            if ch.isalnum() or ch == "_":
+                word += ch
+            else:
+                if word and not word[0].isdigit():
+                    out.add(word)
+                word = ""
+    return out
