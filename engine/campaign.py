@@ -193,6 +193,11 @@ def choose_general(pairs: Sequence[PairResult], top: int = DEFAULT_TOP) -> Gener
     def slower(key: str) -> list[int]:
         return [i for i, (t, o) in enumerate(zip(times[key], originals)) if t and o and t > o]
 
+    for p, o in zip(live, originals):
+        if o is None:
+            why = p.original.status if p.original is not None else "infeasible or not measured"
+            notes.append(f"the original (the default configuration) has no time at {p.size} ({why}): "
+                         "speedups there are over the size's best")
     for p in live:  # each size's best, at the other sizes
         if p.best is None:
             notes.append(f"{p.size}: no configuration was verified")

@@ -476,7 +476,7 @@ def _show_summary(args: argparse.Namespace) -> int:
         return 0
     head = summary["summary"]
     print(f"campaign {head.get('name', '')} ({head.get('created', '')}): {len(summary['pair'])} pairs; "
-          f"sessions beside {summary['path']}")
+          f"sessions in {Path(summary['path']).parent}")
     print_campaign(summary)
     return 0
 

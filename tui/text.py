@@ -259,8 +259,10 @@ def campaign_lines(summary: Mapping[str, Any]) -> list[str]:
                          f"the original (geometric mean over {len(sizes)} size{'s' if len(sizes) != 1 else ''})")
         for s in sizes:
             if s.get("best_us") is not None:
+                orig = (f"original {fmt_num(s['original_us'])} us" if s.get("original_us") is not None
+                        else "the original was not verified at this size")
                 lines.append(f"    best at {s.get('size')}: {fmt_params(s.get('best_config', {}))} "
-                             f"({fmt_num(s['best_us'])} us, original {fmt_num(s.get('original_us'))} us)")
+                             f"({fmt_num(s['best_us'])} us, {orig})")
         lines.extend(f"    note: {n}" for n in g.get("notes", []))
     return lines
 

@@ -1,0 +1,151 @@
+"""`kerntune campaign FILE.toml`: templates x sizes, one session per pair, resumable, and a summary
+with each template's general configuration; on the OpenCL CPU device."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kerntune import templates
+from kerntune.engine.campaign import (
+    Campaign,
+    CampaignError,
+    Job,
+    load_campaign,
+    load_summary,
+    run_job,
+    session_name,
+)
+from kerntune.engine.result import config_key
+from kerntune.engine.session import load_session
+from kerntune.engine.tune import TuneOptions
+from kerntune.engine.evaluate import TimingPolicy
+from kerntune.tui.cli import main
+
+QUICK = ["--no-probe", "--repeats", "3", "--seed", "5", "--budget", "2"]
+FAST = TuneOptions(backend="opencl", budget=2, seed=5, probe=False, timing=TimingPolicy(min_repeats=3, max_repeats=3))
+
+CAMPAIGN = """
+[campaign]
+name = "tiny"
+strategy = "random"
+
+[[kernel]]
+template = "vector_add"
+sizes = [{ n = 3000 }, { n = 40000 }]
+
+[[kernel]]
+template = "silu_and_mul"
+sizes = [{ tokens = 2, d = 256 }]
+"""
+
+
+@pytest.fixture
+def campaign_file(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(CAMPAIGN)
+    return path
+
+
+def test_a_campaign_file_names_templates_and_their_sizes(campaign_file):
+    name, kernels, options = load_campaign(campaign_file, templates.path)
+    assert name == "tiny" and options == {"strategy": "random"}
+    assert [k.name for k in kernels] == ["vector_add", "silu_and_mul"]
+    assert [s[0] for s in kernels[0].sizes] == ["n=3000", "n=40000"]
+    assert kernels[1].sizes[0][2] == {"tokens": 2, "d": 256}
+    jobs = Campaign(kernels, campaign_file.parent / "out").jobs()
+    assert [Path(j.session).name for j in jobs] == ["vector_add@n=3000.toml", "vector_add@n=40000.toml",
+                                                    "silu_and_mul@tokens=2,d=256.toml"]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[[kernel]]\ntemplate = 'no_such_kernel'\n", "[kernel[0].template] expected a built-in template's name"),
+    ("[[kernel]]\ntemplate = 'vector_add'\nproblems = ['huge']\n", "no problem named 'huge'"),
+    ("[[kernel]]\ntemplate = 'vector_add'\nsizes = [{ m = 4 }]\n", "unknown problem name(s) m"),
+    ("[[kernel]]\ntemplate = 'vector_add'\nsizez = []\n", "[kernel[0].sizez] expected one of template"),
+    ("[campaign]\nbudget = -1\n[[kernel]]\ntemplate = 'vector_add'\n", "[campaign.budget] expected a non-negative"),
+    ("[[kernel]]\ntemplate = 'vector_add'\n[[kernel]]\ntemplate = 'vector_add'\n", "listed twice"),
+    ("kernel = 3\n", "at least one [[kernel]] table"),
+    ("[[kernel]\n", "not valid TOML"),
+])
+def test_a_bad_campaign_file_is_one_line(tmp_path, capsys, text, words):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(CampaignError) as e:
+        load_campaign(path, templates.path)
+    assert words in str(e.value) and "\n" not in str(e.value)
+    assert main(["campaign", str(path), "--dir", str(tmp_path / "out")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_job_is_plain_data_and_a_pair_that_cannot_run_is_a_failed_result(tmp_path):
+    import pickle
+
+    job = Job(str(templates.path("vector_add")), "n=3000", None, {"n": 3000}, str(tmp_path / "a.toml"))
+    assert pickle.loads(pickle.dumps(job)) == job  # can be handed to another process or host
+    bad = Job(str(templates.path("vector_add")), "huge", "huge", {}, str(tmp_path / "b.toml"))
+    pair = run_job(bad, FAST)
+    assert pair.status == "failed" and "no problem named 'huge'" in pair.error and not Path(bad.session).exists()
+
+
+def test_a_campaign_tunes_every_pair_resumes_a_cut_one_and_skips_finished_ones(tmp_path, campaign_file, capsys,
+                                                                               monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = tmp_path / "out"
+    assert main(["campaign", str(campaign_file), "--dir", str(out), *QUICK]) == 0
+    text = capsys.readouterr().out
+    assert "campaign tiny: 2 templates, 3 pairs" in text
+    assert "general us" in text and "vector_add: general configuration" in text
+    summary = load_summary(out)
+    assert [(p["template"], p["size"], p["status"]) for p in summary["pair"]] == [
+        ("vector_add", "n=3000", "tuned"), ("vector_add", "n=40000", "tuned"),
+        ("silu_and_mul", "tokens=2,d=256", "tuned")]
+    sessions = {p["size"]: out / p["session"] for p in summary["pair"]}
+    # the campaign file's strategy holds where the command line gives none
+    assert load_session(sessions["n=3000"]).header["tuning"]["strategy"] == "random"
+    # every size's leaders were measured at the other size: the general configuration is measured at both
+    va = next(g for g in summary["general"] if g["template"] == "vector_add")
+    assert all("general_us" in s and "original_us" in s for s in va["size"])
+    general = config_key(va["config"])
+    for path in (sessions["n=3000"], sessions["n=40000"]):
+        assert general in load_session(path).evaluated_keys()
+    for s in va["size"]:  # never slower than the original without a note saying so
+        if s["general_us"] > s["original_us"]:
+            assert any("slower than the original" in n for n in va["notes"])
+
+    # a pair cut mid-run (its last events lost) is resumed; the others are kept as they are
+    cut = sessions["n=40000"]
+    text_before = cut.read_text()
+    cut.write_text(text_before[:text_before.rindex("[[event]]")])  # its RunFinished is gone
+    kept = sessions["n=3000"].read_text()
+    assert main(["campaign", str(campaign_file), "--dir", str(out), *QUICK]) == 0
+    rerun = capsys.readouterr().out
+    assert "vector_add at n=3000: finished before: kept" in rerun and "vector_add at n=40000: resumed" in rerun
+    assert sessions["n=3000"].read_text() == kept
+    resumed = load_session(cut)
+    keys = [config_key(r.config) for r in resumed.results()]
+    assert len(keys) == len(set(keys))  # nothing measured twice
+    assert resumed.finished() is not None
+
+    # a measuring job appends the configurations its session lacks, once
+    extra = {"BLOCK": 64, "ITEMS": 2}
+    job = Job(str(templates.path("vector_add")), "n=3000", None, {"n": 3000}, str(sessions["n=3000"]),
+              configs=(extra, va["config"]))
+    before = len(load_session(sessions["n=3000"]).results())
+    measured = run_job(job, FAST)
+    assert measured.status == "measured" and len(measured.results) == before + 1
+    assert measured.time_of(config_key(extra)) is not None
+    assert run_job(job, FAST).status == "skipped"
+
+    # show reads the summary, the folder or the file
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "campaign tiny" in shown and "silu_and_mul" in shown and "general" in shown
+    assert main(["show", str(out / "summary.toml"), "--csv"]) == 2
+
+
+def test_session_names_keep_only_safe_characters():
+    assert session_name("k", "tokens=2,d=256") == "k@tokens=2,d=256.toml"
+    assert session_name("k", "a/b c") == "k@a_b_c.toml"
