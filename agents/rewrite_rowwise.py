@@ -1,0 +1,871 @@
+"""The row-wise rewrite: a kernel that gives each thread a whole row gets a group of threads per row.
+
+A kernel is row-wise when its one thread index (`blockIdx.x * blockDim.x + threadIdx.x`, or
+`get_global_id(0)`) picks a row and every loop of the kernel runs over that row, one element after
+another, carrying nothing from one element to the next but sums, maxima, minima and the online
+maximum-and-sum pair of a softmax, and writing only the element it is at. Such a kernel becomes a
+template of two parameters:
+
+- `LANES`: threads sharing a row (1 = the original). Every loop over the row starts at the
+  thread's lane and steps by `LANES`; after each loop its accumulators are combined across the
+  group (warp shuffles within a warp, shared memory across warps; local memory in OpenCL); what
+  the kernel writes outside its loops is written by the group's first lane, the elements of the
+  row by the lane that owns them.
+- `ROWS`: rows per block, whose default is the original's block size, so that the default
+  configuration is the original kernel token for token once the preprocessor has run.
+
+The analysis reads the kernel's syntax tree (tree-sitter) and refuses, with the reason, anything it
+cannot prove safe: a value carried from one element to the next that is not a reduction (a scan),
+a write at an element other than the loop's own, a loop inside a row loop, threads that already
+cooperate (barriers, shared memory, atomics).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
+from kerntune.engine.signature import _blank, _parser
+from kerntune.engine.template import Template
+
+from .lift import launch_sites
+
+LANES = "LANES"
+ROWS = "ROWS"
+EXP_CALLS = {"expf", "__expf", "exp", "native_exp", "half_exp"}
+MAX_CALLS = {"fmaxf", "fmax", "max"}
+MIN_CALLS = {"fminf", "fmin", "min"}
+CUDA_IDS = {"threadIdx", "blockIdx", "blockDim", "gridDim"}
+OPENCL_IDS = {"get_global_id", "get_local_id", "get_group_id", "get_local_size", "get_num_groups",
+              "get_global_size", "get_global_offset"}
+COOPERATING = {"__syncthreads", "__syncwarp", "barrier", "work_group_barrier", "__shfl_sync", "__shfl_xor_sync",
+               "__shfl_down_sync", "__shfl_up_sync"}
+ACC_TYPES = ("float", "double", "int")
+INDEX_TYPES = {"int", "long", "unsigned", "size_t", "ptrdiff_t", "int64_t", "uint32_t", "int32_t"}
+
+
+class NotRowwise(ValueError):
+    """The kernel is not a one-thread-per-row map-reduce the rewrite can spread; the message says why."""
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """A value a row loop carries from element to element: a sum, a maximum, a minimum, or the online
+    pair (`name` the maximum, `partner` the sum of exponentials taken against it)."""
+
+    name: str
+    op: str
+    ctype: str
+    partner: str = ""
+    exp: str = ""
+
+
+@dataclass(frozen=True)
+class RowLoop:
+    """A loop over the row: where its start and step are, where the combine goes after it."""
+
+    var: str
+    line: int
+    start: tuple[int, int]
+    update: tuple[int, int]
+    after: int
+    indent: str
+    accumulators: tuple[Accumulator, ...]
+
+
+@dataclass(frozen=True)
+class RowKernel:
+    """What the analysis found in a row-wise kernel (byte offsets into the source)."""
+
+    dialect: str
+    index_sites: tuple[tuple[int, int], ...]
+    loops: tuple[RowLoop, ...]
+    lead_stores: tuple[tuple[int, int], ...]
+    head: int  # where the kernel's definition starts its line: the prelude goes before it
+    body_open: int  # just after the `{` of the kernel's body
+
+    @property
+    def accumulators(self) -> tuple[Accumulator, ...]:
+        return tuple(a for lp in self.loops for a in lp.accumulators)
+
+
+# syntax helpers --------------------------------------------------------------------------------
+
+def _t(node) -> str:
+    return node.text.decode("utf-8", "replace") if node is not None else ""
+
+
+def _strip(node):
+    while node is not None and node.type == "parenthesized_expression" and node.named_child_count == 1:
+        node = node.named_children[0]
+    return node
+
+
+def _walk(node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+def _names(node) -> set[str]:
+    return {_t(n) for n in _walk(node) if n.type == "identifier"}
+
+
+def _line(node) -> int:
+    return node.start_point[0] + 1
+
+
+def _within(node, ancestor) -> bool:
+    return ancestor.start_byte <= node.start_byte and node.end_byte <= ancestor.end_byte
+
+
+def _same(a, b) -> bool:
+    return a.start_byte == b.start_byte and a.end_byte == b.end_byte and a.type == b.type
+
+
+def _callee(call) -> str:
+    fn = call.child_by_field_name("function")
+    return _t(fn) if fn is not None and fn.type == "identifier" else ""
+
+
+def _args(call) -> list:
+    args = call.child_by_field_name("arguments")
+    return list(args.named_children) if args is not None else []
+
+
+def _is_zero(node) -> bool:
+    node = _strip(node)
+    if node is None or node.type != "number_literal":
+        return False
+    try:
+        return float(_t(node).rstrip("fFlLuU") or "x") == 0.0
+    except ValueError:
+        return False
+
+
+def _field(node, obj: str, member: str = "x") -> bool:
+    node = _strip(node)
+    return (node is not None and node.type == "field_expression"
+            and _t(node.child_by_field_name("argument")) == obj and _t(node.child_by_field_name("field")) == member)
+
+
+def _is_index_site(node) -> bool:
+    """`blockIdx.x * blockDim.x + threadIdx.x` in any order, or `get_global_id(0)`."""
+    node = _strip(node)
+    if node is None:
+        return False
+    if node.type == "call_expression":
+        args = _args(node)
+        return _callee(node) == "get_global_id" and len(args) == 1 and _t(args[0]) == "0"
+    if node.type != "binary_expression" or _t(node.child_by_field_name("operator")) != "+":
+        return False
+    left, right = _strip(node.child_by_field_name("left")), _strip(node.child_by_field_name("right"))
+    for a, b in ((left, right), (right, left)):
+        if _field(b, "threadIdx") and a is not None and a.type == "binary_expression" \
+                and _t(a.child_by_field_name("operator")) == "*":
+            x, y = a.child_by_field_name("left"), a.child_by_field_name("right")
+            if (_field(x, "blockIdx") and _field(y, "blockDim")) or (_field(x, "blockDim") and _field(y, "blockIdx")):
+                return True
+    return False
+
+
+def _find_kernel(root, entry: str):
+    name = re.sub(r"<.*$", "", entry).split("::")[-1].strip()
+    for n in _walk(root):
+        if n.type != "function_definition":
+            continue
+        decl = n.child_by_field_name("declarator")
+        while decl is not None and decl.type != "function_declarator":
+            decl = decl.child_by_field_name("declarator")
+        if decl is not None and _t(decl.child_by_field_name("declarator")).split("::")[-1] == name:
+            return n
+    return None
+
+
+# the analysis ----------------------------------------------------------------------------------
+
+@dataclass
+class _Loop:
+    node: object
+    var: str
+    start_text: str
+    locals: set[str] = field(default_factory=set)
+
+
+def analyse(source: str, entry: str) -> RowKernel:
+    """The row-wise structure of `entry` in `source` (CUDA or OpenCL); NotRowwise says why not."""
+    src = source.encode("utf-8")
+    text, dialect, marks = _blank(src)
+    root = _parser().parse(text).root_node
+    fn = _find_kernel(root, entry)
+    if fn is None:
+        raise NotRowwise(f"no kernel named {entry} in the source")
+    body = fn.child_by_field_name("body")
+    if marks.local:
+        raise NotRowwise("the kernel already uses local memory: its threads cooperate")
+    if b"__shared__" in src[fn.start_byte:fn.end_byte]:
+        raise NotRowwise("the kernel already uses shared memory: its threads cooperate")
+
+    # the one thread index, and nothing else that tells threads apart
+    sites = [n for n in _walk(body) if _is_index_site(n)]
+    sites = [s for s in sites if not any(o is not s and _within(s, o) for o in sites)]
+    if not sites:
+        raise NotRowwise("no thread index of the form blockIdx.x * blockDim.x + threadIdx.x or get_global_id(0)")
+    for n in _walk(root):
+        word = ""
+        if n.type == "identifier" and _t(n) in CUDA_IDS:
+            word = _t(n)
+        elif n.type == "call_expression" and _callee(n) in OPENCL_IDS:
+            word = _callee(n)
+        if word and not any(_within(n, s) for s in sites):
+            raise NotRowwise(f"line {_line(n)}: {word} is read outside the thread index: the kernel is not "
+                             "one thread per row")
+        if n.type == "call_expression" and (_callee(n) in COOPERATING or _callee(n).startswith(("atomic", "atom_"))):
+            raise NotRowwise(f"line {_line(n)}: {_callee(n)}: the kernel's threads already cooperate")
+    for n in _walk(body):
+        if n.type in ("while_statement", "do_statement"):
+            raise NotRowwise(f"line {_line(n)}: a {n.type.split('_')[0]} loop: its trip count is unknown")
+
+    loops = [_loop_header(n) for n in _walk(body) if n.type == "for_statement"]
+    if not loops:
+        raise NotRowwise("no loop over a row: each thread owns single elements (an elementwise kernel)")
+    for lp in loops:
+        for other in loops:
+            if other is not lp and _within(lp.node, other.node):
+                raise NotRowwise(f"line {_line(lp.node)}: a loop inside the row loop of line {_line(other.node)}")
+
+    decls = _declarations(body)
+    carried_in: dict[str, int] = {}
+    row_loops: list[RowLoop] = []
+    written: dict[str, str] = {}  # array -> its normalised index, for arrays written in a row loop
+    for lp in loops:
+        lp.locals = {_declared_name(d) for d in _walk(lp.node.child_by_field_name("body"))
+                     if d.type in ("declaration", "init_declarator")} | {lp.var}
+        accs = _accumulators(lp, decls, src)
+        for a in accs:
+            for name in (a.name, a.partner):
+                if name and name in carried_in:
+                    raise NotRowwise(f"line {_line(lp.node)}: {name} accumulates in two loops (and the one of line "
+                                     f"{carried_in[name]}): each lane would add the combined value again")
+                if name:
+                    carried_in[name] = _line(lp.node)
+        _check_elements(lp, written)
+        parent = lp.node.parent
+        if accs and (parent is None or parent.type != "compound_statement"):
+            raise NotRowwise(f"line {_line(lp.node)}: the loop is not a statement of a block: there is no place "
+                             "to combine its accumulators after it")
+        init = lp.node.child_by_field_name("initializer")
+        value = init.child_by_field_name("value") if init.type == "assignment_expression" else \
+            init.child_by_field_name("declarator").child_by_field_name("value")
+        update = lp.node.child_by_field_name("update")
+        line_start = src.rfind(b"\n", 0, lp.node.start_byte) + 1
+        indent = re.match(rb"[ \t]*", src[line_start:lp.node.start_byte]).group(0).decode()
+        row_loops.append(RowLoop(lp.var, _line(lp.node), (value.start_byte, value.end_byte),
+                                 (update.start_byte, update.end_byte), lp.node.end_byte, indent, tuple(accs)))
+
+    leads = _lead_stores(body, loops, written)
+    head_node = fn
+    while head_node.parent is not None and head_node.parent.type in ("template_declaration",):
+        head_node = head_node.parent
+    kernel_words = [k for k in marks.kernels if k <= fn.start_byte]
+    start = min([head_node.start_byte] + ([max(kernel_words)] if kernel_words else []))
+    head = src.rfind(b"\n", 0, start) + 1
+    open_brace = body.children[0]
+    return RowKernel(dialect, tuple((s.start_byte, s.end_byte) for s in sites), tuple(row_loops), tuple(leads),
+                     head, open_brace.end_byte)
+
+
+def _loop_header(node) -> _Loop:
+    line = _line(node)
+    init, cond, update = (node.child_by_field_name(k) for k in ("initializer", "condition", "update"))
+    var = ""
+    start = None
+    if init is not None and init.type == "declaration":
+        decls = [c for c in init.named_children if c.type == "init_declarator"]
+        if len(decls) == 1 and decls[0].child_by_field_name("declarator").type == "identifier":
+            var = _t(decls[0].child_by_field_name("declarator"))
+            start = decls[0].child_by_field_name("value")
+    elif init is not None and init.type == "assignment_expression" and _t(init.child_by_field_name("operator")) == "=":
+        if init.child_by_field_name("left").type == "identifier":
+            var = _t(init.child_by_field_name("left"))
+            start = init.child_by_field_name("right")
+    if not var or start is None:
+        raise NotRowwise(f"line {line}: a loop whose counter is not set once at its start")
+    cond = _strip(cond)
+    if not (cond is not None and cond.type == "binary_expression" and _t(cond.child_by_field_name("operator")) == "<"
+            and _t(_strip(cond.child_by_field_name("left"))) == var):
+        raise NotRowwise(f"line {line}: the loop's condition is not `{var} < end`")
+    step = _t(update).replace(" ", "") if update is not None else ""
+    if step not in (f"{var}++", f"++{var}", f"{var}+=1", f"{var}={var}+1"):
+        raise NotRowwise(f"line {line}: the loop does not step by one element ({step or 'no step'})")
+    body = node.child_by_field_name("body")
+    for n in _walk(body):
+        if n.type in ("break_statement", "return_statement", "goto_statement"):
+            raise NotRowwise(f"line {_line(n)}: the loop over the row may end early ({_t(n).rstrip(';')})")
+        target = _target(n)
+        if target is not None and target.type == "identifier" and _t(target) == var:
+            raise NotRowwise(f"line {_line(n)}: the loop's counter {var} is changed inside the loop")
+    return _Loop(node, var, _t(start))
+
+
+def _target(n):
+    if n.type == "assignment_expression":
+        return _strip(n.child_by_field_name("left"))
+    if n.type == "update_expression":
+        return _strip(n.child_by_field_name("argument"))
+    return None
+
+
+def _declared_name(node) -> str:
+    d = node.child_by_field_name("declarator")
+    while d is not None and d.type not in ("identifier",):
+        d = d.child_by_field_name("declarator")
+    return _t(d)
+
+
+def _declarations(body) -> dict[str, tuple[str, bool, object]]:
+    """Each name declared in the kernel's body: its type, whether it is a plain scalar, the node."""
+    out: dict[str, tuple[str, bool, object]] = {}
+    for n in _walk(body):
+        if n.type != "declaration":
+            continue
+        ctype = _t(n.child_by_field_name("type"))
+        for d in n.named_children:
+            if d.type not in ("init_declarator", "identifier", "array_declarator", "pointer_declarator"):
+                continue
+            inner = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            plain = inner is not None and inner.type == "identifier"
+            out.setdefault(_declared_name(d) if d.type != "identifier" else _t(d), (ctype, plain, n))
+    return out
+
+
+def _statement(node):
+    while node is not None and node.type != "expression_statement":
+        node = node.parent
+    return node
+
+
+def _accumulators(lp: _Loop, decls: dict, src: bytes) -> list[Accumulator]:
+    """The values the loop carries from one element to the next, each a reduction, or NotRowwise."""
+    body = lp.node.child_by_field_name("body")
+    line = _line(lp.node)
+    forms: dict[str, list[tuple[str, object]]] = {}  # name -> [(form, assignment)]
+    for n in _walk(body):
+        target = _target(n)
+        if target is None or target.type != "identifier" or _t(target) in lp.locals:
+            continue
+        forms.setdefault(_t(target), []).append((_form(n, _t(target), lp), n))
+    if not forms:
+        return []
+    assigns = {name: [a for _, a in fs] for name, fs in forms.items()}
+    # where each carried name may be read: its own updates, and for a maximum the condition that guards it
+    reads_ok = {name: list(a) for name, a in assigns.items()}
+    for name, fs in forms.items():
+        reads_ok[name] += [_guarding_if(a).child_by_field_name("condition") for f, a in fs if f in ("max-if", "min-if")]
+    extra: dict[str, list] = {}
+    for n in _walk(body):
+        if n.type == "identifier" and _t(n) in forms and not any(_within(n, r) for r in reads_ok[_t(n)]):
+            extra.setdefault(_t(n), []).append(n)
+    for name in forms:
+        ctype, plain, _ = decls.get(name, ("", False, None))
+        if not plain or ctype not in ACC_TYPES:
+            what = f"a {ctype}" if ctype else "declared outside the kernel's body"
+            raise NotRowwise(f"line {line}: {name} is carried from element to element but is {what}, not a "
+                             f"{', '.join(ACC_TYPES)} scalar")
+    ops = {name: {f.split("-")[0] for f, _ in fs} for name, fs in forms.items()}
+    out: list[Accumulator] = []
+    done: set[str] = set()
+    # the online pair: a maximum read only by the updates of a sum of exponentials taken against it,
+    # which rescale that sum when the maximum grows
+    for m, m_ops in ops.items():
+        if m_ops != {"max"} or m not in extra:
+            continue
+        for s, s_ops in ops.items():
+            if s == m or "rescale" not in s_ops or not s_ops <= {"sum", "rescale"} or s in extra:
+                continue
+            both = assigns[s] + assigns[m]
+            if not all(any(_within(r, a) for a in assigns[s]) or _local_only_in(r, lp, both) for r in extra[m]):
+                continue
+            exps = {_callee(c) for a in assigns[s] for c in _walk(a)
+                    if c.type == "call_expression" and _callee(c) in EXP_CALLS}
+            if len(exps) != 1:
+                continue
+            _check_start(s, lp, "sum")
+            out.append(Accumulator(m, "online", decls[m][0], s, exps.pop()))
+            done |= {m, s}
+            break
+    for name, name_ops in ops.items():
+        if name in done:
+            continue
+        if len(name_ops) != 1 or next(iter(name_ops)) not in ("sum", "max", "min"):
+            raise NotRowwise(f"line {line}: {name} is carried from one element to the next, and not as a sum, "
+                             "a maximum, a minimum or the online maximum-and-sum of a softmax")
+        if name in extra:
+            r = extra[name][0]
+            raise NotRowwise(f"line {_line(r)}: {name} is read while it accumulates: each element depends on the "
+                             "ones before it (a scan), which a group of threads cannot split")
+        op = next(iter(name_ops))
+        if op == "sum":
+            _check_start(name, lp, "sum")
+        out.append(Accumulator(name, op, decls[name][0]))
+    return out
+
+
+def _local_only_in(read, lp: _Loop, assignments: list) -> bool:
+    """A read in the initialiser of a loop-local whose every use is inside `assignments`
+    (`float prev = maxval;` read only by the sum's rescaling)."""
+    decl = read.parent
+    while decl is not None and decl.type != "init_declarator" and not _same(decl, lp.node):
+        decl = decl.parent
+    if decl is None or decl.type != "init_declarator" or not _within(decl, lp.node):
+        return False
+    local = _declared_name(decl)
+    body = lp.node.child_by_field_name("body")
+    uses = [n for n in _walk(body) if n.type == "identifier" and _t(n) == local and not _within(n, decl)]
+    return all(any(_within(u, a) for a in assignments) for u in uses)
+
+
+def _guarding_if(assign):
+    stmt = _statement(assign)
+    p = stmt.parent if stmt is not None else None
+    if p is not None and p.type == "compound_statement":
+        p = p.parent
+    return p if p is not None and p.type == "if_statement" else None
+
+
+def _form(n, v: str, lp: _Loop) -> str:
+    """How one assignment changes the carried value v: sum, max, min, rescale (s = s * f + e), or other."""
+    if n.type == "update_expression":
+        return "sum" if _t(n.child_by_field_name("operator")) == "++" else "other"
+    op = _t(n.child_by_field_name("operator"))
+    rhs = _strip(n.child_by_field_name("right"))
+    if op == "+=":
+        return "sum" if v not in _names(rhs) else "other"
+    if op != "=":
+        return "other"
+    if rhs.type == "binary_expression" and _t(rhs.child_by_field_name("operator")) == "+":
+        left, right = _strip(rhs.child_by_field_name("left")), _strip(rhs.child_by_field_name("right"))
+        for a, b in ((left, right), (right, left)):
+            if _t(a) == v and v not in _names(b):
+                return "sum"
+            if v not in _names(b) and a.type == "binary_expression" and _t(a.child_by_field_name("operator")) == "*":
+                x, y = _strip(a.child_by_field_name("left")), _strip(a.child_by_field_name("right"))
+                for p, q in ((x, y), (y, x)):
+                    if _t(p) == v and q.type == "call_expression" and _callee(q) in EXP_CALLS and v not in _names(q):
+                        return "rescale"
+    if rhs.type == "call_expression" and len(_args(rhs)) == 2:
+        kind = "max" if _callee(rhs) in MAX_CALLS else "min" if _callee(rhs) in MIN_CALLS else ""
+        a, b = (_strip(x) for x in _args(rhs))
+        if kind and ((_t(a) == v and v not in _names(b)) or (_t(b) == v and v not in _names(a))):
+            return kind
+    if rhs.type == "identifier" and _t(rhs) in lp.locals:  # m = m_new, with float m_new = fmaxf(m, x)
+        body = lp.node.child_by_field_name("body")
+        for d in _walk(body):
+            if d.type == "init_declarator" and _declared_name(d) == _t(rhs):
+                value = _strip(d.child_by_field_name("value"))
+                if value is not None and value.type == "call_expression" and len(_args(value)) == 2 \
+                        and v in {_t(_strip(x)) for x in _args(value)}:
+                    return "max" if _callee(value) in MAX_CALLS else "min" if _callee(value) in MIN_CALLS else "other"
+    guard = _guarding_if(n)
+    if guard is not None and _within(n, guard.child_by_field_name("consequence")):
+        cond = _strip(guard.child_by_field_name("condition"))
+        cond = _strip(cond.child_by_field_name("value")) if cond.type == "condition_clause" else cond
+        if cond is not None and cond.type == "binary_expression":
+            c_op = _t(cond.child_by_field_name("operator"))
+            left, right = _t(_strip(cond.child_by_field_name("left"))), _t(_strip(cond.child_by_field_name("right")))
+            value = _t(rhs)
+            if (c_op in (">", ">=") and left == value and right == v) or (c_op in ("<", "<=") and left == v
+                                                                             and right == value):
+                return "max-if"
+            if (c_op in ("<", "<=") and left == value and right == v) or (c_op in (">", ">=") and left == v
+                                                                             and right == value):
+                return "min-if"
+    return "other"
+
+
+def _check_start(name: str, lp: _Loop, op: str) -> None:
+    """A sum split over lanes must start from 0 in every lane: the last value given before the loop."""
+    node = lp.node
+    while node is not None:
+        parent = node.parent
+        if parent is not None and parent.type == "compound_statement":
+            before = [c for c in parent.named_children if c.end_byte <= node.start_byte]
+            for stmt in reversed(before):
+                value = _assigned_value(stmt, name)
+                if value is not None:
+                    if _is_zero(value):
+                        return
+                    raise NotRowwise(f"line {_line(stmt)}: the {op} {name} starts from {_t(value)}, not 0: "
+                                     "each lane of a group would add it once")
+                if any(_target(n) is not None and _t(_target(n)) == name for n in _walk(stmt)):
+                    raise NotRowwise(f"line {_line(stmt)}: {name} changes before the loop of line {_line(lp.node)} "
+                                     "in a way that does not show it starts from 0")
+        node = parent
+    raise NotRowwise(f"the sum {name} has no starting value in the kernel")
+
+
+def _assigned_value(stmt, name: str):
+    if stmt.type == "declaration":
+        for d in stmt.named_children:
+            if d.type == "init_declarator" and _declared_name(d) == name:
+                return d.child_by_field_name("value")
+    if stmt.type == "expression_statement" and stmt.named_child_count == 1:
+        e = stmt.named_children[0]
+        if e.type == "assignment_expression" and _t(e.child_by_field_name("operator")) == "=" \
+                and _t(_strip(e.child_by_field_name("left"))) == name:
+            return e.child_by_field_name("right")
+    return None
+
+
+def _element(node):
+    """(array name, its index expression) of an element access: p[i], *(p + i), or a vload/vstore."""
+    node = _strip(node)
+    if node.type == "subscript_expression":
+        arg = _strip(node.child_by_field_name("argument"))
+        idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
+        return (_t(arg) if arg.type == "identifier" else ""), idx
+    if node.type == "pointer_expression" and _t(node.child_by_field_name("operator")) == "*":
+        inner = _strip(node.child_by_field_name("argument"))
+        if inner.type == "binary_expression" and _t(inner.child_by_field_name("operator")) == "+":
+            left = _strip(inner.child_by_field_name("left"))
+            return (_t(left) if left.type == "identifier" else ""), inner.child_by_field_name("right")
+        return (_t(inner) if inner.type == "identifier" else ""), None
+    if node.type == "call_expression" and _callee(node).startswith(("vload", "vstore")):
+        args = _args(node)
+        if len(args) >= 2:
+            p = _strip(args[-1])
+            return (_t(p) if p.type == "identifier" else ""), args[-2]
+    return None
+
+
+def _stores(node) -> list:
+    """Element writes under a node: (the write's node, array, index)."""
+    out = []
+    for n in _walk(node):
+        target = _target(n)
+        if target is not None and target.type != "identifier":
+            el = _element(target)
+            if el is None:
+                raise NotRowwise(f"line {_line(n)}: a write through {_t(target)} the rewrite cannot follow")
+            out.append((n, *el))
+        elif n.type == "call_expression" and _callee(n).startswith("vstore"):
+            out.append((n, *_element(n)))
+    return out
+
+
+def _key(index, var: str, start: str) -> str:
+    text = re.sub(r"\s+", "", _t(index)) if index is not None else ""
+    return f"{start}|" + re.sub(rf"\b{re.escape(var)}\b", "@", text)
+
+
+def _check_elements(lp: _Loop, written: dict[str, str]) -> None:
+    """A row loop writes only its own element, and reads back what it wrote only at that element."""
+    body = lp.node.child_by_field_name("body")
+    for n, array, index in _stores(body):
+        if not array:
+            raise NotRowwise(f"line {_line(n)}: a write the rewrite cannot follow to an array")
+        if array in lp.locals:
+            raise NotRowwise(f"line {_line(n)}: {array} is the thread's own array: its elements are not the row's")
+        if index is None or lp.var not in _names(index):
+            raise NotRowwise(f"line {_line(n)}: {array} is written at an element other than the loop's own "
+                             f"({lp.var}) in every iteration")
+        key = _key(index, lp.var, lp.start_text)
+        if written.setdefault(array, key) != key:
+            raise NotRowwise(f"line {_line(n)}: {array} is written at two different elements of the row")
+    for n in _walk(body):
+        if n.type not in ("subscript_expression", "pointer_expression", "call_expression"):
+            continue
+        el = _element(n)
+        if el is None or el[0] not in written:
+            continue
+        if _key(el[1], lp.var, lp.start_text) != written[el[0]]:
+            raise NotRowwise(f"line {_line(n)}: {el[0]} is read at another element than the one written there "
+                             "(a dependence between elements of the row)")
+
+
+def _lead_stores(body, loops: list[_Loop], written: dict[str, str]) -> list[tuple[int, int]]:
+    """The writes outside the row loops (one lane of a group makes them): their expressions' spans.
+    Nothing outside the loops may read an element a loop wrote, nor one such a write made."""
+    out, targets, stored = [], [], set()
+    for n, array, _ in _stores(body):
+        if any(_within(n, lp.node) for lp in loops):
+            continue
+        if array in written:
+            raise NotRowwise(f"line {_line(n)}: {array} is written both inside and outside the row loops")
+        stmt = _statement(n)
+        if stmt is None or stmt.named_child_count != 1 or not _same(stmt.named_children[0], n):
+            raise NotRowwise(f"line {_line(n)}: a write inside a larger expression, outside the row loops")
+        stored.add(array)
+        out.append((n.start_byte, n.end_byte))
+        targets.append(n if n.type == "call_expression" else _target(n))
+    for n in _walk(body):
+        if n.type not in ("subscript_expression", "pointer_expression", "call_expression"):
+            continue
+        el = _element(n)
+        if el is None or any(_within(n, lp.node) for lp in loops):
+            continue
+        if el[0] in written:
+            raise NotRowwise(f"line {_line(n)}: {el[0]} is read outside the row loops, where another lane may "
+                             "have written it")
+        if el[0] in stored and not any(_same(n, t) for t in targets):
+            raise NotRowwise(f"line {_line(n)}: {el[0]} is read back after one lane wrote it")
+    return out
+
+
+# the rewrite -----------------------------------------------------------------------------------
+
+OPS = {  # op -> (CUDA float, CUDA double, CUDA int, OpenCL any)
+    "sum": ("{a} + {b}",) * 4,
+    "max": ("fmaxf({a}, {b})", "fmax({a}, {b})", "max({a}, {b})", "{fmax}({a}, {b})"),
+    "min": ("fminf({a}, {b})", "fmin({a}, {b})", "min({a}, {b})", "{fmin}({a}, {b})"),
+}
+
+
+def _combine(op: str, ctype: str, dialect: str, a: str, b: str) -> str:
+    forms = OPS[op]
+    if dialect == "opencl":
+        real = ctype != "int"
+        return forms[3].format(a=a, b=b, fmax="fmax" if real else "max", fmin="fmin" if real else "min")
+    return forms[ACC_TYPES.index(ctype)].format(a=a, b=b)
+
+
+def _cuda_helpers(accs: tuple[Accumulator, ...]) -> str:
+    out = [
+        "#define ROW_LANE ((int)(threadIdx.x % LANES))",
+        "#define ROW_INDEX(original) (blockIdx.x * ROWS + threadIdx.x / LANES)",
+        "#define LANE_FIRST(start) ((start) + ROW_LANE)",
+        "#define LANE_NEXT(i, step) i += LANES",
+        "#define LEAD_ONLY(...) do { if (ROW_LANE == 0) { __VA_ARGS__; } } while (0)",
+        "// the lanes of this thread's group within its warp (a group never straddles two warps)",
+        "#define ROW_MASK (LANES >= 32 ? 0xffffffffu : ((1u << LANES) - 1u) << (threadIdx.x % 32 / LANES * LANES))",
+    ]
+    for op, ctype in sorted({(a.op, a.ctype) for a in accs if a.op != "online"}):
+        f = f"row_{op}_{ctype}"
+        c = _combine(op, ctype, "cuda", "v", "__shfl_xor_sync(ROW_MASK, v, o)")
+        c32 = _combine(op, ctype, "cuda", "v", "__shfl_xor_sync(0xffffffffu, v, o)")
+        cw = _combine(op, ctype, "cuda", "v", "part[w]")
+        out.append(f"""// the {op} of v over the row's lanes, in every lane (the same bits in each: the butterfly
+// combines the same pairs in both orders)
+__device__ __forceinline__ {ctype} {f}({ctype} v)
+{{
+#if LANES <= 32
+    for (int o = LANES / 2; o > 0; o >>= 1) v = {c};
+#else
+    __shared__ {ctype} part[LANES / 32];
+    for (int o = 16; o > 0; o >>= 1) v = {c32};
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = part[0];
+    for (int w = 1; w < LANES / 32; ++w) v = {cw};
+    __syncthreads();
+#endif
+    return v;
+}}""")
+    for ctype, exp in sorted({(a.ctype, a.exp) for a in accs if a.op == "online"}):
+        mx = _combine("max", ctype, "cuda", "*m", "m2")
+        out.append(f"""// (m, s) and (m2, s2), each s a sum of exponentials taken against its m, merged into one pair
+__device__ __forceinline__ void row_merge_{ctype}({ctype}* m, {ctype}* s, {ctype} m2, {ctype} s2)
+{{
+    const {ctype} top = {mx};
+    *s = (*m == top ? *s : *s * {exp}(*m - top)) + (m2 == top ? s2 : s2 * {exp}(m2 - top));
+    *m = top;
+}}
+
+__device__ __forceinline__ void row_online_{ctype}({ctype}* m, {ctype}* s)
+{{
+#if LANES <= 32
+    for (int o = LANES / 2; o > 0; o >>= 1)
+        row_merge_{ctype}(m, s, __shfl_xor_sync(ROW_MASK, *m, o), __shfl_xor_sync(ROW_MASK, *s, o));
+#else
+    __shared__ {ctype} part_m[LANES / 32], part_s[LANES / 32];
+    for (int o = 16; o > 0; o >>= 1)
+        row_merge_{ctype}(m, s, __shfl_xor_sync(0xffffffffu, *m, o), __shfl_xor_sync(0xffffffffu, *s, o));
+    if (threadIdx.x % 32 == 0) part_m[threadIdx.x / 32] = *m, part_s[threadIdx.x / 32] = *s;
+    __syncthreads();
+    *m = part_m[0], *s = part_s[0];
+    for (int w = 1; w < LANES / 32; ++w) row_merge_{ctype}(m, s, part_m[w], part_s[w]);
+    __syncthreads();
+#endif
+}}""")
+    return "\n".join(out)
+
+
+def _opencl_helpers(accs: tuple[Accumulator, ...]) -> str:
+    out = [
+        "// without sub-groups, a row's lanes meet in local memory: one row per work-group",
+        "#if ROWS > 1",
+        "#error LANES > 1 needs ROWS == 1 in OpenCL",
+        "#endif",
+        "#define ROW_LANE ((int)(get_local_id(0) % LANES))",
+        "#define ROW_INDEX(original) (get_group_id(0) * ROWS + get_local_id(0) / LANES)",
+        "#define LANE_FIRST(start) ((start) + ROW_LANE)",
+        "#define LANE_NEXT(i, step) i += LANES",
+        "#define LEAD_ONLY(...) do { if (ROW_LANE == 0) { __VA_ARGS__; } } while (0)",
+    ]
+    for op, ctype in sorted({(a.op, a.ctype) for a in accs if a.op != "online"}):
+        c = _combine(op, ctype, "opencl", "red[lane]", "red[lane + o]")
+        out.append(f"""// the {op} of v over the work-group's lanes, in every lane
+{ctype} row_{op}_{ctype}({ctype} v, __local {ctype}* red)
+{{
+    const int lane = ROW_LANE;
+    red[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = LANES / 2; o > 0; o >>= 1) {{
+        if (lane < o) red[lane] = {c};
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    v = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return v;
+}}""")
+    for ctype, exp in sorted({(a.ctype, a.exp) for a in accs if a.op == "online"}):
+        mx = _combine("max", ctype, "opencl", "m", "m2")
+        out.append(f"""// (m, s) and (m2, s2), each s a sum of exponentials taken against its m, merged into one pair
+void row_online_{ctype}({ctype}* pm, {ctype}* ps, __local {ctype}* red_m, __local {ctype}* red_s)
+{{
+    const int lane = ROW_LANE;
+    red_m[lane] = *pm;
+    red_s[lane] = *ps;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = LANES / 2; o > 0; o >>= 1) {{
+        if (lane < o) {{
+            const {ctype} m = red_m[lane], s = red_s[lane], m2 = red_m[lane + o], s2 = red_s[lane + o];
+            const {ctype} top = {mx};
+            red_s[lane] = (m == top ? s : s * {exp}(m - top)) + (m2 == top ? s2 : s2 * {exp}(m2 - top));
+            red_m[lane] = top;
+        }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    *pm = red_m[0];
+    *ps = red_s[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+}}""")
+    return "\n".join(out)
+
+
+def rewrite(source: str, kernel: RowKernel, rows_default: int, launch_edits: list = ()) -> str:
+    """The template source: the original with LANES and ROWS woven in (LANES = 1 is the original)."""
+    src = source.encode("utf-8")
+    edits: list[tuple[int, int, str]] = []
+    for s, e in kernel.index_sites:
+        edits.append((s, e, f"ROW_INDEX({src[s:e].decode()})"))
+    for lp in kernel.loops:
+        s, e = lp.start
+        edits.append((s, e, f"LANE_FIRST({src[s:e].decode()})"))
+        s, e = lp.update
+        edits.append((s, e, f"LANE_NEXT({lp.var}, {src[s:e].decode()})"))
+        if lp.accumulators:
+            lines = []
+            for a in lp.accumulators:
+                if a.op == "online":
+                    extra = f", row_red_{a.ctype}, row_red2_{a.ctype}" if kernel.dialect == "opencl" else ""
+                    lines.append(f"{lp.indent}row_online_{a.ctype}(&{a.name}, &{a.partner}{extra});")
+                else:
+                    extra = f", row_red_{a.ctype}" if kernel.dialect == "opencl" else ""
+                    lines.append(f"{lp.indent}{a.name} = row_{a.op}_{a.ctype}({a.name}{extra});")
+            text = "\n#if LANES > 1\n" + "\n".join(lines) + "\n#endif"
+            edits.append((lp.after, lp.after, text))
+    for s, e in kernel.lead_stores:
+        edits.append((s, e, f"LEAD_ONLY({src[s:e].decode()})"))
+    for edit in launch_edits:
+        edits.append((edit.start, edit.end, "LANES * ROWS"))
+    accs = kernel.accumulators
+    if kernel.dialect == "opencl" and accs:
+        types = sorted({a.ctype for a in accs})
+        online = {a.ctype for a in accs if a.op == "online"}
+        decl = "\n".join(f"    __local {t} row_red_{t}[LANES]" + (f", row_red2_{t}[LANES];" if t in online else ";")
+                         for t in types)
+        edits.append((kernel.body_open, kernel.body_open, f"\n#if LANES > 1\n{decl}\n#endif"))
+    helpers = _opencl_helpers(accs) if kernel.dialect == "opencl" else _cuda_helpers(accs)
+    prelude = (
+        "// kerntune: the row spread over a group of LANES threads, ROWS rows a block; LANES = 1 is the\n"
+        "// original, one thread per row.\n"
+        f"#ifndef {LANES}\n#define {LANES} 1\n#endif\n#ifndef {ROWS}\n#define {ROWS} {rows_default}\n#endif\n"
+        "#if LANES == 1\n"
+        "#define ROW_INDEX(original) original\n"
+        "#define LANE_FIRST(start) start\n"
+        "#define LANE_NEXT(i, step) step\n"
+        "#define LEAD_ONLY(...) __VA_ARGS__\n"
+        "#else\n" + helpers + "\n#endif\n\n")
+    edits.append((kernel.head, kernel.head, prelude))
+    out = src
+    for s, e, t in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
+        out = out[:s] + t.encode("utf-8") + out[e:]
+    return out.decode("utf-8")
+
+
+# the proposal ----------------------------------------------------------------------------------
+
+def lane_values(limits: DeviceLimits, backend: str) -> tuple[int, ...]:
+    """1, the sub-warp groups, a warp, and (CUDA) several warps of a block, up to the block limit."""
+    top = min(limits.max_threads_per_block, 1024)
+    return tuple(v for v in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if v <= top)
+
+
+def row_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:
+    top = min(limits.max_threads_per_block, 1024)
+    return tuple(sorted({v for v in (1, 2, 4, 8, 16, 32, 64, 128, 256) if v <= top} | {default}))
+
+
+def constraints_for(backend: str) -> tuple[str, ...]:
+    if backend == "opencl":
+        return ("LANES == 1 or ROWS == 1",  # lanes meet in local memory: a work-group is one row
+                "LANES * ROWS <= max_threads_per_block")
+    return ("LANES <= 32 or ROWS == 1",  # a row over several warps has its block to itself
+            "LANES * ROWS <= max_threads_per_block")
+
+
+def rowwise_proposal(original: Template, backend: str, limits: DeviceLimits) -> TemplateProposal:
+    """The row-wise template of a one-thread-per-row original; NotRowwise says why there is none."""
+    if original.parameters:
+        raise NotRowwise(f"{original.name} is already a template")
+    if backend not in original.sources:
+        raise NotRowwise(f"the original has no {backend} source")
+    grid, block = original_launch(original, limits)
+    if len(block) != 1 and any(b.strip() not in ("1", "(1)") for b in block[1:]) or len(grid) > 1 and any(
+            g.strip() not in ("1", "(1)") for g in grid[1:]):
+        raise NotRowwise("the launch is not one-dimensional")
+    try:
+        threads = int(block[0].strip().strip("()"))
+    except ValueError:
+        raise NotRowwise(f"the launch's block size is {block[0]}, not a number of threads") from None
+    if not re.search(rf"(?<![\w.]){threads}(?![\w.])", grid[0]):
+        raise NotRowwise(f"the grid ({grid[0]}) is not the row count over the block size ({threads})")
+    new_grid = re.sub(rf"(?<![\w.]){threads}(?![\w.])", ROWS, grid[0])
+    sources: dict[str, str] = {}
+    notes: list[str] = []
+    kept: RowKernel | None = None
+    for b in [backend] + sorted(s for s in original.sources if s != backend):
+        src = original.source_for(b)
+        try:
+            kernel = analyse(src, original.entry)
+        except NotRowwise as e:
+            if b == backend:
+                raise
+            notes.append(f"the {b} source is left out: {e}")
+            continue
+        edits, others = launch_sites(src, threads)
+        if others:
+            if b == backend:
+                raise NotRowwise(f"the source's launch attribute says {others[0]} threads, the launch {threads}")
+            continue
+        sources[b] = rewrite(src, kernel, threads, edits)
+        if b == backend:
+            kept = kernel
+    assert kept is not None
+    kinds = ", ".join(sorted({f"{a.op} of {a.name}" + (f" and {a.partner}" if a.partner else "")
+                              for a in kept.accumulators})) or "none"
+    notes.append(f"row-wise: {len(kept.loops)} loop(s) over the row spread over LANES threads; accumulators "
+                 f"combined across them: {kinds}; {len(kept.lead_stores)} write(s) outside the loops made by one lane")
+    params = (
+        ParamProposal(LANES, lane_values(limits, backend), 1, "threads sharing a row (1 = the original, one per row)"),
+        ParamProposal(ROWS, row_values(threads, limits), threads, "rows a block (the original's block size)"),
+    )
+    return TemplateProposal(sources=sources, parameters=params, constraints=constraints_for(backend),
+                            grid=(new_grid,), block=("LANES * ROWS",),
+                            summary=f"rules: the row spread over LANES threads, ROWS rows a block ({kinds})",
+                            notes=tuple(notes))
