@@ -1,0 +1,533 @@
+"""kerntune beside Kernel Tuner on one template, in one process: same space, same data, one timer.
+
+    python bench/peer.py [--template silu_and_mul] [--problem llama7b-t128] [--backend cuda|opencl]
+                         [--max-configs N] [--strategy-budget N] [--seeds 3]
+                         [--kt-strategies bayes_opt,genetic_algorithm,random_sample] [--kt-lang cupy|nvcuda]
+
+Both tools tune the template's whole feasible space (or the same random N of it with
+--max-configs): kerntune with its grid strategy, Kernel Tuner with brute_force. Kernel Tuner gets
+kerntune's template as its own arguments (see `kernel_tuner_job`): the source and entry, the
+launch grid and block from the template's [launch] expressions, the parameters as tune_params,
+one restriction that asks kerntune's own feasibility check (engine/space.py), the input set
+kerntune's evaluator verifies with first at the tuning size, with the template's numpy reference
+as `answer`, compared with kerntune's own tolerance (engine/evaluate.py `compare`).
+
+Printed: configurations evaluated, end-to-end wall time and configurations per second; each
+tool's winner as it timed it; both winners timed again by kerntune's evaluator, alternating,
+median of every timed launch; and the seconds each tool's search needs to reach a configuration
+within 3% of the exhaustive best: kerntune's `model` strategy against the best of Kernel Tuner's
+strategies, each with the same evaluation budget. Each tool's 3% set is the configurations its
+own exhaustive run timed within 3% of its own best.
+
+Each tool compiles from nothing in every run: kerntune's cubin cache and CuPy's kernel cache
+point at new empty folders per run, and PoCL's kernel cache is off.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before anything loads PoCL: every run, of either tool, really compiles every kernel.
+os.environ.setdefault("POCL_KERNEL_CACHE", "0")
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable, Iterator, Mapping, Sequence  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from kerntune import templates  # noqa: E402
+from kerntune.engine.backends import open_backend  # noqa: E402
+from kerntune.engine.device import DeviceLimits  # noqa: E402
+from kerntune.engine.evaluate import (  # noqa: E402
+    Evaluator, Expected, Inputs, TimingPolicy, compare, launch_geometry, make_inputs)
+from kerntune.engine.events import ConfigEvaluated, Event  # noqa: E402
+from kerntune.engine.result import config_key  # noqa: E402
+from kerntune.engine.space import Config, Space, build_space, infeasible_reason  # noqa: E402
+from kerntune.engine.template import ParamValue, Problem, Template, TemplateError, load_template, np_dtype  # noqa: E402
+from kerntune.engine.tune import TuneOptions, TuneRun, resolve_device  # noqa: E402
+
+WITHIN = 0.03
+KT_STRATEGIES = ("bayes_opt", "genetic_algorithm", "random_sample")
+# Kernel Tuner's name for a block dimension the template computes instead of naming a parameter
+SYNTHETIC_BLOCK = "KT_BLOCK_{}"
+# numpy dtypes Kernel Tuner's backends move as they are; others (bfloat16) travel as raw bits
+PLAIN_KINDS = "biuf"
+
+
+class PeerError(RuntimeError):
+    """A bench that cannot run: one line saying why."""
+
+
+# -- the mapping: kerntune's template as Kernel Tuner's arguments ------------------------------
+
+def reference_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
+    """The input set kerntune's evaluator verifies with first at the tuning size (engine/evaluate.py
+    Evaluator._pool draws it from this seed), with the template's reference outputs."""
+    inputs = make_inputs(template, problem, (seed * 1_000_003) & 0x7FFFFFFF)
+    reference = template.load_reference()
+    if reference is None:
+        raise PeerError(f"{template.spec_path}: the template has no numpy reference; Kernel Tuner needs one "
+                        "as its `answer`")
+    given = {**{k: v.copy() for k, v in inputs.host.items()}, **inputs.scalars}
+    outputs = reference(given, dict(problem.values))
+    for a in template.arguments:
+        if a.is_output:
+            shape = tuple(int(e.evaluate(problem.values)) for e in a.shape)
+            inputs.expected[a.name] = np.asarray(outputs[a.name]).astype(np_dtype(a.dtype)).reshape(shape)
+            inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a)
+    return inputs
+
+
+def _as_kt(array: np.ndarray) -> np.ndarray:
+    """An array as Kernel Tuner's backends can upload it: a dtype they know, or its raw bits."""
+    if array.dtype.kind in PLAIN_KINDS:
+        return array
+    return array.view(np.dtype(f"u{array.dtype.itemsize}"))
+
+
+def _kt_value(v: ParamValue) -> int | float:
+    """A parameter value as Kernel Tuner writes it into a #define (kerntune writes booleans as 1/0)."""
+    return int(v) if isinstance(v, bool) else v
+
+
+@dataclass
+class KernelTunerJob:
+    """Kernel Tuner's tune_kernel arguments for one template, problem and space."""
+
+    kernel_name: str
+    kernel_source: str
+    lang: str
+    problem_size: Callable[[Mapping[str, Any]], tuple[int, int, int]]
+    tune_params: dict[str, list]
+    restrictions: Callable[[Mapping[str, Any]], bool]
+    block_size_names: list[str]
+    arguments: list[Any]
+    answer: list[Any]
+    verify: Callable[..., bool]
+    compiler_options: list[str]
+    smem_args: dict | None
+    # Kernel Tuner's parameter values (and any it adds) back to kerntune's configuration
+    to_kerntune: Callable[[Mapping[str, Any]], dict[str, ParamValue]]
+    device: int = 0
+    platform: int = 0
+
+    def kwargs(self) -> dict[str, Any]:
+        """Everything tune_kernel is called with, but the strategy, budget, seed and cache."""
+        one = _whole_grid  # the problem size already is the grid: each dimension divided by 1
+        return dict(kernel_name=self.kernel_name, kernel_source=self.kernel_source, lang=self.lang,
+                    problem_size=self.problem_size, grid_div_x=one, grid_div_y=one, grid_div_z=one,
+                    tune_params=self.tune_params, restrictions=self.restrictions,
+                    block_size_names=self.block_size_names, arguments=self.arguments, answer=self.answer,
+                    verify=self.verify, compiler_options=self.compiler_options, smem_args=self.smem_args,
+                    device=self.device, platform=self.platform, quiet=True, verbose=False)
+
+
+def _whole_grid(params: Mapping[str, Any]) -> int:
+    return 1
+
+
+def kernel_tuner_job(template: Template, problem: Problem, space: Space, backend: str, limits: DeviceLimits,
+                     inputs: Inputs, *, lang: str, allowed: set[str] | None = None, device: int = 0,
+                     platform: int = 0, local_memory: Callable[[int], Any] | None = None) -> KernelTunerJob:
+    """Kernel Tuner's view of `template` at `problem` on the device `limits` describes.
+
+    `allowed`: the config keys to tune (a capped space); None tunes every feasible one.
+    `local_memory(nbytes)`: on OpenCL, the `__local` argument a template with dynamic shared
+    memory takes last (Kernel Tuner's OpenCL backend has no smem_args); its size is the largest
+    any configuration asks for."""
+    names = [p.name for p in template.parameters]
+    tune_params: dict[str, list] = {p.name: [_kt_value(v) for v in p.values] for p in template.parameters}
+    back = {p.name: {_kt_value(v): v for v in p.values} for p in template.parameters}
+
+    def to_kerntune(params: Mapping[str, Any]) -> dict[str, ParamValue]:
+        return {n: back[n][params[n]] for n in names}
+
+    # Block dimensions: a parameter's name where the template's expression is one; otherwise a
+    # parameter of Kernel Tuner's own that takes the expression's values, tied to it below.
+    block_size_names: list[str] = []
+    computed: dict[str, int] = {}  # Kernel Tuner's parameter -> block dimension it stands for
+    for i, e in enumerate(template.block):
+        if e.source.strip() in names:
+            block_size_names.append(e.source.strip())
+            continue
+        name = SYNTHETIC_BLOCK.format("XYZ"[i])
+        values = {launch_geometry(template, c.as_dict(), problem, limits).block[i] for c in space.configs}
+        tune_params[name] = sorted(values) or [1]
+        block_size_names.append(name)
+        computed[name] = i
+
+    def restrictions(params: Mapping[str, Any]) -> bool:
+        values = to_kerntune(params)
+        if allowed is not None and config_key(values) not in allowed:
+            return False
+        if infeasible_reason(template, values, problem, limits) is not None:
+            return False
+        if computed:
+            block = launch_geometry(template, values, problem, limits).block
+            return all(params[n] == block[i] for n, i in computed.items())
+        return True
+
+    def problem_size(params: Mapping[str, Any]) -> tuple[int, int, int]:
+        return launch_geometry(template, to_kerntune(params), problem, limits).grid
+
+    arguments: list[Any] = []
+    answer: list[Any] = []
+    checks: dict[int, tuple[str, np.dtype, Expected]] = {}
+    for a in template.arguments:
+        if a.role == "scalar":
+            arguments.append(inputs.scalars[a.name])
+            answer.append(None)
+            continue
+        if a.role == "output":
+            # NaN bytes, as kerntune's first poison: an element the kernel never writes fails
+            shape = inputs.checks[a.name].shape
+            data = np.full(int(np.prod(shape)) * np_dtype(a.dtype).itemsize, 0xFF, dtype=np.uint8)
+            data = data.view(np_dtype(a.dtype)).reshape(shape)
+        else:
+            data = inputs.host[a.name].copy()
+        arguments.append(_as_kt(data))
+        if a.is_output:
+            checks[len(answer)] = (a.name, np_dtype(a.dtype), inputs.checks[a.name])
+            answer.append(_as_kt(inputs.expected[a.name]))
+        else:
+            answer.append(None)
+
+    def verify(expected: Sequence[Any], result_host: Sequence[Any], atol: float = 0.0) -> bool:
+        """kerntune's own comparison (its dtype's rtol and atol) on every output."""
+        for i, (name, dtype, check) in checks.items():
+            out = np.asarray(result_host[i]).view(dtype).reshape(check.shape)
+            if compare(name, out, check)[1]:
+                return False
+        return True
+
+    smem_args = None
+    if template.shared_bytes is not None:
+        if backend == "opencl":
+            if local_memory is None:
+                raise PeerError("the template takes dynamic local memory: pass `local_memory` for OpenCL")
+            most = max((launch_geometry(template, c.as_dict(), problem, limits).shared_bytes
+                        for c in space.configs), default=0)
+            arguments.append(local_memory(max(most, 16)))
+            answer.append(None)
+        else:
+            smem_args = {"size": lambda params: launch_geometry(template, to_kerntune(params), problem,
+                                                                limits).shared_bytes}
+    return KernelTunerJob(template.entry, template.source_for(backend), lang, problem_size, tune_params,
+                          restrictions, block_size_names, arguments, answer, verify,
+                          list(template.compile_options.get(backend, ())), smem_args, to_kerntune,
+                          device, platform)
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """One tuning run of one tool: what it evaluated and when, and its winner."""
+
+    tool: str
+    strategy: str
+    seed: int
+    wall_s: float
+    # (config key, seconds since the run was started, time in us or None when it failed)
+    evaluations: list[tuple[str, float, float | None]]
+    best: dict[str, ParamValue] | None
+    best_us: float | None
+    note: str = ""
+
+    @property
+    def evaluated(self) -> int:
+        return len({k for k, _, _ in self.evaluations})
+
+    def first_of(self, good: set[str]) -> float | None:
+        """Seconds until the run first evaluated one of `good` (None: it never did)."""
+        return next((t for k, t, _ in self.evaluations if k in good), None)
+
+
+def good_set(run: Run, within: float = WITHIN) -> set[str]:
+    """The configurations an exhaustive run timed within `within` of its best."""
+    times = [(k, us) for k, _, us in run.evaluations if us is not None]
+    if not times:
+        return set()
+    best = min(us for _, us in times)
+    return {k for k, us in times if us <= best * (1 + within)}
+
+
+@contextmanager
+def fresh_dir(variable: str) -> Iterator[None]:
+    """Point a compile cache at a new empty folder for the duration of one run."""
+    old = os.environ.get(variable)
+    with tempfile.TemporaryDirectory(prefix="peer-cache-") as d:
+        os.environ[variable] = d
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = old
+
+
+def run_kerntune(template: Template, problem: Problem, backend: str, device: int, strategy: str,
+                 budget: int, seed: int, skip: tuple[str, ...], out: Path) -> Run:
+    """A kerntune tuning run as `kerntune tune` does it: worker process, compile, verify, time."""
+    marks: dict[int, tuple[str, float, float | None]] = {}
+    t0 = time.perf_counter()
+
+    def sink(ev: Event) -> None:
+        if isinstance(ev, ConfigEvaluated):
+            r = ev.result
+            at = marks[ev.index][1] if ev.replaces and ev.index in marks else time.perf_counter() - t0
+            marks[ev.index] = (config_key(r.config), at, r.median_us if r.ranked else None)
+
+    opts = TuneOptions(backend=backend, device=device, strategy=strategy, budget=budget, seed=seed,
+                       problem=problem.name, skip=skip, probe=False,
+                       session_path=out / f"kerntune-{strategy}-{seed}.toml")
+    with fresh_dir("KERNTUNE_CACHE_DIR"):
+        t0 = time.perf_counter()
+        outcome = TuneRun(template, opts, [sink]).run()
+        wall = time.perf_counter() - t0
+    best = outcome.best
+    return Run("kerntune", strategy, seed, wall, [marks[i] for i in sorted(marks)],
+               dict(best.config) if best else None, best.median_us if best else None,
+               "" if outcome.winner_ok is not False else "no configuration passed the final check")
+
+
+def run_kernel_tuner(job: KernelTunerJob, strategy: str, budget: int, seed: int) -> Run:
+    """A Kernel Tuner tune_kernel call; its times (ms, the mean of its 7 launches) as us."""
+    from kernel_tuner import tune_kernel
+
+    options = {"max_fevals": budget} if budget else None
+    with fresh_dir("CUPY_CACHE_DIR"), warnings.catch_warnings():
+        # it warns that block_size_y and block_size_z are not parameters (they are 1 here)
+        warnings.simplefilter("ignore", UserWarning)
+        start = datetime.now(timezone.utc)
+        t0 = time.perf_counter()
+        try:
+            results, _ = tune_kernel(**job.kwargs(), strategy=strategy, strategy_options=options, seed=seed)
+        except Exception as e:  # Kernel Tuner stops a whole run on a failed verification
+            return Run("Kernel Tuner", strategy, seed, time.perf_counter() - t0, [], None, None,
+                       f"stopped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        wall = time.perf_counter() - t0
+    evaluations = []
+    best, best_us = None, None
+    for r in results:
+        if not r:
+            continue
+        config = job.to_kerntune(r)
+        t = r.get("time")
+        us = float(t) * 1e3 if isinstance(t, (int, float)) and "__error__" not in r and math.isfinite(t) else None
+        stamp = datetime.fromisoformat(str(r["timestamp"]))
+        evaluations.append((config_key(config), (stamp - start).total_seconds(), us))
+        if us is not None and (best_us is None or us < best_us):
+            best, best_us = config, us
+    return Run("Kernel Tuner", strategy, seed, wall, evaluations, best, best_us)
+
+
+def retime(template: Template, problem: Problem, backend: str, device: int, configs: Sequence[dict],
+           seed: int, rounds: int) -> list[tuple[float, int, str]]:
+    """Each configuration timed by kerntune's evaluator (verified, L2 flushed, up to 200 launches
+    a round), the configurations alternating for `rounds` rounds; per configuration the median of
+    every timed launch, their count, and "ok" or the first failure any round found."""
+    b = open_backend(backend, device)
+    try:
+        ev = Evaluator(b, template, problem, seed=seed, timing=TimingPolicy(min_repeats=50, max_repeats=200,
+                                                                            target_s=0.1))
+        kernels = [ev.compile(c) for c in configs]
+        times: list[list[float]] = [[] for _ in configs]
+        status = ["ok" for _ in configs]
+        for n in range(rounds):
+            order = range(len(configs)) if n % 2 == 0 else reversed(range(len(configs)))
+            for i in order:  # A B, B A, ...: neither is always timed first
+                r = ev.evaluate(configs[i], kernel=kernels[i])
+                if r.status != "ok" and status[i] == "ok":
+                    status[i] = f"{r.status}: {r.message}"
+                times[i] += r.times_us
+    finally:
+        b.close()
+    return [(statistics.median(t) if t else math.nan, len(t), s) for t, s in zip(times, status)]
+
+
+# -- the bench ---------------------------------------------------------------------------------
+
+def _opencl_place(device: int) -> tuple[int, int, Callable[[int], Any]]:
+    """Kernel Tuner's (platform, device) numbers for kerntune's OpenCL device `device`, and a maker
+    of `__local` arguments."""
+    import pyopencl as cl
+
+    b = open_backend("opencl", device)
+    try:
+        dev = b.device
+        platforms = cl.get_platforms()
+        p = next(i for i, pl in enumerate(platforms) if pl.int_ptr == dev.platform.int_ptr)
+        d = next(i for i, x in enumerate(platforms[p].get_devices()) if x.int_ptr == dev.int_ptr)
+    finally:
+        b.close()
+    return p, d, cl.LocalMemory
+
+
+def capped(space: Space, template: Template, n: int, seed: int = 0) -> tuple[Config, ...]:
+    """The same N configurations for both tools: the default (when feasible) and a seeded sample."""
+    if not n or n >= space.feasible:
+        return space.configs
+    default = Config.of(template.default_config())
+    rest = [c for c in space.configs if c != default]
+    chosen = set(random.Random(seed).sample(rest, n - (default in space.configs)))
+    if default in space.configs:
+        chosen.add(default)
+    return tuple(c for c in space.configs if c in chosen)
+
+
+def _fmt_config(config: Mapping[str, ParamValue] | None) -> str:
+    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items()) if config else "-"
+
+
+def _fmt_s(x: float | None) -> str:
+    return "not reached" if x is None else f"{x:.1f}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--template", default="silu_and_mul", help="a library template's name, or a kernel.toml")
+    ap.add_argument("--problem", default=None, help="one of the template's [[problem]] names (default: its first)")
+    ap.add_argument("--backend", choices=("cuda", "opencl"), default="cuda")
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--max-configs", type=int, default=0, help="tune the same random N of the space (0: all)")
+    ap.add_argument("--strategy-budget", type=int, default=0,
+                    help="evaluations for each strategy run (0: a quarter of the space, at least 10)")
+    ap.add_argument("--seeds", type=int, default=3, help="strategy runs per strategy, seeds 1..N")
+    ap.add_argument("--kt-strategies", default=",".join(KT_STRATEGIES))
+    ap.add_argument("--kt-lang", choices=("cupy", "nvcuda"), default="cupy", help="Kernel Tuner's CUDA backend")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds of the common timer")
+    ap.add_argument("--seed", type=int, default=1, help="the input data's seed")
+    args = ap.parse_args(argv)
+    try:
+        import kernel_tuner
+    except ImportError:
+        print("Kernel Tuner is not installed: pip install -e '.[bench]'", file=sys.stderr)
+        return 2
+    spec = templates.path(args.template) or Path(args.template)
+    try:
+        template = load_template(spec)
+        problem = template.problem(args.problem)
+    except (OSError, TemplateError) as e:
+        print(f"peer: {e}", file=sys.stderr)
+        return 2
+    backend = args.backend
+    _, limits = resolve_device(backend, args.device)
+    space = build_space(template, problem, limits)
+    configs = capped(space, template, args.max_configs)
+    allowed = {c.key for c in configs}
+    skip = tuple(c.key for c in space.configs if c.key not in allowed)
+    budget = args.strategy_budget or max(10, len(configs) // 4)
+    platform, device, local = (0, args.device, None)
+    if backend == "opencl":
+        platform, device, local = _opencl_place(args.device)
+        lang = "OpenCL"
+    else:
+        lang = {"cupy": "CuPy", "nvcuda": "NVCUDA"}[args.kt_lang]
+    inputs = reference_inputs(template, problem, args.seed)
+    job = kernel_tuner_job(template, problem, space, backend, limits, inputs, lang=lang, allowed=allowed,
+                           device=device, platform=platform, local_memory=local)
+    strategies = [s for s in args.kt_strategies.split(",") if s]
+    from kernel_tuner.interface import strategy_map
+
+    unknown = [s for s in strategies if s not in strategy_map]
+    if unknown:
+        print(f"peer: Kernel Tuner has no strategy {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    for s in strategies:  # imported now, so that no run's clock counts an import (scikit-learn's: 3 s)
+        strategy_map[s].tune
+
+    print(f"{template.name} {problem.label()} on {limits.name} ({backend}); Kernel Tuner "
+          f"{kernel_tuner.__version__} ({lang}); {len(configs)} of {space.feasible} feasible configurations; "
+          f"strategy budget {budget}, seeds 1..{args.seeds}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="peer-") as tmp:
+        out = Path(tmp)
+        step = lambda text: print(f"  {text}", file=sys.stderr, flush=True)  # noqa: E731
+        step("kerntune, grid")
+        kt_grid = run_kerntune(template, problem, backend, args.device, "grid", 0, args.seed, skip, out)
+        step("Kernel Tuner, brute_force")
+        kt2_grid = run_kernel_tuner(job, "brute_force", 0, args.seed)
+        searches: dict[tuple[str, str], list[Run]] = {}
+        for seed in range(1, args.seeds + 1):
+            step(f"kerntune, model, seed {seed}")
+            searches.setdefault(("kerntune", "model"), []).append(
+                run_kerntune(template, problem, backend, args.device, "model", budget, seed, skip, out))
+            for s in strategies:
+                step(f"Kernel Tuner, {s}, seed {seed}")
+                searches.setdefault(("Kernel Tuner", s), []).append(run_kernel_tuner(job, s, budget, seed))
+    winners = [r.best for r in (kt_grid, kt2_grid)]
+    step("both winners, kerntune's evaluator")
+    common = retime(template, problem, backend, args.device, [w or {} for w in winners], args.seed, args.rounds) \
+        if all(winners) else [(math.nan, 0, "no winner")] * 2
+    print_tables(kt_grid, kt2_grid, common, searches, budget)
+    return 0
+
+
+def print_tables(kt: Run, peer: Run, common: list[tuple[float, int, str]],
+                 searches: Mapping[tuple[str, str], list[Run]], budget: int) -> None:
+    """The exhaustive runs side by side, then the searches' time to within 3%."""
+    rows = [
+        ("configurations evaluated", f"{kt.evaluated}", f"{peer.evaluated}"),
+        ("end-to-end wall s", f"{kt.wall_s:.1f}", f"{peer.wall_s:.1f}"),
+        ("configurations/s", f"{kt.evaluated / kt.wall_s:.2f}", f"{peer.evaluated / peer.wall_s:.2f}"),
+        ("winner", _fmt_config(kt.best), _fmt_config(peer.best)),
+        ("winner, own timer us", f"{kt.best_us:.2f}" if kt.best_us else "-",
+         f"{peer.best_us:.2f}" if peer.best_us else "-"),
+        ("winner, common timer us", *(f"{us:.2f} ({n} launches)" for us, n, _ in common)),
+        ("winner, kerntune's checks", *(s for _, _, s in common)),
+    ]
+    ratio = (kt.evaluated / kt.wall_s) / (peer.evaluated / peer.wall_s) if peer.evaluated and peer.wall_s else math.nan
+    print()
+    print(f"| exhaustive | kerntune (grid) | Kernel Tuner (brute_force) |")
+    print("|---|---|---|")
+    for name, a, b in rows:
+        print(f"| {name} | {a} | {b} |")
+    for run in (kt, peer):
+        if run.note:
+            print(f"\n{run.tool}: {run.note}")
+    print(f"\nkerntune / Kernel Tuner configurations per second: {ratio:.2f}x")
+
+    goods = {"kerntune": good_set(kt), "Kernel Tuner": good_set(peer)}
+    print(f"\nTime to a configuration within {100 * WITHIN:g}% of the tool's own exhaustive best "
+          f"(kerntune: {len(goods['kerntune'])} such configurations, Kernel Tuner: {len(goods['Kernel Tuner'])}); "
+          f"budget {budget} evaluations per run; seconds from the call, per seed")
+    print()
+    print("| tool | strategy | seconds per seed | median s | evaluations to reach it (median) | run wall s (median) |")
+    print("|---|---|---|---|---|---|")
+    medians: dict[str, list[tuple[float, str]]] = {}
+    for (tool, strategy), runs in searches.items():
+        reached = [r.first_of(goods[tool]) for r in runs]
+        counts = [next((i + 1 for i, (k, _, _) in enumerate(r.evaluations) if k in goods[tool]), math.inf)
+                  for r in runs]
+        med = statistics.median(x if x is not None else math.inf for x in reached)
+        medians.setdefault(tool, []).append((med, strategy))
+        notes = "; ".join(r.note for r in runs if r.note)
+        print(f"| {tool} | {strategy} | {', '.join(_fmt_s(x) for x in reached)} | "
+              f"{_fmt_s(med if math.isfinite(med) else None)} | "
+              f"{statistics.median(counts):g} | {statistics.median(r.wall_s for r in runs):.1f} |"
+              + (f" {notes}" if notes else ""))
+    best = {tool: min(v) for tool, v in medians.items()}
+    if "kerntune" in best and "Kernel Tuner" in best:
+        (a, _), (b, s) = best["kerntune"], best["Kernel Tuner"]
+        if math.isfinite(a) and math.isfinite(b):
+            print(f"\nkerntune's model strategy reaches {100 * WITHIN:g}% {b / a:.2f}x sooner than Kernel Tuner's "
+                  f"best strategy here ({s}): {a:.1f} s against {b:.1f} s (medians)")
+        else:
+            print(f"\nmedian seconds to {100 * WITHIN:g}%: kerntune {_fmt_s(a if math.isfinite(a) else None)}, "
+                  f"Kernel Tuner ({s}) {_fmt_s(b if math.isfinite(b) else None)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
