@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from .device import DeviceLimits
 from .expressions import ExpressionError
-from .signature import INTEGER_DTYPES, KernelArg, KernelSignature, SignatureError, parse_kernel
+from .signature import INTEGER_DTYPES, IndexUse, KernelArg, KernelSignature, SignatureError, index_uses, parse_kernel
 from .template import DTYPES, NAME_RE, TemplateError, load_template, read_toml_file
 
 TODO = "TODO"
@@ -68,6 +68,7 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
     args = merged_args(cuda, opencl)
     todo: list[str] = []
     problem_names = [a.name for a in args if not a.pointer and a.dtype in INTEGER_DTYPES]
+    indices = found_indices(cuda, opencl)
     lines = [
         f"# kernel.toml for {sig.name}, written by `kerntune init`{f' from {origin}' if origin else ''}.",
         '# Fill in every "TODO", then run `kerntune init --check` on this file. Nothing here is run as',
@@ -125,6 +126,10 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
         else:
             lines.append('shape = ["TODO"]  # sizes over the problem names, e.g. ["tokens", "d"]')
         todo.append(f"arg.{a.name}.shape")
+        if a.name in indices:
+            lines += index_range(indices[a.name])
+            if not indices[a.name].bound:
+                todo.append(f"arg.{a.name}.range")
     lines += ["", "# The sizes to tune for; add a [[problem]] table for each."]
     lines += ["[[problem]]", 'name = "TODO"']
     todo.append("problem")
@@ -140,6 +145,24 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
     ]
     todo.append("cost.bytes")
     return Starter("\n".join(lines) + "\n", sig, tuple(todo))
+
+
+def found_indices(cuda: KernelSignature | None, opencl: KernelSignature | None) -> dict[str, IndexUse]:
+    """Index arrays seen in either dialect; a use whose bound was found wins."""
+    out: dict[str, IndexUse] = {}
+    for sig in (cuda, opencl):
+        for name, use in (index_uses(sig) if sig is not None else {}).items():
+            if name not in out or (use.bound and not out[name].bound):
+                out[name] = use
+    return out
+
+
+def index_range(use: IndexUse) -> list[str]:
+    """An index array's `init` and `range` lines: integers in [0, the size it indexes)."""
+    if use.bound:
+        return ['init = "randint"', f'range = [0, "{use.bound}"]   # its values index {use.indexes}; {use.why}']
+    return ['init = "randint"',
+            f'range = [0, "TODO"]   # its values index {use.indexes}: the problem size of its rows, e.g. "vocab"']
 
 
 def find_todos(data: Any, where: str = "") -> list[str]:

@@ -18,6 +18,7 @@ every branch. What cannot be read is said in `notes`, one phrase each, and readi
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator, Mapping
 
@@ -905,3 +906,135 @@ def _suggest(sig: KernelSignature) -> str:
     params = ", ".join(("const " if a.const else "") + types.get(a.ctype, a.ctype) + (" *" if a.pointer else "")
                        for a in sig.args)
     return f"template __global__ void {sig.name}<{targs}>({params});"
+
+
+# index arrays: integer inputs whose values index another buffer ---------------------------------
+
+# Sizes whose name says they count the rows an index selects (vocabulary, classes, experts).
+_ROW_COUNT_NAME = re.compile(r"^(v|n_?vocab\w*|vocab\w*|\w*_vocab(_size)?|num_embeddings|n_?classes|num_classes|"
+                             r"n_?experts|num_experts)$", re.IGNORECASE)
+_LOADS = ("__ldg", "__ldcs", "__ldca", "__ldcg", "__ldlu", "__ldcv")
+
+
+@dataclass(frozen=True)
+class IndexUse:
+    """An integer input whose values index another buffer (`table[ids[t] * dim + c]`), and the size
+    they stay under: from a comparison in the kernel (`id < vocab`) or a size's name (`vocab`)."""
+
+    name: str
+    indexes: str
+    bound: str = ""
+    why: str = ""  # how the bound was found, in words
+
+
+def index_uses(sig: KernelSignature) -> dict[str, IndexUse]:
+    """The kernel's index arrays, read from its body with tree-sitter: integer pointer arguments
+    whose loaded values (directly, or through locals holding them) appear in another buffer's
+    subscript."""
+    ints = {a.name for a in sig.args if a.pointer and a.dtype in INTEGER_DTYPES}
+    if not ints or not sig.body:
+        return {}
+    buffers = {a.name for a in sig.args if a.pointer}
+    sizes = [a.name for a in sig.args if not a.pointer and a.dtype in INTEGER_DTYPES]
+    root = _parser().parse(("void __kerntune_body() {" + sig.body + "}").encode("utf-8")).root_node
+    nodes = list(_walk(root))
+    carries: dict[str, str] = {}  # a local -> the index array whose loaded value it holds
+
+    def source(e) -> str:
+        """The index array whose value the expression is ("" when none)."""
+        while e is not None:
+            t = e.type
+            if t == "subscript_expression":
+                arg = e.child_by_field_name("argument")
+                return _text(arg) if arg is not None and arg.type == "identifier" and _text(arg) in ints else ""
+            if t == "identifier":
+                return carries.get(_text(e), "")
+            if t == "cast_expression":
+                e = e.child_by_field_name("value")
+            elif t == "parenthesized_expression":
+                e = e.named_children[-1] if e.named_children else None
+            elif t == "pointer_expression" and _text(e.child_by_field_name("operator")) == "*":
+                inner = e.child_by_field_name("argument")
+                return _pointer_into(inner, ints)
+            elif t == "call_expression" and _callee(e.child_by_field_name("function")) in _LOADS + tuple(_CASTS):
+                args = e.child_by_field_name("arguments").named_children
+                if not args:
+                    return ""
+                if _callee(e.child_by_field_name("function")) in _LOADS:
+                    return _pointer_into(args[0], ints)
+                e = args[0]
+            else:
+                return ""
+        return ""
+
+    for _ in range(3):  # locals holding a loaded index, through a chain of assignments
+        for n in nodes:
+            if n.type == "init_declarator":
+                name, pointer, _ = _declarator_name(n.child_by_field_name("declarator"))
+                got = source(n.child_by_field_name("value"))
+                if name and not pointer and got:
+                    carries[name] = got
+            elif n.type == "assignment_expression" and _text(n.child_by_field_name("operator")) == "=":
+                left = n.child_by_field_name("left")
+                got = source(n.child_by_field_name("right"))
+                if left is not None and left.type == "identifier" and got:
+                    carries[_text(left)] = got
+    indexed: dict[str, str] = {}
+    bounds: dict[str, str] = {}
+    for n in nodes:
+        if n.type == "subscript_expression":
+            arg = n.child_by_field_name("argument")
+            target = _text(arg) if arg is not None and arg.type == "identifier" else ""
+            index = n.child_by_field_name("indices") or n.child_by_field_name("index")
+            if target in buffers and index is not None:
+                for sub in _walk(index):
+                    got = source(sub)
+                    if got and got != target:
+                        indexed.setdefault(got, target)
+        elif n.type == "binary_expression":
+            op = _text(n.child_by_field_name("operator"))
+            left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+            for value, size, ops in ((left, right, ("<", ">=")), (right, left, (">", "<="))):
+                if op in ops and size is not None and size.type == "identifier" and _text(size) in sizes:
+                    got = source(value)
+                    if got:
+                        bounds.setdefault(got, _text(size))
+    out = {}
+    for name, target in indexed.items():
+        if name in bounds:
+            out[name] = IndexUse(name, target, bounds[name], f"the kernel compares them with {bounds[name]}")
+            continue
+        named = [s for s in sizes if _ROW_COUNT_NAME.match(s)]
+        if len(named) == 1:
+            out[name] = IndexUse(name, target, named[0], f"{named[0]}, by its name, counts {target}'s rows")
+        else:
+            out[name] = IndexUse(name, target)
+    return out
+
+
+def _walk(node) -> Iterator:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in _SKIP_LEAVES:
+            continue
+        yield n
+        stack.extend(reversed(n.children))
+
+
+def _pointer_into(e, names: set) -> str:
+    """`&ids[t]` or `ids + t`: the named array the pointer points into ("" when none)."""
+    if e is None:
+        return ""
+    if e.type == "pointer_expression" and _text(e.child_by_field_name("operator")) == "&":
+        inner = e.child_by_field_name("argument")
+        if inner is not None and inner.type == "subscript_expression":
+            arg = inner.child_by_field_name("argument")
+            return _text(arg) if arg is not None and _text(arg) in names else ""
+    if e.type == "binary_expression" and _text(e.child_by_field_name("operator")) == "+":
+        for side in (e.child_by_field_name("left"), e.child_by_field_name("right")):
+            if side is not None and side.type == "identifier" and _text(side) in names:
+                return _text(side)
+    if e.type == "identifier" and _text(e) in names:
+        return _text(e)
+    return ""

@@ -341,3 +341,72 @@ def test_source_tree_sitter_cannot_fully_parse_still_gives_its_kernel_and_a_note
     out = capsys.readouterr().out
     assert "out output" in out and "could not read: could not parse line 2" in out
     assert (tmp_path / "kernel.toml").exists()
+
+
+ENCODER = """
+// llm.c's encoder, as published: token and position embeddings, one thread per output element
+__global__ void encoder_forward_kernel(float* out, const int* inp, const float* wte, const float* wpe,
+                                       int B, int T, int C, int V) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * T * C) return;
+    int bt = idx / C, c = idx % C;
+    out[idx] = wte[inp[bt] * C + c] + wpe[(bt % T) * C + c];
+}
+"""
+
+GATHER = """
+__global__ void gather_rows(float* out, const long* __restrict__ rows, const float* x, int n, int d,
+                            int* counts) {
+    int i = blockIdx.x;
+    long r = __ldg(&rows[i]);
+    long s = r;
+    for (int c = threadIdx.x; c < d; c += blockDim.x) out[i * d + c] = x[s * d + c];
+    if (threadIdx.x == 0) atomicAdd(&counts[i % 4], 1);
+}
+"""
+
+
+def test_an_index_array_gets_its_range_from_the_size_it_indexes(tmp_path, capsys):
+    # a comparison in the kernel bounds the ids (`id < vocab`), in both dialects
+    d = tmp_path / "emb"
+    d.mkdir()
+    for f in ("embedding.cu", "embedding.cl"):
+        shutil.copyfile(HERE / "data" / "byo" / "embedding" / f, d / f)
+    assert main(["init", str(d / "embedding.cu"), "--opencl", str(d / "embedding.cl")]) == 0
+    ids = next(a for a in tomllib.loads((d / "kernel.toml").read_text())["arg"] if a["name"] == "ids")
+    assert ids["init"] == "randint" and ids["range"] == [0, "vocab"]
+    assert "its values index table; the kernel compares them with vocab" in (d / "kernel.toml").read_text()
+    # `wte[inp[bt] * C + c]` and a size named V: token ids in [0, V)
+    src = tmp_path / "encoder.cu"
+    src.write_text(ENCODER)
+    assert main(["init", str(src), "-o", str(tmp_path / "encoder.toml")]) == 0
+    args = {a["name"]: a for a in tomllib.loads((tmp_path / "encoder.toml").read_text())["arg"]}
+    assert args["inp"]["range"] == [0, "V"] and "range" not in args["wpe"]
+    # through a local and __ldg, with no size to name: the range is left to the user, and said
+    src = tmp_path / "gather.cu"
+    src.write_text(GATHER)
+    assert main(["init", str(src), "-o", str(tmp_path / "gather.toml")]) == 0
+    out = capsys.readouterr().out
+    args = {a["name"]: a for a in tomllib.loads((tmp_path / "gather.toml").read_text())["arg"]}
+    assert args["rows"]["range"] == [0, "TODO"] and "arg.rows.range" in out
+    assert "range" not in args["counts"]  # an integer output indexes nothing it reads
+
+
+def test_an_inferred_range_loads_as_an_expression_over_the_sizes(tmp_path):
+    from kerntune.engine.scaffold import starter_spec
+    from kerntune.engine.signature import parse_kernel
+
+    text = starter_spec({"cuda": "encoder.cu"}, parse_kernel(ENCODER), None).text
+    for key, value in (('grid = ["TODO"]', 'grid = ["ceil_div(B * T * C, 256)"]'), ('block = ["TODO"]', "block = [256]"),
+                       ('bytes = "TODO"', 'bytes = "4 * B * T * (3 * C + 1)"')):
+        text = text.replace(key, value)
+    shapes = iter(['["B", "T", "C"]', '["B", "T"]', '["V", "C"]', '["T", "C"]'])
+    text = "\n".join(line.replace('["TODO"]', next(shapes)) if line.startswith("shape =") else line
+                     for line in text.splitlines())
+    text = text.replace('name = "TODO"', 'name = "gpt2"').replace('B = "TODO"', "B = 2").replace(
+        'T = "TODO"', "T = 8").replace('C = "TODO"', "C = 16").replace('V = "TODO"', "V = 50")
+    (tmp_path / "encoder.cu").write_text(ENCODER)
+    (tmp_path / "kernel.toml").write_text(text)
+    t = load_template(tmp_path / "kernel.toml")
+    inp = next(a for a in t.arguments if a.name == "inp")
+    assert inp.init == "randint" and inp.bounds(t.problems[0].values) == (0, 50)
