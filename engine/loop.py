@@ -280,7 +280,7 @@ class TuningLoop:
         opts = self.options
         tune = opts.tune
         pending: list[str] = []
-        backend, limits = resolve_device(tune.backend, tune.device)
+        backend, limits = resolve_device(tune.backend, tune.device, pending.append)
         limits = peaks_for(backend, tune.device, limits, tune.probe, pending.append)
         self.original.source_for(backend)  # fails early, in one line, without a source for the backend
         problem = self.original.problem(tune.problem, tune.overrides)

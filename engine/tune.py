@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .backends import BackendError, CompileError, list_devices, open_backend, pick_auto
+from .backends import BackendError, CompileError, auto_backend, list_devices, open_backend
 from .compile_pool import CompilePool, default_jobs
 from .device import DeviceLimits
 from .evaluate import TimingPolicy, VerifyPolicy
@@ -96,8 +96,13 @@ class Outcome:
     profiles: list = field(default_factory=list)  # ConfigProfiled events, best first
 
 
-def resolve_device(backend: str, device: int) -> tuple[str, DeviceLimits]:
-    name = pick_auto() if backend == "auto" else backend
+def resolve_device(backend: str, device: int, note: Callable[[str], None] | None = None) -> tuple[str, DeviceLimits]:
+    """The backend's name and the device's limits; `note` hears why `auto` skipped CUDA."""
+    name = backend
+    if backend == "auto":
+        name, why = auto_backend()
+        if why and note is not None:
+            note(why)
     devices = list_devices(name)
     if not devices:
         raise BackendError(f"no {name} device found")
@@ -179,7 +184,7 @@ class TuneRun:
         self._writer: SessionWriter | None = None
         opts, template = self.options, self.template
         pending: list[str] = []
-        backend, limits = resolve_device(opts.backend, opts.device)
+        backend, limits = resolve_device(opts.backend, opts.device, pending.append)
         limits = peaks_for(backend, opts.device, limits, opts.probe, pending.append)
         problem = template.problem(opts.problem, opts.overrides)
         check_fits(template, problem, limits, opts.verify.pool)  # before a worker allocates anything

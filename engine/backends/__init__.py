@@ -135,12 +135,19 @@ def open_backend(name: str, device: int = 0) -> Backend:
 
 def pick_auto() -> str:
     """CUDA when pycuda finds a device, otherwise OpenCL."""
+    return auto_backend()[0]
+
+
+def auto_backend() -> tuple[str, str]:
+    """`--backend auto`'s choice, and one line saying why CUDA was skipped when it was (no
+    pycuda, no driver, no device); "" when CUDA was chosen."""
     try:
-        if _module("cuda").device_count() > 0:
-            return "cuda"
-    except BackendError:
-        pass
-    return "opencl"
+        if _module("cuda").list_devices():
+            return "cuda", ""
+        why = "pycuda found no CUDA device"
+    except BackendError as e:
+        why = str(e)
+    return "opencl", f"--backend auto: CUDA skipped: {why}; using OpenCL"
 
 
 def list_devices(name: str) -> list[DeviceInfo]:
