@@ -100,6 +100,9 @@ def geometry(template: Template, config: Mapping[str, ParamValue], problem: Prob
             v = e.evaluate(env)
             if isinstance(v, float):
                 if not v.is_integer():
+                    if "/" in e.source.replace("//", ""):  # one rule for every configuration it prunes
+                        raise ExpressionError(f"launch dimension `{e.source}` is not whole: `/` is exact division "
+                                              "here; C's integer division is `//`, and `ceil_div(a, b)` covers a tail")
                     raise ExpressionError(f"launch dimension `{e.source}` is not whole: {v}")
                 v = int(v)
             out.append(int(v))
