@@ -25,12 +25,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kerntune.engine.device import DeviceLimits
-from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
-from kerntune.engine.signature import _blank, _parser
-from kerntune.engine.template import Template
+from typing import TYPE_CHECKING
 
-from .lift import launch_sites
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.proposal import ParamProposal
+from kerntune.engine.signature import _blank, _parser
+
+from .lift import fresh_name, launch_sites
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .rewrites import Declined, Rewrite, RewriteContext
 
 LANES = "LANES"
 ROWS = "ROWS"
@@ -274,6 +278,11 @@ def analyse(source: str, entry: str) -> RowKernel:
     kernel_words = [k for k in marks.kernels if k <= fn.start_byte]
     start = min([head_node.start_byte] + ([max(kernel_words)] if kernel_words else []))
     head = src.rfind(b"\n", 0, start) + 1
+    while head > 0:  # above the kernel's own comment too
+        above = src.rfind(b"\n", 0, head - 1) + 1
+        if not src[above:head].lstrip().startswith(b"//"):
+            break
+        head = above
     open_brace = body.children[0]
     return RowKernel(dialect, tuple((s.start_byte, s.end_byte) for s in sites), tuple(row_loops), tuple(leads),
                      head, open_brace.end_byte)
@@ -698,7 +707,7 @@ def _opencl_helpers(accs: tuple[Accumulator, ...]) -> str:
     out = [
         "// without sub-groups, a row's lanes meet in local memory: one row per work-group",
         "#if ROWS > 1",
-        "#error LANES > 1 needs ROWS == 1 in OpenCL",
+        "#error a row's lanes need a work-group of their own in OpenCL",
         "#endif",
         "#define ROW_LANE ((int)(get_local_id(0) % LANES))",
         "#define ROW_INDEX(original) (get_group_id(0) * ROWS + get_local_id(0) / LANES)",
@@ -747,8 +756,10 @@ void row_online_{ctype}({ctype}* pm, {ctype}* ps, __local {ctype}* red_m, __loca
     return "\n".join(out)
 
 
-def rewrite(source: str, kernel: RowKernel, rows_default: int, launch_edits: list = ()) -> str:
-    """The template source: the original with LANES and ROWS woven in (LANES = 1 is the original)."""
+def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None, lanes: str = LANES,
+            launch_edits: list = ()) -> str:
+    """The template source: the original with the lane group woven in (`lanes` = 1 is the original).
+    `rows` is the rows a block: a parameter of its own (with `rows_default`) or an expression."""
     src = source.encode("utf-8")
     edits: list[tuple[int, int, str]] = []
     for s, e in kernel.index_sites:
@@ -767,25 +778,26 @@ def rewrite(source: str, kernel: RowKernel, rows_default: int, launch_edits: lis
                 else:
                     extra = f", row_red_{a.ctype}" if kernel.dialect == "opencl" else ""
                     lines.append(f"{lp.indent}{a.name} = row_{a.op}_{a.ctype}({a.name}{extra});")
-            text = "\n#if LANES > 1\n" + "\n".join(lines) + "\n#endif"
-            edits.append((lp.after, lp.after, text))
+            edits.append((lp.after, lp.after, f"\n#if {lanes} > 1\n" + "\n".join(lines) + "\n#endif"))
     for s, e in kernel.lead_stores:
         edits.append((s, e, f"LEAD_ONLY({src[s:e].decode()})"))
     for edit in launch_edits:
-        edits.append((edit.start, edit.end, "LANES * ROWS"))
+        edits.append((edit.start, edit.end, f"{lanes} * {rows}"))
     accs = kernel.accumulators
     if kernel.dialect == "opencl" and accs:
         types = sorted({a.ctype for a in accs})
         online = {a.ctype for a in accs if a.op == "online"}
-        decl = "\n".join(f"    __local {t} row_red_{t}[LANES]" + (f", row_red2_{t}[LANES];" if t in online else ";")
+        decl = "\n".join(f"    __local {t} row_red_{t}[{lanes}]" + (f", row_red2_{t}[{lanes}];" if t in online else ";")
                          for t in types)
-        edits.append((kernel.body_open, kernel.body_open, f"\n#if LANES > 1\n{decl}\n#endif"))
+        edits.append((kernel.body_open, kernel.body_open, f"\n#if {lanes} > 1\n{decl}\n#endif"))
     helpers = _opencl_helpers(accs) if kernel.dialect == "opencl" else _cuda_helpers(accs)
+    helpers = re.sub(r"\bROWS\b", rows, re.sub(r"\bLANES\b", lanes, helpers))
+    own = f"#ifndef {rows}\n#define {rows} {rows_default}\n#endif\n" if rows_default is not None else ""
     prelude = (
-        "// kerntune: the row spread over a group of LANES threads, ROWS rows a block; LANES = 1 is the\n"
-        "// original, one thread per row.\n"
-        f"#ifndef {LANES}\n#define {LANES} 1\n#endif\n#ifndef {ROWS}\n#define {ROWS} {rows_default}\n#endif\n"
-        "#if LANES == 1\n"
+        f"// kerntune: the row spread over a group of {lanes} threads, {rows} rows a block; {lanes} = 1 is\n"
+        "// the original, one thread per row.\n"
+        f"#ifndef {lanes}\n#define {lanes} 1\n#endif\n{own}"
+        f"#if {lanes} == 1\n"
         "#define ROW_INDEX(original) original\n"
         "#define LANE_FIRST(start) start\n"
         "#define LANE_NEXT(i, step) step\n"
@@ -798,74 +810,73 @@ def rewrite(source: str, kernel: RowKernel, rows_default: int, launch_edits: lis
     return out.decode("utf-8")
 
 
-# the proposal ----------------------------------------------------------------------------------
+# the rewrite in the rules' registry (agents/rewrites.py) ---------------------------------------
 
-def lane_values(limits: DeviceLimits, backend: str) -> tuple[int, ...]:
-    """1, the sub-warp groups, a warp, and (CUDA) several warps of a block, up to the block limit."""
-    top = min(limits.max_threads_per_block, 1024)
-    return tuple(v for v in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if v <= top)
+NAME = "rowwise"
+MACROS = ("ROW_INDEX", "ROW_LANE", "ROW_MASK", "LANE_FIRST", "LANE_NEXT", "LEAD_ONLY")
+POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def rewrite_rowwise(ctx: "RewriteContext") -> "Rewrite | Declined":
+    """The row-wise rewrite of the context's kernel, or why it does not apply."""
+    from .rewrites import Declined, Rewrite
+
+    if ctx.analysis.kind == "elementwise":
+        return Declined(NAME, "a thread per element, not per row")
+    try:
+        kernel = analyse(ctx.source, ctx.original.entry)
+        clash = [m for m in MACROS if m in ctx.taken]
+        if clash:
+            raise NotRowwise(f"the source already uses the name {clash[0]}")
+        if len(ctx.block) > 1 and any(b.strip() != "1" for b in ctx.block[1:]) or \
+                len(ctx.grid) > 1 and any(g.strip() != "1" for g in ctx.grid[1:]):
+            raise NotRowwise("the launch is not one-dimensional")
+        taken = set(ctx.taken) | set(ctx.defaults)
+        lanes = fresh_name(LANES, taken)
+        block = ctx.block[0].strip()
+        limits = ctx.limits
+        top = min(limits.max_threads_per_block, 1024)
+        lane_param = ParamProposal(lanes, tuple(v for v in POWERS if v <= top), 1,
+                                   "threads sharing a row (1 = the original, a thread per row)")
+        one_row = "ROWS == 1"
+        if re.fullmatch(r"\d+", block):
+            threads = int(block)
+            rows = fresh_name(ROWS, taken | {lanes})
+            params = (lane_param, ParamProposal(rows, row_values(threads, limits), threads,
+                                                "rows a block (the original's block size)"))
+            rows_expr, new_block, default_rows = rows, (f"{lanes} * {rows}",), threads
+            one_row = f"{rows} == 1"
+            constraints = [f"{lanes} * {rows} <= max_threads_per_block"]
+            edits, others = launch_sites(ctx.source, threads)
+            if others:
+                raise NotRowwise(f"the source's launch attribute says {others[0]} threads, the launch {threads}")
+        elif block in ctx.defaults:  # the block size the lifts made a parameter: LANES of its threads a row
+            rows_expr, new_block, default_rows = f"({block} / {lanes})", None, None
+            params = (lane_param,)
+            constraints = [f"{block} % {lanes} == 0"]
+            one_row = f"{lanes} == {block}"
+            edits = []
+        else:
+            raise NotRowwise(f"the launch's block size `{block}` is neither a number nor a parameter")
+        if not re.search(rf"(?<![\w.]){re.escape(block)}(?![\w.])", ctx.grid[0]):
+            raise NotRowwise(f"the grid `{ctx.grid[0]}` is not the rows over the block size `{block}`")
+        grid = (re.sub(rf"(?<![\w.]){re.escape(block)}(?![\w.])", rows_expr, ctx.grid[0]),) + tuple(ctx.grid[1:])
+        if ctx.backend == "opencl":
+            constraints.insert(0, f"{lanes} == 1 or {one_row}")  # lanes meet in local memory: a work-group per row
+        else:
+            constraints.insert(0, f"{lanes} <= 32 or {one_row}")  # a row over several warps has its block alone
+        source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits)
+    except NotRowwise as e:
+        return Declined(NAME, str(e))
+    accs = ", ".join(f"{a.op} of {a.name}" + (f" and {a.partner}" if a.partner else "") for a in kernel.accumulators)
+    return Rewrite(NAME, source, params,
+                   f"the row spread over {lanes} threads ({len(kernel.loops)} loops over the row strided by the group; "
+                   f"{accs or 'no accumulators'} combined across it; {len(kernel.lead_stores)} writes outside the "
+                   "loops made by one lane)",
+                   tuple(constraints), grid=grid, block=new_block)
 
 
 def row_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:
+    """Rows a block: powers of two up to a block's threads, the original's block size among them."""
     top = min(limits.max_threads_per_block, 1024)
-    return tuple(sorted({v for v in (1, 2, 4, 8, 16, 32, 64, 128, 256) if v <= top} | {default}))
-
-
-def constraints_for(backend: str) -> tuple[str, ...]:
-    if backend == "opencl":
-        return ("LANES == 1 or ROWS == 1",  # lanes meet in local memory: a work-group is one row
-                "LANES * ROWS <= max_threads_per_block")
-    return ("LANES <= 32 or ROWS == 1",  # a row over several warps has its block to itself
-            "LANES * ROWS <= max_threads_per_block")
-
-
-def rowwise_proposal(original: Template, backend: str, limits: DeviceLimits) -> TemplateProposal:
-    """The row-wise template of a one-thread-per-row original; NotRowwise says why there is none."""
-    if original.parameters:
-        raise NotRowwise(f"{original.name} is already a template")
-    if backend not in original.sources:
-        raise NotRowwise(f"the original has no {backend} source")
-    grid, block = original_launch(original, limits)
-    if len(block) != 1 and any(b.strip() not in ("1", "(1)") for b in block[1:]) or len(grid) > 1 and any(
-            g.strip() not in ("1", "(1)") for g in grid[1:]):
-        raise NotRowwise("the launch is not one-dimensional")
-    try:
-        threads = int(block[0].strip().strip("()"))
-    except ValueError:
-        raise NotRowwise(f"the launch's block size is {block[0]}, not a number of threads") from None
-    if not re.search(rf"(?<![\w.]){threads}(?![\w.])", grid[0]):
-        raise NotRowwise(f"the grid ({grid[0]}) is not the row count over the block size ({threads})")
-    new_grid = re.sub(rf"(?<![\w.]){threads}(?![\w.])", ROWS, grid[0])
-    sources: dict[str, str] = {}
-    notes: list[str] = []
-    kept: RowKernel | None = None
-    for b in [backend] + sorted(s for s in original.sources if s != backend):
-        src = original.source_for(b)
-        try:
-            kernel = analyse(src, original.entry)
-        except NotRowwise as e:
-            if b == backend:
-                raise
-            notes.append(f"the {b} source is left out: {e}")
-            continue
-        edits, others = launch_sites(src, threads)
-        if others:
-            if b == backend:
-                raise NotRowwise(f"the source's launch attribute says {others[0]} threads, the launch {threads}")
-            continue
-        sources[b] = rewrite(src, kernel, threads, edits)
-        if b == backend:
-            kept = kernel
-    assert kept is not None
-    kinds = ", ".join(sorted({f"{a.op} of {a.name}" + (f" and {a.partner}" if a.partner else "")
-                              for a in kept.accumulators})) or "none"
-    notes.append(f"row-wise: {len(kept.loops)} loop(s) over the row spread over LANES threads; accumulators "
-                 f"combined across them: {kinds}; {len(kept.lead_stores)} write(s) outside the loops made by one lane")
-    params = (
-        ParamProposal(LANES, lane_values(limits, backend), 1, "threads sharing a row (1 = the original, one per row)"),
-        ParamProposal(ROWS, row_values(threads, limits), threads, "rows a block (the original's block size)"),
-    )
-    return TemplateProposal(sources=sources, parameters=params, constraints=constraints_for(backend),
-                            grid=(new_grid,), block=("LANES * ROWS",),
-                            summary=f"rules: the row spread over LANES threads, ROWS rows a block ({kinds})",
-                            notes=tuple(notes))
+    return tuple(sorted({v for v in POWERS if v <= top} | {default}))

@@ -21,12 +21,13 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
 from kerntune.engine.template import Template
 
-from . import rewrite_elementwise
+from . import rewrite_elementwise, rewrite_rowwise
 from .kernel_tree import KernelAnalysis, KernelTreeError, classify
 
 # In order; each function sees the source the ones before it made. Add a rewrite here.
 REWRITES: tuple[Callable[["RewriteContext"], "Rewrite | Declined"], ...] = (
     rewrite_elementwise.rewrite,
+    rewrite_rowwise.rewrite_rowwise,
 )
 
 
