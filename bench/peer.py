@@ -50,12 +50,12 @@ from kerntune import templates  # noqa: E402
 from kerntune.engine.backends import open_backend  # noqa: E402
 from kerntune.engine.device import DeviceLimits  # noqa: E402
 from kerntune.engine.evaluate import (  # noqa: E402
-    Evaluator, Expected, Inputs, TimingPolicy, compare, launch_geometry, make_inputs)
+    Evaluator, Expected, Inputs, TimingPolicy, VerifyPolicy, compare, launch_geometry, make_inputs)
 from kerntune.engine.events import ConfigEvaluated, Event  # noqa: E402
 from kerntune.engine.result import config_key  # noqa: E402
 from kerntune.engine.space import Config, Space, build_space, infeasible_reason  # noqa: E402
 from kerntune.engine.template import ParamValue, Problem, Template, TemplateError, load_template, np_dtype  # noqa: E402
-from kerntune.engine.tune import TuneOptions, TuneRun, resolve_device  # noqa: E402
+from kerntune.engine.tune import TuneError, TuneOptions, TuneRun, resolve_device  # noqa: E402
 
 WITHIN = 0.03
 KT_STRATEGIES = ("bayes_opt", "genetic_algorithm", "random_sample")
@@ -295,7 +295,10 @@ def run_kerntune(template: Template, problem: Problem, backend: str, device: int
                        session_path=out / f"kerntune-{strategy}-{seed}.toml")
     with fresh_dir("KERNTUNE_CACHE_DIR"):
         t0 = time.perf_counter()
-        outcome = TuneRun(template, opts, [sink]).run()
+        try:
+            outcome = TuneRun(template, opts, [sink]).run()
+        except TuneError as e:
+            return Run("kerntune", strategy, seed, time.perf_counter() - t0, [], None, None, f"stopped: {e}")
         wall = time.perf_counter() - t0
     best = outcome.best
     return Run("kerntune", strategy, seed, wall, [marks[i] for i in sorted(marks)],
@@ -388,6 +391,21 @@ def capped(space: Space, template: Template, n: int, seed: int = 0) -> tuple[Con
     return tuple(c for c in space.configs if c in chosen)
 
 
+def protocols(template: Template) -> str:
+    """What each tool does to one configuration, as each runs by default here."""
+    import inspect
+
+    from kernel_tuner import tune_kernel
+
+    t, v = TimingPolicy(), VerifyPolicy()
+    sizes = 1 + len(template.verify_problems)
+    iterations = inspect.signature(tune_kernel).parameters["iterations"].default
+    return (f"kerntune checks each configuration at {sizes} size{'s' if sizes > 1 else ''} with {v.seeds} input "
+            f"sets each (outputs poisoned before every launch, timed launches checked too) and reports the "
+            f"median of {t.min_repeats}-{t.max_repeats} launches, the cache flushed between them; Kernel Tuner "
+            f"checks one launch at the tuning size and reports the mean of {iterations} launches, no flush.")
+
+
 def _fmt_config(config: Mapping[str, ParamValue] | None) -> str:
     return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items()) if config else "-"
 
@@ -404,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--max-configs", type=int, default=0, help="tune the same random N of the space (0: all)")
     ap.add_argument("--strategy-budget", type=int, default=0,
-                    help="evaluations for each strategy run (0: a quarter of the space, at least 10)")
+                    help="evaluations for each strategy run (0: a tenth of the space, at least 10)")
     ap.add_argument("--seeds", type=int, default=3, help="strategy runs per strategy, seeds 1..N")
     ap.add_argument("--kt-strategies", default=",".join(KT_STRATEGIES))
     ap.add_argument("--kt-lang", choices=("cupy", "nvcuda"), default="cupy", help="Kernel Tuner's CUDA backend")
@@ -429,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs = capped(space, template, args.max_configs)
     allowed = {c.key for c in configs}
     skip = tuple(c.key for c in space.configs if c.key not in allowed)
-    budget = args.strategy_budget or max(10, len(configs) // 4)
+    budget = args.strategy_budget or max(10, len(configs) // 10)
     platform, device, local = (0, args.device, None)
     if backend == "opencl":
         platform, device, local = _opencl_place(args.device)
@@ -472,6 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common = retime(template, problem, backend, args.device, [w or {} for w in winners], args.seed, args.rounds) \
         if all(winners) else [(math.nan, 0, "no winner")] * 2
     print_tables(kt_grid, kt2_grid, common, searches, budget)
+    print(f"\n{protocols(template)}")
     return 0
 
 
