@@ -1,0 +1,175 @@
+"""The row-wise rewrite on naive one-thread-per-row kernels: templated by the rules, gated, tuned with
+groups of lanes per row and re-verified on PoCL; the CUDA versions compiled with nvcc with sub-warp,
+warp and multi-warp groups; kernels that are not row-wise refused with the reason."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kerntune.agents.lift import lift_template
+from kerntune.agents.rewrite_rowwise import NotRowwise, analyse, rewrite_rowwise
+from kerntune.agents.rewrites import REWRITES, apply_rewrites, compose
+from kerntune.engine.backends import cuda_toolchain as cuda
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.evaluate import Evaluator, TimingPolicy
+from kerntune.engine.gate import check_proposal
+from kerntune.engine.proposal import narrowed, original_launch
+from kerntune.engine.template import load_template
+from kerntune.engine.tune import TuneOptions, TuneRun
+
+NAIVE = Path(__file__).resolve().parent / "data" / "naive"
+CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_count=2)
+GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132)
+FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
+ROW_KERNELS = ["softmax_online", "softmax_2pass", "softmax_3pass", "layernorm", "rmsnorm", "rmsnorm_half",
+               "cross_entropy"]
+SMALL = {"cross_entropy": {"B": 24, "V": 300}}
+
+
+def templated(name: str, backend: str, limits: DeviceLimits):
+    t = load_template(NAIVE / name)
+    proposal, applied = compose(t, backend, limits, lift_template(t, backend, limits).proposal)
+    return t, proposal, applied
+
+
+def small(t):
+    return t.problem(None, SMALL.get(t.name, {"N": 24, "C": 300}))
+
+
+@pytest.mark.parametrize("name", ROW_KERNELS)
+def test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_pocl(name, tmp_path, opencl_backend):
+    original, proposal, applied = templated(name, "opencl", CPU)
+    assert [r.name for r in applied.rewrites] == ["rowwise"]
+    assert [p.name for p in proposal.parameters] == ["BLOCK", "LANES"]
+    assert proposal.default_config == {"BLOCK": int(original_launch(original, CPU)[1][0]), "LANES": 1}
+    assert proposal.grid[0].endswith("(BLOCK / LANES))") and proposal.block == ("BLOCK",)
+    assert "LANES == 1 or LANES == BLOCK" in proposal.constraints  # OpenCL: a work-group per row
+    verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=small(original), limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    # groups of lanes give the original's outputs at every verification size, rows shorter than
+    # the group included (lanes that own no element)
+    ev = Evaluator(opencl_backend, template, small(template), seed=1, timing=FAST)
+    ok, _, message = ev.reproduces_original({"BLOCK": 4, "LANES": 4}, (3, 4))
+    assert ok, message
+    grid = narrowed(template, {"BLOCK": (16,), "LANES": (1, 16)})
+    run = TuneRun(grid, TuneOptions(backend="opencl", problem="small", overrides=SMALL.get(name, {"N": 24, "C": 300}),
+                                    seed=5, timing=FAST, strategy="grid", session_path=tmp_path / "tune.toml")).run()
+    assert run.best is not None and run.winner_ok
+    assert all(r.status == "ok" for r in run.results)
+    assert any(r.config.get("LANES", 1) > 1 for r in run.results)
+
+
+def preprocessed(source: str, defines: dict[str, int]) -> list[str]:
+    """The tokens the C preprocessor makes of a source (no includes, comments dropped)."""
+    flags = [f"-D{k}={v}" for k, v in defines.items()]
+    out = subprocess.run(["cpp", "-P", "-undef", "-nostdinc", *flags], input=source, capture_output=True, text=True,
+                         check=True).stdout
+    return re.findall(r"[A-Za-z_]\w*|\d[\w.]*|\S", out)
+
+
+@pytest.mark.skipif(shutil.which("cpp") is None, reason="needs the C preprocessor")
+@pytest.mark.parametrize("name,backend", [("softmax_online", "cuda"), ("layernorm", "opencl"),
+                                          ("cross_entropy", "cuda"), ("softmax_2pass", "opencl")])
+def test_the_default_is_the_original_token_for_token_once_preprocessed(name, backend):
+    t, proposal, _ = templated(name, backend, GPU if backend == "cuda" else CPU)
+    out = proposal.sources[backend]
+    original = t.source_for(backend)
+    assert preprocessed(out, proposal.default_config) == preprocessed(original, {})
+    assert preprocessed(out, {}) == preprocessed(original, {})  # the guards' own defaults
+    assert preprocessed(out, {"BLOCK": 4, "LANES": 4}) != preprocessed(original, {})
+
+
+def test_the_rewrite_strides_the_loops_combines_the_accumulators_and_leaves_one_lane_to_write():
+    _, proposal, _ = templated("layernorm", "cuda", GPU)
+    out = proposal.sources["cuda"]
+    assert out.count("for (int i = LANE_FIRST(0); i < C; LANE_NEXT(i, i++))") == 3
+    assert "#if LANES > 1\n        m = row_sum_float(m);\n#endif\n        m = m / C;" in out
+    assert "#if LANES > 1\n        v = row_sum_float(v);\n#endif" in out
+    assert "LEAD_ONLY(mean[idx] = m);" in out and "LEAD_ONLY(rstd[idx] = s);" in out
+    assert "int idx = ROW_INDEX(blockIdx.x * blockDim.x + threadIdx.x);" in out
+    assert "#define ROW_INDEX(original) (blockIdx.x * (BLOCK / LANES) + threadIdx.x / LANES)" in out
+    assert proposal.constraints[-2:] == ("LANES <= 32 or LANES == BLOCK", "BLOCK % LANES == 0")
+    _, online, _ = templated("softmax_online", "cuda", GPU)
+    assert "row_online_float(&maxval, &sum);" in online.sources["cuda"]
+    assert "s2 * expf(m2 - top)" in online.sources["cuda"]  # merged with the kernel's own exponential
+
+
+def test_without_a_lifted_block_size_rows_a_block_is_a_parameter_of_its_own(tmp_path, opencl_backend):
+    t = load_template(NAIVE / "rmsnorm")
+    grid, block = original_launch(t, CPU)
+    sources = {b: t.source_for(b) for b in t.sources}
+    applied = apply_rewrites(t, sources, "opencl", tuple(grid), tuple(block), {}, CPU)
+    r = next(r for r in applied.rewrites if r.name == "rowwise")
+    assert [(p.name, p.default) for p in r.parameters] == [("LANES", 1), ("ROWS", 256)]
+    assert r.grid == ("ceil_div(N, ROWS)",) and r.block == ("LANES * ROWS",)
+    assert "#ifndef ROWS\n#define ROWS 256\n#endif" in applied.sources["opencl"]
+
+
+FOREIGN = {
+    "scan": ("float acc = 0.0f;\n    for (int i = 0; i < C; i++) { acc += x[i]; y[i] = acc; }",
+             "acc is read while it accumulates"),
+    "neighbour": ("for (int i = 0; i < C; i++) y[i] = x[i] + y[i - 1];",
+                  "y is read at another element than the one written there"),
+    "argmax": ("float best = -INFINITY; int at = 0;\n"
+               "    for (int i = 0; i < C; i++) if (x[i] > best) { best = x[i]; at = i; }\n    y[0] = at;",
+               "at is carried from one element to the next"),
+    "offset_sum": ("float s = x[0];\n    for (int i = 0; i < C; i++) s += x[i];\n    y[0] = s;",
+                   "the sum s starts from x[0], not 0"),
+    "fixed_element": ("for (int i = 0; i < C; i++) y[0] = x[i];",
+                      "y is written at an element other than the loop's own"),
+    "nested": ("for (int i = 0; i < C; i++) for (int k = 0; k < 4; k++) y[i] += x[k];",
+               "a loop inside the row loop"),
+    "early_exit": ("for (int i = 0; i < C; i++) { if (x[i] < 0) break; y[i] = x[i]; }",
+                   "the loop over the row may end early"),
+    "elementwise": ("y[0] = x[0];", "no loop over a row"),
+    "cooperating": ("for (int i = 0; i < C; i++) y[i] = x[i];\n    __syncthreads();",
+                    "__syncthreads: the kernel's threads already cooperate"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOREIGN))
+def test_a_kernel_that_is_not_row_wise_is_refused_with_the_reason(case):
+    body, reason = FOREIGN[case]
+    src = ("__global__ void k(float* out, const float* inp, int N, int C) {\n"
+           "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= N) return;\n"
+           "    const float* x = inp + row * C;\n    float* y = out + row * C;\n"
+           f"    {body}\n}}\n")
+    with pytest.raises(NotRowwise, match=re.escape(reason)):
+        analyse(src, "k")
+
+
+def test_the_online_pair_is_found_in_its_fmax_form_too():
+    src = ("__global__ void k(float* out, const float* x, int N, int C) {\n"
+           "    int r = threadIdx.x + blockDim.x * blockIdx.x;\n"
+           "    if (r < N) {\n        float m = -INFINITY, s = 0.0f;\n"
+           "        for (int i = 0; i < C; ++i) {\n            float m_new = fmaxf(m, x[r * C + i]);\n"
+           "            s = s * __expf(m - m_new) + __expf(x[r * C + i] - m_new);\n            m = m_new;\n        }\n"
+           "        out[r] = m + logf(s);\n    }\n}\n")
+    k = analyse(src, "k")
+    [acc] = k.accumulators
+    assert (acc.name, acc.op, acc.partner, acc.exp) == ("m", "online", "s", "__expf")
+    assert len(k.lead_stores) == 1
+
+
+def test_the_registry_runs_the_row_wise_rewrite_after_the_elementwise_one():
+    assert [f.__module__.rsplit(".", 1)[-1] for f in REWRITES][-1] == "rewrite_rowwise"
+    assert rewrite_rowwise in REWRITES
+
+
+@pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.parametrize("name,config", [("softmax_online", {"BLOCK": 128, "LANES": 8}),
+                                         ("softmax_bf16", {"BLOCK": 256, "LANES": 256}),
+                                         ("rmsnorm_half", {"BLOCK": 64, "LANES": 32})])
+def test_the_cuda_rewrite_compiles_with_sub_warp_warp_and_multi_warp_groups(name, config):
+    t, proposal, applied = templated(name, "cuda", GPU)
+    assert [r.name for r in applied.rewrites] == ["rowwise"]
+    _, info, _ = cuda.compile_cubin(proposal.sources["cuda"], t.entry, {k: str(v) for k, v in config.items()},
+                                    t.compile_options.get("cuda", ()), "sm_90")
+    assert info.get("spill_stores", 0) == 0
