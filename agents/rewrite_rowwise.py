@@ -860,7 +860,8 @@ def rewrite_rowwise(ctx: "RewriteContext") -> "Rewrite | Declined":
             raise NotRowwise(f"the launch's block size `{block}` is neither a number nor a parameter")
         if not re.search(rf"(?<![\w.]){re.escape(block)}(?![\w.])", ctx.grid[0]):
             raise NotRowwise(f"the grid `{ctx.grid[0]}` is not the rows over the block size `{block}`")
-        grid = (re.sub(rf"(?<![\w.]){re.escape(block)}(?![\w.])", rows_expr, ctx.grid[0]),) + tuple(ctx.grid[1:])
+        per_block = rows_expr.replace(" / ", " // ")  # exact (BLOCK % LANES == 0); // in the spec's expressions
+        grid = (re.sub(rf"(?<![\w.]){re.escape(block)}(?![\w.])", per_block, ctx.grid[0]),) + tuple(ctx.grid[1:])
         if ctx.backend == "opencl":
             constraints.insert(0, f"{lanes} == 1 or {one_row}")  # lanes meet in local memory: a work-group per row
         else:

@@ -47,7 +47,7 @@ def test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_p
     assert [r.name for r in applied.rewrites] == ["rowwise"]
     assert [p.name for p in proposal.parameters] == ["BLOCK", "LANES"]
     assert proposal.default_config == {"BLOCK": int(original_launch(original, CPU)[1][0]), "LANES": 1}
-    assert proposal.grid[0].endswith("(BLOCK / LANES))") and proposal.block == ("BLOCK",)
+    assert proposal.grid[0].endswith("(BLOCK // LANES))") and proposal.block == ("BLOCK",)
     assert "LANES == 1 or LANES == BLOCK" in proposal.constraints  # OpenCL: a work-group per row
     verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="opencl", device=0,
                              problem=small(original), limits=CPU, timeout=120)
