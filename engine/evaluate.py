@@ -25,6 +25,7 @@ import math
 import os
 import random
 import time
+from collections import abc
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
@@ -46,6 +47,9 @@ TOLERANCE = {
     "float32": (1e-5, 1e-6),
     "float64": (1e-10, 1e-12),
 }
+# Output types the device checks against the tolerance itself (backends with `compare_close`);
+# others (float64, integers) are read back and compared by the host.
+DEVICE_CLOSE_DTYPES = ("float32", "float16", "bfloat16")
 INT_POISON = -0x5A5A5A5A
 POISONS = ("nan", "bits", "plausible")
 # Timed launches checked per configuration: as many as TIMING_CHECK_BYTES of outputs read back
@@ -103,6 +107,7 @@ class Expected:
     def __init__(self, ref: np.ndarray, dtype: str, arg: Argument, scale: float = 1.0):
         self.shape = ref.shape
         self.dtype = dtype
+        self.device: Any = None  # `values` on the device, uploaded when a device comparison first needs it
         self.exact = dtype not in TOLERANCE
         if self.exact:
             self.values = np.ascontiguousarray(ref).ravel()
@@ -320,6 +325,11 @@ class Evaluator:
         self.scale: dict[str, float] = {}  # outputs whose default tolerance the calibration widened
         self._last_checks: dict[tuple[int, str], Expected] = {}  # the reference a failed output missed
         self._timing_inputs: Inputs | None = None
+        # Tolerance checks on the device where the backend has them: only a failure is read back
+        # (and described by the host's `compare`, which stays the authority).
+        self._device_close = getattr(backend, "compare_close", None)
+        self._settled_dev: dict[str, Any] = {}  # device copies of the outputs a verification passed
+        self._generation = 0  # launches so far: outputs read lazily must be read before the next
         env = problem.values
         self.bytes_moved = float(template.cost_bytes.evaluate(env))
         self.flops = float(template.cost_flops.evaluate(env))
@@ -472,25 +482,62 @@ class Evaluator:
         return self._bits[key]
 
     def _run_checked(self, kernel: Any, geo: Geometry, inputs: Inputs, which: int,
-                     poison: str | None = None) -> dict[str, np.ndarray]:
-        """Restore the inputs, poison the outputs, launch once, and read the outputs back."""
+                     poison: str | None = None) -> "_Outputs":
+        """Restore the inputs, poison the outputs, launch once; the outputs are read back when
+        (and only if) something asks for them."""
         self._restore(which, inputs)
         self._poison(which, inputs, poison)
+        self._generation += 1
         self.backend.launch(kernel, geo, self._args(which, inputs))
         return self._read_outputs(which)
 
-    def _read_outputs(self, which: int) -> dict[str, np.ndarray]:
-        problem = self.problems[which]
+    def _read_outputs(self, which: int) -> "_Outputs":
+        return _Outputs(self, which, self._generation)
+
+    def _download_output(self, which: int, name: str) -> np.ndarray:
+        key = (which, name)
+        if key not in self._host_out:
+            a = next(x for x in self.template.arguments if x.name == name)
+            self._host_out[key] = np.empty(arg_shape(a, self.problems[which]), dtype=np_dtype(a.dtype))
+        self.backend.download(self._device_buffers(which)[name].raw, self._host_out[key], GUARD_BYTES)
+        return self._host_out[key]
+
+    def _passes_on_device(self, which: int, a: Argument, exp: Expected) -> float | None:
+        """The worst error over the tolerance when the device finds the output right; None when
+        it finds something wrong or cannot check this output (the host then compares)."""
+        if self._device_close is None or exp.exact or a.dtype not in DEVICE_CLOSE_DTYPES:
+            return None
+        if exp.device is None:
+            exp.device = self.backend.alloc(max(exp.values.nbytes, 4))
+            self.backend.upload(exp.device, exp.values.astype(np.float32, copy=False))
+        nan, inf, sign, bad, _, _, worst = self._device_close(
+            self._device_buffers(which)[a.name].raw, GUARD_BYTES, exp.device, exp.values.size, a.dtype,
+            exp.rtol, exp.atol)
+        return None if nan or inf or sign or bad else worst
+
+    def _settle(self, which: int, outs: "_Outputs") -> dict[str, Any]:
+        """What a later launch's outputs are compared with byte for byte: device copies where
+        the device compares, else host copies."""
+        kept: dict[str, Any] = {}
         bufs = self._device_buffers(which)
-        outs = {}
         for a in self.template.arguments:
-            if a.is_output:
-                key = (which, a.name)
-                if key not in self._host_out:
-                    self._host_out[key] = np.empty(arg_shape(a, problem), dtype=np_dtype(a.dtype))
-                self.backend.download(bufs[a.name].raw, self._host_out[key], GUARD_BYTES)
-                outs[a.name] = self._host_out[key]
-        return outs
+            if not a.is_output:
+                continue
+            if self._device_close is not None:
+                nbytes = bufs[a.name].nbytes
+                if a.name not in self._settled_dev:
+                    self._settled_dev[a.name] = self.backend.alloc(max(nbytes, 1))
+                self.backend.copy(self._settled_dev[a.name], bufs[a.name].raw, nbytes, src_offset=GUARD_BYTES)
+                kept[a.name] = _OnDevice(self._settled_dev[a.name])
+            else:
+                kept[a.name] = outs[a.name].copy()
+        return kept
+
+    def _same_as(self, which: int, a: Argument, outs: "_Outputs", kept: Any) -> bool:
+        if isinstance(kept, _OnDevice):
+            g = self._device_buffers(which)[a.name]
+            return self.backend.first_difference(g.raw, GUARD_BYTES, kept.buffer, 0, g.nbytes) < 0
+        return np.array_equal(outs[a.name].ravel().view(np.uint8), kept.ravel().view(np.uint8))
 
     def _inspect(self, which: int, inputs: Inputs, outs: Mapping[str, np.ndarray], where: str,
                  full: bool = True, settled: dict[str, np.ndarray] | None = None, label: bool = False) -> float:
@@ -531,16 +578,19 @@ class Evaluator:
         for a in self.template.arguments:
             if not a.is_output:
                 continue
-            out = outs[a.name]
-            if settled is not None and a.name in settled and np.array_equal(
-                    out.ravel().view(np.uint8), settled[a.name].ravel().view(np.uint8)):
+            if settled is not None and a.name in settled and self._same_as(which, a, outs, settled[a.name]):
                 continue
+            on_device = self._passes_on_device(which, a, inputs.checks[a.name])
+            if on_device is not None:
+                worst = max(worst, on_device)
+                continue
+            out = outs[a.name]
             err, msg = compare(a.name, out, inputs.checks[a.name])
             worst = max(worst, err)
             if msg:
                 self._last_checks[(which, a.name)] = inputs.checks[a.name]
                 raise Rejected("wrong_result", f"{self._unwritten(which, a, out) or msg}{suffix}")
-            if settled is not None:
+            if settled is not None and not isinstance(settled.get(a.name), _OnDevice):
                 settled[a.name] = out.copy()
         return worst
 
@@ -662,7 +712,7 @@ class Evaluator:
                 outs = self._run_checked(kernel, geo, inputs, which)
                 worst = max(worst, self._inspect(which, inputs, outs, f"seed {inputs.seed}"))
                 if which == 0 and id(inputs) not in self._verified:
-                    self._verified = {id(inputs): {k: v.copy() for k, v in outs.items()}}
+                    self._verified = {id(inputs): self._settle(which, outs)}
                     self._timing_inputs = inputs
         finally:
             self._kinds = []
@@ -807,7 +857,9 @@ class Evaluator:
         MAX_TIMED_CHECKS."""
         lo, hi = max(1, repeats // 4), max(2, repeats // 2)
         chosen = {repeats - 1, int(self._rng.integers(lo, hi)) if hi > lo else 0}
-        per_check = sum(self._nbytes(a, 0) for a in self.template.arguments if a.is_output) or 1
+        # outputs the device compares are not read back: only a failure costs a transfer
+        per_check = sum(self._nbytes(a, 0) for a in self.template.arguments
+                        if a.is_output and not (self._device_close is not None and a.dtype in DEVICE_CLOSE_DTYPES)) or 1
         extra = min(repeats, MAX_TIMED_CHECKS, TIMING_CHECK_BYTES // per_check) - len(chosen)
         rest = [k for k in range(repeats) if k not in chosen]
         if extra > 0 and rest:
@@ -824,6 +876,7 @@ class Evaluator:
         settled: dict[str, np.ndarray] = dict(self._verified.get(id(inputs), {}))
         for k in range(count):
             self._repoison(poisons, inputs)
+            self._generation += 1
             tokens.append(self.backend.timed(kernel, geo, args, self.timing.flush))
             if k in checked_set:
                 times += self.backend.elapsed(tokens)
@@ -970,6 +1023,40 @@ def _check_finite(a: Argument, ref: np.ndarray, inputs: Inputs, problem: Problem
         f"the template's reference gives {int(bad.sum())} non-finite values of `{a.name}` (first at {i}) "
         f"at {problem.label()} from finite inputs ({inputs_named}): give those inputs a range that keeps "
         f"the reference finite (`init`, `range` in [[arg]]), or set `nonfinite = true` on `{a.name}`")
+
+
+class _OnDevice:
+    """A device buffer holding an output a check passed (see Evaluator._settle)."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer: Any):
+        self.buffer = buffer
+
+
+class _Outputs(abc.Mapping):
+    """The outputs of the latest launch, downloaded from the device the first time each is asked
+    for; asking after another launch is a mistake in kerntune, and says so."""
+
+    def __init__(self, ev: "Evaluator", which: int, generation: int):
+        self._ev, self._which, self._generation = ev, which, generation
+        self._names = [a.name for a in ev.template.arguments if a.is_output]
+        self._host: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._host:
+            if name not in self._names:
+                raise KeyError(name)
+            if self._ev._generation != self._generation:
+                raise RuntimeError(f"outputs of an earlier launch read after launch {self._ev._generation}")
+            self._host[name] = self._ev._download_output(self._which, name)
+        return self._host[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass(frozen=True)

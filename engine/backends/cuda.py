@@ -57,6 +57,56 @@ extern "C" __global__ void kerntune_first_difference(const unsigned char *a, con
 """
 
 
+# The evaluator's tolerance check on the device, exactly the host's `compare` in float32: per
+# element, NaN where the reference has none, Inf where the reference is finite, infinities of the
+# wrong sign, and |out - ref| / (atol + rtol |ref|) with each operation rounded as numpy rounds it
+# (no contraction into FMA), its maximum and how many exceed 1. Counts and first indices come back
+# in one 64-byte read; a failure is then described by the host from the downloaded output.
+_CLOSE_SRC = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+__device__ __forceinline__ float kt_load(const float *p, unsigned long long i) { return p[i]; }
+__device__ __forceinline__ float kt_load(const __half *p, unsigned long long i) { return __half2float(p[i]); }
+__device__ __forceinline__ float kt_load(const __nv_bfloat16 *p, unsigned long long i) { return __bfloat162float(p[i]); }
+
+template <typename T>
+__device__ void kt_close(const T *out, const float *ref, unsigned long long n, float rtol, float atol,
+                         unsigned long long *res)
+{
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    float w = 0.0f;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float o = kt_load(out, i), r = ref[i];
+        const bool rn = isnan(r), ri = isinf(r), on = isnan(o), oi = isinf(o);
+        if (on && !rn) { atomicAdd(&res[0], 1ULL); atomicMin(&res[4], i); }
+        if (oi && !ri && !rn) { atomicAdd(&res[1], 1ULL); atomicMin(&res[5], i); }
+        if ((oi && ri && (signbit(o) != signbit(r))) || (!oi && ri && !on)) atomicAdd(&res[2], 1ULL);
+        if (!(rn || ri || on || oi)) {
+            const float tol = __fadd_rn(atol, __fmul_rn(rtol, fabsf(r)));
+            float ratio = __fdiv_rn(fabsf(__fsub_rn(o, r)), tol);
+            if (ratio != ratio) ratio = 0.0f;  /* 0 / 0: equal where the tolerance is zero */
+            if (ratio > 1.0f) atomicAdd(&res[3], 1ULL);
+            w = fmaxf(w, ratio);
+        }
+    }
+    for (int s = 16; s > 0; s >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, s));
+    if ((threadIdx.x & 31) == 0) atomicMax((unsigned int *)&res[6], __float_as_uint(w));
+}
+
+extern "C" __global__ void kerntune_close_float32(const float *o, const float *r, unsigned long long n,
+                                                  float rtol, float atol, unsigned long long *res)
+{ kt_close(o, r, n, rtol, atol, res); }
+extern "C" __global__ void kerntune_close_float16(const __half *o, const float *r, unsigned long long n,
+                                                  float rtol, float atol, unsigned long long *res)
+{ kt_close(o, r, n, rtol, atol, res); }
+extern "C" __global__ void kerntune_close_bfloat16(const __nv_bfloat16 *o, const float *r, unsigned long long n,
+                                                   float rtol, float atol, unsigned long long *res)
+{ kt_close(o, r, n, rtol, atol, res); }
+"""
+CLOSE_DTYPES = ("float32", "float16", "bfloat16")
+_NO_INDEX = np.iinfo(np.uint64).max
+
+
 # the device (pycuda) ---------------------------------------------------------------------------
 
 def _require() -> None:
@@ -158,6 +208,24 @@ def _one_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def _pack(args: Sequence[Any]) -> Any:
+    """The launch's argument buffer, as pycuda's own call packs it: numpy scalars by value, device
+    allocations as addresses. None for anything else (the launch then goes through pycuda's call)."""
+    from pycuda._pvt_struct import pack
+
+    fmt, data = "", []
+    for a in args:
+        if isinstance(a, np.number):
+            fmt += a.dtype.char
+            data.append(a)
+        elif isinstance(a, drv.DeviceAllocation):
+            fmt += "P"
+            data.append(int(a))
+        else:
+            return None
+    return pack(fmt, *data)
+
+
 @dataclass(eq=False)
 class CUDAKernel:
     """A loaded kernel: the pycuda function, its module (kept alive with it) and ptxas figures."""
@@ -191,6 +259,11 @@ class CUDABackend:
         self._flush_count = 0
         self._differ: CUDAKernel | None = None
         self._differ_out = None
+        self._close: dict[str, CUDAKernel] = {}
+        self._close_out = None
+        self._close_init = np.array([0, 0, 0, 0, _NO_INDEX, _NO_INDEX, 0, 0], dtype=np.uint64)
+        self._events: list[Any] = []  # timing events, reused once read
+        self._argbuf: tuple[Any, Any] | None = None  # (args, packed) of the latest timed launches
 
     # compile -----------------------------------------------------------------------------------
     def compile(self, source: str, entry: str, defines: Mapping[str, str],
@@ -291,6 +364,34 @@ class CUDABackend:
         first = int(found[0])
         return -1 if first >= nbytes else first
 
+    def compare_close(self, out: Any, out_offset: int, ref: Any, n: int, dtype: str, rtol: float,
+                      atol: float) -> tuple[int, int, int, int, int, int, float]:
+        """The tolerance check of `n` elements of `out` (a float32, float16 or bfloat16 output)
+        against `ref` (float32) on the device: (NaN where the reference has none, Inf where it is
+        finite, wrong-sign infinities, elements outside the tolerance, first NaN, first Inf,
+        worst error as a fraction of the tolerance); first indices are -1 when there is none."""
+        if dtype not in CLOSE_DTYPES:
+            raise ValueError(f"no device comparison for {dtype}")
+        if dtype not in self._close:
+            self._close[dtype] = self.compile(_CLOSE_SRC, f"kerntune_close_{dtype}", {})
+        if self._close_out is None:
+            self._close_out = self.alloc(self._close_init.nbytes)
+        res = self._close_init.copy()
+        self.upload(self._close_out, res)
+        threads = 256
+        blocks = min(8 * self.limits.sm_count or 1024, max(1, -(-int(n) // threads)))
+        if n > 0:
+            try:
+                self._close[dtype].function(np.uintp(int(out) + int(out_offset)), np.uintp(int(ref)), np.uint64(n),
+                                            np.float32(rtol), np.float32(atol), self._close_out,
+                                            block=(threads, 1, 1), grid=(blocks, 1, 1))
+            except drv.Error as e:
+                raise LaunchError(f"device comparison failed: {_one_line(e)}") from None
+        self.download(self._close_out, res)
+        firsts = [-1 if int(v) == int(_NO_INDEX) else int(v) for v in res[4:6]]
+        worst = float(np.array([res[6] & 0xFFFFFFFF], dtype=np.uint32).view(np.float32)[0])
+        return int(res[0]), int(res[1]), int(res[2]), int(res[3]), firsts[0], firsts[1], worst
+
     def upload(self, buffer: Any, array: np.ndarray, offset: int = 0) -> None:
         try:
             drv.memcpy_htod(int(buffer) + int(offset), np.ascontiguousarray(array))
@@ -339,23 +440,36 @@ class CUDABackend:
         drv.memset_d8_async(self._flush_buf, self._flush_count, self._flush_bytes)
 
     def timed(self, kernel: CUDAKernel, geo: Geometry, args: Sequence[Any], flush: bool) -> Any:
+        """Queue one timed launch (after a flush); the token `elapsed` reads. Events are reused and
+        the argument list is packed once for a run of launches with the same list, so a timed
+        launch costs the host a few microseconds."""
         try:
             if flush:
                 self._flush()
-            start, end = drv.Event(), drv.Event()
+            start, end = self._events.pop() if self._events else (drv.Event(), drv.Event())
             start.record()
-            self._enqueue(kernel, geo, args)
+            if self._argbuf is None or self._argbuf[0] is not args:
+                self._argbuf = (args, _pack(args))
+            if self._argbuf[1] is None:
+                self._enqueue(kernel, geo, args)
+            else:
+                self._allow_shared(kernel, geo.shared_bytes)
+                kernel.function._launch_kernel(tuple(geo.grid), tuple(geo.block), self._argbuf[1],
+                                               int(geo.shared_bytes), None)
             end.record()
             return start, end
-        except drv.Error as e:
+        except (drv.Error, TypeError, ValueError) as e:
             raise LaunchError(_one_line(e)) from None
 
     def elapsed(self, tokens: Sequence[Any]) -> list[float]:
         try:
             drv.Context.synchronize()
-            return [start.time_till(end) * 1000.0 for start, end in tokens]
+            times = [start.time_till(end) * 1000.0 for start, end in tokens]
         except drv.Error as e:
             raise LaunchError(_one_line(e)) from None
+        if len(self._events) < 1024:
+            self._events.extend(tokens)
+        return times
 
     def time(self, kernel: CUDAKernel, geo: Geometry, args: Sequence[Any], repeats: int,
              flush: bool) -> list[float]:
