@@ -28,6 +28,7 @@ rewrites need to prove a vector access safe.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -148,6 +149,7 @@ class KernelAnalysis:
     softmax_pairs: tuple[tuple[str, str], ...] = ()  # (max variable, sum-of-exp variable)
     launch_dims: frozenset[int] = frozenset()  # dimensions of the launch the kernel reads
     fixed_threads: tuple[int, ...] = ()  # literals the indexing takes as a thread count
+    fixed_spans: tuple[tuple[int, Span], ...] = ()  # each such literal and where it stands
     barriers: bool = False
     shared: bool = False  # __shared__ or __local memory
     atomics: bool = False
@@ -397,7 +399,7 @@ def _global_index(node, dialect: str) -> tuple[bool, int | None, tuple[int, ...]
                 if rs == {("local_size", dim)}:
                     return True, dim, ()
                 if not rs and s.type == "number_literal" and _text(s).rstrip("uUlL").isdigit():
-                    return True, dim, (int(_text(s).rstrip("uUlL")),)
+                    return True, dim, ((int(_text(s).rstrip("uUlL")), s),)
     return False, None, ()
 
 
@@ -569,7 +571,7 @@ class _Body:
                 _text(prev.child_by_field_name("directive")) == "#pragma":
             arg = _text(prev.child_by_field_name("argument")).split()
             if arg and arg[0] == "unroll":
-                pragma = self.f.node_span(prev)
+                pragma = span_of(self.f.source, prev, self.f)
         lp = Loop(self.name, self.kernel, depth=len(loops), span=span, pragma=pragma)
         if node.type == "for_statement":
             lp = self._for(node, lp)
@@ -676,13 +678,13 @@ class _Body:
         f = self.f
         locals_ = self.single_locals()
         indices = []
-        fixed: list[int] = []
+        fixed: list = []
         for name, value in self.inits.items():
             reads = thread_reads(value, f.dialect)
             if not reads:
                 continue
             is_global, _, literal = _global_index(value, f.dialect)
-            fixed += literal
+            fixed += [(v, f.node_span(node)) for v, node in literal]
             decl = value.parent.parent if value.parent is not None else value
             indices.append(ThreadIndex(name, _text(value), tuple(sorted(reads)), is_global, f.node_span(decl)))
         dims = {d for d in range(3) if any(d == dim for _, dim in thread_reads(self.body, f.dialect))}
@@ -701,7 +703,7 @@ class _Body:
         analysis = KernelAnalysis(
             sig.name, f.dialect, sig, f.span(self._start(), self.fn.end_byte), f.node_span(self.body),
             tuple(indices), element, guard, tuple(self.loops), helper_loops, tuple(self.accesses),
-            tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(fixed)),
+            tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(v for v, _ in fixed)), tuple(fixed),
             self.barriers, shared, self.atomics, opaque,
             locals={n: _text(v) for n, v in locals_.items()}, arg_types=self._arg_types(),
             returns=tuple(self.returns),
@@ -1055,3 +1057,41 @@ def _classify(a: KernelAnalysis) -> tuple[str, list[str]]:
             return "neither", [f"`{x.array}[{x.index}]` does not move one for one with `{lp.var}`"]
     return "rowwise", [f"a thread per row `{a.element}`, {len(row_loops)} loop(s) over the row"]
 
+
+
+# the source's syntax, for the lifts ------------------------------------------------------------
+
+@functools.lru_cache(maxsize=8)
+def _file(source: str) -> "_File":
+    return _File(source, None)
+
+
+def syntax_nodes(source: str, types: tuple[str, ...]) -> list:
+    """The nodes of the given types in the source's tree (CUDA and OpenCL words blanked), in
+    order, each with a function giving a node's text."""
+    f = _file(source)
+    out = []
+    stack = [f.root]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            out.append(n)
+        stack.extend(reversed(n.children))
+    return [(n, _text) for n in sorted(out, key=lambda n: n.start_byte)]
+
+
+def span_of(source: str, node, f: "_File | None" = None) -> Span:
+    """A node's span in characters of `source` (a preprocessor line's end of line left out)."""
+    f = f or _file(source)
+    end = node.end_byte
+    while end > node.start_byte and f.raw[end - 1:end] in (b"\n", b"\r"):
+        end -= 1
+    return f.span(node.start_byte, end)
+
+
+def source_tokens(source: str) -> list[tuple[str, Span]]:
+    """The source's tokens as written (CUDA and OpenCL words included), comments and string
+    literals left out, with their spans."""
+    f = _file(source)
+    root = _parser().parse(f.raw).root_node
+    return [(_text(leaf), f.node_span(leaf)) for leaf in _leaves(root)]

@@ -24,6 +24,8 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
 from kerntune.engine.template import DEVICE_NAMES, Template
 
+from .kernel_tree import KernelAnalysis, KernelTreeError, Span, analyse, source_tokens, span_of, syntax_nodes
+
 # Names that say what a literal tunes, by kind. A #define or constexpr with another name (N_HEADS,
 # PI, WARP_SIZE) is part of what the kernel computes and is left alone.
 KINDS = (
@@ -91,70 +93,154 @@ def macro_name(name: str) -> str:
     return upper if upper != name else f"{name}_VALUE"
 
 
-def find_lifts(source: str) -> list[Lift]:
-    """Every liftable literal in one source, in order."""
+def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None) -> list[Lift]:
+    """Every liftable literal in one source, in order, read from its syntax tree.
+
+    `#pragma unroll` counts are lifted only on the kernels' own loops (a loop of a function the
+    kernel calls is left as written: partial unrolling there spills more than it gains); a source
+    with no kernel to analyse has them all lifted."""
+    if analyses is None:
+        analyses = analyse(source)
+    hot = {lp.pragma for a in analyses for lp in a.loops if lp.pragma is not None}
     lifts: list[Lift] = []
-    lines = source.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
     unrolls = 0
-    for i, line in enumerate(lines):
-        m = re.match(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(\d+)[uUlL]*[ \t]*(//[^\n]*|/\*.*\*/)?[ \t]*\n?$",
-                     line)
-        if m:
-            name, value = m.group(1), int(m.group(2))
-            kind = kind_of(name, value)
+    lines = _Lines(source)
+    for node in directives(source):
+        if node.kind == "define":
+            kind = kind_of(node.name, node.value)
             if kind is None:
                 continue
-            guarded = i > 0 and re.match(rf"^\s*#\s*ifndef\s+{re.escape(name)}\b", _previous(lines, i))
-            edits = () if guarded else (Edit(offsets[i], offsets[i + 1], _guard(name, value, line)),)
-            lifts.append(Lift(f"define:{name}:{value}", name, kind, value, f"`#define {name} {value}` (line {i + 1})",
-                              1, edits, guard=False))
-            continue
-        m = re.match(r"^([ \t]*)#[ \t]*pragma[ \t]+unroll(?:[ \t]+(\d+))?[ \t]*(//[^\n]*)?\n?$", line)
-        if m:
+            edits = () if node.guarded else (Edit(*lines.whole(node.span), _guard(node.name, node.value, node.comment)),)
+            lifts.append(Lift(f"define:{node.name}:{node.value}", node.name, kind, node.value,
+                              f"`#define {node.name} {node.value}` (line {lines.number(node.span.start)})", 1, edits,
+                              guard=False))
+        elif node.kind == "unroll":
+            if analyses and node.span not in hot:
+                continue
             unrolls += 1
             name = "UNROLL" if unrolls == 1 else f"UNROLL_{unrolls}"
-            indent = m.group(1)
+            start, end = lines.whole(node.span)
+            line = source[start:end]
+            indent = line[:len(line) - len(line.lstrip(" \t"))]
             nl = "\n" if line.endswith("\n") else ""
-            if m.group(2) is not None:
-                n = int(m.group(2))
+            where = f"(line {lines.number(node.span.start)})"
+            if node.value is not None:
                 text = f"{indent}KERNTUNE_PRAGMA(unroll {name}){nl}"
-                lifts.append(Lift(f"unroll:{unrolls}:{n}", name, "unroll", n,
-                                  f"`#pragma unroll {n}` (line {i + 1})", 0, (Edit(offsets[i], offsets[i + 1], text),),
-                                  pragma=True))
+                lifts.append(Lift(f"unroll:{unrolls}:{node.value}", name, "unroll", node.value,
+                                  f"`#pragma unroll {node.value}` {where}", 0, (Edit(start, end, text),), pragma=True))
             else:
                 text = (f"#if {name} > 0\n{indent}KERNTUNE_PRAGMA(unroll {name})\n#else\n"
                         f"{line.rstrip(chr(10))}\n#endif" + nl)
-                lifts.append(Lift(f"unroll:{unrolls}:bare", name, "unroll", 0,
-                                  f"`#pragma unroll` (line {i + 1})", 0, (Edit(offsets[i], offsets[i + 1], text),),
-                                  pragma=True, bare=True))
-    for m in re.finditer(r"\b(?:static\s+)?constexpr\s+(?:(?:unsigned|signed|const)\s+)*"
-                         r"(?:int|unsigned|long|short|size_t|u?int(?:32|64)_t|auto)\s+([A-Za-z_]\w*)\s*=\s*(\d+)[uUlL]*\s*;",
-                         source):
-        ident, value = m.group(1), int(m.group(2))
-        kind = kind_of(ident, value)
-        if kind is None:
-            continue
-        name = macro_name(ident)
-        line = source.count("\n", 0, m.start()) + 1
-        edits = (Edit(m.start(2), m.end(2), name),)
-        lifts.append(Lift(f"constexpr:{ident}:{value}", name, kind, value,
-                          f"`constexpr {ident} = {value}` (line {line})", 2, edits))
+                lifts.append(Lift(f"unroll:{unrolls}:bare", name, "unroll", 0, f"`#pragma unroll` {where}", 0,
+                                  (Edit(start, end, text),), pragma=True, bare=True))
+        elif node.kind == "constexpr":
+            kind = kind_of(node.name, node.value)
+            if kind is None:
+                continue
+            name = macro_name(node.name)
+            lifts.append(Lift(f"constexpr:{node.name}:{node.value}", name, kind, node.value,
+                              f"`constexpr {node.name} = {node.value}` (line {lines.number(node.span.start)})", 2,
+                              (Edit(node.value_span.start, node.value_span.end, name),)))
     return lifts
 
 
-def _previous(lines: list[str], i: int) -> str:
-    for j in range(i - 1, -1, -1):
-        if lines[j].strip():
-            return lines[j]
-    return ""
+@dataclass(frozen=True)
+class Directive:
+    """A literal the rules may lift: a `#define`, a `#pragma unroll` or a `constexpr` integer."""
+
+    kind: str  # "define", "unroll" or "constexpr"
+    name: str
+    value: int | None
+    span: Span  # the directive or the declaration
+    value_span: Span = Span(0, 0)
+    guarded: bool = False  # a #define already inside `#ifndef NAME`
+    comment: str = ""  # a comment after a #define's value
 
 
-def _guard(name: str, value: int, line: str) -> str:
-    comment = re.search(r"(//[^\n]*|/\*.*\*/)\s*$", line.rstrip("\n"))
-    head = f"{comment.group(1)}\n" if comment else ""
+def directives(source: str) -> list[Directive]:
+    """The #defines of an integer, `#pragma unroll` lines and integer constexpr declarations of a
+    source, in order, from its syntax tree."""
+    out = []
+    for node, text in syntax_nodes(source, ("preproc_def", "preproc_call", "declaration")):
+        if node.type == "preproc_def":
+            name = text(node.child_by_field_name("name"))
+            value_node = node.child_by_field_name("value")
+            value, comment = _define_value(text(value_node) if value_node is not None else "")
+            if value is None:
+                continue
+            parent = node.parent
+            guarded = parent is not None and parent.type == "preproc_ifdef" and \
+                text(parent.children[0]).endswith("ifndef") and text(parent.child_by_field_name("name")) == name
+            out.append(Directive("define", name, value, span_of(source, node), guarded=guarded, comment=comment))
+        elif node.type == "preproc_call":
+            if text(node.child_by_field_name("directive")) != "#pragma":
+                continue
+            words = text(node.child_by_field_name("argument")).split()
+            if not words or words[0] != "unroll" or len(words) > 2:
+                continue
+            count = _integer(words[1]) if len(words) == 2 else None
+            if len(words) == 2 and count is None:
+                continue  # `#pragma unroll N` with a macro or an expression: already a choice
+            out.append(Directive("unroll", "", count, span_of(source, node)))
+        elif node.type == "declaration":
+            words = [text(c) for c in node.children if c.type in ("type_qualifier", "storage_class_specifier")]
+            if "constexpr" not in words:
+                continue
+            type_words = text(node.child_by_field_name("type")).split()
+            if not type_words or type_words[-1] not in _INTEGER_TYPES:
+                continue
+            decl = node.child_by_field_name("declarator")
+            if decl is None or decl.type != "init_declarator":
+                continue
+            value = decl.child_by_field_name("value")
+            number = _integer(text(value)) if value is not None and value.type == "number_literal" else None
+            target = decl.child_by_field_name("declarator")
+            if number is None or target is None or target.type != "identifier":
+                continue
+            digits = text(value).rstrip("uUlL")
+            vs = span_of(source, value)
+            out.append(Directive("constexpr", text(target), number, span_of(source, node),
+                                 Span(vs.start, vs.start + len(digits))))
+    return out
+
+
+_INTEGER_TYPES = {"int", "unsigned", "long", "short", "size_t", "int32_t", "uint32_t", "int64_t", "uint64_t", "auto"}
+
+
+def _integer(text: str) -> int | None:
+    t = text.strip().rstrip("uUlL")
+    return int(t) if t.isdigit() else None
+
+
+def _define_value(arg: str) -> tuple[int | None, str]:
+    """The integer a #define's value is, and the comment after it."""
+    body, comment = arg, ""
+    for mark in ("//", "/*"):
+        at = body.find(mark)
+        if at >= 0:
+            body, comment = body[:at], arg[at:].strip()
+            break
+    words = body.split()
+    return (_integer(words[0]) if len(words) == 1 else None), comment
+
+
+class _Lines:
+    """Line numbers and whole-line spans of a source."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def number(self, offset: int) -> int:
+        return self.source.count("\n", 0, offset) + 1
+
+    def whole(self, span: Span) -> tuple[int, int]:
+        start = self.source.rfind("\n", 0, span.start) + 1
+        end = self.source.find("\n", max(span.end - 1, span.start))
+        return start, (len(self.source) if end < 0 else end + 1)
+
+
+def _guard(name: str, value: int, comment: str) -> str:
+    head = f"{comment}\n" if comment else ""
     return f"{head}#ifndef {name}\n#define {name} {value}\n#endif\n"
 
 
@@ -162,28 +248,50 @@ def launch_sites(source: str, literal: int) -> tuple[list[Edit], list[int]]:
     """`__launch_bounds__(L)` and `reqd_work_group_size(L, 1, 1)` sites of the block literal L,
     and the literals of any such attribute that differ from L."""
     edits, others = [], []
-    attribute = r"__launch_bounds__\s*\(\s*(\d+)|reqd_work_group_size\s*\(\s*(\d+)\s*,\s*1\s*,\s*1\s*\)"
-    for m in re.finditer(attribute, source):
-        g = 1 if m.group(1) is not None else 2
-        value = int(m.group(g))
-        if value == literal:
-            edits.append(Edit(m.start(g), m.end(g), "{name}"))
+    for attribute, values, spans in launch_attributes(source):
+        if attribute == "reqd_work_group_size" and values[1:] != (1, 1):
+            continue
+        if values[0] == literal:
+            edits.append(Edit(spans[0].start, spans[0].end, "{name}"))
         else:
-            others.append(value)
+            others.append(values[0])
     return edits, others
 
 
-def apply(source: str, lifts: list[Lift], launch_name: str | None = None, launch_edits: list[Edit] = (),
-          launch_default: int = 0) -> str:
-    """The source with the lifts' edits made and their defaults set at the top."""
-    edits = [e for lift in lifts for e in lift.edits]
-    edits += [replace(e, text=e.text.format(name=launch_name)) for e in launch_edits]
+def launch_attributes(source: str) -> list[tuple[str, tuple[int, ...], tuple[Span, ...]]]:
+    """Each `__launch_bounds__(N, ...)` and `reqd_work_group_size(X, Y, Z)` of the source: its
+    literal values and their spans, from the source's tokens."""
+    tokens = source_tokens(source)
+    out = []
+    for i, (word, _) in enumerate(tokens):
+        if word not in ("__launch_bounds__", "reqd_work_group_size") or i + 2 >= len(tokens) or tokens[i + 1][0] != "(":
+            continue
+        values, spans, j = [], [], i + 2
+        while j < len(tokens) and tokens[j][0] != ")":
+            if tokens[j][0] != ",":
+                number = _integer(tokens[j][0])
+                if number is None:
+                    values = []
+                    break
+                values.append(number)
+                spans.append(tokens[j][1])
+            j += 1
+        want = 3 if word == "reqd_work_group_size" else None
+        if values and (want is None or len(values) == want):
+            out.append((word, tuple(values), tuple(spans)))
+    return out
+
+
+def apply(source: str, lifts: list[Lift], launches: list[tuple[str, int]] = (),
+          launch_edits: list[Edit] = ()) -> str:
+    """The source with the lifts' edits (and the launch's, their text already named) made and the
+    defaults set at the top; `launches` are the launch's (name, default) that no lift declares."""
+    edits = [e for lift in lifts for e in lift.edits] + list(launch_edits)
     out = source
     for e in sorted(edits, key=lambda e: e.start, reverse=True):
         out = out[:e.start] + e.text + out[e.end:]
-    guards = [(lf.name, lf.default) for lf in lifts if lf.guard]
-    if launch_name is not None and all(lf.name != launch_name for lf in lifts):
-        guards.insert(0, (launch_name, launch_default))
+    guards = [(n, v) for n, v in launches if all(lf.name != n for lf in lifts)]
+    guards += [(lf.name, lf.default) for lf in lifts if lf.guard]
     head = ""
     if guards:
         head += ("// kerntune: parameters lifted from the original's literals; the defaults reproduce it.\n"
@@ -263,10 +371,14 @@ def values_for(kind: str, default: int, limits: DeviceLimits, bare: bool = False
 def divisibility(source: str, name: str, sizes: dict[str, str]) -> list[str]:
     """`p % NAME == 0` for each `scalar / NAME` (or `% NAME`) whose scalar is the problem size p."""
     out = []
-    for m in re.finditer(rf"\b([A-Za-z_]\w*)\s*[/%]\s*{re.escape(name)}\b", source):
-        size = sizes.get(m.group(1))
-        if size is not None:
-            out.append(f"{size} % {name} == 0")
+    for node, text in syntax_nodes(source, ("binary_expression",)):
+        if text(node.child_by_field_name("operator")) not in ("/", "%"):
+            continue
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if right.type == "identifier" and text(right) == name and left.type == "identifier":
+            size = sizes.get(text(left))
+            if size is not None:
+                out.append(f"{size} % {name} == 0")
     return list(dict.fromkeys(out))
 
 
@@ -281,6 +393,19 @@ class Lifted:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class LaunchLift:
+    """A literal of the launch's block in one dimension, lifted into a parameter."""
+
+    dim: int
+    name: str
+    literal: int
+    in_grid: bool  # the grid divides by it too
+
+
+DIM_NAMES = ("BLOCK", "BLOCK_Y", "BLOCK_Z")
+
+
 def lift_template(original: Template, backend: str, limits: DeviceLimits, dropped: set[str] = frozenset()) -> Lifted:
     """The rules' template of `original`, for `backend` first; lifts named in `dropped` are left out."""
     notes: list[str] = []
@@ -289,51 +414,43 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
                                              f"{len(original.parameters)} parameters: kept as it is"])
     primary = original.source_for(backend)
     grid, block = original_launch(original, limits)
-    lifts = [lf for lf in find_lifts(primary) if lf.name not in dropped]
+    analyses = _analyses(primary, original.entry)
+    lifts = [lf for lf in find_lifts(primary, analyses) if lf.name not in dropped]
     taken = _words(original) | set(original.problem_names) | set(DEVICE_NAMES)
     lifts = _unique_names(lifts, taken)
+    launches = _launch_lifts(original, primary, analyses, grid, block, lifts, taken, dropped, notes)
 
-    # the launch's block size
-    launch_name, launch_literal, launch_grid = None, 0, False
-    literal = _block_literal(block)
-    if literal is not None:
-        same = [lf for lf in lifts if lf.kind == "threads" and lf.default == literal]
-        name = same[0].name if same else fresh_name("BLOCK", taken | {lf.name for lf in lifts})
-        if name not in dropped:
-            launch_name, launch_literal = name, literal
-            launch_grid = any(re.search(rf"\b{literal}\b", g) for g in grid)
     sources: dict[str, str] = {}
     backends = [backend] + [b for b in sorted(original.sources) if b != backend]
     for b in backends:
         src = original.source_for(b)
-        mine = lifts if b == backend else _match(lifts, find_lifts(src))
+        mine_analyses = analyses if b == backend else _analyses(src, original.entry)
+        mine = lifts if b == backend else _match(lifts, find_lifts(src, mine_analyses))
         if mine is None:
-            missing = sorted({lf.name for lf in lifts} - {lf.name for lf in _common(lifts, find_lifts(src))})
+            missing = sorted({lf.name for lf in lifts} - {lf.name for lf in _common(lifts, find_lifts(src, mine_analyses))})
             notes.append(f"the {b} source has no {', '.join(missing)} to lift: the template is for "
                          f"{', '.join(sorted(sources))} only")
             continue
-        edits: list[Edit] = []
-        if launch_name is not None:
-            edits, others = launch_sites(src, launch_literal)
-            if others:
-                if b == backend:
-                    notes.append(f"the launch attribute says {others[0]} threads but the spec launches "
-                                 f"{launch_literal}: the block size is left alone")
-                    launch_name = None
-                    edits = []
-                else:
-                    notes.append(f"the {b} source's launch attribute ({others[0]}) differs from the spec's "
-                                 f"block ({launch_literal}): the template is for {backend} only")
-                    continue
-        sources[b] = apply(src, mine, launch_name, edits, launch_literal)
+        edits, why = _launch_edits(src, launches, _entry(mine_analyses, original.entry))
+        if why:
+            if b == backend:
+                notes.append(why + ": the block size is left alone")
+                launches = []
+                edits = []
+            else:
+                notes.append(f"the {b} source: {why}: the template is for {backend} only")
+                continue
+        sources[b] = apply(src, mine, [(lw.name, lw.literal) for lw in launches], edits)
     chosen = list(lifts)
     params: list[ParamProposal] = []
     sizes = {a.name: a.value.source for a in original.arguments
              if a.role == "scalar" and a.value is not None and a.value.source in original.problem_names}
     constraints: list[str] = []
-    if launch_name is not None and all(lf.name != launch_name for lf in chosen):
-        chosen.insert(0, Lift("launch", launch_name, "threads", launch_literal,
-                              "the launch's block size", 3 if launch_grid else 1, launch=True))
+    for lw in reversed(launches):
+        if all(lf.name != lw.name for lf in chosen):
+            origin = "the launch's block size" + (f" in dimension {'xyz'[lw.dim]}" if len(block) > 1 else "")
+            chosen.insert(0, Lift(f"launch:{lw.dim}", lw.name, "threads", lw.literal, origin,
+                                  3 if lw.in_grid else 1, launch=True))
     for lf in chosen:
         desc = {
             "threads": "threads per block",
@@ -341,16 +458,19 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
             "unroll": ("unroll count (0 = as written: a bare #pragma unroll)" if lf.bare else "unroll count"),
             "flag": "on or off",
         }.get(lf.kind, "size")
-        params.append(ParamProposal(lf.name, values_for(lf.kind, lf.default, limits, lf.bare), lf.default,
-                                    f"{desc}; from {lf.origin}"))
+        dim = next((lw.dim for lw in launches if lw.name == lf.name), 0)
+        values = values_for(lf.kind, lf.default, limits, lf.bare) if dim == 0 and (len(launches) < 2 or lf.kind != "threads") \
+            else _dim_values(lf.default, limits)
+        params.append(ParamProposal(lf.name, values, lf.default, f"{desc}; from {lf.origin}"))
         for src in sources.values():
             constraints += divisibility(src, lf.name, sizes)
-    new_block = block
-    new_grid = grid
-    if launch_name is not None:
-        new_block = [_replace_literal(block[0], launch_literal, launch_name)] + block[1:]
-        if launch_grid:
-            new_grid = [_replace_literal(g, launch_literal, launch_name) for g in grid]
+    if len(launches) > 1:
+        constraints.append(" * ".join(lw.name for lw in launches) + " <= max_threads_per_block")
+    new_block, new_grid = list(block), list(grid)
+    for lw in launches:
+        new_block[lw.dim] = _replace_literal(block[lw.dim], lw.literal, lw.name)
+        if lw.in_grid:
+            new_grid[lw.dim] = _replace_literal(grid[lw.dim], lw.literal, lw.name)
     for lf in chosen:
         notes.append(f"lifted {lf.origin} into {lf.name}")
     if not params:
@@ -368,6 +488,86 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
     return Lifted(proposal, chosen, notes)
 
 
+def _analyses(source: str, entry: str) -> list[KernelAnalysis]:
+    """The kernels of a source, analysed; none when it cannot be read (the lifts then go by names)."""
+    try:
+        return analyse(source)
+    except (KernelTreeError, ValueError):
+        return []
+
+
+def _entry(analyses: list[KernelAnalysis], entry: str) -> KernelAnalysis | None:
+    base = entry.split("<")[0].split("::")[-1]
+    return next((a for a in analyses if a.name == base), None)
+
+
+def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis], grid: list[str],
+                  block: list[str], lifts: list[Lift], taken: set[str], dropped: set[str] | frozenset[str],
+                  notes: list[str]) -> list[LaunchLift]:
+    """The block's literals to lift, a dimension each: every dimension the kernel reads, and none
+    whose literal the kernel's body also uses as a number (a hard-coded thread count) beyond the
+    global index, where it is lifted with the block."""
+    kernel = _entry(analyses, original.entry)
+    out: list[LaunchLift] = []
+    for dim, expr in enumerate(block[:3]):
+        literal = _block_literal(expr, dim)
+        if literal is None:
+            continue
+        if kernel is not None and dim not in kernel.launch_dims:
+            if dim > 0:
+                continue
+        if kernel is not None:
+            fixed = {(s.start, s.end) for _, s in kernel.fixed_spans}
+            body = [sp for word, sp in source_tokens(source)
+                    if kernel.body.start <= sp.start < kernel.body.end and _integer(word) == literal
+                    and (sp.start, sp.end) not in fixed]
+            if body:
+                line = source.count("\n", 0, body[0].start) + 1
+                notes.append(f"the kernel's body uses {literal} itself (line {line}), as a thread count it may "
+                             f"assume: the block size in dimension {'xyz'[dim]} is left alone")
+                continue
+        if dim == 0:
+            same = [lf for lf in lifts if lf.kind == "threads" and lf.default == literal]
+            name = same[0].name if same else fresh_name(DIM_NAMES[0], taken | {lf.name for lf in lifts})
+        else:
+            name = fresh_name(DIM_NAMES[dim], taken | {lf.name for lf in lifts} | {lw.name for lw in out})
+        if name in dropped:
+            continue
+        in_grid = dim < len(grid) and bool(_literal_positions(grid[dim], literal))
+        out.append(LaunchLift(dim, name, literal, in_grid))
+    return out
+
+
+def _launch_edits(source: str, launches: list[LaunchLift], kernel: KernelAnalysis | None) -> tuple[list[Edit], str]:
+    """The edits that put the launch parameters into a source's launch attributes and into its
+    global index where it hard-codes the block (`blockIdx.x * 256 + threadIdx.x`), or why not."""
+    edits: list[Edit] = []
+    for attribute, values, spans in launch_attributes(source):
+        for lw in launches:
+            if attribute == "__launch_bounds__" and lw.dim > 0:
+                continue
+            if attribute == "__launch_bounds__" and len(launches) > 1:
+                return [], "a __launch_bounds__ on a launch of several dimensions"
+            if lw.dim >= len(values):
+                continue
+            if values[lw.dim] != lw.literal:
+                return [], (f"the launch attribute says {values[lw.dim]} threads but the spec launches "
+                            f"{lw.literal}")
+            edits.append(Edit(spans[lw.dim].start, spans[lw.dim].end, lw.name))
+    if kernel is not None:
+        for value, span in kernel.fixed_spans:
+            lw = next((x for x in launches if x.dim == 0 and x.literal == value), None)
+            if lw is not None:
+                edits.append(Edit(span.start, span.end, lw.name))
+    return edits, ""
+
+
+def _dim_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:
+    """Thread counts of one dimension of a launch of several: powers of two to 1024."""
+    vals = {1 << k for k in range(0, 11) if 1 << k <= limits.max_threads_per_block} | {default}
+    return tuple(sorted(v for v in vals if v >= max(1, default // 8) and v <= default * 8))
+
+
 def _as_is(t: Template) -> TemplateProposal:
     return TemplateProposal(
         sources=dict(t.sources),
@@ -380,23 +580,46 @@ def _as_is(t: Template) -> TemplateProposal:
     )
 
 
-def _block_literal(block: list[str]) -> int | None:
-    """The thread count literal of a one-dimensional block: `256`, or the cap in `min(d / 8, 1024)`."""
-    if any(b.strip() not in ("1", "(1)") for b in block[1:]):
-        return None
-    found = [int(x) for x in re.findall(r"(?<![\w.])(\d+)(?![\w.])", block[0]) if int(x) >= 32 and int(x) % 32 == 0]
+def _block_literal(expr: str, dim: int = 0) -> int | None:
+    """The thread count literal of one dimension of the block: `256`, or the cap in
+    `min(d / 8, 1024)`; a multiple of 32 in the first dimension, more than 1 in the others."""
+    found = [int(x) for x in _numbers(expr)]
+    if dim == 0:
+        found = [x for x in found if x >= 32 and x % 32 == 0]
+    else:
+        found = [x for x in found if x > 1] if expr.strip().isdigit() else []
     return max(found) if found else None
 
 
+def _numbers(expr: str) -> list[str]:
+    return [expr[a:b] for a, b in _literal_positions(expr, None)]
+
+
+def _literal_positions(expr: str, literal: int | None) -> list[tuple[int, int]]:
+    """Where integer literals (all, or those equal to `literal`) stand in a launch expression."""
+    out, i = [], 0
+    while i < len(expr):
+        if expr[i].isdigit() and (i == 0 or not (expr[i - 1].isalnum() or expr[i - 1] in "_.")):
+            j = i
+            while j < len(expr) and expr[j].isdigit():
+                j += 1
+            if j == len(expr) or not (expr[j].isalnum() or expr[j] in "_."):
+                if literal is None or int(expr[i:j]) == literal:
+                    out.append((i, j))
+            i = j
+        else:
+            i += 1
+    return out
+
+
 def _replace_literal(expr: str, literal: int, name: str) -> str:
-    return re.sub(rf"(?<![\w.]){literal}(?![\w.])", name, expr)
+    for a, b in reversed(_literal_positions(expr, literal)):
+        expr = expr[:a] + name + expr[b:]
+    return expr
 
 
 def _words(t: Template) -> set[str]:
-    out: set[str] = set()
-    for src in t.sources.values():
-        out |= set(re.findall(r"[A-Za-z_]\w*", src))
-    return out
+    return {word for src in t.sources.values() for word, _ in source_tokens(src) if word.isidentifier()}
 
 
 def fresh_name(name: str, taken: set[str] | frozenset[str]) -> str:

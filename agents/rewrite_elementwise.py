@@ -28,7 +28,7 @@ from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
-from .kernel_tree import Span, index_slope, inline, thread_reads
+from .kernel_tree import Span, index_slope, inline, source_tokens, thread_reads
 from .lift import fresh_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,7 +149,7 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     if not streams or 0 in widths:
         raise _Decline("an array's element size is not known from the spec")
     bound = inline(a, a.guard.bound)
-    if a.element in _words(bound) or thread_reads_text(bound):
+    if a.element in {w for w, _ in source_tokens(bound)} or thread_reads_text(bound):
         raise _Decline(f"the guard's bound `{a.guard.bound}` moves with the thread")
 
     # the launch: one block per BLOCK * VEC * ITEMS elements, or k blocks per multiprocessor
@@ -186,7 +186,8 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     after = [st for st in a.statements if st.start >= elem_decl.span.end]
     body_first = after[0].start if after else a.body.end - 1
     body_last = after[-1].end if after else a.body.end - 1
-    element_code = src[body_first:body_last]
+    column = body_first - (src.rfind("\n", 0, body_first) + 1)
+    element_code = _indented(src[body_first:body_last], column, 20)
 
     regs: list[str] = []
     loads: list[str] = []
@@ -218,7 +219,7 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
             checks.append(f"kt_aligned<{vec}>({address})")
         for x in xs:
             replace.append((x.span, f"{reg}[kt_k]"))
-    vector_code = _replaced(src, body_first, body_last, replace)
+    vector_code = _indented(_replaced(src, body_first, body_last, replace), column, 20)
 
     ind = "    "
     prelude = "".join(src[st.start:st.end] + "\n" + ind for st in before)
@@ -276,6 +277,17 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     return Rewrite(NAME, new_source, tuple(params), "elementwise: " + ", ".join(what), (), new_grid, None)
 
 
+def _indented(code: str, column: int, indent: int) -> str:
+    """Code cut from a kernel at `column`, its later lines moved to `indent` spaces (where they
+    start with that much blank)."""
+    lines = code.split("\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        blank = len(line) - len(line.lstrip(" "))
+        out.append(" " * indent + line[min(blank, column):] if line.strip() else line)
+    return "\n".join(out)
+
+
 def _replaced(src: str, start: int, end: int, edits: list[tuple[Span, str]]) -> str:
     out, pos = [], start
     for span, text in sorted(edits, key=lambda e: e[0].start):
@@ -286,18 +298,6 @@ def _replaced(src: str, start: int, end: int, edits: list[tuple[Span, str]]) -> 
         pos = span.end
     out.append(src[pos:end])
     return "".join(out)
-
-
-def _words(text: str) -> set[str]:
-    out, word = set(), ""
-    for ch in text + " ":
-        if ch.isalnum() or ch == "_":
-            word += ch
-        else:
-            if word and not word[0].isdigit():
-                out.add(word)
-            word = ""
-    return out
 
 
 def thread_reads_text(text: str) -> bool:

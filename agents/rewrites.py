@@ -22,7 +22,7 @@ from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_l
 from kerntune.engine.template import Template
 
 from . import rewrite_elementwise, rewrite_rowwise
-from .kernel_tree import KernelAnalysis, KernelTreeError, classify
+from .kernel_tree import KernelAnalysis, KernelTreeError, classify, source_tokens
 
 # In order; each function sees the source the ones before it made. Add a rewrite here.
 REWRITES: tuple[Callable[["RewriteContext"], "Rewrite | Declined"], ...] = (
@@ -171,14 +171,4 @@ def compose(original: Template, backend: str, limits: DeviceLimits, proposal: Te
 
 
 def _identifiers(sources: dict[str, str]) -> set[str]:
-    out: set[str] = set()
-    for src in sources.values():
-        word = ""
-        for ch in src + " ":
-            if ch.isalnum() or ch == "_":
-                word += ch
-            else:
-                if word and not word[0].isdigit():
-                    out.add(word)
-                word = ""
-    return out
+    return {word for src in sources.values() for word, _ in source_tokens(src) if word.isidentifier()}

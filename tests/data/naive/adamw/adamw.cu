@@ -1,0 +1,15 @@
+// AdamW update, a thread per parameter, as training code first writes it.
+__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, long n, float lr,
+                             float beta1, float beta2, float beta1_correction, float beta2_correction,
+                             float eps, float weight_decay) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = grads[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / beta1_correction;
+    float vhat = vi / beta2_correction;
+    params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
+}

@@ -1,0 +1,143 @@
+"""The elementwise rewrite on naive kernels: templated, gated, tuned and re-verified on PoCL; the CUDA
+versions compiled with nvcc at non-default configurations."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kerntune import templates
+from kerntune.agents.kernel_tree import classify
+from kerntune.agents.lift import lift_template
+from kerntune.agents.rewrite_elementwise import rewrite
+from kerntune.agents.rewrites import REWRITES, Declined, RewriteContext, compose
+from kerntune.engine.backends import cuda_toolchain as cuda
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.evaluate import Evaluator, TimingPolicy
+from kerntune.engine.gate import check_proposal
+from kerntune.engine.proposal import original_launch, write_template
+from kerntune.engine.template import load_template
+from kerntune.engine.tune import TuneOptions, TuneRun
+
+NAIVE = Path(__file__).resolve().parent / "data" / "naive"
+CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_count=2)
+GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132)
+FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
+SMALL = {"gelu": {"n": 20011}, "residual_add": {"n": 20011}, "adamw": {"n": 20011},
+         "silu_mul_f32": {"tokens": 3, "d": 2050}}
+ODD_CONFIGS = ({"VEC": 4}, {"VEC": 8, "ITEMS": 2}, {"VEC": 2, "GRID": 1, "BLOCK": 64}, {"VEC": 4, "ITEMS": 4, "GRID": 4})
+
+
+def templated(name: str, backend: str, limits: DeviceLimits):
+    t = load_template(NAIVE / name)
+    proposal, applied = compose(t, backend, limits, lift_template(t, backend, limits).proposal)
+    return t, proposal, applied
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_a_naive_elementwise_kernel_is_rewritten_gated_tuned_and_reverified_on_pocl(name, tmp_path, opencl_backend):
+    original, proposal, applied = templated(name, "opencl", CPU)
+    assert [r.name for r in applied.rewrites] == ["elementwise"]
+    assert [p.name for p in proposal.parameters] == ["BLOCK", "VEC", "ITEMS", "GRID"]
+    assert proposal.default_config == {"BLOCK": 256, "VEC": 1, "ITEMS": 1, "GRID": 0}
+    assert "elementwise: " in proposal.summary and any(n.startswith("rewrote the kernel") for n in proposal.notes)
+    problem = original.problem(None, SMALL[name])
+    verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="opencl", device=0, problem=problem,
+                             limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    # every rewritten configuration gives the original's outputs, the tail and odd rows included
+    ev = Evaluator(opencl_backend, template, template.problem(None, SMALL[name]), seed=1, timing=FAST)
+    for config in ODD_CONFIGS:
+        ok, worst, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
+        assert ok, (config, message)
+    run = TuneRun(template, TuneOptions(backend="opencl", problem="small", overrides=SMALL[name], seed=5,
+                                        timing=FAST, strategy="random", budget=4,
+                                        session_path=tmp_path / "tune.toml")).run()
+    assert run.best is not None and run.winner_ok
+    assert all(r.status == "ok" for r in run.results)
+
+
+def test_the_default_is_the_original_token_for_token_and_the_rewrite_sits_beside_it():
+    t = load_template(NAIVE / "silu_mul_f32")
+    src = t.source_for("opencl")
+    _, proposal, _ = templated("silu_mul_f32", "opencl", CPU)
+    out = proposal.sources["opencl"]
+    start = src.index("__kernel")
+    kernel = src[start:src.index("\n}", start) + 2]
+    assert "#if VEC != 1 || ITEMS != 1 || GRID != 0\n" in out
+    assert out.count(kernel) == 1 and out.index("#else\n" + kernel) > out.index("#if VEC != 1")
+    assert out.endswith(kernel + "\n#endif\n")
+    # whole packs only where every index stays in the row and in range; the rest element by element
+    assert "kt_i0 + VEC <= kt_n && ((kt_i0) % (d)) + VEC <= (d)" in out
+    assert "KT_LOAD(kt_r0, x + ((kt_i0 / d) * 2 * d + (kt_i0 % d)));" in out
+    assert "KT_STORE(out + (kt_i0), kt_r" in out
+    assert proposal.grid[0].startswith("min(ceil_div((tokens) * (d), (BLOCK) * VEC * ITEMS)")
+
+
+def test_an_output_written_on_every_path_is_not_loaded_first_and_an_inout_array_is():
+    _, proposal, _ = templated("adamw", "opencl", CPU)
+    out = proposal.sources["opencl"]
+    loads = [line.strip() for line in out.splitlines() if "KT_LOAD(kt_r" in line]
+    stores = [line.strip() for line in out.splitlines() if "KT_STORE(" in line and "define" not in line]
+    assert len(loads) == 4 and len(stores) == 3  # params, grads, m, v read; params, m, v written
+
+
+def context(source: str, grid=("ceil_div(n, 256)",), block=("256",)) -> RewriteContext:
+    t = load_template(NAIVE / "residual_add")
+    return RewriteContext(t, "opencl", source, classify(source), tuple(grid), tuple(block), {}, CPU)
+
+
+def test_it_declines_where_the_analysis_cannot_prove_it_safe():
+    t = load_template(NAIVE / "residual_add")
+    src = t.source_for("opencl")
+    # a grid that is not a block per BLOCK elements of the guard's bound
+    got = rewrite(context(src, grid=("ceil_div(n, 128)",)))
+    assert isinstance(got, Declined) and "is not one block per 256 elements" in got.reason
+    # a strided read
+    strided = src.replace("x[i]", "x[2 * i]")
+    got = rewrite(context(strided))
+    assert isinstance(got, Declined) and "not elementwise" in got.reason
+    # an element written at two places
+    twice = src.replace("out[i] = x[i] + residual[i];", "{ out[i] = x[i]; out[i + 1] = residual[i]; }")
+    assert isinstance(rewrite(context(twice)), Declined)
+    # no guard
+    unguarded = src.replace("if (i < n) ", "")
+    got = rewrite(context(unguarded))
+    assert isinstance(got, Declined) and "no guard" in got.reason
+    # cooperating threads
+    shared = src.replace("int i = get_global_id(0);", "int i = get_global_id(0);\n    barrier(CLK_LOCAL_MEM_FENCE);")
+    got = rewrite(context(shared))
+    assert isinstance(got, Declined) and "threads cooperate" in got.reason
+
+
+def test_the_registry_is_a_plain_tuple_with_the_elementwise_rewrite():
+    assert isinstance(REWRITES, tuple) and rewrite in REWRITES
+
+
+def test_a_kernel_that_is_neither_keeps_todays_template(tmp_path):
+    d = tmp_path / "silu"
+    shutil.copytree(Path(__file__).resolve().parent / "data" / "originals" / "silu_and_mul", d)
+    shutil.copyfile(templates.path("silu_and_mul").parent / "baseline.cu", d / "baseline.cu")
+    t = load_template(d)
+    lifted = lift_template(t, "opencl", CPU)
+    proposal, applied = compose(t, "opencl", CPU, lifted.proposal)
+    assert proposal == lifted.proposal and applied.rewrites == []
+    assert applied.declined[0].name == "elementwise" and "not elementwise" in applied.declined[0].reason
+
+
+@pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.parametrize("name", ["silu_mul", "gelu_bf16", "residual_add_f16", "adamw"])
+def test_the_cuda_rewrite_compiles_at_other_configurations(name):
+    t, proposal, applied = templated(name, "cuda", GPU)
+    assert [p.name for p in proposal.parameters] == ["BLOCK", "VEC", "ITEMS", "GRID", "CACHE", "BOUNDS"]
+    config = {**proposal.default_config, "VEC": 8 if name != "adamw" else 4, "ITEMS": 2, "CACHE": 1,
+              "BOUNDS": 2, "GRID": random.choice((0, 4))}
+    _, info, _ = cuda.compile_cubin(proposal.sources["cuda"], t.entry, {k: str(v) for k, v in config.items()},
+                                    t.compile_options.get("cuda", ()), "sm_90")
+    assert info.get("spill_stores", 0) == 0 and info.get("stack_frame", 0) == 0
+    grid, block = original_launch(t, GPU)
+    assert block == ["256"] and proposal.block == ("BLOCK",)
