@@ -35,6 +35,7 @@ from .events import (
 )
 from .gate import GateVerdict, check_proposal
 from .proposal import EXTENSIONS, TemplateProposal, narrowed, source_diff
+from .inputs_cache import inputs_cache
 from .result import Result, config_key
 from .search import STRATEGIES
 from .session import SessionWriter, default_path, new_header
@@ -302,7 +303,8 @@ class TuningLoop:
         self.original_result: Result | None = None
         self.agents = [self.provider.name]
         try:
-            return self._loop(pending)
+            with inputs_cache():  # every round's workers use the same input sets: each reference runs once
+                return self._loop(pending)
         finally:
             self._writer.close()
 

@@ -240,7 +240,9 @@ class Template:
             raise TemplateError(
                 f"{self.reference_path}: expected a function named {self.reference_function!r}"
             )
-        return fn
+        from .inputs_cache import cached_reference  # within a run that asks: each input set's outputs once
+
+        return cached_reference(fn, self.reference_path, self.reference_function)
 
 
 class _Spec:

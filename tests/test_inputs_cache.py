@@ -1,0 +1,124 @@
+"""The agent loop's rounds do not draw the same inputs nor compute the same reference outputs
+again: within a run, each is made once and read back by every later worker."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kerntune import templates
+from kerntune.engine.inputs_cache import ENV, cached_inputs, cached_reference, inputs_cache
+from kerntune.engine.template import load_template, np_dtype
+
+COUNTING = '''
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+
+def reference(inputs, sizes):
+    digest = hashlib.sha256(inputs["a"].tobytes() + inputs["b"].tobytes()).hexdigest()[:16]
+    with open(Path(__file__).with_name("calls.txt"), "a") as f:
+        f.write(digest + "\\n")
+    return {"c": (inputs["a"].astype(np.float64) + inputs["b"]).astype(np.float32)}
+'''
+
+
+@pytest.fixture
+def counted(tmp_path) -> Path:
+    """vector_add whose reference writes down the inputs of every call."""
+    d = tmp_path / "va"
+    shutil.copytree(templates.path("vector_add").parent, d)
+    (d / "reference.py").write_text(COUNTING)
+    return d
+
+
+def calls(d: Path) -> list[str]:
+    f = d / "calls.txt"
+    return f.read_text().split() if f.exists() else []
+
+
+def test_within_a_run_a_reference_runs_once_per_input_set(counted):
+    rng = np.random.default_rng(1)
+    inputs = {"a": rng.standard_normal(100, dtype=np.float32), "b": rng.standard_normal(100, dtype=np.float32), "n": 100}
+    t = load_template(counted)
+    assert t.load_reference()(dict(inputs), {"n": 100})["c"].dtype == np.float32
+    assert len(calls(counted)) == 1  # outside a run: no cache
+    with inputs_cache() as folder:
+        first = load_template(counted).load_reference()(dict(inputs), {"n": 100})
+        again = load_template(counted).load_reference()(dict(inputs), {"n": 100})  # another worker's load
+        assert len(calls(counted)) == 2 and np.array_equal(first["c"], again["c"])
+        other = dict(inputs, a=inputs["a"] + 1)
+        load_template(counted).load_reference()(other, {"n": 100})
+        load_template(counted).load_reference()(dict(inputs), {"n": 99})  # another size is another key
+        assert len(calls(counted)) == 4
+    assert ENV not in os.environ and not folder.exists()
+
+
+def test_cached_outputs_keep_their_dtype_bfloat16_included(counted, tmp_path):
+    bf16 = np_dtype("bfloat16")
+    made = []
+
+    def reference(inputs, sizes):
+        made.append(1)
+        return {"y": (inputs["x"] * 2).astype(bf16), "s": np.float64(3.5)}
+
+    x = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    with inputs_cache():
+        a = cached_reference(reference, counted / "reference.py", "reference")(x, {"n": 6})
+        b = cached_reference(reference, counted / "reference.py", "reference")(x, {"n": 6})
+    assert len(made) == 1 and b["y"].dtype == bf16 and b["y"].shape == (2, 3)
+    assert np.array_equal(a["y"].astype(np.float32), b["y"].astype(np.float32)) and float(b["s"]) == 3.5
+
+
+def test_within_a_run_an_input_set_is_drawn_once_per_arguments_sizes_and_seed(counted):
+    from kerntune.engine.evaluate import make_inputs
+
+    drawn = []
+
+    def make(template, problem, seed):
+        drawn.append(seed)
+        return make_inputs(template, problem, seed)
+
+    t = load_template(counted)
+    small = t.problem(None, {"n": 1000})
+    with inputs_cache():
+        first = cached_inputs(make, t, small, 7)
+        again = cached_inputs(make, load_template(counted), small, 7)  # another worker, the same run
+        assert drawn == [7]
+        assert set(again.host) == {"a", "b"} and all(np.array_equal(first.host[k], again.host[k]) for k in first.host)
+        assert again.scalars["n"] == 1000 and again.scalars["n"].dtype == np.int32
+        cached_inputs(make, t, small, 8)
+        cached_inputs(make, t, t.problem(None, {"n": 999}), 7)
+        assert drawn == [7, 8, 7]
+    cached_inputs(make, t, small, 7)  # outside a run: drawn every time
+    assert drawn == [7, 8, 7, 7]
+
+
+def test_the_agent_loop_never_computes_one_input_sets_reference_twice(counted, tmp_path):
+    pytest.importorskip("pyopencl")
+    from kerntune.agents.rules import RulesProvider
+    from kerntune.engine.evaluate import TimingPolicy
+    from kerntune.engine.loop import LoopOptions, TuningLoop
+    from kerntune.engine.tune import TuneOptions
+
+    spec = counted / "kernel.toml"
+    text = spec.read_text()
+    text = text[:text.index("[[param]]")] + text[text.index("[launch]"):]  # the original: no parameters
+    spec.write_text(text.replace('constraints = [\n    "BLOCK % warp_size == 0",\n]\n', "")
+                    .replace('grid = ["ceil_div(n, BLOCK * ITEMS)"]', 'grid = ["ceil_div(n, 256)"]')
+                    .replace('block = ["BLOCK"]', "block = [256]")
+                    .replace('name = "1M"\nn = 1048576', 'name = "small"\nn = 5000'))
+    tune = TuneOptions(backend="opencl", seed=3, probe=False, session_path=tmp_path / "loop.toml",
+                       timing=TimingPolicy(min_repeats=3, max_repeats=3))
+    outcome = TuningLoop(load_template(spec), [RulesProvider()],
+                         LoopOptions(tune=tune, rounds=2, budget=2, plateau=-1.0, sol_target=2.0)).run()
+    assert len(outcome.rounds) == 2 and all(r.results for r in outcome.rounds)
+    # the rounds' templates carry a copy of the reference, which writes beside itself
+    made = [c for f in tmp_path.rglob("calls.txt") for c in f.read_text().split()]
+    assert made and len(made) == len(set(made))  # the original's and each round's workers: once per input set
