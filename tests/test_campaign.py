@@ -85,6 +85,7 @@ def test_a_job_is_plain_data_and_a_pair_that_cannot_run_is_a_failed_result(tmp_p
 
     job = Job(str(templates.path("vector_add")), "n=3000", None, {"n": 3000}, str(tmp_path / "a.toml"))
     assert pickle.loads(pickle.dumps(job)) == job  # can be handed to another process or host
+    assert pickle.loads(pickle.dumps(FAST)) == FAST  # and the options it runs with
     bad = Job(str(templates.path("vector_add")), "huge", "huge", {}, str(tmp_path / "b.toml"))
     pair = run_job(bad, FAST)
     assert pair.status == "failed" and "no problem named 'huge'" in pair.error and not Path(bad.session).exists()

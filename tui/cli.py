@@ -386,7 +386,7 @@ def cmd_campaign(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if key != "top" and flag not in given:
             setattr(args, key, value)
     if args.top < 0:
-        raise UsageError("--top must be at least 1")
+        raise UsageError("--top must not be negative (0: the file's, else 3)")
     top = args.top or file_options.get("top", DEFAULT_TOP)
     options = search_options(args, argv)
     folder = args.dir or Path("sessions") / f"campaign-{name}"
