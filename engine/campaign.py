@@ -126,7 +126,7 @@ def run_job(job: Job, options: TuneOptions, sinks: Sequence[Sink] = ()) -> PairR
         else:
             opts = replace(options, problem=job.problem, overrides=dict(job.overrides), session_path=path,
                            resume=previous is not None, start_from=tuple(job.start_from))
-            TuneRun(template, opts, sinks).run()
+            _stop_if_interrupted(TuneRun(template, opts, sinks).run())
             status = "resumed" if previous is not None else "tuned"
         return pair_result(load_session(path), job.size, status)
     except (TemplateError, SessionError, TuneError, BackendError, WorkerError, OSError) as e:
@@ -156,8 +156,14 @@ def _measure(template: Template, job: Job, options: TuneOptions, previous: Sessi
     opts = replace(options, problem=job.problem, overrides=dict(job.overrides), session_path=Path(job.session),
                    resume=True, start_from=tuple(todo), budget=len(previous.results()) + len(todo),
                    time_limit=0.0, patience=0, sol_target=0.0, profile_top=0)
-    TuneRun(template, opts, sinks).run()
+    _stop_if_interrupted(TuneRun(template, opts, sinks).run())
     return "measured"
+
+
+def _stop_if_interrupted(outcome: Any) -> None:
+    """A run ended by Ctrl-C ends the campaign too (its session is resumed by the next rerun)."""
+    if outcome.reason == "interrupted":
+        raise KeyboardInterrupt
 
 
 def pair_result(session: Session, size: str, status: str) -> PairResult:
