@@ -482,7 +482,8 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
         constraints=tuple(dict.fromkeys(constraints)),
         grid=tuple(new_grid),
         block=tuple(new_block),
-        summary=f"rules: {len(params)} literals lifted into parameters ({', '.join(p.name for p in params)})",
+        summary=(f"rules: {len(params)} literal{'s' if len(params) != 1 else ''} lifted into "
+                 f"parameter{'s' if len(params) != 1 else ''} ({', '.join(p.name for p in params)})"),
         notes=tuple(notes),
     )
     return Lifted(proposal, chosen, notes)

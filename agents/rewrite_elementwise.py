@@ -274,7 +274,16 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         what.append("streaming cache hints")
     if bounds_param:
         what.append("launch bounds")
-    return Rewrite(NAME, new_source, tuple(params), "elementwise: " + ", ".join(what), (), new_grid, None)
+    pack = 16 // smallest
+    first = {vec: tuple(v for v in vec_values if v in (1, pack)), items: (1, 2, 4), grid_p: (0, 4)}
+    if cuda:
+        first[names["CACHE"]] = (0, 1)
+    if bounds_param:
+        first[bounds_param] = (0,)
+    if block0.isidentifier() and block0 in ctx.defaults:
+        first[block0] = (128, 256, 512)
+    return Rewrite(NAME, new_source, tuple(params), "elementwise: " + ", ".join(what), (), new_grid, None,
+                   first=first)
 
 
 def _indented(code: str, column: int, indent: int) -> str:

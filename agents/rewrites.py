@@ -14,7 +14,7 @@ source the one before made; a rewrite the gate rejects is dropped by name and th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from kerntune.engine.device import DeviceLimits
@@ -58,6 +58,7 @@ class Rewrite:
     grid: tuple[str, ...] | None = None  # None keeps the launch as it is
     block: tuple[str, ...] | None = None
     risk: int = 4  # rewrites are dropped before lifts (which go up to 3)
+    first: dict = field(default_factory=dict)  # parameter -> the values worth measuring first
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,9 @@ def compose(original: Template, backend: str, limits: DeviceLimits, proposal: Te
     applied = apply_rewrites(original, sources, backend, tuple(grid), tuple(block),
                              {p.name: p.default for p in params}, limits, dropped, taken)
     if not applied.rewrites:
+        if proposal is not None and applied.declined:
+            why = "; ".join(f"{d.name}: {d.reason}" for d in applied.declined)
+            proposal = replace(proposal, notes=tuple(proposal.notes) + (f"no rewrite applies ({why})",))
         return proposal, applied
     params += [p for r in applied.rewrites for p in r.parameters]
     constraints = list(proposal.constraints if proposal is not None else ())
@@ -161,7 +165,8 @@ def compose(original: Template, backend: str, limits: DeviceLimits, proposal: Te
     summary = (proposal.summary + "; " if proposal is not None else "rules: ") + "; ".join(described)
     notes = list(proposal.notes if proposal is not None else ()) + applied.notes
     notes += [f"rewrote the kernel: {d}" for d in described]
-    notes += [f"no {d.name} rewrite: {d.reason}" for d in applied.declined]
+    # a rewrite for another class of kernel declining is no news once one applied; one left out is
+    notes += [f"no {d.name} rewrite: {d.reason}" for d in applied.declined if d.name in dropped]
     return TemplateProposal(
         sources=applied.sources, parameters=tuple(params), constraints=tuple(dict.fromkeys(constraints)),
         grid=applied.grid, block=applied.block,

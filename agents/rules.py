@@ -23,6 +23,7 @@ from kerntune.engine.proposal import TemplateProposal
 from kerntune.engine.template import ParamValue, Template
 
 from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
+from .kernel_tree import KernelTreeError, classify
 from .lift import KINDS, Lift, lift_template
 from .rewrites import Rewrite, compose
 
@@ -63,9 +64,11 @@ class RulesProvider:
         table = sol_table(state)
         if state.template is None:
             text = (f"Round {state.round}: make the original a template by lifting its literals (#defines, "
-                    "constexpr values, #pragma unroll counts, the launch's block size) into parameters with "
-                    "ranges from the device's limits; the gate checks that the defaults reproduce the original. "
-                    f"Then search a grid of the template's space.\n{sol}" + (f"\n{table}" if table else ""))
+                    "constexpr values, #pragma unroll counts on the kernel's own loops, the launch's block size in "
+                    "each dimension it reads) into parameters with ranges from the device's limits, and by the "
+                    "rewrites its analysis proves safe; the gate checks that the defaults reproduce the original. "
+                    f"Then search a grid of the template's space.\n{analysis_line(state)}\n{sol}"
+                    + (f"\n{table}" if table else ""))
             return Plan(text, retemplate=True)
         mine = [r for r in state.history if r.template_dir == state.template_dir]
         if state.best is None:
@@ -125,10 +128,14 @@ class RulesProvider:
         mine = [r for rec in state.history if rec.template_dir == state.template_dir for r in rec.results]
         if not mine or state.best is None:
             budget = state.budget or GRID_BUDGET
-            values = coarse_grid(template, budget)
+            first = self._first(template)
+            values = coarse_grid(template, budget, first)
             size = math.prod(len(v) for v in values.values())
             how = "the whole grid" if all(len(values[p.name]) == len(p.values) for p in template.parameters) \
                 else "a coarse grid (every other value of the longest lists, the default kept)"
+            if first:
+                how = (f"a grid of the values the rewrites name first ({', '.join(sorted(first))}) and a coarse "
+                       "grid of the rest, the defaults kept")
             return SearchPlan("grid", budget, values, f"{how}: {size} configurations")
         budget = state.budget or REFINE_BUDGET
         _, first = profile_evidence(state)
@@ -144,6 +151,17 @@ class RulesProvider:
         return SearchPlan("grid", budget, values,
                           f"{near} the best's values, {lead}most influential first: " + ", ".join(order))
 
+    def _first(self, template: Template) -> dict[str, tuple]:
+        """The values the applied rewrites name as worth measuring first, for this template."""
+        names = {p.name: p for p in template.parameters}
+        out: dict[str, tuple] = {}
+        for r in self.rewrites:
+            for name, values in r.first.items():
+                p = names.get(name)
+                if p is not None:
+                    out[name] = tuple(sorted({v for v in values if v in p.values} | {p.default}))
+        return out
+
     # tester ------------------------------------------------------------------------------------
     def test(self, state: LoopState, record: RoundRecord) -> Report:
         text = round_analysis(state, record)
@@ -152,16 +170,20 @@ class RulesProvider:
         return Report(text, stop=record.best is None and state.best is None)
 
 
-def coarse_grid(template: Template, budget: int) -> dict[str, tuple[ParamValue, ...]]:
+def coarse_grid(template: Template, budget: int, first: dict | None = None) -> dict[str, tuple[ParamValue, ...]]:
     """Value lists whose product fits the budget: the longest list loses a value, again and again
     (a thread count last among equals), and each list keeps values spread over its range, the
-    default among them."""
-    counts = {p.name: len(p.values) for p in template.parameters}
+    default among them. A parameter in `first` starts from those values (the rewrites' choice),
+    the others from two (the default and the far end) when `first` is given."""
+    first = first or {}
+    lists = {p.name: tuple(first[p.name]) if p.name in first else
+             (spread(p.values, p.default, 2) if first else tuple(p.values)) for p in template.parameters}
+    counts = {name: len(v) for name, v in lists.items()}
     threads = {p.name for p in template.parameters if p.description.startswith("threads")}
     while math.prod(counts.values()) > budget and max(counts.values()) > 1:
         name = max(counts, key=lambda n: (counts[n], n not in threads))
         counts[name] -= 1
-    return {p.name: spread(p.values, p.default, counts[p.name]) for p in template.parameters}
+    return {p.name: spread(lists[p.name], p.default, counts[p.name]) for p in template.parameters}
 
 
 def spread(values: tuple, default: ParamValue, k: int) -> tuple:
@@ -190,6 +212,20 @@ def param_kind(name: str, description: str = "") -> str:
         if any(w in d for w in words):
             return kind
     return ""
+
+
+def analysis_line(state: LoopState) -> str:
+    """What the syntax tree says of the original kernel, and so which rewrites can apply."""
+    try:
+        a = classify(state.original.source_for(state.backend), state.original.entry)
+    except (KernelTreeError, ValueError) as e:
+        return f"Analysis: the kernel could not be read ({e}); literals only."
+    what = {"elementwise": "an elementwise map: vector packs, items per thread, the grid's shape and cache "
+                           "hints can be rewritten",
+            "rowwise": "a row-wise map-reduce: the row can be spread over a group of threads",
+            "neither": "neither elementwise nor row-wise: literals only"}[a.kind]
+    reason = f" ({a.reasons[0]})" if a.reasons else ""
+    return f"Analysis: {a.name} is {what}{reason}."
 
 
 def profile_evidence(state: LoopState) -> tuple[str, list[str]]:

@@ -55,7 +55,7 @@ def test_a_naive_elementwise_kernel_is_rewritten_gated_tuned_and_reverified_on_p
         ok, worst, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
         assert ok, (config, message)
     run = TuneRun(template, TuneOptions(backend="opencl", problem="small", overrides=SMALL[name], seed=5,
-                                        timing=FAST, strategy="random", budget=4,
+                                        timing=FAST, strategy="random", budget=4, probe=False,
                                         session_path=tmp_path / "tune.toml")).run()
     assert run.best is not None and run.winner_ok
     assert all(r.status == "ok" for r in run.results)
@@ -125,8 +125,10 @@ def test_a_kernel_that_is_neither_keeps_todays_template(tmp_path):
     t = load_template(d)
     lifted = lift_template(t, "opencl", CPU)
     proposal, applied = compose(t, "opencl", CPU, lifted.proposal)
-    assert proposal == lifted.proposal and applied.rewrites == []
+    assert applied.rewrites == [] and proposal.sources == lifted.proposal.sources
+    assert proposal.parameters == lifted.proposal.parameters and proposal.grid == lifted.proposal.grid
     assert applied.declined[0].name == "elementwise" and "not elementwise" in applied.declined[0].reason
+    assert any(n.startswith("no rewrite applies (elementwise: the kernel is not elementwise") for n in proposal.notes)
 
 
 @pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
