@@ -47,10 +47,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence  # noqa: E402
 import numpy as np  # noqa: E402
 
 from kerntune import templates  # noqa: E402
-from kerntune.engine.backends import open_backend  # noqa: E402
+from kerntune.engine.backends import BackendError, open_backend  # noqa: E402
 from kerntune.engine.device import DeviceLimits  # noqa: E402
 from kerntune.engine.evaluate import (  # noqa: E402
-    Evaluator, Expected, Inputs, TimingPolicy, VerifyPolicy, compare, launch_geometry, make_inputs)
+    Evaluator, Expected, Inputs, TimingPolicy, VerifyPolicy, arg_shape, compare, launch_geometry, make_inputs)
 from kerntune.engine.events import ConfigEvaluated, Event  # noqa: E402
 from kerntune.engine.result import config_key  # noqa: E402
 from kerntune.engine.space import Config, Space, build_space, infeasible_reason  # noqa: E402
@@ -59,6 +59,8 @@ from kerntune.engine.tune import TuneError, TuneOptions, TuneRun, resolve_device
 
 WITHIN = 0.03
 KT_STRATEGIES = ("bayes_opt", "genetic_algorithm", "random_sample")
+# Kernel Tuner's milliseconds per configuration, in the order of Evaluation's seconds
+KT_STAGES = ("compile_time", "verification_time", "benchmark_time")
 # Kernel Tuner's name for a block dimension the template computes instead of naming a parameter
 SYNTHETIC_BLOCK = "KT_BLOCK_{}"
 # numpy dtypes Kernel Tuner's backends move as they are; others (bfloat16) travel as raw bits
@@ -83,7 +85,7 @@ def reference_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
     outputs = reference(given, dict(problem.values))
     for a in template.arguments:
         if a.is_output:
-            shape = tuple(int(e.evaluate(problem.values)) for e in a.shape)
+            shape = arg_shape(a, problem)
             inputs.expected[a.name] = np.asarray(outputs[a.name]).astype(np_dtype(a.dtype)).reshape(shape)
             inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a)
     return inputs
@@ -231,6 +233,18 @@ def kernel_tuner_job(template: Template, problem: Problem, space: Space, backend
 
 # -- runs --------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Evaluation:
+    """One configuration a run evaluated: when it was done, its time, where its seconds went."""
+
+    key: str
+    at_s: float  # seconds since the run was started
+    us: float | None  # None: it failed
+    compile_s: float = 0.0
+    verify_s: float = 0.0
+    time_s: float = 0.0
+
+
 @dataclass
 class Run:
     """One tuning run of one tool: what it evaluated and when, and its winner."""
@@ -239,24 +253,36 @@ class Run:
     strategy: str
     seed: int
     wall_s: float
-    # (config key, seconds since the run was started, time in us or None when it failed)
-    evaluations: list[tuple[str, float, float | None]]
+    evaluations: list[Evaluation]
     best: dict[str, ParamValue] | None
     best_us: float | None
     note: str = ""
 
     @property
-    def evaluated(self) -> int:
-        return len({k for k, _, _ in self.evaluations})
+    def unique(self) -> list[Evaluation]:
+        """Each configuration's first evaluation (Kernel Tuner's strategies may revisit one)."""
+        seen: dict[str, Evaluation] = {}
+        for e in self.evaluations:
+            seen.setdefault(e.key, e)
+        return list(seen.values())
 
-    def first_of(self, good: set[str]) -> float | None:
-        """Seconds until the run first evaluated one of `good` (None: it never did)."""
-        return next((t for k, t, _ in self.evaluations if k in good), None)
+    @property
+    def evaluated(self) -> int:
+        return len(self.unique)
+
+    def reaching(self, good: set[str]) -> tuple[float, int] | None:
+        """(seconds, configurations evaluated) until the run first evaluated one of `good`."""
+        return next(((e.at_s, n) for n, e in enumerate(self.unique, 1) if e.key in good), None)
+
+    def stages(self) -> tuple[float, float, float]:
+        """Median compile, verify and time seconds per configuration."""
+        u = self.unique or [Evaluation("", 0.0, None)]
+        return tuple(statistics.median(getattr(e, f) for e in u) for f in ("compile_s", "verify_s", "time_s"))
 
 
 def good_set(run: Run, within: float = WITHIN) -> set[str]:
     """The configurations an exhaustive run timed within `within` of its best."""
-    times = [(k, us) for k, _, us in run.evaluations if us is not None]
+    times = [(e.key, e.us) for e in run.unique if e.us is not None]
     if not times:
         return set()
     best = min(us for _, us in times)
@@ -281,14 +307,15 @@ def fresh_dir(variable: str) -> Iterator[None]:
 def run_kerntune(template: Template, problem: Problem, backend: str, device: int, strategy: str,
                  budget: int, seed: int, skip: tuple[str, ...], out: Path) -> Run:
     """A kerntune tuning run as `kerntune tune` does it: worker process, compile, verify, time."""
-    marks: dict[int, tuple[str, float, float | None]] = {}
+    marks: dict[int, Evaluation] = {}
     t0 = time.perf_counter()
 
     def sink(ev: Event) -> None:
         if isinstance(ev, ConfigEvaluated):
             r = ev.result
-            at = marks[ev.index][1] if ev.replaces and ev.index in marks else time.perf_counter() - t0
-            marks[ev.index] = (config_key(r.config), at, r.median_us if r.ranked else None)
+            at = marks[ev.index].at_s if ev.replaces and ev.index in marks else time.perf_counter() - t0
+            marks[ev.index] = Evaluation(config_key(r.config), at, r.median_us if r.ranked else None,
+                                         r.compile_s, r.verify_s, r.time_s)
 
     opts = TuneOptions(backend=backend, device=device, strategy=strategy, budget=budget, seed=seed,
                        problem=problem.name, skip=skip, probe=False,
@@ -322,7 +349,7 @@ def run_kernel_tuner(job: KernelTunerJob, strategy: str, budget: int, seed: int)
             return Run("Kernel Tuner", strategy, seed, time.perf_counter() - t0, [], None, None,
                        f"stopped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         wall = time.perf_counter() - t0
-    evaluations = []
+    evaluations: list[Evaluation] = []
     best, best_us = None, None
     for r in results:
         if not r:
@@ -331,7 +358,8 @@ def run_kernel_tuner(job: KernelTunerJob, strategy: str, budget: int, seed: int)
         t = r.get("time")
         us = float(t) * 1e3 if isinstance(t, (int, float)) and "__error__" not in r and math.isfinite(t) else None
         stamp = datetime.fromisoformat(str(r["timestamp"]))
-        evaluations.append((config_key(config), (stamp - start).total_seconds(), us))
+        evaluations.append(Evaluation(config_key(config), (stamp - start).total_seconds(), us,
+                                      *(float(r.get(k) or 0.0) / 1e3 for k in KT_STAGES)))
         if us is not None and (best_us is None or us < best_us):
             best, best_us = config, us
     return Run("Kernel Tuner", strategy, seed, wall, evaluations, best, best_us)
@@ -411,7 +439,11 @@ def _fmt_config(config: Mapping[str, ParamValue] | None) -> str:
 
 
 def _fmt_s(x: float | None) -> str:
-    return "not reached" if x is None else f"{x:.1f}"
+    return "not reached" if x is None or not math.isfinite(x) else f"{x:.1f}"
+
+
+def _step(text: str) -> None:
+    print(f"  {text}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -430,17 +462,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1, help="the input data's seed")
     args = ap.parse_args(argv)
     try:
-        import kernel_tuner
-    except ImportError:
-        print("Kernel Tuner is not installed: pip install -e '.[bench]'", file=sys.stderr)
-        return 2
-    spec = templates.path(args.template) or Path(args.template)
-    try:
-        template = load_template(spec)
-        problem = template.problem(args.problem)
-    except (OSError, TemplateError) as e:
+        return bench(args)
+    except ImportError as e:
+        print(f"peer: {e} (pip install -e '.[bench]' for Kernel Tuner)", file=sys.stderr)
+    except (OSError, TemplateError, BackendError, PeerError) as e:
         print(f"peer: {e}", file=sys.stderr)
-        return 2
+    return 2
+
+
+def bench(args: argparse.Namespace) -> int:
+    """Both exhaustive runs, the strategy runs, the common timer, then the tables."""
+    import kernel_tuner
+    from kernel_tuner.interface import strategy_map
+
+    template = load_template(templates.path(args.template) or Path(args.template))
+    problem = template.problem(args.problem)
     backend = args.backend
     _, limits = resolve_device(backend, args.device)
     space = build_space(template, problem, limits)
@@ -458,40 +494,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = kernel_tuner_job(template, problem, space, backend, limits, inputs, lang=lang, allowed=allowed,
                            device=device, platform=platform, local_memory=local)
     strategies = [s for s in args.kt_strategies.split(",") if s]
-    from kernel_tuner.interface import strategy_map
-
     unknown = [s for s in strategies if s not in strategy_map]
     if unknown:
-        print(f"peer: Kernel Tuner has no strategy {', '.join(unknown)}", file=sys.stderr)
-        return 2
+        raise PeerError(f"Kernel Tuner has no strategy {', '.join(unknown)} (it has {', '.join(strategy_map)})")
     for s in strategies:  # imported now, so that no run's clock counts an import (scikit-learn's: 3 s)
         strategy_map[s].tune
 
     print(f"{template.name} {problem.label()} on {limits.name} ({backend}); Kernel Tuner "
           f"{kernel_tuner.__version__} ({lang}); {len(configs)} of {space.feasible} feasible configurations; "
           f"strategy budget {budget}, seeds 1..{args.seeds}", flush=True)
+    searches: dict[tuple[str, str], list[Run]] = {}
     with tempfile.TemporaryDirectory(prefix="peer-") as tmp:
         out = Path(tmp)
-        step = lambda text: print(f"  {text}", file=sys.stderr, flush=True)  # noqa: E731
-        step("kerntune, grid")
-        kt_grid = run_kerntune(template, problem, backend, args.device, "grid", 0, args.seed, skip, out)
-        step("Kernel Tuner, brute_force")
-        kt2_grid = run_kernel_tuner(job, "brute_force", 0, args.seed)
-        searches: dict[tuple[str, str], list[Run]] = {}
+        _step("kerntune, grid")
+        ours = run_kerntune(template, problem, backend, args.device, "grid", 0, args.seed, skip, out)
+        _step("Kernel Tuner, brute_force")
+        theirs = run_kernel_tuner(job, "brute_force", 0, args.seed)
         for seed in range(1, args.seeds + 1):
-            step(f"kerntune, model, seed {seed}")
+            _step(f"kerntune, model, seed {seed}")
             searches.setdefault(("kerntune", "model"), []).append(
                 run_kerntune(template, problem, backend, args.device, "model", budget, seed, skip, out))
             for s in strategies:
-                step(f"Kernel Tuner, {s}, seed {seed}")
+                _step(f"Kernel Tuner, {s}, seed {seed}")
                 searches.setdefault(("Kernel Tuner", s), []).append(run_kernel_tuner(job, s, budget, seed))
-    winners = [r.best for r in (kt_grid, kt2_grid)]
-    step("both winners, kerntune's evaluator")
-    common = retime(template, problem, backend, args.device, [w or {} for w in winners], args.seed, args.rounds) \
-        if all(winners) else [(math.nan, 0, "no winner")] * 2
-    print_tables(kt_grid, kt2_grid, common, searches, budget)
+    if ours.best is not None and theirs.best is not None:
+        _step("both winners, kerntune's evaluator")
+        common = retime(template, problem, backend, args.device, [ours.best, theirs.best], args.seed, args.rounds)
+    else:
+        common = [(math.nan, 0, "no winner")] * 2
+    print_tables(ours, theirs, common, searches, budget)
     print(f"\n{protocols(template)}")
     return 0
+
+
+def _rate(run: Run) -> float:
+    return run.evaluated / run.wall_s if run.wall_s > 0 else math.nan
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def print_tables(kt: Run, peer: Run, common: list[tuple[float, int, str]],
@@ -500,52 +541,52 @@ def print_tables(kt: Run, peer: Run, common: list[tuple[float, int, str]],
     rows = [
         ("configurations evaluated", f"{kt.evaluated}", f"{peer.evaluated}"),
         ("end-to-end wall s", f"{kt.wall_s:.1f}", f"{peer.wall_s:.1f}"),
-        ("configurations/s", f"{kt.evaluated / kt.wall_s:.2f}", f"{peer.evaluated / peer.wall_s:.2f}"),
+        ("configurations/s", f"{_rate(kt):.2f}", f"{_rate(peer):.2f}"),
+        ("compile / verify / time s per configuration (medians)",
+         *("{:.3f} / {:.3f} / {:.3f}".format(*r.stages()) for r in (kt, peer))),
         ("winner", _fmt_config(kt.best), _fmt_config(peer.best)),
-        ("winner, own timer us", f"{kt.best_us:.2f}" if kt.best_us else "-",
-         f"{peer.best_us:.2f}" if peer.best_us else "-"),
+        ("winner, own timer us", *(f"{r.best_us:.2f}" if r.best_us else "-" for r in (kt, peer))),
         ("winner, common timer us", *(f"{us:.2f} ({n} launches)" for us, n, _ in common)),
         ("winner, kerntune's checks", *(s for _, _, s in common)),
     ]
-    ratio = (kt.evaluated / kt.wall_s) / (peer.evaluated / peer.wall_s) if peer.evaluated and peer.wall_s else math.nan
     print()
-    print(f"| exhaustive | kerntune (grid) | Kernel Tuner (brute_force) |")
+    print("| exhaustive | kerntune (grid) | Kernel Tuner (brute_force) |")
     print("|---|---|---|")
     for name, a, b in rows:
         print(f"| {name} | {a} | {b} |")
     for run in (kt, peer):
         if run.note:
             print(f"\n{run.tool}: {run.note}")
-    print(f"\nkerntune / Kernel Tuner configurations per second: {ratio:.2f}x")
+    print(f"\nkerntune / Kernel Tuner configurations per second: {_rate(kt) / _rate(peer):.2f}x")
 
     goods = {"kerntune": good_set(kt), "Kernel Tuner": good_set(peer)}
     print(f"\nTime to a configuration within {100 * WITHIN:g}% of the tool's own exhaustive best "
-          f"(kerntune: {len(goods['kerntune'])} such configurations, Kernel Tuner: {len(goods['Kernel Tuner'])}); "
-          f"budget {budget} evaluations per run; seconds from the call, per seed")
+          f"(kerntune: {_plural(len(goods['kerntune']), 'such configuration')}, Kernel Tuner: "
+          f"{len(goods['Kernel Tuner'])}); {budget} evaluations per run; seconds from the call, per seed:")
     print()
-    print("| tool | strategy | seconds per seed | median s | evaluations to reach it (median) | run wall s (median) |")
+    print("| tool | strategy | seconds per seed | median s | configurations evaluated by then (median) "
+          "| run wall s (median) |")
     print("|---|---|---|---|---|---|")
     medians: dict[str, list[tuple[float, str]]] = {}
+    notes: list[str] = []
     for (tool, strategy), runs in searches.items():
-        reached = [r.first_of(goods[tool]) for r in runs]
-        counts = [next((i + 1 for i, (k, _, _) in enumerate(r.evaluations) if k in goods[tool]), math.inf)
-                  for r in runs]
-        med = statistics.median(x if x is not None else math.inf for x in reached)
-        medians.setdefault(tool, []).append((med, strategy))
-        notes = "; ".join(r.note for r in runs if r.note)
-        print(f"| {tool} | {strategy} | {', '.join(_fmt_s(x) for x in reached)} | "
-              f"{_fmt_s(med if math.isfinite(med) else None)} | "
-              f"{statistics.median(counts):g} | {statistics.median(r.wall_s for r in runs):.1f} |"
-              + (f" {notes}" if notes else ""))
+        reached = [r.reaching(goods[tool]) for r in runs]
+        seconds = statistics.median(x[0] if x else math.inf for x in reached)
+        counts = statistics.median(x[1] if x else math.inf for x in reached)
+        medians.setdefault(tool, []).append((seconds, strategy))
+        notes += [f"{tool} {strategy}, seed {r.seed}: {r.note}" for r in runs if r.note]
+        print(f"| {tool} | {strategy} | {', '.join(_fmt_s(x[0] if x else None) for x in reached)} | "
+              f"{_fmt_s(seconds)} | {counts:g} | {statistics.median(r.wall_s for r in runs):.1f} |")
+    for note in notes:
+        print(f"\n{note}")
     best = {tool: min(v) for tool, v in medians.items()}
     if "kerntune" in best and "Kernel Tuner" in best:
         (a, _), (b, s) = best["kerntune"], best["Kernel Tuner"]
         if math.isfinite(a) and math.isfinite(b):
-            print(f"\nkerntune's model strategy reaches {100 * WITHIN:g}% {b / a:.2f}x sooner than Kernel Tuner's "
-                  f"best strategy here ({s}): {a:.1f} s against {b:.1f} s (medians)")
+            print(f"\nkerntune's model strategy comes within {100 * WITHIN:g}% {b / a:.2f}x sooner than Kernel "
+                  f"Tuner's best strategy here ({s}): {a:.1f} s against {b:.1f} s (medians)")
         else:
-            print(f"\nmedian seconds to {100 * WITHIN:g}%: kerntune {_fmt_s(a if math.isfinite(a) else None)}, "
-                  f"Kernel Tuner ({s}) {_fmt_s(b if math.isfinite(b) else None)}")
+            print(f"\nmedian seconds to within {100 * WITHIN:g}%: kerntune {_fmt_s(a)}, Kernel Tuner ({s}) {_fmt_s(b)}")
 
 
 if __name__ == "__main__":

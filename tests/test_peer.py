@@ -163,3 +163,15 @@ def test_bfloat16_buffers_travel_as_their_bits_and_are_compared_as_bfloat16():
     assert job.verify(job.answer, result)
     result[0] = result[0] ^ np.uint16(0x4000)  # flip an exponent bit everywhere
     assert not job.verify(job.answer, result)
+
+
+def test_time_to_within_3_percent_is_the_first_evaluation_of_a_configuration_the_exhaustive_run_timed_there():
+    E = peer.Evaluation
+    exhaustive = peer.Run("kerntune", "grid", 1, 9.0, [E("a", 1.0, 10.0), E("b", 2.0, 10.25), E("c", 3.0, 10.4),
+                                                       E("d", 4.0, None)], {"X": 1}, 10.0)
+    assert peer.good_set(exhaustive) == {"a", "b"}  # 10.4 is 4% behind
+    search = peer.Run("Kernel Tuner", "genetic_algorithm", 1, 5.0,
+                      [E("c", 0.5, 10.2), E("c", 0.7, 10.2), E("d", 1.1, None), E("b", 2.5, 10.9)], None, None)
+    # its own faster time for c does not count; a revisited configuration counts once
+    assert search.reaching(peer.good_set(exhaustive)) == (2.5, 3)
+    assert search.reaching({"x"}) is None
