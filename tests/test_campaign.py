@@ -60,6 +60,20 @@ def test_a_campaign_file_names_templates_and_their_sizes(campaign_file):
                                                     "silu_and_mul@tokens=2,d=256.toml"]
 
 
+def test_a_kernel_is_found_beside_the_campaign_file_and_takes_the_specs_serves(tmp_path):
+    d = tmp_path / "mine"
+    shutil.copytree(templates.path("vector_add").parent, d)
+    spec = d / "kernel.toml"
+    spec.write_text('serves = ["16M", "1M"]\n' + spec.read_text())
+    (tmp_path / "c.toml").write_text("[[kernel]]\ntemplate = 'mine'\n[[kernel]]\ntemplate = 'mine/kernel.toml'\n")
+    with pytest.raises(CampaignError, match="listed twice"):
+        load_campaign(tmp_path / "c.toml", templates.path)
+    (tmp_path / "c.toml").write_text("[campaign]\ntop = 2\n[[kernel]]\ntemplate = 'mine'\n")
+    name, kernels, options = load_campaign(tmp_path / "c.toml", templates.path)
+    assert name == "c" and options == {"top": 2}
+    assert kernels[0].spec == spec and [s[0] for s in kernels[0].sizes] == ["16M", "1M"]
+
+
 @pytest.mark.parametrize("text, words", [
     ("[[kernel]]\ntemplate = 'no_such_kernel'\n", "[kernel[0].template] expected a built-in template's name"),
     ("[[kernel]]\ntemplate = 'vector_add'\nproblems = ['huge']\n", "no problem named 'huge'"),
