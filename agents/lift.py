@@ -510,8 +510,9 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
     global index, where it is lifted with the block."""
     kernel = _entry(analyses, original.entry)
     out: list[LaunchLift] = []
+    several = sum(1 for b in block if b.strip() not in ("1", "(1)")) > 1
     for dim, expr in enumerate(block[:3]):
-        literal = _block_literal(expr, dim)
+        literal = _block_literal(expr, dim, several)
         if literal is None:
             continue
         if kernel is not None and dim not in kernel.launch_dims:
@@ -581,11 +582,12 @@ def _as_is(t: Template) -> TemplateProposal:
     )
 
 
-def _block_literal(expr: str, dim: int = 0) -> int | None:
+def _block_literal(expr: str, dim: int = 0, several: bool = False) -> int | None:
     """The thread count literal of one dimension of the block: `256`, or the cap in
-    `min(d / 8, 1024)`; a multiple of 32 in the first dimension, more than 1 in the others."""
+    `min(d / 8, 1024)`; a multiple of 32 in the first dimension of a one-dimensional block, a bare
+    number more than 1 in a block of several dimensions."""
     found = [int(x) for x in _numbers(expr)]
-    if dim == 0:
+    if dim == 0 and not several:
         found = [x for x in found if x >= 32 and x % 32 == 0]
     else:
         found = [x for x in found if x > 1] if expr.strip().isdigit() else []

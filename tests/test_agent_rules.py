@@ -223,3 +223,120 @@ def test_a_proposal_never_changes_what_the_kernel_is_checked_against(tmp_path):
     assert [x.values for x in template.problems] == [x.values for x in t.problems]
     assert template.cost_bytes.source == t.cost_bytes.source
     assert [e.source for e in template.baseline_block] == ["256"]
+
+
+# lifting guided by the analysis ----------------------------------------------------------------
+
+HELPER_LOOPS = """
+__device__ float poly(float x) {
+#pragma unroll 4
+    for (int k = 0; k < 8; ++k) x = x * 0.5f + 1.0f;
+    return x;
+}
+__global__ void k(float *out, const float *in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float s = 0.0f;
+#pragma unroll 2
+        for (int j = 0; j < 4; ++j) s += poly(in[i] + j);
+        out[i] = s;
+    }
+}
+"""
+
+
+def test_an_unroll_count_is_lifted_on_the_kernels_own_loop_and_not_in_a_helper_function():
+    lifts = find_lifts(HELPER_LOOPS)
+    assert [(lf.name, lf.default) for lf in lifts] == [("UNROLL", 2)]
+    assert "line 11" in lifts[0].origin
+
+
+def spec_with(tmp_path: Path, source: str, grid: str, block: str, name: str = "k") -> Path:
+    d = tmp_path / "spec"
+    d.mkdir(parents=True)
+    (d / "k.cu").write_text(source)
+    (d / "kernel.toml").write_text(f"""
+[kernel]
+name = "{name}"
+entry = "{name}"
+sources = {{ cuda = "k.cu" }}
+[launch]
+grid = {grid}
+block = {block}
+[[arg]]
+name = "out"
+dtype = "float32"
+role = "output"
+shape = ["n"]
+[[arg]]
+name = "in"
+dtype = "float32"
+role = "input"
+shape = ["n"]
+[[arg]]
+name = "n"
+dtype = "int32"
+role = "scalar"
+value = "n"
+[[problem]]
+name = "small"
+n = 4096
+[cost]
+bytes = "8 * n"
+""")
+    return d
+
+
+GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132)
+
+
+def test_a_block_size_hard_coded_in_the_global_index_is_lifted_with_it(tmp_path):
+    src = ("__global__ void k(float *out, const float *in, int n) {\n"
+           "    int i = blockIdx.x * 256 + threadIdx.x;\n    if (i < n) out[i] = 2.0f * in[i];\n}\n")
+    t = load_template(spec_with(tmp_path, src, '["ceil_div(n, 256)"]', "[256]"))
+    p = lift_template(t, "cuda", GPU).proposal
+    assert p.block == ("BLOCK",) and p.grid == ("ceil_div(n, BLOCK)",)
+    assert "int i = blockIdx.x * BLOCK + threadIdx.x;" in p.sources["cuda"]
+
+
+def test_a_block_size_the_body_uses_as_a_number_is_left_alone(tmp_path):
+    src = ("__global__ void k(float *out, const float *in, int n) {\n"
+           "    __shared__ float tile[256];\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    tile[threadIdx.x] = i < n ? in[i] : 0.0f;\n    __syncthreads();\n"
+           "    if (i < n) out[i] = tile[255 - threadIdx.x];\n}\n")
+    t = load_template(spec_with(tmp_path, src, '["ceil_div(n, 256)"]', "[256]"))
+    lifted = lift_template(t, "cuda", GPU)
+    assert lifted.proposal is None
+    assert any("uses 256 itself (line 2)" in n for n in lifted.notes)
+
+
+def test_a_two_dimensional_block_is_lifted_in_each_dimension_the_kernel_reads(tmp_path):
+    src = ("__global__ void k(float *out, const float *in, int n) {\n"
+           "    int x = blockIdx.x * blockDim.x + threadIdx.x;\n    int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+           "    if (x < 64 && y < n / 64) out[y * 64 + x] = in[y * 64 + x];\n}\n")
+    t = load_template(spec_with(tmp_path, src, '["ceil_div(64, 16)", "ceil_div(n / 64, 8)"]', "[16, 8]"))
+    p = lift_template(t, "cuda", GPU).proposal
+    assert p.block == ("BLOCK", "BLOCK_Y") and p.grid == ("ceil_div(64, BLOCK)", "ceil_div(n / 64, BLOCK_Y)")
+    assert {x.name: x.default for x in p.parameters} == {"BLOCK": 16, "BLOCK_Y": 8}
+    assert "BLOCK * BLOCK_Y <= max_threads_per_block" in p.constraints
+    # a dimension the kernel does not read keeps its literal
+    src1 = src.replace("blockIdx.y * blockDim.y + threadIdx.y", "0")
+    t1 = load_template(spec_with(tmp_path / "one", src1, '["ceil_div(64, 32)", "1"]', "[32, 4]"))
+    assert lift_template(t1, "cuda", GPU).proposal.block == ("BLOCK", "4")
+
+
+def test_a_rejected_template_drops_the_rewrite_it_names_and_keeps_the_lifts():
+    from kerntune.agents.rules import RulesProvider
+
+    t = load_template(HERE / "data" / "naive" / "gelu")
+    state = SimpleNamespace(original=t, backend="opencl", limits=CPU)
+    rules = RulesProvider()
+    first = rules.generate(state, None)
+    assert [p.name for p in first.parameters] == ["BLOCK", "VEC", "ITEMS", "GRID"]
+    again = rules.generate(state, "the default configuration failed: VEC pack misaligned")
+    assert [p.name for p in again.parameters] == ["BLOCK"]
+    assert rules.rejected == [("elementwise", "the default configuration failed: VEC pack misaligned")]
+    assert any("the elementwise rewrite is left out: the gate rejected the template with it" in n for n in again.notes)
+    # with no rewrite left, the next rejection drops a lift, as before
+    with pytest.raises(Exception, match="nothing left to lift or rewrite"):
+        rules.generate(state, "BLOCK is wrong")
