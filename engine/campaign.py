@@ -527,10 +527,33 @@ def load_summary(path: Path) -> dict[str, Any]:
         rows = data.get(key, [])
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise CampaignError(f"{p}: [[{key}]] expected tables")
+        for i, row in enumerate(rows):
+            _check_row(p, f"{key}[{i}]", row)
+            for j, size in enumerate(row.get("size", [])) if key == "general" else ():
+                _check_row(p, f"{key}[{i}].size[{j}]", size)
     data.setdefault("pair", [])
     data.setdefault("general", [])
     data["path"] = str(p)
     return data
+
+
+# what each key of a summary's rows holds: read back, a summary is only shown, never trusted further
+_ROW_TYPES = {"template": str, "size": (str, list), "session": str, "status": str, "error": str, "notes": list,
+              "problem": dict, "config": dict, "best_config": dict, "best_us": (int, float),
+              "original_us": (int, float), "general_us": (int, float), "geomean_speedup": (int, float)}
+
+
+def _check_row(path: Path, where: str, row: Any) -> None:
+    if not isinstance(row, dict):
+        raise CampaignError(f"{path}: [{where}] expected a table")
+    for key, value in row.items():
+        kind = _ROW_TYPES.get(key)
+        if kind is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise CampaignError(f"{path}: [{where}.{key}] expected {getattr(kind, '__name__', 'a number')}")
+        if key == "size" and isinstance(value, list) and not all(isinstance(v, dict) for v in value):
+            raise CampaignError(f"{path}: [{where}.size] expected tables")
+        if key == "notes" and not all(isinstance(v, str) for v in value):
+            raise CampaignError(f"{path}: [{where}.notes] expected strings")
 
 
 def is_summary(path: Path) -> bool:

@@ -13,6 +13,7 @@ from kerntune.engine.campaign import (
     Campaign,
     CampaignError,
     Job,
+    PairResult,
     load_campaign,
     load_summary,
     run_job,
@@ -164,3 +165,26 @@ def test_a_campaign_tunes_every_pair_resumes_a_cut_one_and_skips_finished_ones(t
 def test_session_names_keep_only_safe_characters():
     assert session_name("k", "tokens=2,d=256") == "k@tokens=2,d=256.toml"
     assert session_name("k", "a/b c") == "k@a_b_c.toml"
+
+
+def test_a_summary_round_trips_and_a_malformed_one_is_one_line(tmp_path, capsys):
+    import tomli_w
+
+    from kerntune.engine.campaign import General, SizeFigures, summary_data
+    from kerntune.engine.result import Result
+
+    best = Result(config={"X": 2}, status="ok", median_us=5.0)
+    pair = PairResult(
+        "k", "decode", {"n": 4}, str(tmp_path / "k@decode.toml"), "tuned", (best,), best,
+        Result(config={"X": 1}, status="ok", median_us=6.0))
+    general = General("k", {"X": 2}, 1.2, (SizeFigures("decode", 6.0, 5.0, {"X": 2}, 5.0),), ("a note",))
+    data = summary_data("c", [pair], [general], tmp_path, ["kerntune", "campaign"])
+    (tmp_path / "summary.toml").write_text(tomli_w.dumps(data))
+    loaded = load_summary(tmp_path)
+    assert loaded["pair"][0]["session"] == "k@decode.toml" and loaded["pair"][0]["original_us"] == 6.0
+    assert loaded["general"][0]["size"][0]["general_us"] == 5.0 and loaded["general"][0]["notes"] == ["a note"]
+    data["general"][0]["size"] = "decode"
+    (tmp_path / "summary.toml").write_text(tomli_w.dumps(data))
+    assert main(["show", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "[general[0].size" in err and len(err.strip().splitlines()) == 1
