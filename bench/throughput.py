@@ -9,7 +9,9 @@ Each mode starts from an empty compile cache, so every configuration is really c
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import statistics
 import tempfile
 import time
@@ -20,15 +22,30 @@ from kerntune.engine.template import load_template
 from kerntune.engine.tune import TuneOptions, TuneRun
 
 
-def run(problem: str, jobs: int, budget: int) -> dict:
+def run(problem: str, jobs: int, budget: int, profile: bool = False) -> dict:
     t = load_template(templates.path("silu_and_mul"))
-    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out, \
+            tempfile.TemporaryDirectory() as prof_dir:
         os.environ["KERNTUNE_CACHE_DIR"] = cache
+        if profile:
+            os.environ["KERNTUNE_PROFILE"] = prof_dir
         opts = TuneOptions(backend="cuda", strategy="grid", problem=problem, budget=budget, seed=1,
                            session_path=Path(out) / "s.toml", probe=False, compile_jobs=jobs)
+        prof = cProfile.Profile() if profile else None
         t0 = time.perf_counter()
+        if prof:
+            prof.enable()
         o = TuneRun(t, opts).run()
+        if prof:
+            prof.disable()
         wall = time.perf_counter() - t0
+        if prof:
+            os.environ.pop("KERNTUNE_PROFILE", None)
+            print("the tuning process, by own time:")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+            for f in Path(prof_dir).glob("worker-*.prof"):
+                print("the evaluation worker, by own time:")
+                pstats.Stats(str(f)).sort_stats("tottime").print_stats(25)
     rs = o.results
     return {
         "mode": f"parallel ({jobs} threads)" if jobs > 1 else "sequential",
@@ -49,8 +66,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--budget", type=int, default=0, help="parallel mode: 0 = the whole grid")
     ap.add_argument("--sequential-budget", type=int, default=60)
+    ap.add_argument("--profile", action="store_true", help="print where the parallel run's time went")
     args = ap.parse_args()
-    rows = [run(args.problem, args.jobs, args.budget), run(args.problem, 1, args.sequential_budget)]
+    rows = [run(args.problem, args.jobs, args.budget, args.profile), run(args.problem, 1, args.sequential_budget)]
     print(f"silu_and_mul {args.problem}, CUDA backend, empty compile cache per mode")
     print(f"{'mode':<24}{'configs':>8}{'ok':>6}{'wall s':>9}{'configs/s':>11}"
           f"{'compile s':>11}{'verify s':>10}{'time s':>8}{'best us':>9}")

@@ -88,8 +88,13 @@ class TimingPolicy:
     warmup: int = 3
     min_repeats: int = 10
     max_repeats: int = 200
-    target_s: float = 0.05  # device time spent timing one configuration
+    target_s: float = 0.05  # device time spent timing one configuration, at most
     flush: bool = True
+    # Repetitions stop early, in batches of `batch`, once the median is known to within this
+    # fraction of itself (95% confidence, from the spread of the times so far); 0 always runs
+    # the full count. A steady kernel is timed in 25-50 launches, a noisy one up to the cap.
+    precision: float = 0.01
+    batch: int = 25
 
 
 @dataclass(frozen=True)
@@ -849,9 +854,20 @@ class Evaluator:
         warm = self._timed_launches(kernel, geo, inputs, max(p.warmup, 1), ())
         est_us = max(float(np.median(warm)), 1e-3)
         repeats = int(min(p.max_repeats, max(p.min_repeats, math.ceil(p.target_s * 1e6 / est_us))))
-        return self._timed_launches(kernel, geo, inputs, repeats, self._checked_launches(repeats))
+        step = max(p.batch, p.min_repeats)
+        if p.precision <= 0 or repeats <= step:
+            return self._timed_launches(kernel, geo, inputs, repeats, self._checked_launches(repeats))
+        # In batches, each checked like a whole measurement (its last launch in full, one at
+        # random in its first half, ...): wherever the timing stops, its last launch was checked.
+        times: list[float] = []
+        while len(times) < repeats:
+            n = min(step, repeats - len(times))
+            times += self._timed_launches(kernel, geo, inputs, n, self._checked_launches(n, MAX_TIMED_CHECKS // 4))
+            if len(times) >= p.min_repeats and median_known(times, p.precision):
+                break
+        return times
 
-    def _checked_launches(self, repeats: int) -> tuple[int, ...]:
+    def _checked_launches(self, repeats: int, most: int = MAX_TIMED_CHECKS) -> tuple[int, ...]:
         """Which timed launches are checked: the last, one at random in the first half, and as
         many more at random as TIMING_CHECK_BYTES of outputs read back allow, up to
         MAX_TIMED_CHECKS."""
@@ -860,7 +876,7 @@ class Evaluator:
         # outputs the device compares are not read back: only a failure costs a transfer
         per_check = sum(self._nbytes(a, 0) for a in self.template.arguments
                         if a.is_output and not (self._device_close is not None and a.dtype in DEVICE_CLOSE_DTYPES)) or 1
-        extra = min(repeats, MAX_TIMED_CHECKS, TIMING_CHECK_BYTES // per_check) - len(chosen)
+        extra = min(repeats, most, TIMING_CHECK_BYTES // per_check) - len(chosen)
         rest = [k for k in range(repeats) if k not in chosen]
         if extra > 0 and rest:
             chosen.update(int(k) for k in self._rng.choice(rest, size=min(extra, len(rest)), replace=False))
@@ -1023,6 +1039,21 @@ def _check_finite(a: Argument, ref: np.ndarray, inputs: Inputs, problem: Problem
         f"the template's reference gives {int(bad.sum())} non-finite values of `{a.name}` (first at {i}) "
         f"at {problem.label()} from finite inputs ({inputs_named}): give those inputs a range that keeps "
         f"the reference finite (`init`, `range` in [[arg]]), or set `nonfinite = true` on `{a.name}`")
+
+
+def median_known(times: list[float], precision: float) -> bool:
+    """Whether the median of `times` is known to within `precision` of itself at 95% confidence:
+    the binomial interval of order statistics around the median (no assumption about the shape
+    of the distribution) is no wider than that."""
+    n = len(times)
+    if n < 8:
+        return False
+    ordered = sorted(times)
+    half = 0.98 * math.sqrt(n)  # 1.96 * sqrt(n) / 2: ranks either side of the middle
+    lo = ordered[max(0, int(math.floor(n / 2 - half)))]
+    hi = ordered[min(n - 1, int(math.ceil(n / 2 + half)))]
+    mid = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    return mid > 0 and (hi - lo) / 2 <= precision * mid
 
 
 class _OnDevice:

@@ -50,6 +50,21 @@ KEEP_KERNELS = 16
 
 
 def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
+    # KERNTUNE_PROFILE=DIR: the child's own cProfile statistics go to DIR/worker-PID.prof when it
+    # ends (bench/throughput.py --profile reads them), to see where a configuration's time goes.
+    where = os.environ.get("KERNTUNE_PROFILE")
+    if not where:
+        return _serve(conn, spec, log_path)
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(_serve, conn, spec, log_path)
+    finally:
+        prof.dump_stats(os.path.join(where, f"worker-{os.getpid()}.prof"))
+
+
+def _serve(conn: Any, spec: WorkerSpec, log_path: str) -> None:
     # Compilers and drivers write to fd 2; keep it off the user's terminal (and the dashboard).
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)

@@ -304,3 +304,50 @@ def test_unknown_kernel_name_on_load(backend):
     cubin, _, _ = cuda.compile_cubin(VADD, "vadd", {}, (), backend.arch)
     with pytest.raises(CompileError, match="no kernel named"):
         backend.load(cubin, "nope")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_device_tolerance_check_agrees_with_the_host_element_for_element(backend, dtype):
+    from kerntune.engine.evaluate import TOLERANCE, Expected, compare
+    from kerntune.engine.template import Argument, np_dtype
+
+    rng = np.random.default_rng(7)
+    n = 300_001
+    ref = rng.standard_normal(n).astype(np_dtype(dtype))
+    ref[:4] = [0.0, np.inf, -np.inf, np.nan]
+    arg = Argument(name="out", dtype=dtype, role="output")
+    exp = Expected(ref, dtype, arg)
+    rtol, atol = TOLERANCE[dtype]
+    dev_ref = backend.alloc(exp.values.nbytes)
+    backend.upload(dev_ref, exp.values.astype(np.float32))
+    out_buf = backend.alloc(n * ref.itemsize)
+    cases = {
+        "equal": ref.copy(),
+        "inside": (ref.astype(np.float32) * (1 + 0.5 * rtol)).astype(ref.dtype),
+        "outside": (ref.astype(np.float32) + 50 * (atol + rtol * np.abs(ref.astype(np.float32)))).astype(ref.dtype),
+        "nan": ref.copy(), "inf": ref.copy(), "sign": ref.copy(), "zero_ref": ref.copy(),
+    }
+    cases["nan"][1000] = np.nan
+    cases["inf"][2000] = np.inf
+    cases["sign"][1] = -np.inf
+    cases["zero_ref"][0] = ref.dtype.type(3 * atol)
+    cases["outside"][:4] = ref[:4]
+    for name, out in cases.items():
+        backend.upload(out_buf, out)
+        nan, inf, sign, bad, first_nan, first_inf, worst = backend.compare_close(
+            out_buf, 0, dev_ref, n, dtype, exp.rtol, exp.atol)
+        host_worst, message = compare("out", out, exp)
+        assert (nan + inf + sign + bad == 0) == (message == ""), (name, message)
+        if message == "":
+            assert worst == pytest.approx(host_worst, rel=1e-6, abs=1e-12), name
+        if name == "nan":
+            assert nan == 1 and first_nan == 1000
+        if name == "inf":
+            assert inf == 1 and first_inf == 2000
+        if name == "sign":
+            assert sign == 1
+        if name == "outside":
+            assert bad == n - 4
+    for buf in (dev_ref, out_buf):
+        buf.free()

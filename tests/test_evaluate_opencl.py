@@ -106,3 +106,27 @@ def test_compare_requires_integers_to_match_exactly():
     out[9] = 0
     worst, msg = check(out, ref, "int32")
     assert worst == math.inf and "1 of 10 elements differ" in msg
+
+
+def test_the_median_is_known_from_order_statistics_not_from_a_fixed_count():
+    from kerntune.engine.evaluate import median_known
+
+    rng = np.random.default_rng(3)
+    steady = list(7.0 * (1 + 0.002 * rng.standard_normal(25)))
+    noisy = list(7.0 * (1 + 0.3 * rng.standard_normal(200)))
+    assert median_known(steady, 0.01)
+    assert not median_known(noisy, 0.01)
+    assert not median_known(steady[:7], 0.5)  # too few to say anything
+    assert median_known([5.0] * 30 + [500.0] * 2, 0.01)  # a few outliers do not move a median
+
+
+def test_timing_stops_once_the_median_is_known_and_never_passes_the_cap(opencl_backend):
+    t = load_template(templates.path("vector_add"))
+    problem = t.problem(None, {"n": 1 << 12})
+    loose = TimingPolicy(min_repeats=4, max_repeats=60, target_s=10.0, batch=8, precision=0.5)
+    ev = Evaluator(opencl_backend, t, problem, seed=1, timing=loose)
+    r = ev.evaluate(t.default_config())
+    assert r.status == "ok" and 8 <= len(r.times_us) < 60
+    fixed = Evaluator(opencl_backend, t, problem, seed=1, timing=TimingPolicy(
+        min_repeats=4, max_repeats=30, target_s=10.0, batch=8, precision=0.0))
+    assert len(fixed.evaluate(t.default_config()).times_us) == 30

@@ -263,6 +263,7 @@ class CUDABackend:
         self._close_out = None
         self._close_init = np.array([0, 0, 0, 0, _NO_INDEX, _NO_INDEX, 0, 0], dtype=np.uint64)
         self._events: list[Any] = []  # timing events, reused once read
+        self._symbols: dict[str, str] = {}  # entry -> the cubin symbol it resolved to
         self._argbuf: tuple[Any, Any] | None = None  # (args, packed) of the latest timed launches
 
     # compile -----------------------------------------------------------------------------------
@@ -278,11 +279,22 @@ class CUDABackend:
             module = drv.module_from_buffer(cubin)
         except drv.Error as e:
             raise CompileError(f"cannot load the cubin: {_one_line(e)}") from None
-        symbol = resolve_entry(cubin, entry).symbol  # a C++ kernel by its mangled name
-        try:
-            function = module.get_function(symbol)
-        except drv.Error as e:
-            raise CompileError(f"cannot load kernel {entry!r} ({symbol}): {_one_line(e)}") from None
+        # The symbol found for this entry last time is tried first: reading the cubin's symbol
+        # table (pure Python) costs milliseconds, and configurations of one template share it.
+        symbol = self._symbols.get(entry)
+        function = None
+        if symbol is not None:
+            try:
+                function = module.get_function(symbol)
+            except drv.Error:
+                function = None
+        if function is None:
+            symbol = resolve_entry(cubin, entry).symbol  # a C++ kernel by its mangled name
+            try:
+                function = module.get_function(symbol)
+            except drv.Error as e:
+                raise CompileError(f"cannot load kernel {entry!r} ({symbol}): {_one_line(e)}") from None
+            self._symbols[entry] = symbol
         try:
             static = int(function.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES))
         except drv.Error:
