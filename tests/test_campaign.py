@@ -188,3 +188,41 @@ def test_a_summary_round_trips_and_a_malformed_one_is_one_line(tmp_path, capsys)
     assert main(["show", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "[general[0].size" in err and len(err.strip().splitlines()) == 1
+
+
+def test_ctrl_c_ends_the_campaign_and_the_rerun_resumes_the_cut_pair(tmp_path, capsys):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "cut.toml"
+    path.write_text("[[kernel]]\ntemplate = 'vector_add'\nsizes = [{ n = 20000 }, { n = 3000 }]\n")
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "kerntune.tui.cli", "campaign", str(path), "--dir", str(out), "--no-probe",
+            "--repeats", "3", "--seed", "2", "--budget", "8"]
+    first = out / "vector_add@n=20000.toml"
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if first.exists() and first.read_text().count('kind = "config_evaluated"') >= 3:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the campaign never got going")
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err
+    assert not (out / "vector_add@n=3000.toml").exists()  # the campaign stopped at the cut pair
+    cut = [config_key(r.config) for r in load_session(first).results()]
+    assert 3 <= len(cut) < 8
+    assert main(args[3:]) == 0
+    rerun = capsys.readouterr().out
+    assert "vector_add at n=20000: resumed" in rerun and "vector_add at n=3000: tuned" in rerun
+    keys = [config_key(r.config) for r in load_session(first).results()]
+    assert len(keys) >= 8 and len(keys) == len(set(keys)) and keys[:len(cut)] == cut
