@@ -339,8 +339,7 @@ def served_folder(template: Template, folder: Path | None, resume: bool) -> Path
     return folder
 
 
-def tune_served(template: Template, options: TuneOptions, folder: Path | None, resume: bool,
-                start_from: tuple = ()) -> int:
+def tune_served(template: Template, options: TuneOptions, folder: Path | None, resume: bool) -> int:
     """`tune` of a spec with `serves`: each size tuned in a session of its own, then the
     configuration for every size, and the report per size."""
     from kerntune.engine.campaign import Campaign, served_kernel
@@ -348,9 +347,9 @@ def tune_served(template: Template, options: TuneOptions, folder: Path | None, r
     where = served_folder(template, folder, resume)
     print(f"{template.name} serves {', '.join(template.serves)}: each size is tuned, then one configuration "
           f"is chosen for all of them (sessions in {where})")
-    pairs = Campaign([served_kernel(template)], where, replace(options, session_path=None, resume=False),
-                     name=template.name, start_from={template.name: start_from or options.start_from})
-    return run_campaign(pairs, f"{template.name}: every size it serves")
+    campaign = Campaign([served_kernel(template)], where, replace(options, session_path=None, resume=False),
+                        name=template.name, start_from={template.name: options.start_from})
+    return run_campaign(campaign, f"{template.name}: every size it serves")
 
 
 def run_campaign(campaign: Any, title: str) -> int:
