@@ -28,6 +28,9 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 ENV = "KERNTUNE_INPUTS_CACHE"
+# The most a run's cache holds: input sets drawn once for a check on new inputs (the gate's, a
+# winner's re-check) are stored too, and never read again.
+LIMIT_BYTES = 4 << 30
 
 
 @contextlib.contextmanager
@@ -122,12 +125,25 @@ def _write(file: Path, arrays_by_name: Mapping[str, Any]) -> None:
             arrays[f"shape__{name}"] = np.array(a.shape, dtype=np.int64)
     except (TypeError, ValueError):  # something numpy cannot lay out as bytes__ not cached
         return
+    size = sum(a.nbytes for a in arrays.values())
+    if _held(file.parent) + size > LIMIT_BYTES:  # a full cache stores nothing more; what it holds still serves
+        return
     tmp = file.with_name(f"{file.stem}.{os.getpid()}.tmp.npz")
     try:
         np.savez(tmp, **arrays)
         os.replace(tmp, file)  # a worker reading at the same time sees the whole file or none
     except OSError:  # a full disk costs the cache, never the run
         tmp.unlink(missing_ok=True)
+
+
+def _held(folder: Path) -> int:
+    total = 0
+    for f in folder.glob("*.npz"):
+        try:
+            total += f.stat().st_size
+        except OSError:  # another worker's file, renamed or removed meanwhile
+            pass
+    return total
 
 
 def _read(file: Path) -> dict[str, np.ndarray] | None:

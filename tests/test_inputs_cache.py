@@ -60,6 +60,21 @@ def test_within_a_run_a_reference_runs_once_per_input_set(counted):
     assert ENV not in os.environ and not folder.exists()
 
 
+def test_a_full_cache_stores_nothing_more_and_still_answers(counted, monkeypatch):
+    from kerntune.engine import inputs_cache as module
+
+    x = {"a": np.ones(64, np.float32), "b": np.ones(64, np.float32), "n": 64}
+    with inputs_cache() as folder:
+        ref = load_template(counted).load_reference()
+        ref(dict(x), {"n": 64})
+        monkeypatch.setattr(module, "LIMIT_BYTES", sum(f.stat().st_size for f in folder.iterdir()))
+        y = dict(x, a=np.full(64, 2, np.float32))
+        assert ref(y, {"n": 64})["c"][0] == 3 and ref(y, {"n": 64})["c"][0] == 3
+        assert len(list(folder.iterdir())) == 1 and len(calls(counted)) == 3  # y: computed each time
+        ref(dict(x), {"n": 64})
+        assert len(calls(counted)) == 3  # x: still read back
+
+
 def test_cached_outputs_keep_their_dtype_bfloat16_included(counted, tmp_path):
     bf16 = np_dtype("bfloat16")
     made = []
