@@ -84,12 +84,15 @@ class Loop:
     strided_by_threads: bool = False  # the step is the block's (or the grid's) thread count
     span: Span = Span(0, 0)
     pragma: Span | None = None  # the `#pragma unroll` line just before it
-    accesses: int = 0  # array accesses in its body
+    accesses: int = 0  # uses of the kernel's pointer arguments in its body
+    register_index: bool = False  # its variable indexes a local array (a partial unroll puts it in memory)
 
     @property
     def hot(self) -> bool:
-        """The kernel's own loop over data: where an unroll count is worth tuning."""
-        return self.in_kernel and (self.accesses > 0 or self.trip is None or self.trip > 1)
+        """The kernel's own loop over its arrays: where an unroll count is worth tuning. A loop
+        over a register array is not (unrolled in part, the array spills to local memory), nor
+        a loop of a function the kernel calls."""
+        return self.in_kernel and self.accesses > 0 and not self.register_index
 
 
 @dataclass(frozen=True)
@@ -418,6 +421,7 @@ class _Body:
         self.accumulators: list[Accumulator] = []
         self.pointers: set[str] = set()
         self.ptr_alias: dict[str, tuple[str, str]] = {}  # local pointer -> (argument, offset)
+        self.cast_alias: dict[str, str] = {}  # local pointer of another type into an argument -> it
         self.assigned: dict[str, int] = {}  # name -> assignments after its declaration
         self.inits: dict[str, object] = {}  # local name -> initialiser node
         self.barriers = self.atomics = False
@@ -450,6 +454,10 @@ class _Body:
                         root, offset = self._pointer_root(value)
                         if root is not None:
                             self.ptr_alias[name] = (root, offset)
+                        else:
+                            root = self._cast_root(value)
+                            if root is not None:
+                                self.cast_alias[name] = root
             elif n.type == "assignment_expression":
                 left = _unwrap(n.child_by_field_name("left"))
                 if left is not None and left.type == "identifier":
@@ -480,6 +488,22 @@ class _Body:
             if root is not None:
                 return root, _plus(off, _text(left))
         return None, ""
+
+    def _cast_root(self, value) -> str | None:
+        """The argument a pointer cast to another type points into (`reinterpret_cast<pack8 *>(x + i)`)."""
+        stack = [value]
+        while stack:
+            n = stack.pop()
+            if n.type == "identifier":
+                name = _text(n)
+                if name in self.pointers:
+                    return name
+                if name in self.ptr_alias:
+                    return self.ptr_alias[name][0]
+                if name in self.cast_alias:
+                    return self.cast_alias[name]
+            stack.extend(n.children)
+        return None
 
     def single_locals(self) -> dict[str, object]:
         return {n: v for n, v in self.inits.items() if not self.assigned.get(n)}
@@ -519,6 +543,12 @@ class _Body:
                 self.atomics = True
         if t == "subscript_expression" and self.kernel:
             self._access(node, loops, unconditional)
+        if t == "subscript_expression" and loops:
+            self._register_index(node, loops)
+        if t == "identifier" and self.kernel and loops and _text(node) in \
+                self.pointers | set(self.ptr_alias) | set(self.cast_alias):
+            for lp in loops:
+                self.loops[lp] = _with(self.loops[lp], accesses=self.loops[lp].accesses + 1)
         if t == "assignment_expression" and loops:
             self._accumulator(node, loops[-1])
         for c in node.children:
@@ -557,11 +587,22 @@ class _Body:
         index = _text(inner[0])
         if via and offset != "0":
             index = f"{offset} + ({index})"
-        for lp in loops:
-            self.loops[lp] = _with_access(self.loops[lp])
         self.accesses.append(Access(name, index, write, read, self.f.node_span(node),
                                     self.f.node_span(inner[0]), loops[-1] if loops else None,
                                     unconditional, via, offset if via else "", tuple(self.under)))
+
+    def _register_index(self, node, loops: list[int]) -> None:
+        """Mark the loops whose variable indexes an array that is no pointer argument."""
+        arr = _unwrap(node.child_by_field_name("argument"))
+        if arr is None or (arr.type == "identifier" and _text(arr) in
+                           self.pointers | set(self.ptr_alias) | set(self.cast_alias)):
+            return
+        if arr.type == "identifier" and _text(arr) not in self.inits and not self.kernel:
+            return  # a helper's parameter: a pointer the helper was given
+        names = _names(node.child_by_field_name("indices") or node)
+        for lp in loops:
+            if self.loops[lp].var and self.loops[lp].var in names:
+                self.loops[lp] = _with(self.loops[lp], register_index=True)
 
     def _loop(self, node, loops: list[int]) -> int:
         span = self.f.node_span(node)
@@ -747,7 +788,7 @@ class _Body:
         """Pointer arguments (or local pointers into them) used other than as `p[index]` or in the
         initialiser of a local pointer: accesses this analysis cannot see."""
         names = self.pointers | set(self.ptr_alias)
-        out = []
+        out = [root for root in self.cast_alias.values()]
         stack = [self.body]
         while stack:
             n = stack.pop()
@@ -821,8 +862,8 @@ def _declared(node) -> tuple[str, bool]:
     return (_text(node) if node is not None else ""), pointer
 
 
-def _with_access(lp: Loop) -> Loop:
-    return Loop(**{**lp.__dict__, "accesses": lp.accesses + 1})
+def _with(lp: Loop, **changes) -> Loop:
+    return Loop(**{**lp.__dict__, **changes})
 
 
 def _returns(node) -> bool:

@@ -101,7 +101,7 @@ def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None) -> lis
     with no kernel to analyse has them all lifted."""
     if analyses is None:
         analyses = analyse(source)
-    hot = {lp.pragma for a in analyses for lp in a.loops if lp.pragma is not None}
+    hot = {lp.pragma for a in analyses for lp in a.loops if lp.pragma is not None and lp.hot}
     lifts: list[Lift] = []
     unrolls = 0
     lines = _Lines(source)
