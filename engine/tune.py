@@ -331,6 +331,7 @@ class TuneRun:
             from .backends.cuda_toolchain import compiler_summary
             self.note(f"compiling ahead in {ahead.pool.jobs} processes: {compiler_summary()}")
         winner_ok = None
+        inflight: deque = deque()
         try:
             try:
                 worker.start()
@@ -353,13 +354,21 @@ class TuneRun:
                     break
                 why = rules.reason(len(results), time.monotonic() - started,
                                    best.sol_fraction if best is not None else None, since_improvement)
-                if why:
+                if why and not inflight:
                     reason = why
                     break
-                item = ahead.next()
-                if item is None:
+                # Up to two configurations at the worker: while it evaluates one, the next is
+                # already there (never more than the budget or the patience could use); once a
+                # rule says stop, what is already there is still recorded.
+                while not why and len(inflight) < 2 and not self._enough(
+                        rules, len(results) + len(inflight), since_improvement + len(inflight)):
+                    item = ahead.next()
+                    if item is None:
+                        break
+                    inflight.append(self._submit(worker, item))
+                if not inflight:
                     break
-                config, result = item[0], self._evaluate(worker, item)
+                config, result = self._collect(worker, inflight.popleft())
                 strategy.observe(config, result)
                 results.append(result)
                 new += 1
@@ -497,15 +506,30 @@ class TuneRun:
         return CompilePool(template, f"sm_{cc}" if cc else "sm_90", jobs)
 
     @staticmethod
-    def _evaluate(worker: Worker, item: tuple) -> Result:
+    def _enough(rules: StopRules, evaluated: int, since_improvement: int) -> bool:
+        """Whether results already coming would reach the budget or the patience."""
+        return bool((rules.budget and evaluated >= rules.budget)
+                    or (rules.patience and since_improvement >= rules.patience))
+
+    @staticmethod
+    def _submit(worker: Worker, item: tuple) -> tuple:
+        """Send a proposal to the worker (its compilation finished first); (config, None) when
+        sent, (config, result) when it failed to compile and needs no device."""
         config, future = item
         if future is None:
-            return worker.evaluate(config.as_dict())
+            worker.submit(config.as_dict())
+            return config, None
         try:
             built = future.result()
         except CompileError as e:
-            return Result(config=config.as_dict(), status="compile_error", message=str(e))
-        return worker.evaluate(config.as_dict(), (built.binary, dict(built.info), built.cached, built.seconds))
+            return config, Result(config=config.as_dict(), status="compile_error", message=str(e))
+        worker.submit(config.as_dict(), (built.binary, dict(built.info), built.cached, built.seconds))
+        return config, None
+
+    @staticmethod
+    def _collect(worker: Worker, entry: tuple) -> tuple:
+        config, ready = entry
+        return config, ready if ready is not None else worker.result()
 
 
 class _Ahead:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from collections import deque
 import tempfile
 import time
 import warnings
@@ -141,6 +142,11 @@ class Worker:
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
+        # Evaluations sent and not answered, oldest first: the parent sends the next one before it
+        # handles a result, so the device never waits for the parent.
+        self._pending: deque[tuple] = deque()
+        self._head_since = 0.0  # when the oldest pending evaluation became the one running
+        self._head_log = 0
         self.restarts = 0
         self._starts = 0
         self.info: dict = {}
@@ -195,6 +201,8 @@ class Worker:
 
     def _call(self, msg: tuple) -> tuple[str, Any]:
         """Send a request; ('timeout', s), ('crashed', text) or the child's reply."""
+        while self._pending:  # answers come in order: earlier evaluations first
+            self.result()
         self._ensure()
         log_size = _size(self.log_path)
         t0 = time.perf_counter()
@@ -211,17 +219,59 @@ class Worker:
 
     def evaluate(self, config: Mapping[str, Any], built: tuple | None = None) -> Result:
         """Evaluate one configuration; `built` is (binary, info, cached, seconds) from the pool."""
-        config = dict(config)
-        kind, payload = self._call(("eval", config, built))
-        if kind == "timeout":
+        self.submit(config, built)
+        return self.result()
+
+    def submit(self, config: Mapping[str, Any], built: tuple | None = None) -> None:
+        """Send a configuration to evaluate; results come back in order from `result`."""
+        if not self._pending or self._conn is None:
+            self._ensure()  # a child that died with evaluations pending is found by `result`
+        msg = ("eval", dict(config), built)
+        if not self._pending:
+            self._head_since, self._head_log = time.perf_counter(), _size(self.log_path)
+        self._pending.append(msg)
+        try:
+            self._conn.send(msg)
+        except (OSError, BrokenPipeError):
+            pass  # the child is gone: `result` finds out and sends the rest to a new one
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def result(self) -> Result:
+        """The result of the oldest configuration submitted. A timeout or a crash is that
+        configuration's result; the ones sent after it go to a new worker."""
+        config = dict(self._pending[0][1])
+        left = self.config_timeout - (time.perf_counter() - self._head_since)
+        if self._conn is None or not self._conn.poll(max(0.0, left)):
+            waited = time.perf_counter() - self._head_since
+            self._pending.popleft()
+            self._kill()
+            self._resend()
             return Result(config=config, status="timeout",
                           message=f"no result within {self.config_timeout:.0f} s; the worker was restarted",
-                          time_s=payload)
-        if kind == "crashed":
-            return Result(config=config, status="crashed", message=payload)
+                          time_s=waited)
+        try:
+            payload = self._conn.recv()
+        except (EOFError, OSError):
+            self._pending.popleft()
+            code = self._kill()
+            detail = _read_from(self.log_path, self._head_log)
+            self._resend()
+            return Result(config=config, status="crashed", message=f"the worker died ({_exit_text(code)}){detail}")
+        self._pending.popleft()
+        self._head_since, self._head_log = time.perf_counter(), _size(self.log_path)
         if len(payload) > 2 and payload[2]:
-            self._kill()  # the child is ending on its own; wait for it before the next request
+            self._kill()  # the child is ending on its own; what was sent after goes to the next one
+            self._resend()
         return Result.from_dict(payload[1])
+
+    def _resend(self) -> None:
+        rest = list(self._pending)
+        self._pending.clear()
+        for _, config, built in rest:
+            self.submit(config, built)
 
     def verify_again(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> tuple[bool, str]:
         kind, payload = self._call(("verify", dict(config), list(seeds)))
