@@ -44,6 +44,9 @@ BARRIERS = {"__syncthreads", "barrier", "work_group_barrier", "__syncwarp", "sub
 ATOMIC_PREFIXES = ("atomic", "atom_", "__atomic")
 MAX_FUNCTIONS = {"max", "fmax", "fmaxf", "__hmax", "fmax_", "maxf"}
 MIN_FUNCTIONS = {"min", "fmin", "fminf", "__hmin"}
+# loads and stores with a cache hint, on an element's address: read (or written) as the element
+LOAD_INTRINSICS = {"__ldg", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv"}
+STORE_INTRINSICS = {"__stcs", "__stcg", "__stwb", "__stwt"}
 EXP_FUNCTIONS = {"exp", "expf", "__expf", "exp2", "exp2f", "native_exp", "half_exp", "hexp", "__expf"}
 # functions whose value depends only on their arguments (an index built from them moves as they do)
 PURE_INDEX = {"min", "max", "abs"}
@@ -110,6 +113,8 @@ class Access:
     via: str = ""  # the local pointer it goes through, when it does
     offset: str = ""  # that pointer's offset from the argument
     under: tuple[Span, ...] = ()  # the ifs, loops and conditional expressions around it, outermost first
+    call: str = ""  # a cache-hint intrinsic it goes through (`__ldg(&x[i])`, `__stcs(&y[i], v)`): `span` is the call's
+    value_span: Span | None = None  # a store intrinsic's value
 
 
 @dataclass(frozen=True)
@@ -425,6 +430,7 @@ class _Body:
         self.assigned: dict[str, int] = {}  # name -> assignments after its declaration
         self.inits: dict[str, object] = {}  # local name -> initialiser node
         self.barriers = self.atomics = False
+        self.escaped: list[str] = []  # arrays whose element's address is taken (not by a cache-hint intrinsic)
         if kernel:
             sig = f.signatures.get(self.name)
             self.pointers = {a.name for a in sig.args if a.pointer} if sig is not None else set()
@@ -573,6 +579,7 @@ class _Body:
         while parent is not None and parent.type == "parenthesized_expression":
             parent = parent.parent
         write = read = False
+        call = value = None
         if parent is not None and parent.type == "assignment_expression" and \
                 parent.child_by_field_name("left").start_byte == node.start_byte:
             write = True
@@ -581,15 +588,26 @@ class _Body:
             write = read = True
         elif parent is not None and parent.type == "pointer_expression" and \
                 _text(parent.child_by_field_name("operator")) == "&":
-            write = read = True  # its address escapes: taken as both
+            call, value = _intrinsic(parent)
+            if call is None:
+                write = read = True  # its address escapes: taken as both, and opaque
+                self.escaped.append(name)
+            elif _callee(call.child_by_field_name("function")) in LOAD_INTRINSICS:
+                read = True
+            else:
+                write = True
         else:
             read = True
+            call = value = None
         index = _text(inner[0])
         if via and offset != "0":
             index = f"{offset} + ({index})"
-        self.accesses.append(Access(name, index, write, read, self.f.node_span(node),
+        span = self.f.node_span(call) if call is not None else self.f.node_span(node)
+        self.accesses.append(Access(name, index, write, read, span,
                                     self.f.node_span(inner[0]), loops[-1] if loops else None,
-                                    unconditional, via, offset if via else "", tuple(self.under)))
+                                    unconditional, via, offset if via else "", tuple(self.under),
+                                    _callee(call.child_by_field_name("function")) if call is not None else "",
+                                    self.f.node_span(value) if value is not None else None))
 
     def _register_index(self, node, loops: list[int]) -> None:
         """Mark the loops whose variable indexes an array that is no pointer argument."""
@@ -788,7 +806,7 @@ class _Body:
         """Pointer arguments (or local pointers into them) used other than as `p[index]` or in the
         initialiser of a local pointer: accesses this analysis cannot see."""
         names = self.pointers | set(self.ptr_alias)
-        out = [root for root in self.cast_alias.values()]
+        out = [root for root in self.cast_alias.values()] + self.escaped
         stack = [self.body]
         while stack:
             n = stack.pop()
@@ -846,6 +864,22 @@ class _Body:
                 return Guard(var, _text(right), "return", self.f.node_span(stmt))
             return None
         return None
+
+
+def _intrinsic(address) -> tuple[object | None, object | None]:
+    """(the call, a store's value node) when `&x[i]` is the address a cache-hint intrinsic loads
+    from or stores to; (None, None) otherwise."""
+    args = address.parent
+    call = args.parent if args is not None and args.type == "argument_list" else None
+    if call is None or call.type != "call_expression":
+        return None, None
+    name = _callee(call.child_by_field_name("function"))
+    named = [c for c in args.named_children if c.type != "comment"]
+    if name in LOAD_INTRINSICS and len(named) == 1:
+        return call, None
+    if name in STORE_INTRINSICS and len(named) == 2 and named[0].id == address.id:
+        return call, named[1]
+    return None, None
 
 
 def _declared(node) -> tuple[str, bool]:

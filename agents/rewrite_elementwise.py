@@ -218,7 +218,11 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         if cuda:
             checks.append(f"kt_aligned<{vec}>({address})")
         for x in xs:
-            replace.append((x.span, f"{reg}[kt_k]"))
+            if x.call and x.value_span is not None:  # `__stcs(&y[i], v)`: the value goes to the register
+                replace.append((Span(x.span.start, x.value_span.start), f"({reg}[kt_k] = ("))
+                replace.append((Span(x.value_span.end, x.span.end), "))"))
+            else:
+                replace.append((x.span, f"{reg}[kt_k]"))
     vector_code = _indented(_replaced(src, body_first, body_last, replace), column, 20)
 
     ind = "    "

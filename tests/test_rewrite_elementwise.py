@@ -143,3 +143,37 @@ def test_the_cuda_rewrite_compiles_at_other_configurations(name):
     assert info.get("spill_stores", 0) == 0 and info.get("stack_frame", 0) == 0
     grid, block = original_launch(t, GPU)
     assert block == ["256"] and proposal.block == ("BLOCK",)
+
+
+RESIDUAL_HINTS = """__global__ void residual_add(float *out, const float *x, const float *residual, int n) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < n) {
+        __stcs(&out[idx], __ldcs(&x[idx]) + __ldcs(&residual[idx]));
+    }
+}
+"""
+
+
+def test_cache_hint_intrinsics_on_an_elements_address_are_read_and_written_as_the_element():
+    a = classify(RESIDUAL_HINTS)
+    assert a.kind == "elementwise"
+    assert [(x.array, x.read, x.write, x.call) for x in a.accesses] == [
+        ("out", False, True, "__stcs"), ("x", True, False, "__ldcs"), ("residual", True, False, "__ldcs")]
+    t = load_template(NAIVE / "residual_add")
+    got = rewrite(RewriteContext(t, "cuda", RESIDUAL_HINTS, a, ("ceil_div(n, 256)",), ("256",), {}, GPU))
+    assert not isinstance(got, Declined), got
+    assert "(kt_r0[kt_k] = (kt_r1[kt_k] + kt_r2[kt_k]));" in got.source
+    # another function given an element's address could reach its neighbours: not elementwise
+    escaped = classify(RESIDUAL_HINTS.replace("__stcs(&out[idx], __ldcs(&x[idx]) + __ldcs(&residual[idx]));",
+                                              "store(&out[idx], x[idx]);"))
+    assert escaped.kind == "neither" and "out" in escaped.opaque
+
+
+@pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
+def test_the_rewrite_of_a_kernel_with_cache_hints_compiles():
+    t = load_template(NAIVE / "residual_add")
+    got = rewrite(RewriteContext(t, "cuda", RESIDUAL_HINTS, classify(RESIDUAL_HINTS), ("ceil_div(n, 256)",),
+                                 ("256",), {}, GPU))
+    defines = {"VEC": "4", "ITEMS": "2", "GRID": "0", "CACHE": "1", "BOUNDS": "0"}
+    _, info, _ = cuda.compile_cubin(got.source, "residual_add", defines, (), "sm_90")
+    assert info.get("spill_stores", 0) == 0
