@@ -13,11 +13,11 @@ kerntune's evaluator verifies with first at the tuning size, with the template's
 as `answer`, compared with kerntune's own tolerance (engine/evaluate.py `compare`).
 
 Printed: configurations evaluated, end-to-end wall time and configurations per second; each
-tool's winner as it timed it; both winners timed again by kerntune's evaluator, alternating,
-median of every timed launch; and the seconds each tool's search needs to reach a configuration
-within 3% of the exhaustive best: kerntune's `model` strategy against the best of Kernel Tuner's
-strategies, each with the same evaluation budget. Each tool's 3% set is the configurations its
-own exhaustive run timed within 3% of its own best.
+tool's winner as it timed it; both winners timed again by kerntune's evaluator in a process of its
+own, alternating, median of every timed launch; and the seconds each tool's search needs to reach
+a configuration within 3% of the exhaustive best: kerntune's `model` strategy against the best of
+Kernel Tuner's strategies, each with the same evaluation budget. Each tool's 3% set is the
+configurations its own exhaustive run timed within 3% of its own best.
 
 Each tool compiles from nothing in every run: kerntune's cubin cache and CuPy's kernel cache
 point at new empty folders per run, and PoCL's kernel cache is off.
@@ -32,12 +32,14 @@ os.environ.setdefault("POCL_KERNEL_CACHE", "0")
 
 import argparse  # noqa: E402
 import math  # noqa: E402
+import multiprocessing as mp  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
@@ -389,6 +391,20 @@ def retime(template: Template, problem: Problem, backend: str, device: int, conf
     return [(statistics.median(t) if t else math.nan, len(t), s) for t, s in zip(times, status)]
 
 
+def retime_apart(spec: Path, problem: str | None, backend: str, device: int, configs: Sequence[dict],
+                 seed: int, rounds: int) -> list[tuple[float, int, str]]:
+    """`retime` in a new process: nothing either tool left behind in this one (contexts, queues,
+    memory pools, threads) shares the device with the timed launches."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(_retime_spec, str(spec), problem, backend, device, list(configs), seed, rounds).result()
+
+
+def _retime_spec(spec: str, problem: str | None, backend: str, device: int, configs: list[dict], seed: int,
+                 rounds: int) -> list[tuple[float, int, str]]:
+    template = load_template(spec)
+    return retime(template, template.problem(problem), backend, device, configs, seed, rounds)
+
+
 # -- the bench ---------------------------------------------------------------------------------
 
 def _opencl_place(device: int) -> tuple[int, int, Callable[[int], Any]]:
@@ -519,7 +535,8 @@ def bench(args: argparse.Namespace) -> int:
                 searches.setdefault(("Kernel Tuner", s), []).append(run_kernel_tuner(job, s, budget, seed))
     if ours.best is not None and theirs.best is not None:
         _step("both winners, kerntune's evaluator")
-        common = retime(template, problem, backend, args.device, [ours.best, theirs.best], args.seed, args.rounds)
+        common = retime_apart(template.spec_path, args.problem, backend, args.device, [ours.best, theirs.best],
+                              args.seed, args.rounds)
     else:
         common = [(math.nan, 0, "no winner")] * 2
     print_tables(ours, theirs, common, searches, budget)
