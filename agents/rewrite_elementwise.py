@@ -189,12 +189,18 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     column = body_first - (src.rfind("\n", 0, body_first) + 1)
     element_code = _indented(src[body_first:body_last], column, 20)
 
+    # the pack's first element in the original's index type: `(int)kt_i0 / d` divides in 32 bits
+    # where the original did (its indices fit, or the original would overflow too)
+    words = [w for w, _ in source_tokens(decl_text)]
+    head_words = words[:words.index(a.element)] if a.element in words else []
+    etype = " ".join(w for w in head_words if w not in ("const", "register", "*"))
+    first_element = f"(({etype})kt_i0)" if etype else "kt_i0"
     regs: list[str] = []
     loads: list[str] = []
     stores: list[str] = []
     checks = [f"kt_i0 + {vec} <= kt_n"]
     for operand, divisor in dict.fromkeys(conditions):
-        op0 = inline(a, operand, {a.element: "kt_i0"})
+        op0 = inline(a, operand, {a.element: first_element})
         checks.append(f"(({op0}) % ({divisor})) + {vec} <= ({divisor})")
     replace: list[tuple[Span, str]] = []
     for n, ((arr, _), xs) in enumerate(streams.items()):
@@ -202,7 +208,7 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         if not ctype:
             raise _Decline(f"the element type of `{arr}` is not known")
         reg = f"kt_r{n}"
-        first = inline(a, xs[0].index, {a.element: "kt_i0"})
+        first = inline(a, xs[0].index, {a.element: first_element})
         address = f"{arr} + ({first})"
         written = any(x.write for x in xs)
         read = any(x.read for x in xs)

@@ -72,9 +72,10 @@ def test_the_default_is_the_original_token_for_token_and_the_rewrite_sits_beside
     assert out.count(kernel) == 1 and out.index("#else\n" + kernel) > out.index("#if VEC != 1")
     assert out.endswith(kernel + "\n#endif\n")
     # whole packs only where every index stays in the row and in range; the rest element by element
-    assert "kt_i0 + VEC <= kt_n && ((kt_i0) % (d)) + VEC <= (d)" in out
-    assert "KT_LOAD(kt_r0, x + ((kt_i0 / d) * 2 * d + (kt_i0 % d)));" in out
-    assert "KT_STORE(out + (kt_i0), kt_r" in out
+    # (the pack's first element in the original's index type: int division where it divided ints)
+    assert "kt_i0 + VEC <= kt_n && ((((int)kt_i0)) % (d)) + VEC <= (d)" in out
+    assert "KT_LOAD(kt_r0, x + ((((int)kt_i0) / d) * 2 * d + (((int)kt_i0) % d)));" in out
+    assert "KT_STORE(out + (((int)kt_i0)), kt_r" in out
     assert proposal.grid[0].startswith("min(ceil_div((tokens) * (d), (BLOCK) * VEC * ITEMS)")
 
 
