@@ -306,46 +306,48 @@ def apply(source: str, lifts: list[Lift], launches: list[tuple[str, int]] = (),
 def _insert_after_prelude(source: str, text: str) -> str:
     """After the leading comments and #include lines (and #if groups of includes, typedefs and
     defines, such as one choosing the element type): before anything that could use a parameter."""
-    lines = source.splitlines(keepends=True)
-    pos = 0
-    in_block = False
-    last_include = -1
-    depth = 0
-    for i, line in enumerate(lines):
-        s = line.strip()
-        if in_block:
-            in_block = "*/" not in s
+    (root, _), = syntax_nodes(source, ("translation_unit",)) or [(None, None)]
+    end = first = None
+    for node in (root.children if root is not None else []):
+        if node.type == "comment":
             continue
-        if s.startswith("/*"):
-            in_block = "*/" not in s
+        if node.type == "preproc_include" or (node.type in ("preproc_if", "preproc_ifdef") and _declarations_only(node)):
+            end = span_of(source, node).end
             continue
-        if not s or s.startswith("//"):
-            continue
-        if re.match(r"#\s*include\b", s) and depth == 0:
-            last_include = i
-            continue
-        if re.match(r"#\s*if(n?def)?\b", s):
-            depth += 1
-            continue
-        if depth and re.match(r"#\s*endif\b", s):
-            depth -= 1
-            if depth == 0:
-                last_include = i
-            continue
-        if depth and (s.startswith("#") or s.startswith("typedef ")):
-            continue
+        first = span_of(source, node).start
         break
-    # (a group holding more than declarations ends the prelude before it: last_include is set only
-    # at depth 0)
-    pos = last_include + 1 if last_include >= 0 else _after_comments(lines)
-    return "".join(lines[:pos]) + ("\n" if pos and lines[pos - 1].strip() else "") + text + "".join(lines[pos:])
+    if end is not None:
+        pos = source.find("\n", end)
+        pos = len(source) if pos < 0 else pos + 1
+    elif first is not None:
+        pos = source.rfind("\n", 0, first) + 1
+    else:
+        pos = len(source)
+    before = source[:pos]
+    if before and not before.endswith("\n"):
+        before += "\n"
+    last = before[:-1].rsplit("\n", 1)[-1] if before else ""
+    return before + ("\n" if last.strip() else "") + text + source[pos:]
 
 
-def _after_comments(lines: list[str]) -> int:
-    i = 0
-    while i < len(lines) and (lines[i].strip().startswith("//") or not lines[i].strip()):
-        i += 1
-    return i
+# what a prelude's #if group may hold: includes, typedefs, defines and nested groups of them
+_PRELUDE = {"preproc_include", "type_definition", "alias_declaration", "preproc_def", "preproc_function_def",
+            "preproc_call", "comment", "preproc_else", "preproc_elif", "preproc_elifdef", "preproc_if",
+            "preproc_ifdef"}
+
+
+def _declarations_only(group) -> bool:
+    condition = group.child_by_field_name("condition")
+    name = group.child_by_field_name("name")
+    for child in group.named_children:
+        if (condition is not None and child.id == condition.id) or (name is not None and child.id == name.id):
+            continue
+        if child.type not in _PRELUDE:
+            return False
+        if child.type in ("preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif", "preproc_elifdef") \
+                and not _declarations_only(child):
+            return False
+    return True
 
 
 # value ranges ----------------------------------------------------------------------------------
