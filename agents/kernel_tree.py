@@ -47,6 +47,9 @@ MIN_FUNCTIONS = {"min", "fmin", "fminf", "__hmin"}
 # loads and stores with a cache hint, on an element's address: read (or written) as the element
 LOAD_INTRINSICS = {"__ldg", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv"}
 STORE_INTRINSICS = {"__stcs", "__stcg", "__stwb", "__stwt"}
+# OpenCL's half storage read and written as float: vload_half(i, p), vstore_half(v, i, p)
+HALF_LOADS = {"vload_half", "vloada_half"}
+HALF_STORES = {"vstore_half", "vstore_half_rte", "vstorea_half", "vstorea_half_rte"}
 EXP_FUNCTIONS = {"exp", "expf", "__expf", "exp2", "exp2f", "native_exp", "half_exp", "hexp", "__expf"}
 # functions whose value depends only on their arguments (an index built from them moves as they do)
 PURE_INDEX = {"min", "max", "abs"}
@@ -430,6 +433,7 @@ class _Body:
         self.assigned: dict[str, int] = {}  # name -> assignments after its declaration
         self.inits: dict[str, object] = {}  # local name -> initialiser node
         self.barriers = self.atomics = False
+        self.half_args: set = set()  # the pointer arguments of vload_half / vstore_half calls read as accesses
         self.escaped: list[str] = []  # arrays whose element's address is taken (not by a cache-hint intrinsic)
         if kernel:
             sig = f.signatures.get(self.name)
@@ -547,6 +551,8 @@ class _Body:
                 self.barriers = True
             if name.startswith(ATOMIC_PREFIXES):
                 self.atomics = True
+            if name in HALF_LOADS | HALF_STORES and self.kernel:
+                self._half_access(node, name, loops, unconditional)
         if t == "subscript_expression" and self.kernel:
             self._access(node, loops, unconditional)
         if t == "subscript_expression" and loops:
@@ -608,6 +614,29 @@ class _Body:
                                     unconditional, via, offset if via else "", tuple(self.under),
                                     _callee(call.child_by_field_name("function")) if call is not None else "",
                                     self.f.node_span(value) if value is not None else None))
+
+    def _half_access(self, call, name: str, loops: list[int], unconditional: bool) -> None:
+        """OpenCL's `vload_half(i, p)` and `vstore_half(v, i, p)`: p's element i, read or written (as
+        a float)."""
+        args = [c for c in call.child_by_field_name("arguments").named_children if c.type != "comment"]
+        want = 2 if name in HALF_LOADS else 3
+        if len(args) != want or args[-1].type != "identifier":
+            return
+        array = _text(args[-1])
+        via, offset = "", ""
+        if array in self.ptr_alias:
+            via, (array, offset) = array, self.ptr_alias[array]
+        if array not in self.pointers:
+            return
+        index = _text(args[-2])
+        if via and offset != "0":
+            index = f"{offset} + ({index})"
+        self.half_args.add(args[-1].id)
+        store = name in HALF_STORES
+        self.accesses.append(Access(array, index, store, not store, self.f.node_span(call),
+                                    self.f.node_span(args[-2]), loops[-1] if loops else None, unconditional,
+                                    via, offset if via else "", tuple(self.under), name,
+                                    self.f.node_span(args[0]) if store else None))
 
     def _register_index(self, node, loops: list[int]) -> None:
         """Mark the loops whose variable indexes an array that is no pointer argument."""
@@ -813,7 +842,7 @@ class _Body:
             if n.type == "identifier" and _text(n) in names:
                 parent = n.parent
                 ok = parent is not None and parent.type == "subscript_expression" and \
-                    parent.child_by_field_name("argument") == n
+                    parent.child_by_field_name("argument") == n or n.id in self.half_args
                 decl = n
                 while decl is not None and decl.type not in ("init_declarator", "compound_statement"):
                     decl = decl.parent

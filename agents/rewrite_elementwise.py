@@ -28,7 +28,7 @@ from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
-from .kernel_tree import Span, index_slope, inline, source_tokens, thread_reads
+from .kernel_tree import HALF_LOADS, HALF_STORES, Span, index_slope, inline, source_tokens, thread_reads
 from .lift import fresh_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,6 +81,17 @@ OPENCL_HELPERS = """\
 #else
 #define KT_LOAD(dst, src) KT_CAT(vstore, {vec})(KT_CAT(vload, {vec})(0, (src)), 0, (dst))
 #define KT_STORE(dst, src) KT_CAT(vstore, {vec})(KT_CAT(vload, {vec})(0, (src)), 0, (dst))
+#endif
+"""
+
+OPENCL_HALF_HELPERS = """\
+// kerntune: packs of half storage read and written as float, like vload_half / vstore_half
+#if {vec} == 1
+#define KT_LOAD_HALF(dst, src) ((dst)[0] = vload_half(0, (src)))
+#define KT_STORE_HALF(dst, src) vstore_half((src)[0], 0, (dst))
+#else
+#define KT_LOAD_HALF(dst, src) KT_CAT(vstore, {vec})(KT_CAT(vload_half, {vec})(0, (src)), 0, (dst))
+#define KT_STORE_HALF(dst, src) KT_CAT(vstore_half, {vec})(KT_CAT(vload, {vec})(0, (src)), 0, (dst))
 #endif
 """
 
@@ -203,8 +214,14 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         op0 = inline(a, operand, {a.element: first_element})
         checks.append(f"(({op0}) % ({divisor})) + {vec} <= ({divisor})")
     replace: list[tuple[Span, str]] = []
+    halves = False
     for n, ((arr, _), xs) in enumerate(streams.items()):
         ctype = a.arg_types.get(xs[0].array) or a.arg_types.get(xs[0].via, "")
+        half = {x.call in HALF_LOADS | HALF_STORES for x in xs}
+        if half == {True, False}:
+            raise _Decline(f"`{arr}` is read both as half and through vload_half / vstore_half")
+        if half == {True}:
+            ctype, halves = "float", True  # vload_half gives floats; vstore_half rounds them
         if not ctype:
             raise _Decline(f"the element type of `{arr}` is not known")
         reg = f"kt_r{n}"
@@ -215,12 +232,13 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         whole = all(x.under in ((), (a.guard.span,)) for x in xs if x.write) and \
             (a.guard.form == "if" or all(x.under == () for x in xs if x.write))
         regs.append(f"__align__(16) {ctype} {reg}[{vec}];" if cuda else f"{ctype} {reg}[{vec}];")
+        suffix = "_HALF" if half == {True} else ""
         if read or not whole:
             loads.append(f"kt_load<{vec}, {names['CACHE']}>({reg}, {address});" if cuda
-                         else f"KT_LOAD({reg}, {address});")
+                         else f"KT_LOAD{suffix}({reg}, {address});")
         if written:
             stores.append(f"kt_store<{vec}, {names['CACHE']}>({address}, {reg});" if cuda
-                          else f"KT_STORE({address}, {reg});")
+                          else f"KT_STORE{suffix}({address}, {reg});")
         if cuda:
             checks.append(f"kt_aligned<{vec}>({address})")
         for x in xs:
@@ -254,6 +272,8 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     )
     switches = [f"{vec} != 1", f"{items} != 1", f"{grid_p} != 0"]
     helpers = CUDA_HELPERS if cuda else OPENCL_HELPERS.format(vec=vec)
+    if halves:
+        helpers += OPENCL_HALF_HELPERS.format(vec=vec)
     if cuda:
         switches.append(f"{names['CACHE']} != 0")
     if bounds_param:

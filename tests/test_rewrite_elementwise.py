@@ -27,7 +27,7 @@ CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_
 GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132)
 FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
 SMALL = {"gelu": {"n": 20011}, "residual_add": {"n": 20011}, "adamw": {"n": 20011},
-         "silu_mul_f32": {"tokens": 3, "d": 2050}}
+         "silu_mul_f32": {"tokens": 3, "d": 2050}, "silu_mul": {"tokens": 3, "d": 2050}}
 ODD_CONFIGS = ({"VEC": 4}, {"VEC": 8, "ITEMS": 2}, {"VEC": 2, "GRID": 1, "BLOCK": 64}, {"VEC": 4, "ITEMS": 4, "GRID": 4})
 
 
@@ -77,6 +77,15 @@ def test_the_default_is_the_original_token_for_token_and_the_rewrite_sits_beside
     assert "KT_LOAD(kt_r0, x + ((((int)kt_i0) / d) * 2 * d + (((int)kt_i0) % d)));" in out
     assert "KT_STORE(out + (((int)kt_i0)), kt_r" in out
     assert proposal.grid[0].startswith("min(ceil_div((tokens) * (d), (BLOCK) * VEC * ITEMS)")
+
+
+def test_half_storage_through_vload_half_moves_in_packs_of_floats():
+    _, proposal, _ = templated("residual_add_f16", "opencl", CPU)
+    out = proposal.sources["opencl"]
+    assert "float kt_r0[VEC];" in out and "KT_LOAD_HALF(kt_r1, x + (((int)kt_i0)));" in out
+    assert "(kt_r0[kt_k] = (kt_r1[kt_k] + kt_r2[kt_k]));" in out
+    assert "KT_STORE_HALF(out + (((int)kt_i0)), kt_r0);" in out
+    assert dict((p.name, p.values) for p in proposal.parameters)["VEC"] == (1, 2, 4, 8, 16)
 
 
 def test_an_output_written_on_every_path_is_not_loaded_first_and_an_inout_array_is():
