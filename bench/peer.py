@@ -194,7 +194,7 @@ def kernel_tuner_job(template: Template, problem: Problem, space: Space, backend
             answer.append(None)
             continue
         if a.role == "output":
-            # NaN bytes, as kerntune's first poison: an element the kernel never writes fails
+            # all-ones bytes (NaN in a float), kerntune's first poison: an unwritten element fails
             shape = inputs.checks[a.name].shape
             data = np.full(int(np.prod(shape)) * np_dtype(a.dtype).itemsize, 0xFF, dtype=np.uint8)
             data = data.view(np_dtype(a.dtype)).reshape(shape)
