@@ -10,8 +10,8 @@ Parameters (each default gives the original kernel, token for token, through `#i
 - `GRID`: 0 launches a block per BLOCK * VEC * ITEMS elements (one pass); k > 0 launches k blocks
   per multiprocessor, which stride over the elements;
 - `CACHE` (CUDA): 1 loads and stores with the streaming hints `__ldcs` / `__stcs`;
-- `BOUNDS` (CUDA, a kernel without `__launch_bounds__`): k > 0 declares
-  `__launch_bounds__(BLOCK, k)`.
+- `BOUNDS` (CUDA, a kernel without `__launch_bounds__`): the rewritten kernel declares
+  `__launch_bounds__(BLOCK, BOUNDS)`, the blocks per multiprocessor the compiler must fit.
 
 The analysis (agents/kernel_tree.py) must show a thread per element with a guard `if (i < n)` or
 `if (i >= n) return;`, every array read or written at an index that moves one for one with the
@@ -188,7 +188,7 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     if cuda and "__launch_bounds__" not in head and (block0.isidentifier() or block0.isdigit()):
         bounds_param = names["BOUNDS"]
         cut = a.name_span.start - head_start
-        head = head[:cut] + f"KT_BOUNDS({block0}) " + head[cut:]
+        head = head[:cut] + f"__launch_bounds__({block0}, {bounds_param}) " + head[cut:]
     elem_decl = next(t for t in a.thread_indices if t.name == a.element)
     decl_text = src[elem_decl.span.start:elem_decl.span.end]
     cut = decl_text.rfind(elem_decl.expr)
@@ -278,8 +278,6 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         switches.append(f"{names['CACHE']} != 0")
     if bounds_param:
         switches.append(f"{bounds_param} != 0")
-        helpers += (f"#if {bounds_param} > 0\n#define KT_BOUNDS(b) __launch_bounds__(b, {bounds_param})\n"
-                    "#else\n#define KT_BOUNDS(b)\n#endif\n")
     text = (f"#if {' || '.join(switches)}\n{helpers}{kernel}\n#else\n{original_text}\n#endif")
     new_source = src[:head_start] + text + src[end:]
 
@@ -297,7 +295,8 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         params.append(ParamProposal(names["CACHE"], (0, 1), 0, "on or off: streaming loads and stores "
                                     "(__ldcs / __stcs), for data read or written once"))
     if bounds_param:
-        params.append(ParamProposal(bounds_param, (0, 1, 2), 0, f"0: none; k: __launch_bounds__({block0}, k)"))
+        params.append(ParamProposal(bounds_param, (0, 1, 2, 4), 0, f"blocks per multiprocessor the compiler "
+                                    f"must fit: __launch_bounds__({block0}, k) (0: the thread count alone)"))
     what = [f"{len(streams)} streams" if len(streams) != 1 else "1 stream", f"{vec}-wide packs", f"{items} per thread",
             "grid-stride or one-shot grid"]
     if cuda:
