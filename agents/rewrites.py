@@ -14,6 +14,7 @@ source the one before made; a rewrite the gate rejects is dropped by name and th
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -128,7 +129,8 @@ def _one(fn, original: Template, backend: str, sofar: Applied, defaults: dict, l
     try:
         analysis = classify(source, original.entry)
     except KernelTreeError as e:
-        return Declined(getattr(fn, "__module__", "rewrite").rsplit(".", 1)[-1], str(e))
+        module = sys.modules.get(getattr(fn, "__module__", ""))
+        return Declined(getattr(module, "NAME", getattr(fn, "__name__", "rewrite")), str(e))
     ctx = RewriteContext(original, backend, source, analysis, sofar.grid, sofar.block, dict(defaults), limits,
                          frozenset(taken))
     return fn(ctx)
