@@ -548,6 +548,16 @@ def _rate(run: Run) -> float:
     return run.evaluated / run.wall_s if run.wall_s > 0 else math.nan
 
 
+def _steady(run: Run) -> str:
+    """Configurations per second from the first result to the last, and the seconds outside that
+    span: before the first result (start-up) and after the last (final checks, shutdown)."""
+    if len(run.evaluations) < 2:
+        return "-"
+    first, last = run.evaluations[0].at_s, run.evaluations[-1].at_s
+    rate = (len(run.evaluations) - 1) / (last - first) if last > first else math.nan
+    return f"{rate:.2f} ({first:.1f} s before, {run.wall_s - last:.1f} s after)"
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -559,6 +569,7 @@ def print_tables(kt: Run, peer: Run, common: list[tuple[float, int, str]],
         ("configurations evaluated", f"{kt.evaluated}", f"{peer.evaluated}"),
         ("end-to-end wall s", f"{kt.wall_s:.1f}", f"{peer.wall_s:.1f}"),
         ("configurations/s", f"{_rate(kt):.2f}", f"{_rate(peer):.2f}"),
+        ("configurations/s from the first result to the last", _steady(kt), _steady(peer)),
         ("compile / verify / time s per configuration (medians)",
          *("{:.3f} / {:.3f} / {:.3f}".format(*r.stages()) for r in (kt, peer))),
         ("winner", _fmt_config(kt.best), _fmt_config(peer.best)),
