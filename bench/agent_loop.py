@@ -51,6 +51,15 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "gelu": (None, "gpt2-b8"),
     "gelu_bf16": (None, "gpt2-b8"),
     "adamw": (None, "gpt2-124M"),
+    # row-wise (agents/rewrite_rowwise.py)
+    "softmax_2pass": ("softmax", "llama-t2048"),
+    "softmax_3pass": ("softmax", "llama-t2048"),
+    "softmax_online": ("softmax", "llama-t2048"),
+    "softmax_bf16": (None, "llama-t2048"),
+    "layernorm": (None, "gpt2-t8192"),
+    "rmsnorm": (None, "llama-t2048"),
+    "rmsnorm_half": (None, "llama-t2048"),
+    "cross_entropy": (None, "llama-t2048"),
 }
 
 
