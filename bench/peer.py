@@ -610,11 +610,11 @@ def print_tables(kt: Run, peer: Run, common: list[tuple[float, int, str]],
     best = {tool: min(v) for tool, v in medians.items()}
     if "kerntune" in best and "Kernel Tuner" in best:
         (a, _), (b, s) = best["kerntune"], best["Kernel Tuner"]
-        if math.isfinite(a) and math.isfinite(b):
-            print(f"\nkerntune's model strategy comes within {100 * WITHIN:g}% {b / a:.2f}x sooner than Kernel "
-                  f"Tuner's best strategy here ({s}): {a:.1f} s against {b:.1f} s (medians)")
-        else:
-            print(f"\nmedian seconds to within {100 * WITHIN:g}%: kerntune {_fmt_s(a)}, Kernel Tuner ({s}) {_fmt_s(b)}")
+        line = (f"\nmedian seconds to within {100 * WITHIN:g}%: kerntune's model strategy {_fmt_s(a)}, Kernel "
+                f"Tuner's best strategy here ({s}) {_fmt_s(b)}")
+        if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0:
+            line += f": kerntune {b / a:.2f}x sooner" if b >= a else f": Kernel Tuner {a / b:.2f}x sooner"
+        print(line)
 
 
 if __name__ == "__main__":
