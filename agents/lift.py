@@ -520,6 +520,11 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         if kernel is not None and dim not in kernel.launch_dims:
             if dim > 0:
                 continue
+        held = _constants_holding(source, kernel, original.entry, literal, lifts)
+        if held:
+            notes.append(f"the kernel takes {literal} threads from {held}: the block size in dimension "
+                         f"{'xyz'[dim]} is left alone")
+            continue
         if kernel is not None:
             fixed = {(s.start, s.end) for _, s in kernel.fixed_spans}
             body = [sp for word, sp in source_tokens(source)
@@ -540,6 +545,24 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         in_grid = dim < len(grid) and bool(_literal_positions(grid[dim], literal))
         out.append(LaunchLift(dim, name, literal, in_grid))
     return out
+
+
+def _constants_holding(source: str, kernel: KernelAnalysis | None, entry: str, literal: int,
+                       lifts: list[Lift]) -> str:
+    """A constant of the kernel that holds the block's thread count and is not lifted with it (a
+    template argument `k<256>`, a `#define` or `constexpr` of that value the body reads), in words;
+    "" when there is none."""
+    if "<" in entry and any(_integer(w) == literal for w, _ in source_tokens(entry[entry.index("<"):])):
+        return f"its template argument ({entry})"
+    if kernel is None:
+        return ""
+    lifted = {lf.name for lf in lifts} | {lf.key.split(":")[1] for lf in lifts if lf.key.count(":") >= 2}
+    names = {d.name for d in directives(source) if d.kind in ("define", "constexpr") and d.value == literal}
+    names |= {param for inst in kernel.signature.instantiations for param, words in inst.args
+              if _integer(words) == literal}
+    body = {w for w, sp in source_tokens(source) if kernel.body.start <= sp.start < kernel.body.end}
+    held = sorted((names & body) - lifted)
+    return f"`{held[0]}`" if held else ""
 
 
 def _launch_edits(source: str, launches: list[LaunchLift], kernel: KernelAnalysis | None) -> tuple[list[Edit], str]:

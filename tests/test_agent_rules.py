@@ -340,3 +340,16 @@ def test_a_rejected_template_drops_the_rewrite_it_names_and_keeps_the_lifts():
     # with no rewrite left, the next rejection drops a lift, as before
     with pytest.raises(Exception, match="nothing left to lift or rewrite"):
         rules.generate(state, "BLOCK is wrong")
+
+
+def test_a_block_size_a_constant_holds_for_the_kernel_is_lifted_only_with_it(tmp_path):
+    src = ("#define NT 256\n__global__ void k(float *out, const float *in, int n) {\n"
+           "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n && threadIdx.x < NT) out[i] = in[i];\n}\n")
+    t = load_template(spec_with(tmp_path, src, '["ceil_div(n, 256)"]', "[256]"))
+    lifted = lift_template(t, "cuda", GPU)
+    # NT names a thread count: lifted, and the block takes it
+    assert lifted.proposal.block == ("NT",) and [p.name for p in lifted.proposal.parameters] == ["NT"]
+    other = src.replace("NT", "N_PER")
+    t2 = load_template(spec_with(tmp_path / "two", other, '["ceil_div(n, 256)"]', "[256]"))
+    lifted = lift_template(t2, "cuda", GPU)
+    assert lifted.proposal is None and any("takes 256 threads from `N_PER`" in n for n in lifted.notes)
