@@ -51,8 +51,6 @@ STORE_INTRINSICS = {"__stcs", "__stcg", "__stwb", "__stwt"}
 HALF_LOADS = {"vload_half", "vloada_half"}
 HALF_STORES = {"vstore_half", "vstore_half_rte", "vstorea_half", "vstorea_half_rte"}
 EXP_FUNCTIONS = {"exp", "expf", "__expf", "exp2", "exp2f", "native_exp", "half_exp", "hexp", "__expf"}
-# functions whose value depends only on their arguments (an index built from them moves as they do)
-PURE_INDEX = {"min", "max", "abs"}
 
 
 @dataclass(frozen=True)
@@ -170,6 +168,7 @@ class KernelAnalysis:
     locals: dict[str, str] = field(default_factory=dict)  # single-assignment locals: name -> initialiser
     arg_types: dict[str, str] = field(default_factory=dict)  # pointer argument -> its element type as written
     returns: tuple[Span, ...] = ()  # the kernel's return statements
+    changing: frozenset[str] = frozenset()  # locals assigned after their declaration (or declared bare)
     statements: tuple[Span, ...] = ()  # the top-level statements of its body
     name_span: Span = Span(0, 0)  # its name in the declaration
 
@@ -240,7 +239,7 @@ def index_slope(analysis: KernelAnalysis, index: str, var: str | None = None) ->
         return Slope(None)
     var = var or analysis.element
     # thread ids move with the element a thread owns, not with a loop the thread runs
-    s = _Slopes(analysis.locals, var, ids_move=var == analysis.element)
+    s = _Slopes(analysis.locals, var, ids_move=var == analysis.element, changing=analysis.changing)
     value = s.of(node)
     return Slope(value, tuple(dict.fromkeys(s.conditions)))
 
@@ -432,6 +431,7 @@ class _Body:
         self.cast_alias: dict[str, str] = {}  # local pointer of another type into an argument -> it
         self.assigned: dict[str, int] = {}  # name -> assignments after its declaration
         self.inits: dict[str, object] = {}  # local name -> initialiser node
+        self.declared: set[str] = set()  # every local the body declares
         self.barriers = self.atomics = False
         self.half_args: set = set()  # the pointer arguments of vload_half / vstore_half calls read as accesses
         self.escaped: list[str] = []  # arrays whose element's address is taken (not by a cache-hint intrinsic)
@@ -449,6 +449,11 @@ class _Body:
         stack = [body]
         while stack:
             n = stack.pop()
+            if n.type in ("declaration", "for_range_loop"):
+                for d in n.children_by_field_name("declarator"):
+                    name, _ = _declared(d)
+                    if name:
+                        self.declared.add(name)
             if n.type == "init_declarator":
                 name_node = n.child_by_field_name("declarator")
                 value = n.child_by_field_name("value")
@@ -794,7 +799,7 @@ class _Body:
             tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(v for v, _ in fixed)), tuple(fixed),
             self.barriers, shared, self.atomics, opaque,
             locals={n: _text(v) for n, v in locals_.items()}, arg_types=self._arg_types(),
-            returns=tuple(self.returns),
+            returns=tuple(self.returns), changing=frozenset(self.declared - set(locals_)),
             statements=tuple(f.node_span(c) for c in self.body.named_children if c.type != "comment"),
             name_span=self._name_span())
         kind, reasons = _classify(analysis)
@@ -993,15 +998,17 @@ def _plus(a: str, b: str) -> str:
 class _Slopes:
     """How expressions move with one variable: 0, 1 or None."""
 
-    def __init__(self, locals_: dict[str, str], var: str, ids_move: bool = True):
+    def __init__(self, locals_: dict[str, str], var: str, ids_move: bool = True,
+                 changing: frozenset[str] = frozenset()):
         self.locals = locals_
+        self.changing = changing  # a local that changes is not known to stay put
         self.ids = None if ids_move else 0
         self.var = var
         self.conditions: list[tuple[str, str]] = []
         self.depth = 0
 
     def of(self, node) -> int | None:
-        node = _unwrap(node) if node.type != "cast_expression" else _unwrap(node)
+        node = _unwrap(node)
         if node is None:
             return None
         t = node.type
@@ -1017,6 +1024,8 @@ class _Slopes:
                 got = self.of(value) if value is not None else None
                 self.depth -= 1
                 return got
+            if name in self.changing:
+                return None
             return 0 if name not in CUDA_IDS else self.ids
         if t == "field_expression":
             return self.ids if thread_reads(node, "") else 0

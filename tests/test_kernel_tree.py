@@ -110,3 +110,12 @@ def test_no_kernel_is_one_clear_error():
     with pytest.raises(KernelTreeError, match="no kernel named nope"):
         classify(SOFTMAX, "nope")
     assert analyse("") == []
+
+
+def test_an_index_through_a_local_that_changes_is_not_known_to_move_with_the_element():
+    src = ("__global__ void k(float *o, const float *x, int n, int off0) {\n"
+           "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    int off = off0;\n    if (n > 5) off += 1;\n"
+           "    int j = i + off;\n    if (i < n) o[i] = x[j];\n}\n")
+    a = classify(src)
+    assert a.changing == {"off"} and slope(a, "j") is None and slope(a, "i + off0") == 1
+    assert a.kind == "neither"
