@@ -548,7 +548,9 @@ class _Body:
             return
         if t == "binary_expression" and _text(node.child_by_field_name("operator")) in ("&&", "||"):
             self._walk(node.child_by_field_name("left"), loops, unconditional)
+            self.under.append(self.f.node_span(node))  # the right side runs only sometimes
             self._walk(node.child_by_field_name("right"), loops, False)
+            self.under.pop()
             return
         if t == "call_expression":
             name = _callee(node.child_by_field_name("function"))

@@ -147,17 +147,24 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     dtypes = {arg.name: arg.dtype for arg in ctx.original.arguments}
 
     # the streams: each (array, index) moving one for one with the element
-    streams: dict[tuple[str, str], list] = {}
-    conditions: list[tuple[str, str]] = []
+    # An access made on some paths only stays as written: the original may skip it exactly where
+    # its index leaves the array (`i < m ? a[i] : b[i - m]`), so a pack cannot read or write it whole.
+    candidates: dict[tuple[str, str], list] = {}
+    slopes = {}
     for x in a.accesses:
         s = index_slope(a, x.index)
         if s.slope == 1:
-            streams.setdefault((x.array, "".join(inline(a, x.index).split())), []).append(x)
-            conditions += s.conditions
+            candidates.setdefault((x.array, "".join(inline(a, x.index).split())), []).append(x)
+            slopes[id(x)] = s
         elif s.slope != 0:
             raise _Decline(f"`{x.array}[{x.index}]` does not move with the element")
+    every_path = (a.guard.span,) if a.guard.form == "if" else ()
+    streams = {key: xs for key, xs in candidates.items() if all(x.under == every_path for x in xs)}
+    conditions = [c for xs in streams.values() for x in xs for c in slopes[id(x)].conditions]
+    if not streams:
+        raise _Decline("no array is read or written on every path through the element")
     widths = [BYTES.get(dtypes.get(arr, ""), 0) for arr, _ in streams]
-    if not streams or 0 in widths:
+    if 0 in widths:
         raise _Decline("an array's element size is not known from the spec")
     bound = inline(a, a.guard.bound)
     if a.element in {w for w, _ in source_tokens(bound)} or thread_reads_text(bound):
@@ -229,11 +236,9 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         address = f"{arr} + ({first})"
         written = any(x.write for x in xs)
         read = any(x.read for x in xs)
-        whole = all(x.under in ((), (a.guard.span,)) for x in xs if x.write) and \
-            (a.guard.form == "if" or all(x.under == () for x in xs if x.write))
         regs.append(f"__align__(16) {ctype} {reg}[{vec}];" if cuda else f"{ctype} {reg}[{vec}];")
         suffix = "_HALF" if half == {True} else ""
-        if read or not whole:
+        if read:
             loads.append(f"kt_load<{vec}, {names['CACHE']}>({reg}, {address});" if cuda
                          else f"KT_LOAD{suffix}({reg}, {address});")
         if written:

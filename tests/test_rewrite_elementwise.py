@@ -187,3 +187,14 @@ def test_the_rewrite_of_a_kernel_with_cache_hints_compiles():
     defines = {"VEC": "4", "ITEMS": "2", "GRID": "0", "CACHE": "1", "BOUNDS": "0"}
     _, info, _ = cuda.compile_cubin(got.source, "residual_add", defines, (), "sm_90")
     assert info.get("spill_stores", 0) == 0
+
+
+def test_an_access_made_on_some_paths_only_stays_as_written():
+    src = ("__kernel void residual_add(__global float *out, __global const float *x, "
+           "__global const float *residual, int n) {\n    int i = get_global_id(0);\n"
+           "    if (i < n) out[i] = i < n / 2 ? x[i] : residual[i - n / 2];\n}\n")
+    got = rewrite(context(src, grid=("ceil_div(n, 256)",)))
+    assert not isinstance(got, Declined), got
+    # out is written on every path: a pack; x and residual are read on some paths only: as written
+    assert "KT_STORE(out + (((int)kt_i0)), kt_r0);" in got.source and "KT_LOAD(kt_r" not in got.source
+    assert "kt_r0[kt_k] = i < n / 2 ? x[i] : residual[i - n / 2];" in got.source
