@@ -105,7 +105,7 @@ def apply_rewrites(original: Template, sources: dict[str, str], primary: str, gr
                 continue
             mine = made[primary]
             if isinstance(got, Declined) or _shape(got) != _shape(mine):
-                why = got.reason if isinstance(got, Declined) else "it would not take the same parameters"
+                why = got.reason if isinstance(got, Declined) else _difference(got, mine)
                 out.notes.append(f"the {backend} source cannot take the {mine.name} rewrite ({why}): "
                                  f"the template is for {', '.join(sorted(made))} only")
                 out.sources.pop(backend)
@@ -134,6 +134,14 @@ def _one(fn, original: Template, backend: str, sofar: Applied, defaults: dict, l
     ctx = RewriteContext(original, backend, source, analysis, sofar.grid, sofar.block, dict(defaults), limits,
                          frozenset(taken))
     return fn(ctx)
+
+
+def _difference(other: Rewrite, mine: Rewrite) -> str:
+    """Why another backend's rewrite cannot share the template, in words."""
+    names = {p.name for p in other.parameters} ^ {p.name for p in mine.parameters}
+    if names:
+        return f"its parameters differ: {', '.join(sorted(names))}"
+    return "its parameters' defaults, constraints or launch differ"
 
 
 def _shape(r: Rewrite) -> tuple:
