@@ -187,6 +187,8 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     prefix = src[head_start:a.span.start].strip()
     if prefix not in ("", 'extern "C"'):
         raise _Decline("the kernel's declaration shares its line with other code")
+    if not prefix and src[:head_start].rstrip().endswith('extern "C"'):  # on a line of its own
+        head_start = src[:head_start].rstrip().rindex('extern "C"')
     end = a.span.end
     original_text = src[head_start:end]
     head = src[head_start:a.body.start]

@@ -198,3 +198,14 @@ def test_an_access_made_on_some_paths_only_stays_as_written():
     # out is written on every path: a pack; x and residual are read on some paths only: as written
     assert "KT_STORE(out + (((int)kt_i0)), kt_r0);" in got.source and "KT_LOAD(kt_r" not in got.source
     assert "kt_r0[kt_k] = i < n / 2 ? x[i] : residual[i - n / 2];" in got.source
+
+
+@pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
+def test_a_kernel_declared_extern_c_on_a_line_of_its_own_is_rewritten_whole():
+    src = RESIDUAL_HINTS.replace("__global__ void residual_add", 'extern "C"\n__global__ void residual_add')
+    t = load_template(NAIVE / "residual_add")
+    got = rewrite(RewriteContext(t, "cuda", src, classify(src), ("ceil_div(n, 256)",), ("256",), {}, GPU))
+    assert got.source.startswith("#if VEC != 1") and got.source.count('extern "C"') == 2
+    for vec in ("1", "4"):
+        defines = {"VEC": vec, "ITEMS": "1", "GRID": "0", "CACHE": "0", "BOUNDS": "0"}
+        cuda.compile_cubin(got.source, "residual_add", defines, (), "sm_90")
