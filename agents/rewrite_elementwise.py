@@ -42,7 +42,9 @@ OPENCL_IDS = {"size": "get_local_size(0)", "group": "get_group_id(0)", "local": 
               "groups": "get_num_groups(0)"}
 
 CUDA_HELPERS = """\
-// kerntune: whole packs of N elements moved as 16-byte words (or one smaller word)
+// kerntune: whole packs of N elements moved as 16-byte words (or one smaller word); C++ linkage
+// even inside an extern "C" block
+extern "C++" {
 template <int BYTES> struct kt_word;
 template <> struct kt_word<1> { typedef unsigned char type; };
 template <> struct kt_word<2> { typedef unsigned short type; };
@@ -68,6 +70,7 @@ template <int N, int STREAM, typename T> __device__ __forceinline__ void kt_stor
         if (STREAM) __stcs(reinterpret_cast<W *>(dst) + c, reinterpret_cast<const W *>(src)[c]);
         else reinterpret_cast<W *>(dst)[c] = reinterpret_cast<const W *>(src)[c];
     }
+}
 }
 """
 
