@@ -280,17 +280,6 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         f"{ind * 5}{decl}\n{ind * 5}{element_code}\n{ind * 4}}}\n"
         f"{ind * 3}}}\n{ind * 2}}}\n{ind}}}\n}}"
     )
-    switches = [f"{vec} != 1", f"{items} != 1", f"{grid_p} != 0"]
-    helpers = CUDA_HELPERS if cuda else OPENCL_HELPERS.format(vec=vec)
-    if halves:
-        helpers += OPENCL_HALF_HELPERS.format(vec=vec)
-    if cuda:
-        switches.append(f"{names['CACHE']} != 0")
-    if bounds_param:
-        switches.append(f"{bounds_param} != 0")
-    text = (f"#if {' || '.join(switches)}\n{helpers}{kernel}\n#else\n{original_text}\n#endif")
-    new_source = src[:head_start] + text + src[end:]
-
     smallest = min(widths)
     top = min(16, max(1, 32 // smallest))
     vec_values = tuple(v for v in (1, 2, 4, 8, 16) if v <= top)
@@ -307,6 +296,19 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     if bounds_param:
         params.append(ParamProposal(bounds_param, (0, 1, 2, 4), 0, f"blocks per multiprocessor the compiler "
                                     f"must fit: __launch_bounds__({block0}, k) (0: the thread count alone)"))
+    switches = [f"{vec} != 1", f"{items} != 1", f"{grid_p} != 0"]
+    helpers = CUDA_HELPERS if cuda else OPENCL_HELPERS.format(vec=vec)
+    if halves:
+        helpers += OPENCL_HALF_HELPERS.format(vec=vec)
+    if cuda:
+        switches.append(f"{names['CACHE']} != 0")
+    if bounds_param:
+        switches.append(f"{bounds_param} != 0")
+    defaults_text = "".join(f"#ifndef {p.name}\n#define {p.name} {p.default}\n#endif\n" for p in params)
+    text = (f"// kerntune: the elementwise rewrite; its parameters' defaults give the original kernel\n"
+            f"{defaults_text}#if {' || '.join(switches)}\n{helpers}{kernel}\n#else\n{original_text}\n#endif")
+    new_source = src[:head_start] + text + src[end:]
+
     what = [f"{len(streams)} streams" if len(streams) != 1 else "1 stream", f"{vec}-wide packs", f"{items} per thread",
             "grid-stride or one-shot grid"]
     if cuda:

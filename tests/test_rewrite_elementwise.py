@@ -205,7 +205,7 @@ def test_a_kernel_declared_extern_c_on_a_line_of_its_own_is_rewritten_whole():
     src = RESIDUAL_HINTS.replace("__global__ void residual_add", 'extern "C"\n__global__ void residual_add')
     t = load_template(NAIVE / "residual_add")
     got = rewrite(RewriteContext(t, "cuda", src, classify(src), ("ceil_div(n, 256)",), ("256",), {}, GPU))
-    assert got.source.startswith("#if VEC != 1") and got.source.count('extern "C"\n__global__') == 2
+    assert got.source.startswith("// kerntune: the elementwise rewrite") and got.source.count('extern "C"\n__global__') == 2
     for vec in ("1", "4"):
         defines = {"VEC": vec, "ITEMS": "1", "GRID": "0", "CACHE": "0", "BOUNDS": "0"}
         cuda.compile_cubin(got.source, "residual_add", defines, (), "sm_90")
