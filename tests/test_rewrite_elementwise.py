@@ -218,3 +218,20 @@ def test_a_kernel_inside_an_extern_c_block_compiles_rewritten():
     got = rewrite(RewriteContext(t, "cuda", src, classify(src), ("ceil_div(n, 256)",), ("256",), {}, GPU))
     defines = {"VEC": "4", "ITEMS": "2", "GRID": "0", "CACHE": "1", "BOUNDS": "1"}
     cuda.compile_cubin(got.source, "residual_add", defines, (), "sm_90")
+
+
+@pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor")
+@pytest.mark.parametrize("name", ["residual_add", "silu_mul", "adamw"])
+def test_once_preprocessed_at_its_defaults_the_template_is_the_original_token_for_token(name, tmp_path):
+    import subprocess
+
+    t = load_template(NAIVE / name)
+    _, proposal, _ = templated(name, "opencl", CPU)
+
+    def tokens(source: str) -> list[str]:
+        path = tmp_path / "k.cl"
+        path.write_text(source)
+        out = subprocess.run(["cpp", "-P", str(path)], capture_output=True, text=True, check=True).stdout
+        return out.split()
+
+    assert tokens(proposal.sources["opencl"]) == tokens(t.source_for("opencl"))
