@@ -32,7 +32,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from kerntune.engine.signature import KernelSignature, _blank, _callee, _leaves, _parser, _text, parse_kernels
+from kerntune.engine.signature import (KernelSignature, _blank, _callee, _first_error, _leaves, _parser, _text,
+                                       parse_kernels)
 
 # ids a thread reads, by kind: CUDA fields and OpenCL functions
 CUDA_IDS = {"threadIdx": "local", "blockIdx": "group", "blockDim": "local_size", "gridDim": "groups"}
@@ -805,6 +806,10 @@ class _Body:
             statements=tuple(f.node_span(c) for c in self.body.named_children if c.type != "comment"),
             name_span=self._name_span())
         kind, reasons = _classify(analysis)
+        if self.fn.has_error:  # what the parser could not read may hide an access: no rewrite
+            bad = _first_error(self.fn)
+            line = (bad.start_point[0] + 1) if bad is not None else self.fn.start_point[0] + 1
+            kind, reasons = "neither", [f"the parser could not read line {line} of it"]
         return KernelAnalysis(**{**analysis.__dict__, "kind": kind, "reasons": tuple(reasons)})
 
     def _start(self) -> int:

@@ -119,3 +119,10 @@ def test_an_index_through_a_local_that_changes_is_not_known_to_move_with_the_ele
     a = classify(src)
     assert a.changing == {"off"} and slope(a, "j") is None and slope(a, "i + off0") == 1
     assert a.kind == "neither"
+
+
+def test_a_kernel_the_parser_cannot_read_whole_is_neither_and_says_where():
+    src = ("__global__ void k(float *o, const float *x, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    if (i < n) o[i] = x[i] @ 2;\n}\n")
+    a = classify(src)
+    assert a.kind == "neither" and a.reasons == ("the parser could not read line 3 of it",)
