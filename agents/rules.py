@@ -91,6 +91,8 @@ class RulesProvider:
         proposal, applied = compose(state.original, state.backend, state.limits, lifted.proposal, self.dropped)
         if proposal is None:
             raise ProviderError("the rules find nothing left to lift or rewrite: " + "; ".join(lifted.notes[-1:]))
+        if lifted.proposal is None:  # rewrites alone: say why nothing was lifted
+            proposal = replace(proposal, notes=tuple(lifted.notes) + tuple(proposal.notes))
         self.lifts = lifted.lifts
         self.rewrites = applied.rewrites
         if self.rejected:
