@@ -89,6 +89,7 @@ class Loop:
     strided_by_threads: bool = False  # the step is the block's (or the grid's) thread count
     span: Span = Span(0, 0)
     pragma: Span | None = None  # the `#pragma unroll` line just before it
+    body: Span = Span(0, 0)  # the statement it repeats (a block: its braces included)
     accesses: int = 0  # uses of the kernel's pointer arguments in its body
     register_index: bool = False  # its variable indexes a local array (a partial unroll puts it in memory)
 
@@ -136,7 +137,7 @@ class Guard:
 
     var: str
     bound: str
-    form: str  # "if" or "return"
+    form: str  # "if", "return" or "loop" (a grid-stride loop over the elements)
     span: Span  # the if statement
 
 
@@ -171,6 +172,7 @@ class KernelAnalysis:
     returns: tuple[Span, ...] = ()  # the kernel's return statements
     changing: frozenset[str] = frozenset()  # locals assigned after their declaration (or declared bare)
     statements: tuple[Span, ...] = ()  # the top-level statements of its body
+    stride_loop: int | None = None  # the grid-stride loop over the elements (an index into `loops`), if any
     name_span: Span = Span(0, 0)  # its name in the declaration
 
     @property
@@ -668,7 +670,9 @@ class _Body:
             arg = _text(prev.child_by_field_name("argument")).split()
             if arg and arg[0] == "unroll":
                 pragma = span_of(self.f.source, prev, self.f)
-        lp = Loop(self.name, self.kernel, depth=len(loops), span=span, pragma=pragma)
+        body = node.child_by_field_name("body")
+        lp = Loop(self.name, self.kernel, depth=len(loops), span=span, pragma=pragma,
+                  body=self.f.node_span(body) if body is not None else Span(0, 0))
         if node.type == "for_statement":
             lp = self._for(node, lp)
         self.loops.append(lp)
@@ -717,7 +721,7 @@ class _Body:
                 strided = bool({k for k, _ in thread_reads(self.inits[step], self.f.dialect)}
                                & {"local_size", "groups", "global_size"})
         return Loop(lp.function, lp.in_kernel, var, start, bound, inclusive, step, trip, lp.depth, strided,
-                    lp.span, lp.pragma)
+                    lp.span, lp.pragma, lp.body)
 
     def _accumulator(self, node, loop: int) -> None:
         left = _unwrap(node.child_by_field_name("left"))
@@ -788,6 +792,9 @@ class _Body:
         element = next((t.name for t in indices if t.is_global and t.reads[0][1] == 0 and
                         not self.assigned.get(t.name)), "")
         guard = self._guard(element) if element else None
+        stride = None
+        if not element:
+            element, guard, stride = self._grid_stride()
         opaque = self._opaque()
         pairs = []
         for m in self.accumulators:
@@ -804,7 +811,7 @@ class _Body:
             locals={n: _text(v) for n, v in locals_.items()}, arg_types=self._arg_types(),
             returns=tuple(self.returns), changing=frozenset(self.declared - set(locals_)),
             statements=tuple(f.node_span(c) for c in self.body.named_children if c.type != "comment"),
-            name_span=self._name_span())
+            name_span=self._name_span(), stride_loop=stride)
         kind, reasons = _classify(analysis)
         if self.fn.has_error:  # what the parser could not read may hide an access: no rewrite
             bad = _first_error(self.fn)
@@ -877,6 +884,27 @@ class _Body:
                 return n
             stack.extend(n.children)
         return None
+
+    def _grid_stride(self) -> tuple[str, Guard | None, int | None]:
+        """A top-level loop over the elements by the whole grid's stride:
+        `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`;
+        (its variable, the loop as the guard, its index in `loops`) or ("", None, None)."""
+        for stmt in self.body.named_children:
+            if stmt.type != "for_statement":
+                continue
+            index = next((k for k, n in enumerate(self.loop_nodes) if n.id == stmt.id), None)
+            lp = self.loops[index] if index is not None else None
+            if lp is None or not lp.var or not lp.bound or lp.inclusive or not lp.strided_by_threads:
+                continue
+            value = self.inits.get(lp.var)
+            if value is None or not _global_index(value, self.f.dialect)[0]:
+                continue
+            step = self.loop_nodes[index].child_by_field_name("update")
+            reads = {k for k, _ in thread_reads(step, self.f.dialect)} if step is not None else set()
+            if reads not in ({"global_size"}, {"local_size", "groups"}):
+                continue
+            return lp.var, Guard(lp.var, lp.bound, "loop", lp.span), index
+        return "", None, None
 
     def _guard(self, var: str) -> Guard | None:
         for stmt in self.body.named_children:
@@ -1148,7 +1176,7 @@ def _classify(a: KernelAnalysis) -> tuple[str, list[str]]:
         return "neither", [f"`{a.opaque[0]}` is used other than by subscript (a cast, pointer arithmetic or a call)"]
     if not a.accesses:
         return "neither", ["it accesses no array argument"]
-    in_loops = [x for x in a.accesses if x.loop is not None]
+    in_loops = [x for x in a.accesses if x.loop is not None and x.loop != a.stride_loop]
     slopes = {(x.array, x.index): slope(a, x.index) for x in a.accesses}
     if not in_loops:
         bad = [x for x in a.accesses if slopes[(x.array, x.index)] not in (0, 1)]

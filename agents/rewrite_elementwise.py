@@ -126,6 +126,15 @@ def _unsafe(ctx: "RewriteContext") -> str:
         return f"no guard `if ({a.element} < n)` or `if ({a.element} >= n) return;` bounds the element"
     if any(not _inside(r, a.guard.span) for r in a.returns) or (a.guard.form == "if" and a.returns):
         return "it returns elsewhere than its guard"
+    if a.guard.form == "loop":
+        if a.returns:
+            return "it returns inside its loop over the elements"
+        if a.guard.span not in a.statements or a.statements[-1] != a.guard.span:
+            return "statements follow its loop over the elements"
+        body = a.loops[a.stride_loop].body
+        if any(w == "break" for w, sp in source_tokens(ctx.source[body.start:body.end])):
+            return "a `break` in its loop over the elements"
+        return ""
     decl = next(t for t in a.thread_indices if t.name == a.element)
     if decl.span not in a.statements:
         return f"`{a.element}` is not declared at the top of the kernel's body"
@@ -161,7 +170,7 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
             slopes[id(x)] = s
         elif s.slope != 0:
             raise _Decline(f"`{x.array}[{x.index}]` does not move with the element")
-    every_path = (a.guard.span,) if a.guard.form == "if" else ()
+    every_path = (a.guard.span,) if a.guard.form in ("if", "loop") else ()
     streams = {key: xs for key, xs in candidates.items() if all(x.under == every_path for x in xs)}
     conditions = [c for xs in streams.values() for x in xs for c in slopes[id(x)].conditions]
     if not streams:
@@ -183,7 +192,13 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     grid0 = f"min({chunks}, max(sm_count * {grid_p}, {chunks} * (1 - min({grid_p}, 1))))"
     new_grid = (grid0,) + tuple(ctx.grid[1:])
     defaults = {**ctx.defaults, vec: 1, items: 1, grid_p: 0}
-    _same_launch(ctx, ctx.grid[0], grid0, defaults)
+    try:
+        _same_launch(ctx, ctx.grid[0], grid0, defaults)
+    except _Decline:
+        if a.guard.form != "loop":
+            raise
+        # a grid-stride original launches the grid it chose; the rewritten loop strides over it too
+        new_grid, grid_p = tuple(ctx.grid), None
 
     # the rewritten kernel
     head_start = src.rfind("\n", 0, a.span.start) + 1
@@ -205,12 +220,24 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     decl_text = src[elem_decl.span.start:elem_decl.span.end]
     cut = decl_text.rfind(elem_decl.expr)
     decl = decl_text[:cut] + "kt_i0 + kt_k" + decl_text[cut + len(elem_decl.expr):]
-    before = [st for st in a.statements if st.end <= elem_decl.span.start]
-    after = [st for st in a.statements if st.start >= elem_decl.span.end]
-    body_first = after[0].start if after else a.body.end - 1
-    body_last = after[-1].end if after else a.body.end - 1
+    if a.guard.form == "loop":  # the element's code is the loop's body, the loop's test its guard
+        before = [st for st in a.statements if st.end <= a.guard.span.start]
+        body = a.loops[a.stride_loop].body
+        braced = src[body.start] == "{"
+        body_first, body_last = (body.start + 1, body.end - 1) if braced else (body.start, body.end)
+        while body_first < body_last and src[body_first] in " \t\r\n":
+            body_first += 1
+        while body_last > body_first and src[body_last - 1] in " \t\r\n":
+            body_last -= 1
+    else:
+        before = [st for st in a.statements if st.end <= elem_decl.span.start]
+        after = [st for st in a.statements if st.start >= elem_decl.span.end]
+        body_first = after[0].start if after else a.body.end - 1
+        body_last = after[-1].end if after else a.body.end - 1
     column = body_first - (src.rfind("\n", 0, body_first) + 1)
     element_code = _indented(src[body_first:body_last], column, 20)
+    if a.guard.form == "loop":
+        element_code = f"if ({a.element} < {a.guard.bound}) {{\n{' ' * 24}{element_code}\n{' ' * 20}}}"
 
     # the pack's first element in the original's index type: `(int)kt_i0 / d` divides in 32 bits
     # where the original did (its indices fit, or the original would overflow too)
@@ -287,16 +314,17 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
         ParamProposal(vec, vec_values, 1, f"elements per vector access (a {16 // smallest}-wide pack is 16 bytes); "
                       "whole packs only, the tail element by element"),
         ParamProposal(items, (1, 2, 4, 8), 1, "packs per thread, a block's width apart"),
-        ParamProposal(grid_p, (0, 1, 4, 16), 0, "0: a block per BLOCK * VEC * ITEMS elements; "
-                      "k: k blocks per multiprocessor, striding over the elements"),
     ]
+    if grid_p is not None:
+        params.append(ParamProposal(grid_p, (0, 1, 4, 16), 0, "0: a block per BLOCK * VEC * ITEMS elements; "
+                                    "k: k blocks per multiprocessor, striding over the elements"))
     if cuda:
         params.append(ParamProposal(names["CACHE"], (0, 1), 0, "on or off: streaming loads and stores "
                                     "(__ldcs / __stcs), for data read or written once"))
     if bounds_param:
         params.append(ParamProposal(bounds_param, (0, 1, 2, 4), 0, f"blocks per multiprocessor the compiler "
                                     f"must fit: __launch_bounds__({block0}, k) (0: the thread count alone)"))
-    switches = [f"{vec} != 1", f"{items} != 1", f"{grid_p} != 0"]
+    switches = [f"{vec} != 1", f"{items} != 1"] + ([f"{grid_p} != 0"] if grid_p is not None else [])
     helpers = CUDA_HELPERS if cuda else OPENCL_HELPERS.format(vec=vec)
     if halves:
         helpers += OPENCL_HALF_HELPERS.format(vec=vec)
@@ -310,13 +338,15 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     new_source = src[:head_start] + text + src[end:]
 
     what = [f"{len(streams)} streams" if len(streams) != 1 else "1 stream", f"{vec}-wide packs", f"{items} per thread",
-            "grid-stride or one-shot grid"]
+            "grid-stride or one-shot grid" if grid_p is not None else "the original's grid, strided over"]
     if cuda:
         what.append("streaming cache hints")
     if bounds_param:
         what.append("launch bounds")
     pack = 16 // smallest
-    first = {vec: tuple(v for v in vec_values if v in (1, pack)), items: (1, 2, 4), grid_p: (0, 4)}
+    first = {vec: tuple(v for v in vec_values if v in (1, pack)), items: (1, 2, 4)}
+    if grid_p is not None:
+        first[grid_p] = (0, 4)
     if cuda:
         first[names["CACHE"]] = (0, 1)
     if bounds_param:

@@ -235,3 +235,32 @@ def test_once_preprocessed_at_its_defaults_the_template_is_the_original_token_fo
         return out.split()
 
     assert tokens(proposal.sources["opencl"]) == tokens(t.source_for("opencl"))
+
+
+GRID_STRIDE = """// Residual add over a grid-stride loop.
+__kernel void residual_add(__global float *out, __global const float *x, __global const float *residual, int n) {
+    for (int i = get_global_id(0); i < n; i += get_global_size(0)) {
+        out[i] = x[i] + residual[i];
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("grid", ["ceil_div(n, 256)", "16"])
+def test_a_grid_stride_original_is_rewritten_and_reproduces_itself(grid, tmp_path, opencl_backend):
+    d = tmp_path / "gs"
+    shutil.copytree(NAIVE / "residual_add", d)
+    (d / "residual_add.cl").write_text(GRID_STRIDE)
+    (d / "kernel.toml").write_text((d / "kernel.toml").read_text().replace('"ceil_div(n, 256)"', f'"{grid}"'))
+    t = load_template(d)
+    a = classify(GRID_STRIDE)
+    assert a.kind == "elementwise" and a.guard.form == "loop" and a.stride_loop == 0
+    proposal, applied = compose(t, "opencl", CPU, lift_template(t, "opencl", CPU).proposal)
+    names = [p.name for p in proposal.parameters]
+    # a grid of its own choosing stays (the rewritten loop strides over it): no GRID then
+    assert names == (["BLOCK", "VEC", "ITEMS", "GRID"] if grid != "16" else ["BLOCK", "VEC", "ITEMS"])
+    template = write_template(t, proposal, tmp_path / "tpl", CPU)
+    ev = Evaluator(opencl_backend, template, template.problem(None, {"n": 20011}), seed=1, timing=FAST)
+    for config in ({}, {"VEC": 4}, {"VEC": 8, "ITEMS": 2}, {"VEC": 2, "BLOCK": 64}):
+        ok, worst, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
+        assert ok, (config, message)
