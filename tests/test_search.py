@@ -236,3 +236,87 @@ def test_a_simulation_that_finds_the_best_ends_as_the_full_walk_does(strategy, r
     sim = simulate(session, strategy, seed=3, stop=rules)
     best, trace, reason = _simulate_to_the_end(session, strategy, 3, rules)
     assert (sim.best, list(sim.trace), sim.reason, sim.evaluations) == (best, trace, reason, len(trace))
+
+
+def test_the_models_incremental_update_equals_a_refit_from_scratch():
+    import numpy as np
+
+    from kerntune.engine.search import _Posterior
+
+    rng = np.random.default_rng(7)
+    x = rng.random((60, 4))
+    y = rng.standard_normal(60)
+    gp = _Posterior(x, np.arange(60), 0.4, 1e-3, 60, capacity=4)  # grows past its first room
+    order = list(rng.permutation(60)[:25])
+    for lo, hi in [(0, 3), (3, 4), (4, 9), (9, 10), (10, 25)]:  # blocks of several sizes
+        gp.add(order[lo:hi], y[order[lo:hi]])
+    mean, sd, best = gp.predict()
+
+    def k(a, b):
+        return np.exp(-0.5 * ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1) / 0.4**2)
+
+    seen = x[order]
+    ys = (y[order] - y[order].mean()) / y[order].std()
+    kinv = np.linalg.inv(k(seen, seen) + 1e-3 * np.eye(25))
+    ks = k(x, seen)
+    assert np.allclose(mean, ks @ kinv @ ys, atol=1e-8)
+    assert np.allclose(sd, np.sqrt(np.clip(1 - np.einsum("ij,jk,ik->i", ks, kinv, ks), 1e-12, None)), atol=1e-6)
+    assert best == pytest.approx(ys.min())
+
+
+def _walk(strategy, steps, time_of=_fake_time):
+    got = []
+    while len(got) < steps and (c := strategy.propose()) is not None:
+        got.append(c.key)
+        strategy.observe(c, Result(config=c.as_dict(), status="ok", median_us=time_of(c.as_dict())))
+        yield c
+
+
+def test_the_model_keeps_a_bounded_number_of_observations():
+    from kerntune.engine.search import ModelGuided
+
+    t = load_template(templates.path("matmul"))
+    space = build_space(t, t.problem("2048"), GPU)
+    s = ModelGuided(space, seed=2, max_train=64, block=8)
+    sizes, keys = [], []
+    for c in _walk(s, 400):
+        keys.append(c.key)
+        sizes.append(s.model_size)
+    assert len(keys) == len(set(keys)) == 400
+    assert max(sizes) <= 64  # a proposal's cost is bounded by the model's size, not the history
+    assert min(sizes[200:]) >= 32  # and past the bound it still learns from half of it
+
+
+def test_in_a_space_larger_than_its_pool_the_model_proposes_every_configuration_once():
+    from kerntune.engine.search import ModelGuided
+
+    t = load_template(templates.path("softmax"))
+    space = build_space(t, t.problem(), GPU)
+    done = {space.configs[5].key}
+    model = ModelGuided(space, seed=4, done=done, pool=40, max_train=32, block=4)
+    s = Seeded(model, space.configs[-6:], done)
+    got = [c.key for c in _walk(s, 30)]
+    assert model._gp.columns.size < space.feasible  # it scores a pool, not the space
+    # results of configurations outside the pool, told to it (not proposed): the model takes
+    # them in once it has a pool that holds them, and never proposes them
+    outside = [i for i in range(space.feasible) if model._gp.pos[i] < 0 and not model._tried[i]][:3]
+    for i in outside:
+        c = space.configs[i]
+        s.observe(c, Result(config=c.as_dict(), status="ok", median_us=_fake_time(c.as_dict())))
+    got += [c.key for c in _walk(s, 20)]
+    assert set(outside) <= set(model._gp.rows)
+    got += [c.key for c in _walk(s, space.feasible)]
+    told = {space.configs[i].key for i in outside}
+    assert sorted(got) == sorted(c.key for c in space.configs if c.key not in done | told)
+
+
+@pytest.mark.parametrize("session, seeds, most", [("matmul-2048", range(8), 400), ("softmax-llama-t2048", range(5), 10)])
+def test_the_model_comes_within_3_percent_of_a_recorded_best_in_few_evaluations(session, seeds, most):
+    """Median evaluations over the seeds (173.5 and 5 now). Before the model left failures out
+    and started from a space-filling design: 578.5 on matmul (22% of it fails) and 26 on softmax."""
+    import statistics
+
+    s = load_session(SESSIONS / f"{session}.toml")
+    needs = [simulate(s, "model", budget=len(s.results()) // 2, seed=seed, stop_within=0.03).within[0.03]
+             for seed in seeds]
+    assert statistics.median(n if n is not None else math.inf for n in needs) <= most
