@@ -21,6 +21,7 @@ the cache flush before the next.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -124,14 +125,30 @@ class Expected:
         self.atol = arg.atol if arg.atol is not None else atol * scale
         work = np.float64 if dtype == "float64" else np.float32
         self.values = ref.astype(work).ravel()
-        nan, inf = np.isnan(self.values), np.isinf(self.values)
-        self.nan = nan if nan.any() else None
-        self.inf = inf if inf.any() else None
+
+    # Where the reference is NaN or infinite, and each element's tolerance: computed the first time
+    # the host compares (a device comparison needs neither), then kept.
+    @functools.cached_property
+    def nan(self) -> np.ndarray | None:
+        nan = np.isnan(self.values)
+        return nan if nan.any() else None
+
+    @functools.cached_property
+    def inf(self) -> np.ndarray | None:
+        inf = np.isinf(self.values)
+        return inf if inf.any() else None
+
+    @functools.cached_property
+    def tol(self) -> np.ndarray:
         with np.errstate(invalid="ignore"):
-            self.tol = (self.atol + self.rtol * np.abs(self.values)).astype(work)
+            tol = (self.atol + self.rtol * np.abs(self.values)).astype(self.values.dtype)
         if self.nan is not None or self.inf is not None:
-            special = (nan | inf)
-            self.tol[special] = np.inf
+            special = np.zeros(self.values.shape, dtype=bool)
+            for mask in (self.nan, self.inf):
+                if mask is not None:
+                    special |= mask
+            tol[special] = np.inf
+        return tol
 
 
 class Inputs:
@@ -314,7 +331,7 @@ class Evaluator:
         self.problems = (problem,) + tuple(template.verify_problems) + tuple(extra_problems)
         self._buffers: dict[int, dict[str, _Guarded]] = {}
         self._host_out: dict[tuple[int, str], np.ndarray] = {}
-        self._pools: dict[int, list[Inputs]] = {}
+        self._pools: dict[int, _InputPool] = {}
         self._next = 0
         self._baseline_kernel: Any = None
         self.last_kernel: Any = None  # the loaded kernel `evaluate` last ran
@@ -345,14 +362,15 @@ class Evaluator:
         self.cold_cache = timing.flush and (backend.flush_bytes() >= cache or self.bytes_moved >= 2 * cache)
 
     # inputs and references -------------------------------------------------------------------
-    def _pool(self, which: int) -> list[Inputs]:
+    def _pool(self, which: int) -> "_InputPool":
         if which not in self._pools:
             problem = self.problems[which]
             base = (self.seed * 1_000_003 + which * 7919) & 0x7FFFFFFF
             # drawn once per loop run (engine/inputs_cache.py): every round's worker reads them back
-            self._pools[which] = [self._with_reference(cached_inputs(make_inputs, self.template, problem, base + k),
-                                                       which)
-                                  for k in range(self.verify_policy.pool)]
+            self._pools[which] = _InputPool(
+                lambda k, problem=problem, base=base, which=which: self._with_reference(
+                    cached_inputs(make_inputs, self.template, problem, base + k), which),
+                self.verify_policy.pool)
         return self._pools[which]
 
     def _with_reference(self, inputs: Inputs, which: int) -> Inputs:
@@ -456,7 +474,7 @@ class Evaluator:
 
     def _plausible(self, which: int, name: str, inputs: Inputs) -> np.ndarray | None:
         """Another input set's correct output: finite values of the right size and kind."""
-        for other in self._pools.get(which, ()):
+        for other in self._pool(which):  # draws the next set only when no other is drawn yet
             if other is not inputs and name in other.expected:
                 return other.expected[name]
         return None
@@ -623,9 +641,10 @@ class Evaluator:
         return math.prod(arg_shape(a, self.problems[which])) * np_dtype(a.dtype).itemsize
 
     def prepare(self) -> None:
-        """Draw the input pools and their references for every verification size now."""
+        """Draw the input sets (and their references) the first configuration needs at every
+        verification size now; the rest of each pool is drawn when first used."""
         for which in range(len(self.problems)):
-            self._pool(which)
+            self._pool(which)[:max(2, self.verify_policy.seeds)]
             self._device_buffers(which)
 
     def calibrate(self) -> dict[str, float]:
@@ -678,7 +697,7 @@ class Evaluator:
             self.scale[a.name] = CALIBRATION_FACTOR * err
         if self.scale:
             for pool in self._pools.values():
-                for inputs in pool:
+                for inputs in pool.drawn():  # sets drawn later get the widened tolerance when drawn
                     for a in outputs:
                         inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a,
                                                          self.scale.get(a.name, 1.0))
@@ -1057,6 +1076,27 @@ def median_known(times: list[float], precision: float) -> bool:
     hi = ordered[min(n - 1, int(math.ceil(n / 2 + half)))]
     mid = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
     return mid > 0 and (hi - lo) / 2 <= precision * mid
+
+
+class _InputPool(abc.Sequence):
+    """A verification size's input sets, each drawn (with its reference outputs) when first used."""
+
+    def __init__(self, draw: Callable[[int], Inputs], size: int):
+        self._draw = draw
+        self._items: list[Inputs | None] = [None] * size
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self._items)))]
+        if self._items[i] is None:
+            self._items[i] = self._draw(i if i >= 0 else len(self._items) + i)
+        return self._items[i]
+
+    def drawn(self) -> list[Inputs]:
+        return [x for x in self._items if x is not None]
 
 
 class _OnDevice:
