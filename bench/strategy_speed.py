@@ -24,7 +24,6 @@ from kerntune.engine.search import make_strategy
 from kerntune.engine.session import load_session
 from kerntune.engine.simulate import recorded_space
 from kerntune.engine.space import Config
-from kerntune.engine.result import config_key
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ("matmul-2048", "softmax-llama-t2048", "silu_and_mul-llama7b-t2048")
@@ -34,9 +33,9 @@ def proposal_ms(path: Path, strategy: str, seed: int, upto: int) -> tuple[list[f
     """CPU milliseconds of each proposal (propose + observe), the first `upto` of them, and the
     wall seconds of them all."""
     session = load_session(path)
-    space, by_key = recorded_space(session)
+    space, recorded = recorded_space(session)
     default = session.template.get("default_config")
-    first = Config.of(default) if isinstance(default, dict) and config_key(default) in by_key else None
+    first = Config.of(default) if isinstance(default, dict) and Config.of(default) in recorded else None
     strat = make_strategy(strategy, space, seed=seed, first=first)
     out = []
     wall = time.perf_counter()
@@ -45,7 +44,7 @@ def proposal_ms(path: Path, strategy: str, seed: int, upto: int) -> tuple[list[f
         config = strat.propose()
         if config is None:
             break
-        strat.observe(config, by_key[config.key])
+        strat.observe(config, recorded[config])
         out.append(1e3 * (time.process_time() - t0))
     return out, time.perf_counter() - wall
 

@@ -178,11 +178,10 @@ def _features(configs: list[Config]):
 
     if not configs:
         return np.zeros((0, 0))
-    names = [k for k, _ in configs[0].items]
     cols = []
-    for j, name in enumerate(names):
-        values = [c.items[j][1] for c in configs]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
+    for items in zip(*(c.items for c in configs)):  # one parameter's (name, value) in each config
+        values = [v for _, v in items]
+        if {type(v) for v in values} <= {int, float} and min(values) > 0:  # a bool is not a number
             col = np.log2(np.asarray(values, dtype=float))
         else:
             order = {v: i for i, v in enumerate(dict.fromkeys(sorted(values, key=str)))}
@@ -351,24 +350,26 @@ def _evidences(x, y, lengths: tuple[float, ...], noise: float):
 class ModelGuided(_Places):
     """Bayesian optimisation over the feasible configurations: a Gaussian process on the
     log-time of the configurations that ran, with expected improvement choosing the next among
-    those not yet evaluated.
+    those not yet evaluated. Figures: bench/results/search-cpu.md.
 
-    It starts from the baseline and a few random configurations. A configuration that failed is
-    never proposed again but stays out of the time model: the fastest configurations tend to
-    sit at the edge of the resource limits (the largest tiles that still fit), beside ones that
-    fail, and a failure counted as "much slower" (twice the slowest, as before) steers the model
-    away from that edge. On the recorded matmul space (22% of it fails) that took a median of
-    858 evaluations to come within 3% of the best (20 seeds); leaving failures out, 190 (40
-    seeds). Weighting the improvement by a failure model fitted on nearby outcomes did worse
-    (232-688 by its length scale), for the same reason.
+    It starts from the baseline and a space-filling design (`_spread_untried`). A configuration
+    that failed is never proposed again but stays out of the time model: the fastest
+    configurations tend to sit at the edge of the resource limits (the largest tiles that still
+    fit), beside ones that fail, and a failure counted as "much slower" (twice the slowest, as
+    this model once did) steers it away from that edge. On the recorded matmul space (22% of it
+    fails) that took a median of 858.5 evaluations to come within 3% of the best (20 seeds);
+    leaving failures out, 190.5 (40 seeds, random start). Weighting the improvement by a failure
+    model fitted on nearby outcomes did worse (232-688 by its length scale), for the same reason.
 
     A proposal costs O(n C) for n observations in the model and C configurations scored, not the
-    O(n^3 + n^2 C) of refitting: the model is updated incrementally (`_Posterior`). What would
-    need a refit (another length scale, fewer observations, other configurations to score) is
-    built beside the model, `block` observations per proposal, and replaces it once caught up, so
-    no single proposal pays for a whole refit. Bounds: at most `max_train` observations in the
-    model (past that, the best quarter and the most recent quarter are kept), and in a space
-    larger than `pool`, a random pool of that many untried configurations is scored."""
+    O(n^3 + n^2 C) of a refit: the model is updated incrementally (`_Posterior`), 0.4 ms at
+    n = 350 on matmul's 3876 configurations (the refit took 130 ms at 300 observations, 700 ms
+    at 1000). What would need a refit (another length scale, fewer observations, other
+    configurations to score) is built beside the model, `block` observations per proposal, and
+    replaces it once caught up, so no single proposal pays for a whole refit. Bounds: at most
+    `max_train` observations in the model (past that, the best quarter and the most recent
+    quarter are kept; on matmul the median is 160 with the bound and without it, 40 seeds), and
+    in a space larger than `pool`, a random pool of that many untried configurations is scored."""
 
     name = "model"
 
@@ -438,7 +439,8 @@ class ModelGuided(_Places):
         tried ones (maximin, ties at random). Such a design covers the space's extremes, where the
         fastest configurations often lie (widest vectors, largest tiles, most work per thread):
         on the recorded spaces it needs a median of 6 evaluations (200 seeds) where random starts
-        needed 16 (silu_and_mul) and 27 (softmax), and 155 instead of 190 on matmul (40 seeds)."""
+        needed 16 (silu_and_mul) and 27 (softmax), and 160 instead of 190.5 on matmul (40 seeds).
+        It costs the same `initial` evaluations as random picks."""
         np = self._np
         if self._first is not None and not self._tried[self._first]:
             return self._first

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .result import Result, config_key
+from .result import Result
 from .search import StopRules, make_strategy
 from .session import Session
 from .space import Config, Space
@@ -51,20 +51,17 @@ class Simulation:
         }
 
 
-def recorded_space(session: Session) -> tuple[Space, dict[str, Result]]:
-    """The configurations a session evaluated, in order, and their results by key."""
+def recorded_space(session: Session) -> tuple[Space, dict[Config, Result]]:
+    """The configurations a session evaluated, in order, and their first results. Keyed by the
+    configuration itself (a tuple's hash), not its text: the replay looks one up per step."""
     results = session.results()
     if not results:
         raise SimulationError(f"{session.path}: the session holds no results")
-    by_key: dict[str, Result] = {}
-    configs = []
+    recorded: dict[Config, Result] = {}
     for r in results:
-        k = config_key(r.config)
-        if k not in by_key:
-            by_key[k] = r
-            configs.append(Config.of(r.config))
+        recorded.setdefault(Config.of(r.config), r)
     problem = Problem(str(session.space.get("problem_name", "")), dict(session.space.get("problem", {})))
-    return Space(session.template.get("name", ""), problem, tuple(configs), len(configs)), by_key
+    return Space(session.template.get("name", ""), problem, tuple(recorded), len(recorded)), recorded
 
 
 def _after_the_best(rules: StopRules, best: Result, trace: list[float], since: int, size: int) -> str | None:
@@ -86,12 +83,12 @@ def simulate(session: Session, strategy: str, budget: int = 0, seed: int = 0,
              stop_within: float | None = None) -> Simulation:
     """Replay `strategy` on the session's recorded results; with `stop_within`, stop as soon as
     the best is within that fraction of the recorded best."""
-    space, by_key = recorded_space(session)
+    space, by_config = recorded_space(session)
     recorded = session.best()
     if recorded is None:
         raise SimulationError(f"{session.path}: the session has no verified result to compare with")
     default = session.template.get("default_config")
-    first = Config.of(default) if isinstance(default, dict) and config_key(default) in by_key else None
+    first = Config.of(default) if isinstance(default, dict) and Config.of(default) in by_config else None
     strat = make_strategy(strategy, space, seed=seed, first=first)
     rules = stop or StopRules(budget=budget)
     best: Result | None = None
@@ -107,7 +104,7 @@ def simulate(session: Session, strategy: str, budget: int = 0, seed: int = 0,
         config = strat.propose()
         if config is None:
             break
-        r = by_key[config.key]
+        r = by_config[config]
         strat.observe(config, r)
         if r.ranked and (best is None or r.median_us < best.median_us):
             best, since = r, 0

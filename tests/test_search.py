@@ -209,13 +209,13 @@ def _simulate_to_the_end(session, strategy, seed, rules):
     from kerntune.engine.simulate import recorded_space
     from kerntune.engine.space import Config
 
-    space, by_key = recorded_space(session)
+    space, recorded = recorded_space(session)
     default = session.template.get("default_config")
     strat = make_strategy(strategy, space, seed=seed,
-                          first=Config.of(default) if config_key(default) in by_key else None)
+                          first=Config.of(default) if Config.of(default) in recorded else None)
     walk = []
     while (config := strat.propose()) is not None:
-        walk.append(by_key[config.key])
+        walk.append(recorded[config])
         strat.observe(config, walk[-1])
     best, trace, since = None, [], 0
     for r in walk:
