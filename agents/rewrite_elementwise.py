@@ -158,9 +158,9 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     vec, items, grid_p = names["VEC"], names["ITEMS"], names["GRID"]
     dtypes = {arg.name: arg.dtype for arg in ctx.original.arguments}
 
-    # the streams: each (array, index) moving one for one with the element
-    # An access made on some paths only stays as written: the original may skip it exactly where
-    # its index leaves the array (`i < m ? a[i] : b[i - m]`), so a pack cannot read or write it whole.
+    # The streams: each (array, index) moving one for one with the element. An access made on some
+    # paths only stays as written: the original may skip it exactly where its index leaves the array
+    # (`i < m ? a[i] : b[i - m]`), so a pack cannot read or write it whole.
     candidates: dict[tuple[str, str], list] = {}
     slopes = {}
     for x in a.accesses:

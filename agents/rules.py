@@ -2,10 +2,11 @@
 
 - planner: round 1 templates the kernel and searches a grid of the template's space; later rounds
   refine around the best so far; it stops when there is nothing verified to refine around;
-- generator: lifts the original's literals into parameters (agents/lift.py); after a rejection it
-  leaves out the lift the gate named, or else the riskiest one;
+- generator: lifts the original's literals into parameters (agents/lift.py) and makes the rewrites
+  its analysis proves safe on top (agents/rewrites.py); after a rejection it leaves out the
+  rewrite or lift the gate named, else the last rewrite, else the riskiest lift, and notes why;
 - tuner: the whole grid when it fits the budget, else a coarse grid (every other value, the
-  default and the ends kept); then the neighbours of the best's values, the parameters that moved
+  default and the ends kept; the values the rewrites name first, when there are rewrites); then the neighbours of the best's values, the parameters that moved
   the time most first, and midpoints between thread counts;
 - tester: best against the original and the template's default, % of SOL, failures by status.
 """
