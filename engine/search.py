@@ -498,26 +498,28 @@ class ModelGuided(_Places):
         self._give(self._gp, fresh)
         if self._next is not None:
             self._queue.extend(self._ran(fresh))
-            # the model may not outgrow its bound while its replacement is being built
-            self._feed(len(self._queue) if self._gp.n >= self.max_train else self.block)
-            return
         gp = self._gp
         n = gp.n
-        if n >= self.max_train - self.max_train // 8:
+        slack = self.max_train // 8
+        if n >= self.max_train - slack and (
+                self._next is None or self._next.n + len(self._queue) > self.max_train // 2 + slack):
             # early enough that the smaller model catches up (half of max_train, `block` a
-            # proposal) before this one reaches the bound
+            # proposal) before this one reaches the bound; it replaces a rebuild at full size
             rows = self._kept(gp.rows + gp.missing)
             self._start(rows, self._length(rows))
-        elif self._pool_stale(gp):
-            self._start(gp.rows + gp.missing, gp.length)
-        elif n != self._fitted_at and (n <= 32 or n - self._fitted_at >= self.REFIT_EVERY):
-            self._fitted_at = n
-            length = self._length(gp.rows)
-            if length != gp.length:
-                self._start(gp.rows, length)
+        elif self._next is None:
+            if self._pool_stale(gp):
+                self._start(gp.rows + gp.missing, gp.length)
+            elif n != self._fitted_at and (n <= 32 or n - self._fitted_at >= self.REFIT_EVERY):
+                self._fitted_at = n
+                length = self._length(gp.rows)
+                if length != gp.length:
+                    self._start(gp.rows, length)
         if self._next is not None:
-            # a small model is rebuilt at once: early on, the chosen length scale applies at once
-            self._feed(len(self._queue) if len(self._queue) <= self.block else self.block)
+            # a small model is built at once (early on, a new length scale applies at once); a
+            # model may not outgrow its bound while its replacement is being built
+            whole = len(self._queue) <= self.block or gp.n >= self.max_train
+            self._feed(len(self._queue) if whole else self.block)
 
     def _start(self, rows: list[int], length: float) -> None:
         self._next = self._new_model(rows, length)
