@@ -28,30 +28,33 @@ class Strategy(Protocol):
 
 
 class _Ordered:
-    """Walk a fixed order of the space, skipping what is already done."""
+    """Walk a fixed order of the space, skipping what is already done. Configurations are
+    compared as they are (a tuple's hash), not by their text: formatting a key for every step of
+    a walk through thousands of them is most of what the walk would cost."""
 
     name = ""
 
     def __init__(self, order: list[Config], done: Iterable[str] = ()):
         self._order = order
-        self._done = set(done)
+        done = set(done)
+        self._done: set[Config] = {c for c in order if c.key in done} if done else set()
         self._pos = 0
 
     def propose(self) -> Config | None:
         while self._pos < len(self._order):
             c = self._order[self._pos]
             self._pos += 1
-            if c.key not in self._done:
-                self._done.add(c.key)
+            if c not in self._done:
+                self._done.add(c)
                 return c
         return None
 
     def observe(self, config: Config, result: Result) -> None:
-        self._done.add(config.key)
+        self._done.add(config)
 
     @property
     def remaining(self) -> int:
-        return sum(1 for c in self._order[self._pos:] if c.key not in self._done)
+        return sum(1 for c in self._order[self._pos:] if c not in self._done)
 
 
 class GridSearch(_Ordered):
