@@ -474,7 +474,10 @@ class Evaluator:
 
     def _plausible(self, which: int, name: str, inputs: Inputs) -> np.ndarray | None:
         """Another input set's correct output: finite values of the right size and kind."""
-        for other in self._pool(which):  # draws the next set only when no other is drawn yet
+        # Only sets already drawn: drawing one can run the default configuration on the shared
+        # buffers (no numpy reference), which must never happen between a restore and a launch.
+        pool = self._pools.get(which)
+        for other in pool.drawn() if pool is not None else ():
             if other is not inputs and name in other.expected:
                 return other.expected[name]
         return None
