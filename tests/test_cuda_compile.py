@@ -351,3 +351,19 @@ def test_the_device_tolerance_check_agrees_with_the_host_element_for_element(bac
             assert bad == n - 4
     for buf in (dev_ref, out_buf):
         buf.free()
+
+
+@needs_nvrtc
+def test_nvrtc_builds_what_kernels_take_from_nvccs_implicit_headers(cache, monkeypatch):
+    # INFINITY and M_PI come with nvcc's host math headers, FLT_MAX with <cfloat>, which NVRTC lacks
+    monkeypatch.setenv("KERNTUNE_COMPILER", "nvrtc")
+    src = r"""
+#include <cfloat>
+extern "C" __global__ void k(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float m = -INFINITY, lo = FLT_MAX;
+    if (i < n) { m = fmaxf(m, x[i]); lo = fminf(lo, x[i]); x[i] = m + lo + (float)M_PI + (x[i] != x[i] ? NAN : 0.f); }
+}
+"""
+    _, info, _ = cuda.compile_cubin(src, "k", {}, (), "sm_90")
+    assert info["registers"] > 0

@@ -206,6 +206,63 @@ def nvrtc_options(options: Sequence[str]) -> list[str] | None:
     return out
 
 
+# What nvcc's implicit host headers give every CUDA file and kernels use without an include
+# (`-INFINITY` as a max-reduction's start): NVRTC gets it from this header, included first (CUDA's
+# own math_constants.h spells infinity the same way; a constant expression that needs more goes to nvcc).
+NVRTC_PRELUDE_NAME = "kerntune_nvrtc_prelude.h"
+NVRTC_PRELUDE = """
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+#ifndef HUGE_VALF
+#define HUGE_VALF __int_as_float(0x7f800000)
+#endif
+#ifndef HUGE_VAL
+#define HUGE_VAL __longlong_as_double(0x7ff0000000000000ULL)
+#endif
+#ifndef M_PI
+#define M_E 2.7182818284590452354
+#define M_LOG2E 1.4426950408889634074
+#define M_LOG10E 0.43429448190325182765
+#define M_LN2 0.69314718055994530942
+#define M_LN10 2.30258509299404568402
+#define M_PI 3.14159265358979323846
+#define M_PI_2 1.57079632679489661923
+#define M_PI_4 0.78539816339744830962
+#define M_1_PI 0.31830988618379067154
+#define M_2_PI 0.63661977236758134308
+#define M_2_SQRTPI 1.12837916709551257390
+#define M_SQRT2 1.41421356237309504880
+#define M_SQRT1_2 0.70710678118654752440
+#endif
+"""
+# <cfloat> / <float.h>, which NVRTC does not ship: the IEEE figures, as the C library defines them.
+FLOAT_H = """
+#pragma once
+#define FLT_RADIX 2
+#define FLT_MANT_DIG 24
+#define DBL_MANT_DIG 53
+#define FLT_DIG 6
+#define DBL_DIG 15
+#define FLT_EPSILON 1.19209290e-7F
+#define DBL_EPSILON 2.2204460492503131e-16
+#define FLT_MIN 1.17549435e-38F
+#define DBL_MIN 2.2250738585072014e-308
+#define FLT_MAX 3.40282347e+38F
+#define DBL_MAX 1.7976931348623157e+308
+#define FLT_MIN_EXP (-125)
+#define DBL_MIN_EXP (-1021)
+#define FLT_MAX_EXP 128
+#define DBL_MAX_EXP 1024
+#define FLT_TRUE_MIN 1.40129846e-45F
+#define DBL_TRUE_MIN 4.9406564584124654e-324
+"""
+NVRTC_HEADERS = {NVRTC_PRELUDE_NAME: NVRTC_PRELUDE, "cfloat": FLOAT_H, "float.h": FLOAT_H}
+
+
 class _NvrtcFailed(Exception):
     """NVRTC refused the program; `log` is its log."""
 
@@ -217,12 +274,14 @@ class _NvrtcFailed(Exception):
 def _run_nvrtc(source: str, defines: Mapping[str, str], options: Sequence[str], arch: str) -> tuple[bytes, str]:
     nvrtc = _nvrtc_module()
     ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", len(NVRTC_HEADERS),
+                                         [v.encode() for v in NVRTC_HEADERS.values()],
+                                         [k.encode() for k in NVRTC_HEADERS])
     if err != ok:
         raise _NvrtcFailed(f"nvrtcCreateProgram: {err}")
     try:
         args = [f"-arch={arch}", *NVRTC_FLAGS, *(f"-D{k}={v}" for k, v in defines.items()), *options,
-                *(f"-I{inc}" for inc in toolkit_include())]
+                *(f"-I{inc}" for inc in toolkit_include()), f"--pre-include={NVRTC_PRELUDE_NAME}"]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(args), [a.encode() for a in args])
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         raw = b" " * size
