@@ -62,6 +62,8 @@ def main() -> None:
           f"{statistics.median(r.median_us for r in ok):>11.2f}")
     if prof:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(28)
+    del ev, kernels
+    backend.close()
 
 
 if __name__ == "__main__":
