@@ -165,13 +165,14 @@ def toolkit_include() -> tuple[str, ...]:
                 roots.append(os.path.join(base, sub))
     except ImportError:
         pass
-    found = []
     for root in roots:
-        if root:
-            inc = os.path.join(root, "include")
-            if os.path.isfile(os.path.join(inc, "cuda_fp16.h")) and inc not in found:
-                found.append(inc)
-    return tuple(found[:1])
+        inc = os.path.join(root, "include") if root else ""
+        if inc and os.path.isfile(os.path.join(inc, "cuda_fp16.h")):
+            # CUDA 13 keeps libcu++ (cuda/std/..., which cooperative_groups needs), CUB and Thrust
+            # under include/cccl, which nvcc adds by itself
+            cccl = os.path.join(inc, "cccl")
+            return (inc, cccl) if os.path.isdir(cccl) else (inc,)
+    return ()
 
 
 # nvcc options NVRTC takes as they are, by prefix; anything else sends the build to nvcc.
