@@ -20,7 +20,27 @@ def _cuda_device() -> bool:
         return False
 
 
+# Cases of a parametrized test that repeat what another case of it already covers, each costing
+# 10-40 s on a 2-core machine: marked `slow`, which README's test command leaves out (so the suite
+# fits in 5 minutes on 2 cores) and `python -m pytest -q -m slow` runs.
+SLOW_CASES = {
+    "test_builtin_cuda_templates_compile": ("softmax", "matmul", "merge_attn_states", "fused_add_rmsnorm_bf16",
+                                            "silu_and_mul_bf16"),
+    "test_library_configs_verify_on_the_cpu": ("matmul",),
+    "test_library_kernels_tune_on_the_cpu_and_their_sessions_load": ("matmul",),
+    "test_a_naive_elementwise_kernel_is_rewritten_gated_tuned_and_reverified_on_pocl": (
+        "gelu", "residual_add", "silu_mul_f32", "adamw"),
+    "test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_pocl": (
+        "softmax_2pass", "softmax_3pass", "rmsnorm", "cross_entropy"),
+}
+
+
 def pytest_collection_modifyitems(config, items):
+    slow = pytest.mark.slow
+    for item in items:
+        case = getattr(item, "callspec", None)
+        if case is not None and set(map(str, case.params.values())) & set(SLOW_CASES.get(item.originalname, ())):
+            item.add_marker(slow)
     if _cuda_device():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
