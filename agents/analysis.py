@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, Sequence
 
-from kerntune.engine.loop import LoopState, RoundRecord
+from kerntune.engine.agent_api import LoopState, RoundRecord
 from kerntune.engine.result import FAILED, Result
 from kerntune.engine.sol import sol_time_us
 

@@ -34,9 +34,9 @@ import threading
 import time
 from typing import Any, Callable
 
+from kerntune.engine.agent_api import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
 from kerntune.engine.device import describe
 from kerntune.engine.events import AgentCall
-from kerntune.engine.loop import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
 from kerntune.engine.proposal import ParamProposal, TemplateProposal
 from kerntune.engine.search import STRATEGIES
 

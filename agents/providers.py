@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from kerntune.engine.loop import Provider, ProviderError
+from kerntune.engine.agent_api import Provider, ProviderError
 
 AGENTS = ("claude", "rules")
 

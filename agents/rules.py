@@ -19,7 +19,7 @@ import re
 from collections import defaultdict
 from dataclasses import replace
 
-from kerntune.engine.loop import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
+from kerntune.engine.agent_api import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
 from kerntune.engine.proposal import TemplateProposal
 from kerntune.engine.template import ParamValue, Template
 

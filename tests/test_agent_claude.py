@@ -25,6 +25,7 @@ from anthropic_fake import FakeAnthropic, Reply, broken, error, text, tool  # no
 from kerntune.agents.claude import ClaudeProvider, redact  # noqa: E402
 from kerntune.agents.pricing import cost_usd  # noqa: E402
 from kerntune.agents.rules import RulesProvider  # noqa: E402
+from kerntune.engine.agent_api import LoopState, ProviderError  # noqa: E402
 from kerntune.engine.device import DeviceLimits  # noqa: E402
 from kerntune.engine.evaluate import TimingPolicy  # noqa: E402
 from kerntune.engine.events import (  # noqa: E402
@@ -36,7 +37,7 @@ from kerntune.engine.events import (  # noqa: E402
     SearchPlanned,
     TemplateProposed,
 )
-from kerntune.engine.loop import LoopOptions, LoopState, ProviderError, TuningLoop  # noqa: E402
+from kerntune.engine.loop import LoopOptions, TuningLoop  # noqa: E402
 from kerntune.engine.session import load_session  # noqa: E402
 from kerntune.engine.template import load_template  # noqa: E402
 from kerntune.engine.tune import TuneOptions  # noqa: E402

@@ -151,6 +151,18 @@ def test_the_engine_never_imports_the_agents_and_nothing_needs_the_sdk_to_load()
     assert r.returncode == 0, r.stderr
 
 
+def test_the_agents_import_the_agent_interface_and_never_the_loop_driver():
+    for f in (ROOT / "agents").rglob("*.py"):
+        text = f.read_text()
+        assert not re.search(r"\bengine\.(loop|tune)\b|\bengine import (loop|tune)\b", text), f
+    names = sorted(f"kerntune.agents.{f.stem}" for f in (ROOT / "agents").glob("*.py") if f.stem != "__init__")
+    code = (f"import sys; import {', '.join(names)}; "
+            "found = [m for m in ('kerntune.engine.loop', 'kerntune.engine.tune') if m in sys.modules]; "
+            "assert not found, f'the agents load {found}'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
 def test_the_loop_measures_each_configuration_of_a_template_once(tmp_path, original, opencl_backend):
     tune = TuneOptions(backend="opencl", probe=False, seed=5, session_path=tmp_path / "once.toml",
                        timing=TimingPolicy(min_repeats=3, max_repeats=3))

@@ -14,9 +14,9 @@ import pytest
 
 from kerntune.agents.claude import profiles_text
 from kerntune.agents.rules import param_kind, profile_evidence, refinement
+from kerntune.engine.agent_api import LoopState, RoundRecord
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.events import ConfigProfiled
-from kerntune.engine.loop import LoopState, RoundRecord
 from kerntune.engine.profile import (
     ProfileError,
     ProfileMetrics,
