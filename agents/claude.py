@@ -673,7 +673,8 @@ def _parse_search(args: Any, state: LoopState) -> SearchPlan:
 
 def profiles_text(state: LoopState) -> str:
     """The loop's profiles as text for the model: one block per profiled configuration."""
-    from kerntune.engine.profile import ProfileMetrics, consistency
+    from kerntune.engine.ncu import ProfileMetrics
+    from kerntune.engine.profile import consistency
 
     out = []
     for rec in state.history:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from kerntune import templates
-from kerntune.engine.evaluate import make_inputs
+from kerntune.engine.inputs import make_inputs
 from kerntune.engine.inputs_cache import cached_inputs, cached_reference, inputs_cache
 from kerntune.engine.template import load_template
 

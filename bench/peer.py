@@ -10,7 +10,7 @@ kerntune's template as its own arguments (see `kernel_tuner_job`): the source an
 launch grid and block from the template's [launch] expressions, the parameters as tune_params,
 one restriction that asks kerntune's own feasibility check (engine/space.py), the input set
 kerntune's evaluator verifies with first at the tuning size, with the template's numpy reference
-as `answer`, compared with kerntune's own tolerance (engine/evaluate.py `compare`).
+as `answer`, compared with kerntune's own tolerance (engine/compare.py `compare`).
 
 Printed: configurations evaluated, end-to-end wall time and configurations per second; each
 tool's winner as it timed it; both winners timed again by kerntune's evaluator in a process of its
@@ -50,10 +50,11 @@ import numpy as np  # noqa: E402
 
 from kerntune import templates  # noqa: E402
 from kerntune.engine.backends import BackendError, open_backend  # noqa: E402
+from kerntune.engine.compare import Expected, compare  # noqa: E402
 from kerntune.engine.device import DeviceLimits  # noqa: E402
-from kerntune.engine.evaluate import (  # noqa: E402
-    Evaluator, Expected, Inputs, TimingPolicy, VerifyPolicy, arg_shape, compare, launch_geometry, make_inputs)
+from kerntune.engine.evaluate import Evaluator, TimingPolicy, VerifyPolicy, launch_geometry  # noqa: E402
 from kerntune.engine.events import ConfigEvaluated, Event  # noqa: E402
+from kerntune.engine.inputs import Inputs, arg_shape, make_inputs  # noqa: E402
 from kerntune.engine.result import config_key  # noqa: E402
 from kerntune.engine.space import Config, Space, build_space, infeasible_reason  # noqa: E402
 from kerntune.engine.template import ParamValue, Problem, Template, TemplateError, load_template, np_dtype  # noqa: E402

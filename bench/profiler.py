@@ -16,7 +16,8 @@ import datetime
 import sys
 from pathlib import Path
 
-from kerntune.engine.profile import ProfileError, find_ncu, ncu_version, profile_session
+from kerntune.engine.ncu import ProfileError, find_ncu, ncu_version
+from kerntune.engine.profile import profile_session
 from kerntune.tui.text import fmt_config
 
 

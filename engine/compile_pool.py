@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .backends import CompileError
+from .space import compiler_defines
 from .template import ParamValue, Template
 
 
@@ -67,8 +68,7 @@ class CompilePool:
         return ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
 
     def submit(self, config: Mapping[str, ParamValue]) -> "Future[Compiled]":
-        defines = {k: ("1" if v is True else "0" if v is False else str(v)) for k, v in config.items()}
-        return self._threads.submit(self._build, defines)
+        return self._threads.submit(self._build, compiler_defines(config))
 
     def _build(self, defines: Mapping[str, str]) -> Compiled:
         for attempt in range(2):

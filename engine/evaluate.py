@@ -1,5 +1,8 @@
 """Evaluate one configuration: compile -> resource check -> verify -> time -> Result.
 
+This module is the protocol; the input sets it draws are engine/inputs.py's, and outputs are
+compared with their reference by engine/compare.py.
+
 The protocol (DESIGN.md): random inputs (never zeros) from fresh seeds, at least two of them, at
 every verification size; tolerance by dtype; NaN or Inf where the reference has none fails; timing
 with device events after warm-up, many repetitions, the cache flushed between them, median and
@@ -21,9 +24,7 @@ the cache flush before the next.
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import random
 import time
 from collections import abc
@@ -33,22 +34,15 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .backends import GUARD_BYTES, Backend, CompileError, LaunchError
+from .compare import TOLERANCE, Expected, compare
 from .expressions import ExpressionError
+from .inputs import InputPool, Inputs, arg_nbytes, arg_shape, make_inputs
 from .inputs_cache import cached_inputs
 from .result import Resources, Result
 from .sol import SUSPECT_MARGIN, sol_time_us
-from .space import Geometry, geometry
+from .space import Geometry, compiler_defines, geometry
 from .template import Argument, ParamValue, Problem, Template, np_dtype
 
-# Tolerances by dtype: (relative, absolute). Outputs are compared as
-# |out - ref| <= atol + rtol * |ref| elementwise.
-TOLERANCE = {
-    "float16": (1e-2, 1e-3),
-    # 8 significant bits: 1.6e-2 is two units in the last place, as in torch.testing's default
-    "bfloat16": (1.6e-2, 1e-3),
-    "float32": (1e-5, 1e-6),
-    "float64": (1e-10, 1e-12),
-}
 # Output types the device checks against the tolerance itself (backends with `compare_close`);
 # others (float64, integers) are read back and compared by the host.
 DEVICE_CLOSE_DTYPES = ("float32", "float16", "bfloat16")
@@ -107,210 +101,6 @@ class VerifyPolicy:
     pool: int = 4  # input sets drawn per size for the run; configurations rotate through them
 
 
-class Expected:
-    """A reference output prepared once for fast comparisons: values in the working precision,
-    the tolerance of each element, and where the reference itself is NaN or infinite."""
-
-    def __init__(self, ref: np.ndarray, dtype: str, arg: Argument, scale: float = 1.0):
-        self.shape = ref.shape
-        self.dtype = dtype
-        self.device: Any = None  # `values` on the device, uploaded when a device comparison first needs it
-        self.exact = dtype not in TOLERANCE
-        if self.exact:
-            self.values = np.ascontiguousarray(ref).ravel()
-            return
-        rtol, atol = TOLERANCE[dtype]
-        # `scale`: the calibration's widening of the dtype's default (never of the spec's own)
-        self.rtol = arg.rtol if arg.rtol is not None else rtol * scale
-        self.atol = arg.atol if arg.atol is not None else atol * scale
-        work = np.float64 if dtype == "float64" else np.float32
-        self.values = ref.astype(work).ravel()
-
-    # Where the reference is NaN or infinite, and each element's tolerance: computed the first time
-    # the host compares (a device comparison needs neither), then kept.
-    @functools.cached_property
-    def nan(self) -> np.ndarray | None:
-        nan = np.isnan(self.values)
-        return nan if nan.any() else None
-
-    @functools.cached_property
-    def inf(self) -> np.ndarray | None:
-        inf = np.isinf(self.values)
-        return inf if inf.any() else None
-
-    @functools.cached_property
-    def tol(self) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            tol = (self.atol + self.rtol * np.abs(self.values)).astype(self.values.dtype)
-        if self.nan is not None or self.inf is not None:
-            special = np.zeros(self.values.shape, dtype=bool)
-            for mask in (self.nan, self.inf):
-                if mask is not None:
-                    special |= mask
-            tol[special] = np.inf
-        return tol
-
-
-class Inputs:
-    """One random input set for a problem, with its reference outputs."""
-
-    def __init__(self, seed: int, host: dict[str, np.ndarray], scalars: dict[str, Any]):
-        self.seed = seed
-        self.host = host
-        self.scalars = scalars
-        self.expected: dict[str, np.ndarray] = {}
-        self.checks: dict[str, Expected] = {}
-        self.device: dict[str, Any] = {}  # pristine copies on the device, uploaded once
-
-
-def arg_shape(arg: Argument, problem: Problem) -> tuple[int, ...]:
-    shape = []
-    for e in arg.shape:
-        v = e.evaluate(problem.values)
-        if isinstance(v, float):
-            if not v.is_integer():
-                raise ExpressionError(f"shape of {arg.name} is not whole: {v}")
-            v = int(v)
-        if v < 0:
-            raise ExpressionError(f"shape of {arg.name} is negative: {v}")
-        shape.append(int(v))
-    return tuple(shape)
-
-
-def scalar_value(arg: Argument, problem: Problem) -> Any:
-    assert arg.value is not None
-    return np_dtype(arg.dtype).type(arg.value.evaluate(problem.values))
-
-
-def make_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
-    """Random inputs for every input and inout buffer; never zeros."""
-    rng = np.random.default_rng(seed)
-    host: dict[str, np.ndarray] = {}
-    scalars: dict[str, Any] = {}
-    for arg in template.arguments:
-        if arg.role == "scalar":
-            scalars[arg.name] = scalar_value(arg, problem)
-            continue
-        if arg.role == "output":
-            continue
-        shape = arg_shape(arg, problem)
-        low, high = arg.bounds(problem.values)
-        if arg.init == "randint":
-            data = rng.integers(math.ceil(low), math.ceil(high), size=shape)
-        elif arg.init in ("uniform", "positive"):
-            data = rng.uniform(low, high, size=shape)
-        else:
-            data = rng.standard_normal(size=shape, dtype=np.float32)
-        data = data.astype(np_dtype(arg.dtype))
-        if arg.inf_fraction:
-            data[rng.random(size=shape) < arg.inf_fraction] = -np.inf
-        host[arg.name] = np.ascontiguousarray(data)
-    return Inputs(seed, host, scalars)
-
-
-CHUNK = 1 << 22  # elements compared per task; large outputs are compared on every core
-
-
-@dataclass
-class _Stats:
-    nan: int = 0
-    first_nan: int = -1
-    inf: int = 0
-    first_inf: int = -1
-    sign: int = 0  # infinities of the wrong sign, or finite where the reference is infinite
-    bad: int = 0  # elements outside the tolerance
-    worst: float = 0.0
-    worst_at: int = 0
-
-
-def _chunk_stats(out: np.ndarray, exp: Expected, lo: int, hi: int) -> _Stats:
-    st = _Stats()
-    o = out[lo:hi].astype(exp.values.dtype, copy=False)
-    r = exp.values[lo:hi]
-    ref_nan = exp.nan[lo:hi] if exp.nan is not None else None
-    ref_inf = exp.inf[lo:hi] if exp.inf is not None else None
-    o_nan = np.isnan(o)
-    bad_nan = o_nan if ref_nan is None else (o_nan & ~ref_nan)
-    if bad_nan.any():
-        idx = np.flatnonzero(bad_nan)
-        st.nan, st.first_nan = idx.size, lo + int(idx[0])
-    o_inf = np.isinf(o)
-    if o_inf.any() or ref_inf is not None:
-        rinf = ref_inf if ref_inf is not None else np.zeros_like(o_inf)
-        wrong = o_inf & ~rinf
-        if ref_nan is not None:
-            wrong &= ~ref_nan
-        if wrong.any():
-            idx = np.flatnonzero(wrong)
-            st.inf, st.first_inf = idx.size, lo + int(idx[0])
-        both = o_inf & rinf
-        st.sign = int(np.count_nonzero(np.signbit(o[both]) != np.signbit(r[both])))
-        st.sign += int(np.count_nonzero(~o_inf & rinf & ~o_nan))
-    with np.errstate(invalid="ignore", over="ignore"):
-        ratio = np.abs(o - r) / exp.tol[lo:hi]
-    if ref_nan is not None or ref_inf is not None or st.nan or st.inf:
-        ratio[~np.isfinite(ratio)] = 0.0
-    if ratio.size:
-        i = int(np.argmax(ratio))
-        st.worst, st.worst_at = float(ratio[i]), lo + i
-        if st.worst > 1.0:
-            st.bad = int(np.count_nonzero(ratio > 1.0))
-    return st
-
-
-def _first(values: list[int]) -> int:
-    found = [v for v in values if v >= 0]
-    return min(found) if found else -1
-
-
-def compare(name: str, out: np.ndarray, exp: Expected) -> tuple[float, str]:
-    """(worst error as a fraction of the tolerance, message); a fraction above 1 fails."""
-    if out.shape != exp.shape:
-        return math.inf, f"{name}: shape {out.shape} but the reference has {exp.shape}"
-    o = np.ascontiguousarray(out).ravel()
-    if exp.exact:
-        bad = np.flatnonzero(o != exp.values)
-        if bad.size:
-            i = int(bad[0])
-            return math.inf, (f"{name}: {bad.size} of {o.size} elements differ; "
-                              f"first at {i}: {o[i]} != {exp.values[i]}")
-        return 0.0, ""
-    bounds = [(lo, min(lo + CHUNK, o.size)) for lo in range(0, o.size, CHUNK)] or [(0, 0)]
-    if len(bounds) > 1:
-        stats = list(_pool().map(lambda b: _chunk_stats(o, exp, *b), bounds))
-    else:
-        stats = [_chunk_stats(o, exp, *bounds[0])]
-    nan = sum(s.nan for s in stats)
-    if nan:
-        return math.inf, (f"{name}: {nan} of {o.size} elements are NaN (unwritten or invalid); "
-                          f"first at {_first([s.first_nan for s in stats])}")
-    inf = sum(s.inf for s in stats)
-    if inf:
-        return math.inf, (f"{name}: {inf} elements are Inf where the reference is finite; "
-                          f"first at {_first([s.first_inf for s in stats])}")
-    if sum(s.sign for s in stats):
-        return math.inf, f"{name}: an infinity of the reference is not reproduced"
-    top = max(stats, key=lambda s: s.worst)
-    if top.worst > 1.0:
-        nbad = sum(s.bad for s in stats)
-        i = top.worst_at
-        return top.worst, (f"{name}: {nbad} of {o.size} elements outside tolerance (rtol {exp.rtol:g}, "
-                           f"atol {exp.atol:g}); worst at {i}: {float(o[i]):.6g} vs {float(exp.values[i]):.6g}")
-    return top.worst, ""
-
-
-_POOL = None
-
-
-def _pool():
-    global _POOL
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="kerntune-compare")
-    return _POOL
-
-
 class Evaluator:
     """Runs the protocol for one template and problem on an open backend."""
 
@@ -331,7 +121,7 @@ class Evaluator:
         self.problems = (problem,) + tuple(template.verify_problems) + tuple(extra_problems)
         self._buffers: dict[int, dict[str, _Guarded]] = {}
         self._host_out: dict[tuple[int, str], np.ndarray] = {}
-        self._pools: dict[int, _InputPool] = {}
+        self._pools: dict[int, InputPool] = {}
         self._next = 0
         self._baseline_kernel: Any = None
         self.last_kernel: Any = None  # the loaded kernel `evaluate` last ran
@@ -362,12 +152,12 @@ class Evaluator:
         self.cold_cache = timing.flush and (backend.flush_bytes() >= cache or self.bytes_moved >= 2 * cache)
 
     # inputs and references -------------------------------------------------------------------
-    def _pool(self, which: int) -> "_InputPool":
+    def _pool(self, which: int) -> "InputPool":
         if which not in self._pools:
             problem = self.problems[which]
             base = (self.seed * 1_000_003 + which * 7919) & 0x7FFFFFFF
             # drawn once per loop run (engine/inputs_cache.py): every round's worker reads them back
-            self._pools[which] = _InputPool(
+            self._pools[which] = InputPool(
                 lambda k, problem=problem, base=base, which=which: self._with_reference(
                     cached_inputs(make_inputs, self.template, problem, base + k), which),
                 self.verify_policy.pool)
@@ -398,7 +188,7 @@ class Evaluator:
         default = self.template.default_config()
         if self._baseline_kernel is None:
             self._baseline_kernel = self.backend.compile(self.source, self.template.entry,
-                                                         _defines(default), self.options)
+                                                         compiler_defines(default), self.options)
         geo = geometry(self.template, default, self.problems[which], self.backend.limits)
         return self._run_checked(self._baseline_kernel, geo, inputs, which, poison="nan")
 
@@ -442,7 +232,6 @@ class Evaluator:
     def _poison(self, which: int, inputs: Inputs, kind: str | None = None) -> None:
         """Overwrite every output with one of the poisons, chosen at random unless `kind` says."""
         bufs = self._device_buffers(which)
-        problem = self.problems[which]
         for a in self.template.arguments:
             if not a.is_output or a.role == "inout":
                 continue
@@ -641,7 +430,7 @@ class Evaluator:
                 f"poison written before the launch); first at {int(same[0])}")
 
     def _nbytes(self, a: Argument, which: int) -> int:
-        return math.prod(arg_shape(a, self.problems[which])) * np_dtype(a.dtype).itemsize
+        return arg_nbytes(a, self.problems[which])
 
     def prepare(self) -> None:
         """Draw the input sets (and their references) the first configuration needs at every
@@ -673,8 +462,8 @@ class Evaluator:
                 kernel = self.backend.compile(source, self.template.entry, own, self.options)
             else:
                 config = self.template.default_config()
-                kernel = self.backend.compile(self.source, self.template.entry, {**_defines(config), **own},
-                                              self.options)
+                kernel = self.backend.compile(self.source, self.template.entry,
+                                              {**compiler_defines(config), **own}, self.options)
         except CompileError as e:
             raise CalibrationError(f"the original kernel does not compile: {e}") from None
         outputs = [a for a in self.template.arguments if a.is_output]
@@ -708,7 +497,7 @@ class Evaluator:
 
     # the protocol ------------------------------------------------------------------------------
     def compile(self, config: Mapping[str, ParamValue]) -> Any:
-        return self.backend.compile(self.source, self.template.entry, _defines(config), self.options)
+        return self.backend.compile(self.source, self.template.entry, compiler_defines(config), self.options)
 
     def check(self, kernel: Any, config: Mapping[str, ParamValue] | None,
               inputs_for: Callable[[int], list[Inputs]]) -> tuple[bool, float, str, tuple[int, ...]]:
@@ -1081,27 +870,6 @@ def median_known(times: list[float], precision: float) -> bool:
     return mid > 0 and (hi - lo) / 2 <= precision * mid
 
 
-class _InputPool(abc.Sequence):
-    """A verification size's input sets, each drawn (with its reference outputs) when first used."""
-
-    def __init__(self, draw: Callable[[int], Inputs], size: int):
-        self._draw = draw
-        self._items: list[Inputs | None] = [None] * size
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self._items)))]
-        if self._items[i] is None:
-            self._items[i] = self._draw(i if i >= 0 else len(self._items) + i)
-        return self._items[i]
-
-    def drawn(self) -> list[Inputs]:
-        return [x for x in self._items if x is not None]
-
-
 class _OnDevice:
     """A device buffer holding an output a check passed (see Evaluator._settle)."""
 
@@ -1179,6 +947,3 @@ def launch_geometry(template: Template, config: Mapping[str, ParamValue] | None,
     pad = [tuple((d + [1, 1, 1])[:3]) for d in dims]
     return Geometry(pad[0], pad[1])
 
-
-def _defines(config: Mapping[str, ParamValue]) -> dict[str, str]:
-    return {k: ("1" if v is True else "0" if v is False else str(v)) for k, v in config.items()}

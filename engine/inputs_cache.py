@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from .inputs import Inputs
+
 ENV = "KERNTUNE_INPUTS_CACHE"
 # The most a run's cache holds: input sets drawn once for a check on new inputs (the gate's, a
 # winner's re-check) are stored too, and never read again.
@@ -76,7 +78,7 @@ def cached_reference(fn: Callable[..., Mapping[str, Any]], path: Path, name: str
 
 
 def cached_inputs(make: Callable[[Any, Any, int], Any], template: Any, problem: Any, seed: int) -> Any:
-    """`make(template, problem, seed)` (evaluate.make_inputs), drawn once per run: a later call for
+    """`make(template, problem, seed)` (inputs.make_inputs), drawn once per run: a later call for
     the same arguments, sizes and seed reads the arrays back. Outside `inputs_cache()`, `make`."""
     folder = _folder()
     if folder is None:
@@ -94,8 +96,6 @@ def cached_inputs(make: Callable[[Any, Any, int], Any], template: Any, problem: 
         _write(file, {**{f"host.{k}": v for k, v in made.host.items()},
                       **{f"scalar.{k}": v for k, v in made.scalars.items()}})
         return made
-    from .evaluate import Inputs
-
     return Inputs(seed, {k[5:]: v for k, v in found.items() if k.startswith("host.")},
                   {k[7:]: v[()] for k, v in found.items() if k.startswith("scalar.")})
 

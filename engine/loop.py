@@ -7,8 +7,9 @@ session. The tester analyses each round; the loop stops at the round limit, when
 within `sol_target` of the speed of light, on a plateau, or when the planner says so.
 
 The four roles come from a `Provider` (agents/: Claude, or offline rules), whose interface is
-engine/agent_api.py. The engine never imports agents/: the command line hands providers in, the first one leading and the rest taking
-over, in order, when one fails (`ProviderError`) — the session keeps everything measured so far.
+engine/agent_api.py. The engine never imports agents/: the command line hands providers in, the
+first one leading and the rest taking over, in order, when one fails (`ProviderError`) — the
+session keeps everything measured so far.
 """
 
 from __future__ import annotations

@@ -323,7 +323,7 @@ def _division_notes(data: Mapping) -> list[str]:
 
 def _expression_problems(template) -> list[str]:
     """Evaluate what a run will evaluate, at every problem size, so that a mistake shows now."""
-    from .evaluate import arg_shape
+    from .inputs import arg_shape
     from .space import geometry
 
     limits = DeviceLimits(backend="check", name="check")
@@ -355,7 +355,7 @@ def _reference_problems(template) -> list[str]:
     """Import the reference and run it on the smallest problem's inputs."""
     import numpy as np
 
-    from .evaluate import arg_shape, make_inputs
+    from .inputs import arg_shape, make_inputs
 
     try:
         reference = template.load_reference()

@@ -47,7 +47,7 @@ class Config:
         return config_key(self.as_dict())
 
     def defines(self) -> dict[str, str]:
-        return {k: _fmt(v) for k, v in self.items}
+        return compiler_defines(self.as_dict())
 
     def __str__(self) -> str:
         return " ".join(f"{k}={_fmt(v)}" for k, v in self.items)
@@ -57,6 +57,12 @@ def _fmt(v: ParamValue) -> str:
     if isinstance(v, bool):
         return "1" if v else "0"
     return str(v)
+
+
+def compiler_defines(config: Mapping[str, ParamValue]) -> dict[str, str]:
+    """The preprocessor definitions that set a configuration in the kernel source (-DNAME=VALUE):
+    true and false are 1 and 0."""
+    return {k: _fmt(v) for k, v in config.items()}
 
 
 @dataclass(frozen=True)

@@ -470,8 +470,8 @@ class TuneRun:
     def _profile(self, template: Template, problem: Problem, results: list[Result], backend: str,
                  top: int) -> list:
         """Nsight Compute on the `top` best configurations, one event each; one note when it cannot."""
-        from .profile import (ProfileError, find_ncu, ncu_version, profile_config, profiled_event,
-                              ranked_results)
+        from .ncu import ProfileError, find_ncu, ncu_version
+        from .profile import profile_config, profiled_event, ranked_results
 
         if backend != "cuda":
             self.note(f"profiling needs the CUDA backend and Nsight Compute; this run used {backend}: skipped")

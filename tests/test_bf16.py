@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from kerntune import templates
-from kerntune.engine.evaluate import TOLERANCE, Expected, compare, make_inputs
+from kerntune.engine.compare import TOLERANCE, Expected, compare
+from kerntune.engine.inputs import make_inputs
 from kerntune.engine.template import load_template, np_dtype
 
 BF16 = np_dtype("bfloat16")

@@ -309,7 +309,7 @@ def test_unknown_kernel_name_on_load(backend):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_the_device_tolerance_check_agrees_with_the_host_element_for_element(backend, dtype):
-    from kerntune.engine.evaluate import TOLERANCE, Expected, compare
+    from kerntune.engine.compare import TOLERANCE, Expected, compare
     from kerntune.engine.template import Argument, np_dtype
 
     rng = np.random.default_rng(7)

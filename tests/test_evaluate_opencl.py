@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from kerntune import templates
-from kerntune.engine.evaluate import Evaluator, Expected, TimingPolicy, VerifyPolicy, compare
+from kerntune.engine.compare import Expected, compare
+from kerntune.engine.evaluate import Evaluator, TimingPolicy, VerifyPolicy
+from kerntune.engine.space import Config, compiler_defines
 from kerntune.engine.template import Argument, load_template
 
 FAST = TimingPolicy(warmup=1, min_repeats=5, max_repeats=10, target_s=0.005)
@@ -106,6 +108,13 @@ def test_compare_requires_integers_to_match_exactly():
     out[9] = 0
     worst, msg = check(out, ref, "int32")
     assert worst == math.inf and "1 of 10 elements differ" in msg
+
+
+def test_a_configuration_becomes_the_same_compiler_defines_wherever_it_is_built():
+    values = {"BLOCK": 128, "FAST_EXP": True, "STREAM": False, "SCALE": 0.5}
+    expected = {"BLOCK": "128", "FAST_EXP": "1", "STREAM": "0", "SCALE": "0.5"}
+    assert compiler_defines(values) == expected
+    assert Config.of(values).defines() == expected
 
 
 def test_the_median_is_known_from_order_statistics_not_from_a_fixed_count():

@@ -78,7 +78,7 @@ def test_the_worker_comes_back_after_a_fault():
 
 def test_profile_top_profiles_the_leaders_with_nsight_compute(tmp_path):
     from kerntune.engine.events import ConfigProfiled
-    from kerntune.engine.profile import find_ncu
+    from kerntune.engine.ncu import find_ncu
 
     if find_ncu() is None:
         pytest.skip("ncu (Nsight Compute) is not installed")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kerntune import templates
-from kerntune.engine.evaluate import make_inputs
+from kerntune.engine.inputs import make_inputs
 from kerntune.engine.template import TemplateError, load_template
 
 from test_cli import QUICK, kerntune

@@ -92,7 +92,7 @@ def test_cached_outputs_keep_their_dtype_bfloat16_included(counted, tmp_path):
 
 
 def test_within_a_run_an_input_set_is_drawn_once_per_arguments_sizes_and_seed(counted):
-    from kerntune.engine.evaluate import make_inputs
+    from kerntune.engine.inputs import make_inputs
 
     drawn = []
 

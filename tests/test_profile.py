@@ -17,20 +17,18 @@ from kerntune.agents.rules import param_kind, profile_evidence, refinement
 from kerntune.engine.agent_api import LoopState, RoundRecord
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.events import ConfigProfiled
-from kerntune.engine.profile import (
+from kerntune.engine.ncu import (
     ProfileError,
     ProfileMetrics,
     bound_of,
-    consistency,
     find_ncu,
     ncu_command,
     ncu_failure,
     parse_ncu_output,
     parse_raw_csv,
-    profile_session,
-    template_from_session,
     unknown_metrics,
 )
+from kerntune.engine.profile import consistency, profile_session, template_from_session
 from kerntune.engine.session import load_session
 from kerntune.engine.template import load_template
 from kerntune.tui.state import DashboardState
