@@ -6,26 +6,23 @@ constraint and launch expression parses), every parameter it declares is used be
 the source compiles for the backend in use, and the default configuration reproduces the original
 kernel's outputs on fresh random inputs at every verification size.
 
-The device part runs in a child process, like every evaluation: a proposal that faults or hangs
-costs a rejection, never the run.
+The device part runs in an evaluation worker (engine/worker.py), like every evaluation: a
+proposal that faults or hangs costs a rejection, never the run.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import re
-import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .device import DeviceLimits
 from .proposal import TemplateProposal, write_template
 from .space import infeasible_reason
 from .template import Problem, Template, TemplateError
+from .worker import Worker, WorkerError, WorkerSpec
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ def check_proposal(original: Template, proposal: TemplateProposal, directory: Pa
                                tuple(checks), template=template, directory=directory)
     checks.append("the default configuration is feasible")
     seeds = seeds or tuple(random.SystemRandom().randrange(1 << 20, 1 << 31) for _ in range(2))
-    ok, message = _device_check(directory / "kernel.toml", backend, device, problem, seeds, timeout)
+    ok, message = _device_check(template, backend, device, problem, seeds, timeout)
     if not ok:
         return GateVerdict(False, message, tuple(checks), seeds, template, directory)
     checks.append(f"it compiles for {backend}, and the default configuration reproduces the original's "
@@ -111,53 +108,19 @@ def _relative(text: str, directory: Path) -> str:
     return text.replace(str(directory) + os.sep, "")
 
 
-def _device_check(spec_path: Path, backend: str, device: int, problem: Problem, seeds: tuple[int, ...],
+def _device_check(template: Template, backend: str, device: int, problem: Problem, seeds: tuple[int, ...],
                   timeout: float) -> tuple[bool, str]:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    fd, log_path = tempfile.mkstemp(prefix="kerntune-gate-", suffix=".log")
-    os.close(fd)
-    proc = ctx.Process(target=_child, args=(child, str(spec_path), backend, device, problem.name,
-                                            dict(problem.values), seeds, log_path), daemon=True)
+    """The default configuration against the original, in an evaluation worker that may take
+    `timeout` seconds to start and as long again for the check."""
+    spec = WorkerSpec(backend=backend, device=device, spec_path=str(template.spec_path),
+                      spec_text=template.spec_text, sources=dict(template.sources), problem_name=problem.name,
+                      problem=dict(problem.values), check_only=True)
+    worker = Worker(spec, config_timeout=timeout, start_timeout=timeout)
     try:
-        proc.start()
-        child.close()
-        if not parent.poll(timeout):
-            return False, f"the default configuration did not finish within {timeout:.0f} s"
-        try:
-            reply = parent.recv()
-        except (EOFError, OSError):
-            proc.join(5)
-            return False, f"the default configuration crashed the process that checked it (exit code {proc.exitcode})"
-        return bool(reply[0]), str(reply[1])
+        worker.start()
+        ok, worst, message = worker.reproduces_original(template.default_config(), seeds)
+    except WorkerError as e:  # no device, a reference that does not load: the proposal is rejected with it
+        return False, str(e)
     finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(10)
-        parent.close()
-        try:
-            os.unlink(log_path)
-        except OSError:
-            pass
-
-
-def _child(conn: Any, spec_path: str, backend_name: str, device: int, problem_name: str,
-           problem: dict, seeds: tuple[int, ...], log_path: str) -> None:
-    # compilers write to fd 2: keep it off the terminal and the dashboard
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 2)
-    warnings.simplefilter("ignore")
-    try:
-        from .backends import open_backend
-        from .evaluate import Evaluator
-        from .template import load_template
-
-        backend = open_backend(backend_name, device)
-        template = load_template(spec_path)
-        ev = Evaluator(backend, template, Problem(problem_name, problem))
-        ok, worst, message = ev.reproduces_original(template.default_config(), seeds)
-        if ok:
-            message = f"worst error {worst:.3g} of the tolerance"
-        conn.send((ok, message))
-    except Exception as e:  # one line back to the parent; the proposal is rejected with it
-        conn.send((False, f"{type(e).__name__}: {e}"))
+        worker.close()
+    return ok, f"worst error {worst:.3g} of the tolerance" if ok else message

@@ -60,7 +60,7 @@ class LoopOptions:
     plateau: float = 0.02  # a round improving the best by less than this fraction ends the loop
     attempts: int = 3  # proposals per templating step before the round gives up
     budget: int = 0  # evaluations per round, at most; 0 = the tuner decides
-    gate_timeout: float = 300.0
+    gate_timeout: float = 300.0  # seconds for the gate's worker to start, and as long again for its check
     templates_dir: Path | None = None  # default: beside the session file
     templatize_only: bool = False  # stage 1 alone (`kerntune templatize`)
     notes: tuple[str, ...] = ()  # said at the start (which agent, and why)

@@ -6,6 +6,7 @@ for that configuration, starts a new child when the next one comes, and goes on.
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 from collections import deque
@@ -43,6 +44,9 @@ class WorkerSpec:
     peaks_spread: float = 0.0
     # Verification sizes the engine adds to the template's own (an odd size; see tune.odd_problem)
     extra_problems: tuple[tuple[str, Mapping[str, int]], ...] = ()
+    # A worker that only checks a template against its original (the gate, `reproduces_original`):
+    # it draws no input sets ahead and calibrates nothing, since it times nothing.
+    check_only: bool = False
 
 
 # Loaded modules kept for the final re-check, fastest first: the winner is checked again in the
@@ -81,8 +85,10 @@ def _serve(conn: Any, spec: WorkerSpec, log_path: str) -> None:
         extra = tuple(Problem(name, dict(values)) for name, values in spec.extra_problems)
         ev = Evaluator(backend, template, problem, seed=spec.seed, timing=spec.timing, verify=spec.verify,
                        extra_problems=extra)
-        ev.prepare()
-        calibration = ev.calibrate()
+        calibration = {}
+        if not spec.check_only:
+            ev.prepare()
+            calibration = ev.calibrate()
     except Exception as e:  # reported to the parent as one line; the run cannot go on without it
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
@@ -120,6 +126,12 @@ def _serve(conn: Any, spec: WorkerSpec, log_path: str) -> None:
             held = kept.get(config_key(msg[1]))
             ok, text = ev.verify_again(msg[1], tuple(msg[2]), kernel=held[1] if held else None)
             conn.send(("verified", ok, text))
+        elif msg[0] == "reproduce":
+            try:
+                ok, worst, text = ev.reproduces_original(msg[1], tuple(msg[2]))
+            except Exception as e:  # the template's own code (its reference, its shapes): a failed check
+                ok, worst, text = False, math.inf, f"{type(e).__name__}: {e}"
+            conn.send(("reproduced", ok, worst, text))
         else:
             backend.close()
             return
@@ -280,6 +292,16 @@ class Worker:
         if kind == "crashed":
             return False, f"crashed: {payload}"
         return bool(payload[1]), str(payload[2])
+
+    def reproduces_original(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> tuple[bool, float, str]:
+        """Whether `config` gives the original kernel's outputs on fresh inputs from `seeds` (the
+        gate's check, Evaluator.reproduces_original): (ok, worst error / tolerance, message)."""
+        kind, payload = self._call(("reproduce", dict(config), list(seeds)))
+        if kind == "timeout":
+            return False, math.inf, f"timeout: the check did not end within {self.config_timeout:.0f} s"
+        if kind == "crashed":
+            return False, math.inf, f"crashed: {payload}"
+        return bool(payload[1]), float(payload[2]), str(payload[3])
 
     def close(self) -> None:
         if self._proc is not None and self._proc.is_alive() and self._conn is not None:
