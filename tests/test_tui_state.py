@@ -291,3 +291,55 @@ def test_long_parameter_names_abbreviate_without_clashes():
     names = abbreviations(["BLOCK", "ITEMS_PER_THREAD", "INNER_PASS_TILE", "VECTOR_WIDTH", "UNROLLFACTORS"])
     assert names["BLOCK"] == "BLOCK" and names["VECTOR_WIDTH"] == "VW" and names["UNROLLFACTORS"] == "UNROLLF…"
     assert names["ITEMS_PER_THREAD"] != names["INNER_PASS_TILE"]  # both would be IPT
+
+
+def test_the_dashboard_and_the_text_mode_say_the_same_model_call_in_the_same_words(monkeypatch):
+    import io
+
+    from kerntune.engine.events import AgentCall
+    from kerntune.tui.loop_cli import LoopText
+    from kerntune.tui.text import TextRenderer
+    from kerntune.tui.widgets.plan import log_text
+
+    # the model's input_tokens leaves out the prompt cache: 40 new, 1200 read from it, 300 written
+    call = AgentCall(1.5, "claude", "planner", "claude-sonnet-5", input_tokens=40, output_tokens=80,
+                     cache_read_tokens=1200, cache_write_tokens=300, cost_usd=0.0123, seconds=2.5)
+    state = DashboardState()
+    state.apply(call)
+    on_screen = log_text(state.log[-1]).plain
+    monkeypatch.setenv("COLUMNS", "200")  # text output wraps at the terminal's width: one line here
+    printed = []
+    for sink in (LoopText, TextRenderer):
+        out = io.StringIO()
+        sink(out)(call)
+        printed.append(out.getvalue().strip())
+    assert printed == [on_screen, on_screen]
+    assert on_screen == ("claude: planner: 1540 tokens in (1200 read from cache, 300 written to cache), "
+                         "80 out, $0.0123, 2.5 s")
+
+
+def test_a_result_s_figures_read_the_same_on_the_dashboard_in_the_text_table_and_in_the_csv():
+    import csv
+    import io
+
+    from kerntune.tui.text import HEADERS, leaderboard_csv, leaderboard_rows
+    from kerntune.tui.widgets.leaderboard import all_cells, column_label
+
+    s = load_session(VECTOR_ADD)
+    state = folded(VECTOR_ADD)
+    results = s.results()
+    rows = leaderboard_rows(results, state.baseline, limit=len(results))
+    table = list(csv.DictReader(io.StringIO(leaderboard_csv(results, state.baseline))))
+    assert len(rows) == len(table) == state.ranked_count == 24
+    for rank, (row, line) in enumerate(zip(rows, table), start=1):
+        key = state.ranked_key(rank)
+        cells = all_cells(state, key, {})
+        text = dict(zip(HEADERS, row))
+        # one speedup over one baseline, however it is written
+        assert cells["speedup"][0] == text["speedup"] == f"{float(line['speedup']):.2f}x"
+        assert cells["sol"][0] == text["% SOL"] == f"{100 * float(line['sol_fraction']):.1f}%"
+        assert float(line["median_us"]) == state.column_value("median", key)
+        assert (cells["speedup"][1] == "green") == (float(line["speedup"]) > 1.0)
+    # the text table's headers are the dashboard's, in ASCII, with the rank and the parameters first
+    assert HEADERS[2:] == [column_label(k).replace("µ", "u") for k in ("median", "spread", "gbs", "sol", "speedup",
+                                                                       "status")]

@@ -210,8 +210,8 @@ def _error(text: str) -> None:
 
 
 class LoopText:
-    """An event sink that prints the loop as text: its own events here, each round's run through
-    a TextRenderer of its own, and at the end one leaderboard of every round."""
+    """An event sink that prints the loop as text, in the dashboard's words (tui/words.py): each
+    round's run through a TextRenderer of its own, and at the end one leaderboard of every round."""
 
     def __init__(self, out: Any = None):
         from kerntune.tui.text import TextRenderer
@@ -219,47 +219,17 @@ class LoopText:
         self.out = out or sys.stdout
         self._renderer = TextRenderer
         self.runs = TextRenderer(self.out)
-        self.results: list = []
-
-    def _print(self, text: str) -> None:
-        self.runs._print(text)
+        self.results: list = []  # the rounds before this one's
 
     def __call__(self, ev: Event) -> None:
-        if isinstance(ev, LoopStarted):
-            model = f", model {ev.model}" if ev.model else ""
-            sol = f", until {100 * ev.sol_target:.0f}% of the speed of light" if ev.sol_target else ""
-            self._print(f"agent loop: {ev.agent}{model}, up to {ev.rounds} round{'s' if ev.rounds != 1 else ''}{sol}")
-        elif isinstance(ev, RoundStarted):
-            self._print(f"-- round {ev.round} ({ev.agent}) --")
-        elif isinstance(ev, Note) and ev.source != "engine":
-            self._print(f"{ev.source}: {ev.text}")
-        elif isinstance(ev, TemplateProposed):
-            self._print(f"generator: template proposed (attempt {ev.attempt}): parameters "
-                        f"{', '.join(ev.parameters) or 'none'}" + (f"; {ev.summary}" if ev.summary else ""))
-        elif isinstance(ev, GateChecked):
-            if not ev.ok:
-                self._print(f"gate: rejected: {ev.reason}")
-        elif isinstance(ev, SearchPlanned):
-            values = "; ".join(f"{k} {v}" for k, v in ev.values.items())
-            budget = f", budget {ev.budget}" if ev.budget else ""
-            self._print(f"tuner: {ev.strategy}{budget} over {values}" + (f" ({ev.reason})" if ev.reason else ""))
-        elif isinstance(ev, AgentCall):
-            cached = f" ({ev.cache_read_tokens} read from cache)" if ev.cache_read_tokens else ""
-            cost = f", ${ev.cost_usd:.4f}" if ev.cost_usd else ""
-            self._print(f"{ev.agent} ({ev.role}): {ev.input_tokens + ev.cache_read_tokens + ev.cache_write_tokens} "
-                        f"tokens in{cached}, {ev.output_tokens} out{cost}, {ev.seconds:.1f} s")
-        elif isinstance(ev, LoopFinished):
-            self._print(f"loop finished ({ev.reason}) after {ev.rounds} round{'s' if ev.rounds != 1 else ''}")
-        else:
-            if isinstance(ev, RunStarted):  # each round counts its own progress
-                self.runs = self._renderer(self.out)
-            if isinstance(ev, ConfigEvaluated):
-                self.results.append(ev.result)
-            self.runs(ev)
+        if isinstance(ev, RunStarted):  # each round counts its own progress
+            self.results += self.runs.results
+            self.runs = self._renderer(self.out)
+        self.runs(ev)
 
     def finish(self, outcome: LoopOutcome, show_failed: bool = False) -> None:
         board = self._renderer(self.out)
-        board.results = list(self.results)
+        board.results = self.results + self.runs.results  # a demoted result replaced in its round
         board.baseline = outcome.original  # speedups over the original kernel
         name = outcome.template.name if outcome.template else ""
         board.finish(f"{name} - {outcome.limits.name}: every round", show_failed)

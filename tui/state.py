@@ -17,28 +17,20 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kerntune.engine.events import (
     AgentCall,
-    Analysis,
-    BestImproved,
     ConfigEvaluated,
-    ConfigSanitized,
-    Event,
-    GateChecked,
-    LoopFinished,
     ConfigProfiled,
-    LoopStarted,
-    Note,
-    PlanMade,
-    RoundStarted,
+    Event,
+    LoopFinished,
     RunFinished,
     RunStarted,
-    SearchPlanned,
     SpaceBuilt,
     TemplateProposed,
     WinnerVerified,
 )
 from kerntune.engine.result import Result, config_key
 
-from .text import fmt_config, fmt_us
+from .columns import COLUMN, FILTER_NAMES, speedup_over
+from .words import Words, describe, fmt_config, fmt_value
 
 # Parts of the screen that an update can touch; widgets repaint only what is dirty.
 PANELS = ("title", "device", "plan", "diff", "board", "progress")
@@ -52,13 +44,10 @@ class HeaderRead:
 
 
 @dataclass(frozen=True)
-class LogLine:
-    """One line of the plan panel: a note, or a one-line account of another event."""
+class LogLine(Words):
+    """One line of the plan panel: an event's words (tui/words.py) at the event's time."""
 
-    t: float
-    source: str
-    text: str
-    kind: str = "note"  # note, info, best, good, warn, error
+    t: float = 0.0
 
 
 @dataclass
@@ -182,107 +171,46 @@ class DashboardState:
             self.runs.append(item)
             self.run_evaluated = 0
             self.finished = None
-            resumed = f", resuming after {item.resumed} results" if item.resumed else ""
-            budget = f", budget {item.budget}" if item.budget else ""
-            self._log(item.t, "engine", f"tuning {item.template} at {fmt_config(item.problem)} on {item.device} "
-                      f"({item.backend}), {item.strategy} search{budget}{resumed}", "info")
             self.dirty.update(("title", "progress", "device"))
         elif isinstance(item, SpaceBuilt):
             self.feasible, self.total, self.pruned = item.feasible, item.total, dict(item.pruned)
-            pruned = "; ".join(f"{k}: {v}" for k, v in item.pruned.items())
-            self._log(item.t, "engine", f"space: {item.feasible} feasible of {item.total}"
-                      + (f" (pruned by {pruned})" if pruned else ""), "info")
             self.dirty.add("progress")
-        elif isinstance(item, Note):
-            self._log(item.t, item.source, item.text, "note")
-        elif isinstance(item, BestImproved):
-            speed = f", {item.speedup:.2f}x the default" if item.speedup else ""
-            self._log(item.t, "engine", f"new best {fmt_us(item.median_us)} us: {fmt_config(item.config)}{speed}",
-                      "best")
-        elif isinstance(item, ConfigSanitized):
-            self._log(item.t, "engine", f"{fmt_config(item.config)}: {item.message}", "good" if item.ok else "error")
         elif isinstance(item, WinnerVerified):
             self.winner = item
-            if item.ok:
-                self._log(item.t, "engine", f"winner {fmt_config(item.config)} passed again on new inputs", "good")
-            else:
-                self._log(item.t, "engine", f"winner {fmt_config(item.config)} FAILED on new inputs: {item.message}",
-                          "error")
             self.dirty.update(("board", "progress"))
         elif isinstance(item, RunFinished):
             self.finished = item
-            self._log(item.t, "engine", f"finished ({item.reason}): {item.evaluated} evaluated, "
-                      f"{item.verified} verified", "info")
             self.dirty.update(("title", "progress"))
-        else:
-            self._loop_event(item)
-
-    def _loop_event(self, item: Event) -> None:
-        """The agent loop's steps: plan, template proposals and the gate, search plans, analyses."""
-        if isinstance(item, LoopStarted):
-            model = f" ({item.model})" if item.model else ""
-            self._log(item.t, "loop", f"agent loop: {item.agent}{model}, up to {item.rounds} rounds, "
-                      f"stop at {100 * item.sol_target:.0f}% of SOL", "info")
-        elif isinstance(item, RoundStarted):
-            self._log(item.t, "loop", f"round {item.round}", "info")
-        elif isinstance(item, PlanMade):
-            self._log(item.t, "planner", item.text, "note")
+        elif isinstance(item, LoopFinished):
+            self.dirty.update(("title", "progress"))
         elif isinstance(item, TemplateProposed):
             # the diff panel shows the newest proposal against the original kernel
             template = dict(self.template)
             original = template.get("original_source", template.get("source", ""))
             template.update(source=item.source, original_source=original, backend=item.backend)
             self.header = {**self.header, "template": template}
-            params = ", ".join(item.parameters) or "no parameters"
-            self._log(item.t, "generator", f"template proposed (attempt {item.attempt}): {params}"
-                      + (f"; {item.summary}" if item.summary else ""), "note")
             self.dirty.add("diff")
-        elif isinstance(item, GateChecked):
-            if item.ok:
-                self._log(item.t, "gate", f"template accepted: {', '.join(item.checks) or 'all checks passed'}",
-                          "good")
-            else:
-                self._log(item.t, "gate", f"template rejected: {item.reason}", "error")
-        elif isinstance(item, SearchPlanned):
-            budget = f", budget {item.budget}" if item.budget else ""
-            self._log(item.t, "tuner", f"{item.strategy} search{budget}"
-                      + (f": {item.reason}" if item.reason else ""), "note")
-        elif isinstance(item, Analysis):
-            self._log(item.t, "tester", item.text, "note")
         elif isinstance(item, AgentCall):
             self.cost_usd += item.cost_usd
-            self._log(item.t, item.agent, f"{item.role}: {item.input_tokens} in / {item.output_tokens} out tokens"
-                      f" ({item.cache_read_tokens} cached), ${item.cost_usd:.4f}", "info")
-        elif isinstance(item, LoopFinished):
-            speed = f", {item.speedup:.2f}x the original" if item.speedup else ""
-            kept = "; no configuration beat the original, which stays" if item.kept_original else ""
-            self._log(item.t, "loop", f"loop finished ({item.reason}) after {item.rounds} rounds{speed}{kept}",
-                      "good")
-            self.dirty.update(("title", "progress"))
         elif isinstance(item, ConfigProfiled):
             self.profiles[config_key(item.config)] = item
-            rank = f"#{item.rank} " if item.rank else ""
-            if item.ok:
-                from kerntune.engine.profile import ProfileMetrics
-
-                self._log(item.t, "profiler", f"{rank}{fmt_config(item.config)}: "
-                          f"{ProfileMetrics.from_dict(item.metrics).summary()}", "note")
-            else:
-                self._log(item.t, "profiler", f"{rank}{fmt_config(item.config)} not profiled: {item.message}", "warn")
             self.dirty.add("board")
+        words = describe(item)
+        if words is not None:
+            self._log(item.t, words)
 
-    def _log(self, t: float, source: str, text: str, kind: str) -> None:
-        self.log.append(LogLine(float(t), source, text, kind))
+    def _log(self, t: float, words: Words) -> None:
+        self.log.append(LogLine(words.source, words.text, words.kind, float(t)))
         self.dirty.add("plan")
 
     def warn(self, message: str) -> None:
         """A line of the dashboard's own (a session that loaded with a warning)."""
-        self._log(self.last_t, "kerntune", message, "warn")
+        self._log(self.last_t, Words("kerntune", message, "warn"))
 
     def fail(self, message: str) -> None:
         """Record that the run itself failed (not one configuration: the whole run)."""
         self.error = message
-        self._log(self.last_t, "kerntune", message, "error")
+        self._log(self.last_t, Words("kerntune", message, "error"))
         self.dirty.update(("title", "progress"))
 
     def _evaluated(self, ev: ConfigEvaluated) -> None:
@@ -303,14 +231,12 @@ class DashboardState:
             self.failed.append(key)
             self.failed_by_status[r.status] += 1
         for name, value in r.config.items():
-            width = len(_cell_value(value))
+            width = len(fmt_value(value))
             if width > self._param_widths.get(name, -1):
                 self._param_widths[name] = width
                 if name not in self.parameters:
                     self.parameters.append(name)
-        if ev.replaces:  # a demotion by a later check, not a new measurement
-            self._log(ev.t, "engine", f"{fmt_config(r.config)} demoted to {r.status}: {r.message}", "error")
-        else:
+        if not ev.replaces:  # a demotion by a later check is not a new measurement
             self.run_evaluated += 1
         best = self.best
         if best is not None:
@@ -362,8 +288,7 @@ class DashboardState:
         return float(b.median_us) if b is not None and b.ranked else None
 
     def speedup(self, r: Result) -> float | None:
-        base = self.baseline_us
-        return base / r.median_us if base and r.median_us else None
+        return speedup_over(self.baseline_us, r)
 
     def ranked_key(self, rank: int) -> str | None:
         """The configuration ranked `rank` (1: the fastest verified), or None past the last."""
@@ -447,7 +372,7 @@ class DashboardState:
         """The parameters of `config` whose value is not the default configuration's, in order."""
         default = self.default_config
         return [(name, config[name]) for name in self.parameters
-                if name in config and (name not in default or _cell_value(default[name]) != _cell_value(config[name]))]
+                if name in config and (name not in default or fmt_value(default[name]) != fmt_value(config[name]))]
 
     def column_value(self, column: str, key: str) -> Any:
         """The raw value a column sorts by (None when the result has none)."""
@@ -458,21 +383,7 @@ class DashboardState:
         if column.startswith("param:"):
             v = r.config.get(column[6:])
             return _sortable(v)
-        if column == "median":
-            return r.median_us
-        if column == "spread":
-            return r.spread
-        if column == "gbs":
-            return r.bandwidth_gbs
-        if column == "sol":
-            return r.sol_fraction
-        if column == "speedup":
-            return self.speedup(r)
-        if column == "occ":
-            return r.occupancy
-        if column == "status":
-            return r.status
-        raise KeyError(column)
+        return COLUMN[column].value(r, self.baseline_us)  # KeyError for a column there is not
 
 
 def _table(v: Any) -> Mapping[str, Any]:
@@ -481,10 +392,6 @@ def _table(v: Any) -> Mapping[str, Any]:
 
 def _int(v: Any, default: int) -> int:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
-
-
-def _cell_value(v: Any) -> str:
-    return str(int(v)) if isinstance(v, bool) else str(v)
 
 
 def _sortable(v: Any) -> Any:
@@ -502,10 +409,6 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<=": operator.le, ">=": operator.ge, "!=": operator.ne, "==": operator.eq, "=": operator.eq,
     "<": operator.lt, ">": operator.gt,
 }
-_COLUMN_NAMES = {"median": "median", "us": "median", "spread": "spread", "gbs": "gbs", "sol": "sol",
-                 "speedup": "speedup", "occ": "occ", "occupancy": "occ", "status": "status"}
-# Columns that show percentages compare against percentages: `sol>50` means more than 50 % of SOL.
-_PERCENT = {"spread", "sol", "occ"}
 
 
 def compile_filter(text: str, state: DashboardState) -> Callable[[Entry], bool]:
@@ -525,10 +428,10 @@ def compile_filter(text: str, state: DashboardState) -> Callable[[Entry], bool]:
         param = next((p for p in state.parameters if p.lower() == name.lower()), None)
         if param is not None:
             tests.append(_param_test(param, op, raw))
-        elif name.lower() in _COLUMN_NAMES:
-            tests.append(_column_test(state, _COLUMN_NAMES[name.lower()], op, raw))
+        elif name.lower() in FILTER_NAMES:
+            tests.append(_column_test(state, FILTER_NAMES[name.lower()], op, raw))
         else:
-            known = ", ".join(state.parameters + sorted(set(_COLUMN_NAMES.values())))
+            known = ", ".join(state.parameters + sorted(set(FILTER_NAMES.values())))
             raise FilterError(f"unknown name {name!r} in the filter (known: {known})")
     return lambda e: all(t(e) for t in tests)
 
@@ -549,7 +452,7 @@ def _param_test(param: str, op: Callable[[Any, Any], bool], raw: str) -> Callabl
         if want is not None and isinstance(v, (int, float)):
             return op(float(v), want)
         if op in (operator.eq, operator.ne):
-            return op(_cell_value(v).lower(), raw.lower())
+            return op(fmt_value(v).lower(), raw.lower())
         return False
 
     return test
@@ -562,7 +465,8 @@ def _column_test(state: DashboardState, column: str, op: Callable[[Any, Any], bo
     want = _number(raw)
     if want is None:
         raise FilterError(f"{column}: expected a number, got {raw!r}")
-    scale = 100.0 if column in _PERCENT else 1.0
+    # columns that show percentages compare against percentages: `sol>50` is more than 50 % of SOL
+    scale = 100.0 if COLUMN[column].percent else 1.0
 
     def test(e: Entry) -> bool:
         v = state.column_value(column, e.key)

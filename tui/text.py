@@ -1,6 +1,7 @@
 """Text rendering of engine events, for terminals without the dashboard and for pipes.
 
-The same events the dashboard shows: a progress line while a run goes, then the leaderboard.
+The same events the dashboard shows, in the same words (tui/words.py): a progress line while a
+run goes, then the leaderboard with the dashboard's columns (tui/columns.py).
 """
 
 from __future__ import annotations
@@ -16,45 +17,20 @@ from rich.console import Console
 from rich.table import Table
 
 from kerntune.engine.events import (
+    Analysis,
     BestImproved,
     ConfigEvaluated,
-    ConfigSanitized,
+    ConfigProfiled,
     Event,
-    Note,
-    RunFinished,
-    RunStarted,
+    GateChecked,
+    PlanMade,
     SpaceBuilt,
-    WinnerVerified,
 )
 from kerntune.engine.result import Result, config_key
 
-from .numbers import fmt_num, fmt_percent, fmt_speedup
-
-
-def fmt_config(config: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items())
-
-
-def fmt_params(config: Mapping[str, Any]) -> str:
-    """A configuration's parameters; the original kernel (no parameters) is labelled `original`."""
-    return fmt_config(config) or "original"
-
-
-# The dashboard's figures (tui/widgets); text output uses tui/numbers.py.
-
-def fmt_us(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v >= 10000:
-        return f"{v:,.0f}"
-    if v >= 100:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
-
-
-def fmt_gbs(v: float | None) -> str:
-    """Bandwidth in GB/s with one decimal ("-" when unknown)."""
-    return f"{v:.1f}" if v is not None else "-"
+from .columns import CSV_COLUMNS, TEXT_COLUMNS
+from .numbers import fmt_num, fmt_speedup
+from .words import describe, fmt_config, fmt_params, fmt_value  # noqa: F401 (fmt_config: the command line's too)
 
 
 def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: int = 15,
@@ -77,19 +53,17 @@ def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: 
 
 
 def _row(rank: str, r: Result, base: float | None) -> list[str]:
-    return [
-        rank,
-        fmt_params(r.config),
-        fmt_num(r.median_us),
-        fmt_percent(r.spread),
-        fmt_num(r.bandwidth_gbs),
-        fmt_percent(r.sol_fraction),
-        fmt_speedup(base, r.median_us),
-        r.status if not r.message or r.verified else f"{r.status}: {r.message}",
-    ]
+    cells = [rank, fmt_params(r.config)]
+    for c in TEXT_COLUMNS:
+        cell = c.text(c.value(r, base))  # type: ignore[misc]
+        if c.key == "status" and r.message and not r.verified:  # no message column: it follows the status
+            cell = f"{cell}: {r.message}"
+        cells.append(cell)
+    return cells
 
 
-HEADERS = ["#", "parameters", "median us", "spread", "GB/s", "% SOL", "speedup", "status"]
+HEADERS = ["#", "parameters", *(c.text_header for c in TEXT_COLUMNS)]
+_LEFT = {"parameters"} | {c.text_header for c in TEXT_COLUMNS if not c.right}
 
 
 def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: bool = False) -> str:
@@ -99,8 +73,7 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
     names = list(dict.fromkeys(k for r in results for k in r.config))
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(["rank", "label", *names, "median_us", "spread", "bandwidth_gbs", "sol_fraction", "speedup",
-                "status", "message"])
+    w.writerow(["rank", "label", *names, *(c.csv for c in CSV_COLUMNS), "message"])
     ranked = sorted((r for r in results if r.ranked), key=lambda r: r.median_us)
     rows = [(str(i + 1), r) for i, r in enumerate(ranked)] + [("!", r) for r in results if r.status == "suspect"]
     if failed:
@@ -108,13 +81,11 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
     base = baseline.median_us if baseline is not None and baseline.ranked else None
 
     def cell(v: Any) -> str:
-        return "" if v is None else str(int(v) if isinstance(v, bool) else v)
+        return "" if v is None else fmt_value(v)
 
     for rank, r in rows:
-        speed = base / r.median_us if base and r.median_us else None
         w.writerow([rank, "" if r.config else "original", *(cell(r.config.get(n)) for n in names),
-                    cell(r.median_us), cell(r.spread), cell(r.bandwidth_gbs), cell(r.sol_fraction), cell(speed),
-                    r.status, r.message])
+                    *(cell(c.value(r, base)) for c in CSV_COLUMNS), r.message])
     return out.getvalue()
 
 
@@ -122,7 +93,7 @@ def leaderboard_table(results: Iterable[Result], baseline: Result | None, title:
                       limit: int = 15, failed: bool = False) -> Table:
     table = Table(title=title or None, title_justify="left", header_style="bold")
     for h in HEADERS:
-        table.add_column(h, justify="right" if h not in ("parameters", "status") else "left",
+        table.add_column(h, justify="left" if h in _LEFT else "right",
                          overflow="fold")
     for row in leaderboard_rows(results, baseline, limit, failed):
         table.add_row(*row)
@@ -132,6 +103,11 @@ def leaderboard_table(results: Iterable[Result], baseline: Result | None, title:
 def text_width() -> int:
     """The width text output wraps at: `COLUMNS` when set, else the terminal's, else 120."""
     return max(shutil.get_terminal_size((120, 24)).columns, 40)
+
+
+# What text output leaves to the progress line (the best so far) and to the dashboard and the
+# session file: plans, analyses, profiles and accepted templates (the run that follows says so).
+_QUIET = (BestImproved, PlanMade, Analysis, ConfigProfiled)
 
 
 class TextRenderer:
@@ -152,22 +128,13 @@ class TextRenderer:
         self._line = False
 
     def __call__(self, ev: Event) -> None:
-        if isinstance(ev, RunStarted):
-            resumed = f", resuming after {ev.resumed}" if ev.resumed else ""
-            self._print(f"tuning {ev.template} at {fmt_config(ev.problem)} on {ev.device} "
-                        f"({ev.backend}), {ev.strategy} search{resumed}")
-        elif isinstance(ev, SpaceBuilt):
+        if isinstance(ev, SpaceBuilt):
             self.feasible = ev.feasible
-            pruned = "; ".join(f"{k}: {v}" for k, v in ev.pruned.items())
-            self._print(f"space: {ev.feasible} feasible of {ev.total}" + (f" (pruned: {pruned})" if pruned else ""))
-        elif isinstance(ev, Note):
-            self._print(f"note: {ev.text}")
         elif isinstance(ev, ConfigEvaluated) and ev.replaces:  # demoted by a later check
             r = ev.result
             self.results = [r if x.config == r.config else x for x in self.results]
             if self.best is not None and self.best.config == r.config:
                 self.best = None
-            self._print(f"demoted {fmt_config(r.config)}: {r.status}: {r.message}")
         elif isinstance(ev, ConfigEvaluated):
             r = ev.result
             self.results.append(r)
@@ -181,13 +148,9 @@ class TextRenderer:
                 self._progress()
         elif isinstance(ev, BestImproved):
             self.best = next((r for r in reversed(self.results) if r.config == ev.config), self.best)
-        elif isinstance(ev, ConfigSanitized):
-            self._print(f"{fmt_config(ev.config)}: {ev.message}")
-        elif isinstance(ev, WinnerVerified):
-            state = "passed" if ev.ok else f"FAILED: {ev.message}"
-            self._print(f"winner re-verified on new inputs (seeds {', '.join(map(str, ev.seeds))}): {state}")
-        elif isinstance(ev, RunFinished):
-            self._print(f"finished ({ev.reason}): {ev.evaluated} evaluated, {ev.verified} verified")
+        words = describe(ev)
+        if words is not None and not isinstance(ev, _QUIET) and not (isinstance(ev, GateChecked) and ev.ok):
+            self._print(words.line())
 
     def set_default(self, config: Mapping[str, Any]) -> None:
         self.default_key = config_key(config)

@@ -11,8 +11,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Sparkline, Static
 
+from ..numbers import fmt_gbs, fmt_percent, fmt_us
 from ..state import DashboardState
-from ..text import fmt_config, fmt_gbs, fmt_percent, fmt_us
+from ..words import fmt_config
 
 
 def details_renderable(state: DashboardState, key: str):

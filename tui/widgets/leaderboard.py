@@ -24,24 +24,12 @@ from textual.containers import Vertical
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Input, Static
 
+from ..columns import COLUMN, COLUMNS, OPTIONAL
 from ..state import BoardView, DashboardState, FilterError
-from ..text import fmt_gbs, fmt_percent, fmt_speedup, fmt_us
+from ..words import fmt_value
 
-# (key, label) of the columns after the rank and the parameters.
-FIXED = [
-    ("median", "median µs"),
-    ("spread", "spread"),
-    ("gbs", "GB/s"),
-    ("sol", "% SOL"),
-    ("speedup", "speedup"),
-    ("occ", "occ"),
-    ("status", "status"),
-]
-# Dropped in this order when the table would not fit the terminal (the details screen has them).
-OPTIONAL = ("occ", "gbs", "spread")
-SORTABLE_NAMES = {"rank": "rank", "median": "median µs", "spread": "spread", "gbs": "GB/s", "sol": "% SOL",
-                  "speedup": "speedup", "occ": "occupancy", "status": "status"}
-_STATUS_STYLE = {"ok": "green", "suspect": "bold yellow"}
+# The columns after the rank and the parameters come from tui/columns.py, which also says which
+# are dropped first when the table would not fit the terminal (the details screen has them all).
 # A parameter name longer than this is abbreviated in headers and in the configuration column.
 NAME_WIDTH = 8
 # The failed view's message column gets the room left, and at least this much.
@@ -58,7 +46,9 @@ def column_label(key: str) -> str:
     """A column key as people read it: `param:BLOCK` is BLOCK, `median` is median µs."""
     if key.startswith("param:"):
         return key[6:]
-    return SORTABLE_NAMES.get(key, key)
+    if key == "rank":
+        return "rank"
+    return COLUMN[key].title if key in COLUMN else key
 
 
 def abbreviations(names: list[str], width: int = NAME_WIDTH) -> dict[str, str]:
@@ -89,11 +79,11 @@ def config_text(state: DashboardState, config: Mapping[str, Any], names: Mapping
     differ = state.differs(config)
     if not differ:
         return "default" if state.default_config else ""
-    return " ".join(f"{names.get(n, n)}={_value(v)}" for n, v in differ)
+    return " ".join(f"{names.get(n, n)}={fmt_value(v)}" for n, v in differ)
 
 
 def all_cells(state: DashboardState, key: str, names: Mapping[str, str]) -> dict[str, Cell]:
-    """Every cell a configuration's row could show, by column key (the same formats as the text mode)."""
+    """Every cell a configuration's row could show, by column key (formats and styles: tui/columns.py)."""
     e = state.entries[key]
     r = e.result
     rank = state.rank(key)
@@ -103,23 +93,18 @@ def all_cells(state: DashboardState, key: str, names: Mapping[str, str]) -> dict
         "rank": (str(rank) if rank else ("!" if r.status == "suspect" else "x"), "bold" if best else "dim"),
     }
     for name in state.parameters:
-        out[f"param:{name}"] = (_value(r.config.get(name, "")), "dim" if failed else "")
+        out[f"param:{name}"] = (fmt_value(r.config.get(name, "")), "dim" if failed else "")
     out["config"] = (config_text(state, r.config, names), "dim" if failed else "")
-    out["median"] = (fmt_us(r.median_us), "bold" if best else "")
-    noisy = r.spread is not None and r.spread > 0.25
-    out["spread"] = (fmt_percent(r.spread), "yellow" if noisy else "")
-    out["gbs"] = (fmt_gbs(r.bandwidth_gbs), "")
-    # Above 100 % a result beat its own bound: a warm cache or a broken measurement.
-    over = r.sol_fraction is not None and r.sol_fraction > 1.0
-    out["sol"] = (fmt_percent(r.sol_fraction), "yellow" if over else "")
-    s = state.speedup(r)
-    out["speedup"] = (fmt_speedup(state.baseline_us, r.median_us), "green" if s and s > 1.0 else "")
-    out["occ"] = (f"{100 * r.occupancy:.0f}%" if r.occupancy is not None else "-", "")
-    text, style = r.status, _STATUS_STYLE.get(r.status, "red")
+    base = state.baseline_us
+    for c in COLUMNS:
+        v = c.value(r, base)
+        out[c.key] = (c.screen(v), c.style(v))
+    if best:
+        out["median"] = (out["median"][0], "bold")
     w = state.winner
     if w is not None and dict(w.config) == dict(r.config):
-        text, style = (text + " ✓", "bold green") if w.ok else (text + " ✗ re-check", "bold red")
-    out["status"] = (text, style)
+        text = out["status"][0]
+        out["status"] = (text + " ✓", "bold green") if w.ok else (text + " ✗ re-check", "bold red")
     out["message"] = (first_line(r.message)[:MESSAGE_MAX], "red" if failed else "dim")
     return out
 
@@ -157,7 +142,7 @@ def fit_columns(state: DashboardState, widths: Mapping[str, int], room: int, sho
     config = width("config")
 
     def fixed(n: int) -> list[tuple[str, str, int]]:
-        return [(k, labels[k], width(k)) for k, _ in FIXED if k not in OPTIONAL[:n]]
+        return [(c.key, labels[c.key], width(c.key)) for c in COLUMNS if c.key not in OPTIONAL[:n]]
 
     def with_message(cols: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
         if not show_message:
@@ -186,11 +171,7 @@ def fit_columns(state: DashboardState, widths: Mapping[str, int], room: int, sho
     return rank + [("config", labels["config"], max(min(config, left), CONFIG_MIN))] + fixed(len(OPTIONAL))
 
 
-def _value(v: Any) -> str:
-    return str(int(v)) if isinstance(v, bool) else str(v)
-
-
-_RIGHT = {"rank", "median", "spread", "gbs", "sol", "speedup", "occ"}
+_RIGHT = {"rank"} | {c.key for c in COLUMNS if c.right}
 
 
 def _text(col: str, cell: Cell) -> Text:
@@ -251,7 +232,7 @@ class Leaderboard(Vertical):
         self.show()
 
     def sort_columns(self) -> list[str]:
-        return ["rank"] + [f"param:{p}" for p in self.state.parameters] + [k for k, _ in FIXED]
+        return ["rank"] + [f"param:{p}" for p in self.state.parameters] + [c.key for c in COLUMNS]
 
     def next_sort(self) -> str:
         cols = self.sort_columns()
@@ -284,7 +265,7 @@ class Leaderboard(Vertical):
         names = self._names
         labels = {"rank": "#", "config": "config", "message": "message"}
         labels.update({f"param:{p}": names.get(p, p) for p in self.state.parameters})
-        labels.update(dict(FIXED))
+        labels.update((c.key, c.header) for c in COLUMNS)
         sort, arrow = self.view.sort, ARROWS[self.view.reverse]
         if sort in labels:
             labels[sort] = f"{labels[sort]} {arrow}"
@@ -424,5 +405,5 @@ class Leaderboard(Vertical):
 
 
 def _descending(column: str) -> bool:
-    # Bigger is better for these: sort them best first.
-    return column in ("gbs", "sol", "speedup", "occ")
+    # Bigger is better for some: sort them best first.
+    return column in COLUMN and COLUMN[column].descending

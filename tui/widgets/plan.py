@@ -14,8 +14,8 @@ _STYLES = {"note": "", "info": "dim", "best": "green", "good": "green", "warn": 
 def log_text(line: LogLine) -> Text:
     """The line's words, with the source named when it is not the engine."""
     out = Text()
-    if line.source not in ("engine", ""):
-        out.append(f"{line.source}: ", "bold")
+    if line.speaker:
+        out.append(f"{line.speaker}: ", "bold")
     out.append(line.text, _STYLES.get(line.kind, ""))
     return out
 

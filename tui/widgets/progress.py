@@ -11,8 +11,8 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
+from ..numbers import fmt_percent, fmt_us
 from ..state import DashboardState
-from ..text import fmt_percent, fmt_us
 
 
 def fmt_duration(seconds: float) -> str:

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from ..state import DashboardState
-from ..text import fmt_config
+from ..words import fmt_config
 
 
 def run_title(state: DashboardState) -> str:
