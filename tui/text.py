@@ -33,23 +33,27 @@ from .numbers import fmt_num, fmt_speedup
 from .words import describe, fmt_config, fmt_params, fmt_value  # noqa: F401 (fmt_config: the command line's too)
 
 
+def _board_order(results: Iterable[Result], limit: int | None = None,
+                failed: bool = False) -> list[tuple[str, Result]]:
+    """(rank, result) as the leaderboard lists them: ranked results fastest first (the first
+    `limit`), then suspect ones (`!`), then with `failed` every unverified one (`x`)."""
+    results = list(results)
+    ranked = sorted((r for r in results if r.ranked), key=lambda r: r.median_us)[:limit]
+    rows = [(str(i + 1), r) for i, r in enumerate(ranked)] + [("!", r) for r in results if r.status == "suspect"]
+    if failed:
+        rows += [("x", r) for r in results if not r.verified]
+    return rows
+
+
+def _base_us(baseline: Result | None) -> float | None:
+    return baseline.median_us if baseline is not None and baseline.ranked else None
+
+
 def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: int = 15,
                      failed: bool = False) -> list[list[str]]:
     """Rows of the leaderboard: ranked results fastest first, then suspect ones, then failures."""
-    results = list(results)
-    ranked = sorted((r for r in results if r.ranked), key=lambda r: r.median_us)
-    suspect = [r for r in results if r.status == "suspect"]
-    base = baseline.median_us if baseline is not None and baseline.ranked else None
-    rows = []
-    for i, r in enumerate(ranked[:limit]):
-        rows.append(_row(str(i + 1), r, base))
-    for r in suspect:
-        rows.append(_row("!", r, base))
-    if failed:
-        for r in results:
-            if not r.verified:
-                rows.append(_row("x", r, base))
-    return rows
+    base = _base_us(baseline)
+    return [_row(rank, r, base) for rank, r in _board_order(results, limit, failed)]
 
 
 def _row(rank: str, r: Result, base: float | None) -> list[str]:
@@ -74,16 +78,12 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["rank", "label", *names, *(c.csv for c in CSV_COLUMNS), "message"])
-    ranked = sorted((r for r in results if r.ranked), key=lambda r: r.median_us)
-    rows = [(str(i + 1), r) for i, r in enumerate(ranked)] + [("!", r) for r in results if r.status == "suspect"]
-    if failed:
-        rows += [("x", r) for r in results if not r.verified]
-    base = baseline.median_us if baseline is not None and baseline.ranked else None
+    base = _base_us(baseline)
 
     def cell(v: Any) -> str:
         return "" if v is None else fmt_value(v)
 
-    for rank, r in rows:
+    for rank, r in _board_order(results, failed=failed):
         w.writerow([rank, "" if r.config else "original", *(cell(r.config.get(n)) for n in names),
                     *(cell(c.value(r, base)) for c in CSV_COLUMNS), r.message])
     return out.getvalue()
@@ -93,8 +93,7 @@ def leaderboard_table(results: Iterable[Result], baseline: Result | None, title:
                       limit: int = 15, failed: bool = False) -> Table:
     table = Table(title=title or None, title_justify="left", header_style="bold")
     for h in HEADERS:
-        table.add_column(h, justify="left" if h in _LEFT else "right",
-                         overflow="fold")
+        table.add_column(h, justify="left" if h in _LEFT else "right", overflow="fold")
     for row in leaderboard_rows(results, baseline, limit, failed):
         table.add_row(*row)
     return table
