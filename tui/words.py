@@ -11,27 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from kerntune.engine.events import (
-    AgentCall,
-    Analysis,
-    BestImproved,
-    ConfigEvaluated,
-    ConfigProfiled,
-    ConfigSanitized,
-    Event,
-    GateChecked,
-    LoopFinished,
-    LoopStarted,
-    Note,
-    PlanMade,
-    RoundStarted,
-    RunFinished,
-    RunStarted,
-    SearchPlanned,
-    SpaceBuilt,
-    TemplateProposed,
-    WinnerVerified,
-)
+from kerntune.engine import events
+from kerntune.engine.events import AgentCall, Event
 
 from .numbers import fmt_us
 
@@ -77,43 +58,40 @@ def _plural(n: int, word: str) -> str:
 
 def describe(ev: Event) -> Words | None:
     """The words for one event; None for a plain result, which the leaderboard shows instead."""
-    if isinstance(ev, Note):
+    if isinstance(ev, events.Note):
         return Words(ev.source, ev.text)
-    if isinstance(ev, ConfigEvaluated):
-        r = ev.result
-        # only a demotion by a later check has words: it is not a new measurement
-        return Words("engine", f"demoted {fmt_config(r.config)} to {r.status}: {r.message}", "error") \
-            if ev.replaces else None
-    if isinstance(ev, (LoopStarted, RoundStarted, PlanMade, TemplateProposed, GateChecked, SearchPlanned,
-                       Analysis, AgentCall, LoopFinished)):
-        return _loop_words(ev)
-    return _run_words(ev)
+    if isinstance(ev, events.ConfigEvaluated):
+        if not ev.replaces:
+            return None
+        r = ev.result  # a demotion by a later check, not a new measurement
+        return Words("engine", f"demoted {fmt_config(r.config)} to {r.status}: {r.message}", "error")
+    return _run_words(ev) or _loop_words(ev)
 
 
 def _run_words(ev: Event) -> Words | None:
     """A tuning run's steps: start, space, best so far, sanitizer, winner's re-check, end, profiles."""
-    if isinstance(ev, RunStarted):
+    if isinstance(ev, events.RunStarted):
         resumed = f", resuming after {ev.resumed} results" if ev.resumed else ""
         budget = f", budget {ev.budget}" if ev.budget else ""
         return Words("engine", f"tuning {ev.template} at {fmt_config(ev.problem)} on {ev.device} ({ev.backend}), "
                      f"{ev.strategy} search{budget}{resumed}", "info")
-    if isinstance(ev, SpaceBuilt):
+    if isinstance(ev, events.SpaceBuilt):
         pruned = "; ".join(f"{k}: {v}" for k, v in ev.pruned.items())
         return Words("engine", f"space: {ev.feasible} feasible of {ev.total}"
                      + (f" (pruned by {pruned})" if pruned else ""), "info")
-    if isinstance(ev, BestImproved):
+    if isinstance(ev, events.BestImproved):
         speed = f", {ev.speedup:.2f}x the default" if ev.speedup else ""
         return Words("engine", f"new best {fmt_us(ev.median_us)} us: {fmt_config(ev.config)}{speed}", "best")
-    if isinstance(ev, ConfigSanitized):
+    if isinstance(ev, events.ConfigSanitized):
         return Words("engine", f"{fmt_config(ev.config)}: {ev.message}", "good" if ev.ok else "error")
-    if isinstance(ev, WinnerVerified):
+    if isinstance(ev, events.WinnerVerified):
         seeds = f" (seeds {', '.join(map(str, ev.seeds))})" if ev.seeds else ""
         verdict = f"passed{seeds}" if ev.ok else f"FAILED{seeds}: {ev.message}"
         return Words("engine", f"winner re-verified on new inputs: winner {fmt_params(ev.config)} {verdict}",
                      "good" if ev.ok else "error")
-    if isinstance(ev, RunFinished):
+    if isinstance(ev, events.RunFinished):
         return Words("engine", f"finished ({ev.reason}): {ev.evaluated} evaluated, {ev.verified} verified", "info")
-    if isinstance(ev, ConfigProfiled):
+    if isinstance(ev, events.ConfigProfiled):
         rank = f"#{ev.rank} " if ev.rank else ""
         if not ev.ok:
             return Words("profiler", f"{rank}{fmt_config(ev.config)} not profiled: {ev.message}", "warn")
@@ -125,32 +103,32 @@ def _run_words(ev: Event) -> Words | None:
 
 def _loop_words(ev: Event) -> Words | None:
     """The agent loop's steps: its start and rounds, plans, templates and the gate, searches, calls."""
-    if isinstance(ev, LoopStarted):
+    if isinstance(ev, events.LoopStarted):
         model = f" ({ev.model})" if ev.model else ""
         sol = f", stop at {100 * ev.sol_target:.0f}% of SOL" if ev.sol_target else ""
         return Words("loop", f"{ev.agent} agents{model}, up to {_plural(ev.rounds, 'round')}{sol}", "info")
-    if isinstance(ev, RoundStarted):
+    if isinstance(ev, events.RoundStarted):
         return Words("loop", f"round {ev.round} ({ev.agent})", "info")
-    if isinstance(ev, PlanMade):
+    if isinstance(ev, events.PlanMade):
         return Words("planner", ev.text)
-    if isinstance(ev, TemplateProposed):
+    if isinstance(ev, events.TemplateProposed):
         params = ", ".join(ev.parameters) or "no parameters"
         return Words("generator", f"template proposed (attempt {ev.attempt}): {params}"
                      + (f"; {ev.summary}" if ev.summary else ""))
-    if isinstance(ev, GateChecked):
+    if isinstance(ev, events.GateChecked):
         if ev.ok:
             return Words("gate", f"template accepted: {', '.join(ev.checks) or 'all checks passed'}", "good")
         return Words("gate", f"template rejected: {ev.reason}", "error")
-    if isinstance(ev, SearchPlanned):
+    if isinstance(ev, events.SearchPlanned):
         budget = f", budget {ev.budget}" if ev.budget else ""
         values = "; ".join(f"{k} {v}" for k, v in ev.values.items())
         return Words("tuner", f"{ev.strategy} search{budget}" + (f" over {values}" if values else "")
                      + (f": {ev.reason}" if ev.reason else ""))
-    if isinstance(ev, Analysis):
+    if isinstance(ev, events.Analysis):
         return Words("tester", ev.text)
-    if isinstance(ev, AgentCall):
+    if isinstance(ev, events.AgentCall):
         return Words(ev.agent, f"{ev.role}: {_tokens(ev)}", "info")
-    if isinstance(ev, LoopFinished):
+    if isinstance(ev, events.LoopFinished):
         speed = f", {ev.speedup:.2f}x the original" if ev.speedup else ""
         kept = "; no configuration beat the original, which stays" if ev.kept_original else ""
         return Words("loop", f"finished ({ev.reason}) after {_plural(ev.rounds, 'round')}{speed}{kept}", "good")
