@@ -19,7 +19,8 @@ from kerntune.engine.evaluate import TimingPolicy
 from kerntune.engine.session import load_session
 from kerntune.engine.tune import TuneOptions
 from kerntune.tui.app import live_app, replay_app
-from kerntune.tui.cli import _parse_shape, resolve_template
+from kerntune.tui.launch import resolve_template
+from kerntune.tui.parser import parse_shape
 
 SIZE = (120, 40)
 
@@ -35,7 +36,7 @@ def live(args: argparse.Namespace) -> None:
     template = resolve_template(args.template)
     session = args.out / f"{template.name}-live.toml"
     options = TuneOptions(backend=args.backend, budget=args.budget, strategy=args.strategy,
-                          overrides=_parse_shape(args.shape), problem=args.problem, session_path=session,
+                          overrides=parse_shape(args.shape), problem=args.problem, session_path=session,
                           seed=args.seed, timing=TimingPolicy(), probe=True,
                           command=["kerntune", "tune", args.template, *sys.argv[3:]])
 

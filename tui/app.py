@@ -9,7 +9,6 @@ folds it into the DashboardState, and repaints the panels that changed, in one b
 from __future__ import annotations
 
 import io
-import sys
 import time
 from multiprocessing import resource_tracker
 from dataclasses import dataclass, replace
@@ -29,7 +28,7 @@ from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
 from kerntune.engine.nvml import NVMLUnavailable, Telemetry
-from kerntune.engine.session import Session, default_path, load_session
+from kerntune.engine.session import Session, default_path
 
 from .export import ExportError, best_header, best_json, config_source, save_copy, source_name, write_file
 from .feeds import Batch, LiveFeed, ReplayFeed, speed_label
@@ -42,7 +41,6 @@ from .widgets.help import HelpScreen
 from .widgets.leaderboard import Leaderboard, column_label
 from .widgets.plan import PlanPanel
 from .widgets.progress import ProgressPanel
-from .terminal import dashboard_possible
 from .widgets.prompt import PathPrompt
 from .widgets.source import SourceScreen
 from .widgets.titlebar import TitleBar
@@ -702,74 +700,32 @@ def replay_app(session: Session, speed: float = 1.0, paused: bool = False, **kw:
                            warnings=session.warnings)
 
 
-def live_app(template: Any, options: Any, telemetry: Callable[[int], Telemetry] | None = None) -> LiveDashboard:
-    """A dashboard that runs `TuneRun(template, options)` in a thread worker and shows it live."""
-    from kerntune.engine.tune import TuneRun
-
+def live_dashboard(make_run: Callable[[Callable[[Any], None]], Any], session_path: Path, device: int = 0,
+                   telemetry: Callable[[int], Telemetry] | None = None) -> LiveDashboard:
+    """A dashboard showing a run live: `make_run(sink)` builds the driver (a TuneRun or the agent
+    loop) that hands its events to `sink`, and the dashboard runs it in a thread worker. The
+    session path is fixed first: the feed reads the header from the session file."""
     # The engine's worker is a spawned process, and spawning first starts multiprocessing's
     # resource tracker, handing it sys.stderr's descriptor. Inside the app sys.stderr is Textual's
     # capture, which has none: start the tracker now, while stderr is still the terminal.
     resource_tracker.ensure_running()
-    if options.session_path is None:
-        # The feed reads the header from the session file, so the path is fixed here.
-        options = replace(options, session_path=default_path(template.name))
-    feed = LiveFeed(options.session_path)
-    run = TuneRun(template, options, [feed])
+    feed = LiveFeed(session_path)
+    run = make_run(feed)
     if telemetry is None:
         from kerntune.engine import nvml
 
         telemetry = nvml.telemetry
     # NVML numbers GPUs by PCI bus, CUDA fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID: with
     # one GPU, or that setting, the run's device index is NVML's.
-    return LiveDashboard(feed=feed, state=DashboardState(), run=run, engine=run.run,
-                         session_path=options.session_path, nvml_index=options.device, telemetry=telemetry)
+    return LiveDashboard(feed=feed, state=DashboardState(), run=run, engine=run.run, session_path=session_path,
+                         nvml_index=device, telemetry=telemetry)
 
 
-def run_live(template: Any, options: Any) -> int:
-    """`kerntune tune` on a terminal: the dashboard until the user quits, then a short summary."""
-    app = live_app(template, options)
-    app.run()
-    if app.run_error is not None and app.state.started is None:
-        raise app.run_error  # the command line prints it as one line
-    _summary(app)
-    if app.run_error is not None:
-        print(f"kerntune: error: {' '.join(str(app.run_error).split())}", file=sys.stderr)
-        return 1
-    return 0 if app.state.best is not None else 1  # as the text mode: nothing verified is a failure
+def live_app(template: Any, options: Any, telemetry: Callable[[int], Telemetry] | None = None) -> LiveDashboard:
+    """A dashboard that runs `TuneRun(template, options)` in a thread worker and shows it live."""
+    from kerntune.engine.tune import TuneRun
 
-
-def run_replay(path: Path, speed: float = 1.0, paused: bool = False) -> int:
-    """`kerntune replay SESSION`: the dashboard on a terminal, the text rendering otherwise."""
-    session = load_session(path)
-    if not dashboard_possible():
-        return _replay_text(session)
-    app = replay_app(session, speed=speed, paused=paused)
-    app.run()
-    return 0
-
-
-def _replay_text(session: Session) -> int:
-    from .text import TextRenderer
-
-    for w in session.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    out = TextRenderer()
-    default = session.template.get("default_config")
-    if isinstance(default, dict):
-        out.set_default(default)
-    for ev in session.events:
-        out(ev)
-    out.finish(f"{session.template.get('name', '')} - {session.device.get('name', '')}", show_failed=True)
-    return 0
-
-
-def _summary(app: Dashboard) -> None:
-    from .text import leaderboard_table
-
-    state = app.state
-    results = [e.result for e in state.entries.values()]
-    if results:
-        # The terminal is back to normal: leave the best few in its scrollback.
-        Console().print(leaderboard_table(results, state.baseline, limit=5))
-    if app.session_path is not None:
-        print(f"session: {app.session_path}")
+    if options.session_path is None:
+        options = replace(options, session_path=default_path(template.name))
+    return live_dashboard(lambda feed: TuneRun(template, options, [feed]), options.session_path, options.device,
+                          telemetry)

@@ -1,5 +1,9 @@
-"""The `kerntune` command.
+"""The `kerntune` command: `main`, and the commands that read, convert or describe (list, devices,
+show, simulate, kt-import, kt-export, profile, probe, init).
 
+The grammar is tui/parser.py; the commands that run a search or show the dashboard (tune,
+templatize, campaign, replay) are tui/launch.py; which errors end a command as one line is
+tui/errors.py. Each command imports only what it uses, so that `show` and `simulate` start fast.
 Every command exits non-zero with one clear line on bad input, never a traceback.
 """
 
@@ -9,174 +13,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from kerntune.engine.campaign import DEFAULT_TOP, CampaignError
-from kerntune.engine.backends import BACKEND_NAMES, BackendError, list_devices, open_backend
-from kerntune.engine.device import describe
-from kerntune.engine.evaluate import TimingPolicy, VerifyPolicy
-from kerntune.engine.expressions import ExpressionError
-from kerntune.engine.kerneltuner import CacheFormatError
-from kerntune.engine.search import STRATEGIES
-from kerntune.engine.session import SessionError, load_session, tool_version
-from kerntune.engine.simulate import SimulationError
-from kerntune.engine.space import SpaceError
-from kerntune.engine.template import Template, TemplateError, load_template
-from kerntune.engine.tune import TuneError, TuneOptions, TuneRun
-from kerntune.tui.errors import UsageError
-from kerntune.tui.numbers import fmt_num, fmt_ratio
-from kerntune.tui.loop_cli import add_loop_arguments, add_loop_commands, cmd_init, cmd_templatize
-
-EXIT_BAD_INPUT = 2
-EXIT_FAILED = 1
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not argparse's usage dump
-        raise UsageError(message)
-
-
-def resolve_template(name: str) -> Template:
-    """A built-in template by name, or a path to a kernel.toml (or its folder)."""
-    from kerntune import templates
-
-    builtin = templates.path(name)
-    if builtin is not None and not Path(name).exists():
-        return load_template(builtin)
-    p = Path(name)
-    if p.exists():
-        return load_template(p)
-    raise TemplateError(f"{name}: no built-in template of that name and no such file "
-                        f"(built-in: {', '.join(templates.names())})")
-
-
-def _parse_shape(items: Sequence[str]) -> dict[str, int]:
-    out = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            raise UsageError(f"--shape expects NAME=VALUE, got {item!r}")
-        try:
-            v = int(value, 0)
-        except ValueError:
-            raise UsageError(f"--shape {name}: expected an integer, got {value!r}") from None
-        if v < 0:
-            raise UsageError(f"--shape {name}: expected a non-negative integer, got {v}")
-        out[name.strip()] = v
-    return out
-
-
-def add_search_arguments(t: argparse.ArgumentParser) -> None:
-    """The options of a search, shared by `tune` and `campaign`."""
-    t.add_argument("--backend", choices=("auto",) + BACKEND_NAMES, default="auto")
-    t.add_argument("--device", type=int, default=0, help="device index within the backend")
-    t.add_argument("--strategy", choices=STRATEGIES, default="grid",
-                   help="grid, random, model (Bayesian optimisation) or local (hill climbing)")
-    t.add_argument("--sol-target", type=float, default=0.0, metavar="F",
-                   help="stop once the best reaches this fraction of the speed of light (e.g. 0.9)")
-    t.add_argument("--patience", type=int, default=0, metavar="K",
-                   help="stop after K evaluations without improvement")
-    t.add_argument("--budget", type=int, default=0, help="most configurations to evaluate (0: all)")
-    t.add_argument("--time-limit", type=float, default=0.0, metavar="S", help="stop after S seconds")
-    t.add_argument("--seed", type=int, help="seed for inputs and random search (default: new each run)")
-    t.add_argument("--repeats", type=int, default=0, help="fix the number of timed repetitions")
-    t.add_argument("--config-timeout", type=float, default=120.0, metavar="S",
-                   help="a configuration taking longer is recorded as timeout (default 120)")
-    t.add_argument("--compile-jobs", type=int, default=0, metavar="N",
-                   help="CUDA: compile N configurations ahead in parallel (0: one per core, 1: off)")
-    t.add_argument("--no-probe", action="store_true", help="do not measure the device's peaks when unknown")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kerntune", description="Tune GPU kernels: templates, constrained search, verified timing.")
-    p.add_argument("--version", action="version", version=f"kerntune {tool_version()}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.add_parser("list", help="built-in templates with their parameters and problem sizes")
-    sub.add_parser("devices", help="every device found, by backend, with its limits")
-
-    t = sub.add_parser("tune", help="tune a template")
-    t.add_argument("template", help="a built-in template name or a path to a kernel.toml")
-    add_search_arguments(t)
-    t.add_argument("--problem", help="a named problem size of the template (default: its first)")
-    t.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
-                   help="override one problem size, e.g. --shape tokens=64")
-    t.add_argument("--session", type=Path, help="session file to write (default: sessions/NAME-TIME.toml)")
-    t.add_argument("--resume", action="store_true", help="continue the run recorded in --session")
-    t.add_argument("--sanitize", type=int, default=0, metavar="K",
-                   help="CUDA: run compute-sanitizer memcheck on the K fastest configurations (the "
-                        "winner is always checked when compute-sanitizer is found); a finding demotes it")
-    t.add_argument("--profile-top", type=int, default=0, metavar="K",
-                   help="CUDA: profile the K best configurations with Nsight Compute when the search "
-                        "(each round of a loop) ends")
-    t.add_argument("--start-from", type=Path, metavar="SESSION",
-                   help="try the fastest configurations of this session first (a search of the same "
-                        "template at another size)")
-    t.add_argument("--start-top", type=int, default=5, metavar="K",
-                   help="how many of --start-from's fastest configurations (default 5)")
-    t.add_argument("--headless", action="store_true", help="print text instead of the dashboard")
-    t.add_argument("--show-failed", action="store_true", help="list failed configurations in the final table")
-    add_loop_arguments(t)
-    add_loop_commands(sub)
-
-    c = sub.add_parser("campaign", help="tune templates x problem sizes, one session per pair, and choose each "
-                                        "template's general configuration")
-    c.add_argument("file", type=Path, help="the campaign file (TOML: [campaign] and [[kernel]] tables)")
-    add_search_arguments(c)
-    c.add_argument("--dir", type=Path, help="the campaign's folder (default: sessions/campaign-NAME); a rerun "
-                                            "skips finished pairs and resumes cut ones")
-    c.add_argument("--top", type=int, default=0, metavar="K",
-                   help=f"each size's K fastest are measured at every other size (default {DEFAULT_TOP})")
-
-    s = sub.add_parser("show", help="summarise a session file, or a campaign's summary")
-    s.add_argument("session", type=Path)
-    s.add_argument("--json", action="store_true", help="one JSON object")
-    s.add_argument("--failed", action="store_true", help="also list failed configurations")
-    s.add_argument("--csv", action="store_true", help="the leaderboard as CSV (to stdout, or -o FILE)")
-    s.add_argument("-o", "--output", type=Path, help="with --csv: the file to write")
-    s.add_argument("--force", action="store_true", help="with -o: write over an existing file")
-    s.add_argument("--source", action="store_true",
-                   help="print the generated source of the configuration ranked --config N (defines, launch, "
-                        "compiler options)")
-    s.add_argument("--config", type=int, metavar="N",
-                   help="with --source: the configuration ranked N (1 = the best; default 1)")
-
-    rp = sub.add_parser("replay", help="play a session back in the dashboard")
-    rp.add_argument("session", type=Path)
-    rp.add_argument("--speed", default="1", metavar="X",
-                    help="a multiple of the recorded pace (1, 10, 100, ...) or max (default 1)")
-    rp.add_argument("--paused", action="store_true", help="start paused: space plays, n steps one event")
-
-    sm = sub.add_parser("simulate", help="replay a search strategy on a recorded full-grid session")
-    sm.add_argument("session", type=Path)
-    sm.add_argument("--strategy", choices=STRATEGIES, default="model")
-    sm.add_argument("--budget", type=int, default=0, help="most evaluations (0: until the space is exhausted)")
-    sm.add_argument("--seed", type=int, default=0)
-    sm.add_argument("--within", type=float, default=0.03, help="report evaluations to come this close (fraction)")
-    sm.add_argument("--json", action="store_true")
-
-    ki = sub.add_parser("kt-import", help="turn a Kernel Tuner cache file (JSON) into a session")
-    ki.add_argument("cache", type=Path)
-    ki.add_argument("-o", "--output", type=Path, required=True, help="the session file to write")
-    ke = sub.add_parser("kt-export", help="write a session as a Kernel Tuner cache file (JSON)")
-    ke.add_argument("session", type=Path)
-    ke.add_argument("-o", "--output", type=Path, required=True, help="the cache file to write")
-    ke.add_argument("--force", action="store_true", help="write over an existing file")
-
-    pf = sub.add_parser("profile", help="Nsight Compute metrics for configurations of a CUDA session")
-    pf.add_argument("session", type=Path)
-    pf.add_argument("--config", action="append", type=int, default=[], metavar="N",
-                    help="the configuration ranked N in `kerntune show` (1 = the best; repeatable; default 1)")
-    pf.add_argument("--device", type=int, default=0)
-    pf.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give ncu at most S seconds a config")
-    pf.add_argument("--no-record", action="store_true", help="print only; do not append the metrics to the session")
-    pf.add_argument("--json", action="store_true", help="one JSON object per configuration")
-
-    pr = sub.add_parser("probe", help="measure and cache a device's bandwidth and arithmetic peak")
-    pr.add_argument("--backend", choices=("auto",) + BACKEND_NAMES, default="auto")
-    pr.add_argument("--device", type=int, default=0)
-    pr.add_argument("--refresh", action="store_true", help="measure again even when a measurement is cached")
-    return p
+from kerntune.tui.errors import EXIT_BAD_INPUT, EXIT_FAILED, UsageError, one_line, print_error
+from kerntune.tui.parser import build_parser, command_of
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -185,26 +25,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         for arg in argv:
             if "\0" in arg:  # no file name or value holds one; the OS would refuse it later, unclearly
                 raise UsageError(f"{arg!r}: an argument with a NUL byte")
-        args = build_parser().parse_args(argv)
+        args = build_parser(command_of(argv)).parse_args(argv)
         if args.command is None:
             build_parser().print_help()
             return EXIT_BAD_INPUT
         return COMMANDS[args.command](args, argv)
-    except (UsageError, TemplateError, SessionError, ExpressionError, SpaceError, SimulationError,
-            CacheFormatError, CampaignError) as e:
-        _error(str(e))
-        return EXIT_BAD_INPUT
-    except (BackendError, TuneError) as e:
-        _error(str(e))
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        _error("interrupted")
-        return 130
-    except BrokenPipeError:
-        return EXIT_FAILED
-    except OSError as e:
-        _error(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": "))
-        return EXIT_FAILED
+    except BaseException as e:  # noqa: B036 (what is not one line, --help's exit among them, goes on up)
+        said = one_line(e)
+        if said is None:
+            raise
+        status, line = said
+        if line:
+            print_error(line)
+        return status
 
 
 def refuse_overwrite(path: Path, force: bool) -> None:
@@ -213,13 +46,11 @@ def refuse_overwrite(path: Path, force: bool) -> None:
         raise UsageError(f"{path}: already exists (--force writes over it)")
 
 
-def _error(text: str) -> None:
-    line = " ".join(str(text).split())
-    print(f"kerntune: error: {line}", file=sys.stderr)
-
+# list, devices ---------------------------------------------------------------------------------
 
 def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune import templates
+    from kerntune.engine.template import load_template
 
     for name in templates.names():
         t = load_template(templates.path(name))
@@ -232,6 +63,9 @@ def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.engine.backends import BACKEND_NAMES, BackendError, list_devices
+    from kerntune.engine.device import describe
+
     found = 0
     for backend in BACKEND_NAMES:
         try:
@@ -258,172 +92,26 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0 if found else EXIT_FAILED
 
 
-def fastest_configs(session, template_name: str, k: int) -> tuple[dict, ...]:
-    """The k fastest verified configurations of a session of the same template."""
-    if session.template.get("name", "") != template_name:
-        raise UsageError(f"{session.path} is a session of {session.template.get('name', '?')!r}, "
-                         f"not of {template_name!r}")
-    ranked = sorted((r for r in session.results() if r.ranked), key=lambda r: r.median_us)
-    if not ranked:
-        raise UsageError(f"{session.path} holds no verified configuration to start from")
-    return tuple(dict(r.config) for r in ranked[:k])
-
-
-def search_options(args: argparse.Namespace, argv: Sequence[str], **more: Any) -> TuneOptions:
-    """A search's options from `tune`'s or `campaign`'s command line; bad values are one line."""
-    if args.budget < 0 or args.time_limit < 0 or args.repeats < 0 or getattr(args, "profile_top", 0) < 0:
-        raise UsageError("--budget, --time-limit, --repeats and --profile-top must not be negative")
-    if args.config_timeout <= 0:
-        raise UsageError("--config-timeout must be positive")
-    if not 0 <= args.sol_target <= 1 or args.patience < 0:
-        raise UsageError("--sol-target is a fraction in [0, 1] and --patience must not be negative")
-    timing = TimingPolicy()
-    if args.repeats:
-        timing = TimingPolicy(min_repeats=args.repeats, max_repeats=args.repeats)
-    return TuneOptions(
-        backend=args.backend, device=args.device, strategy=args.strategy, budget=args.budget,
-        time_limit=args.time_limit, seed=args.seed, timing=timing, verify=VerifyPolicy(),
-        config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
-        sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv], **more)
-
-
-def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    template = resolve_template(args.template)
-    overrides = _parse_shape(args.shape)
-    template.problem(args.problem, overrides)  # fail early on a bad --problem/--shape
-    if args.resume and args.session is None:
-        raise UsageError("--resume needs --session PATH")
-    start_from: tuple = ()
-    if args.start_from is not None:
-        if args.start_top < 1:
-            raise UsageError("--start-top must be at least 1")
-        start_from = fastest_configs(load_session(args.start_from), template.name, args.start_top)
-    options = search_options(args, argv, problem=args.problem, overrides=overrides, session_path=args.session,
-                             resume=args.resume, profile_top=args.profile_top, start_from=start_from,
-                             sanitize=max(0, args.sanitize))
-    served = bool(template.serves) and args.problem is None and not overrides
-    if args.agent is not None or not template.parameters:  # the agent loop: plan, template, tune, test
-        from kerntune.tui.loop_cli import tune_with_agent
-
-        return tune_with_agent(template, options, args, served=served)
-    if served:  # every size the spec serves, and one configuration for all of them
-        return tune_served(template, options, args.session, args.resume)
-    from kerntune.tui.terminal import dashboard_possible
-
-    if not args.headless and dashboard_possible():
-        try:
-            from kerntune.tui.app import run_live
-        except ImportError:
-            pass
-        else:
-            return run_live(template, options)
-    return _tune_headless(template, options, args.show_failed)
-
-
-# served sizes and campaigns (engine/campaign.py) ------------------------------------------------
-
-def served_folder(template: Template, folder: Path | None, resume: bool) -> Path:
-    """Where a served-size run keeps its sessions and summary: --session names the folder."""
-    from kerntune.engine.session import default_path
-
-    if folder is None:
-        if resume:
-            raise UsageError("--resume needs --session FOLDER (the folder of the served-size run)")
-        first = default_path(template.name)
-        return first.with_name(first.stem + "-serves")
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{folder}: {template.name} serves {', '.join(template.serves)}: --session names a "
-                         "folder for their sessions, not a file")
-    if folder.is_dir() and any(folder.glob("*.toml")) and not resume:
-        raise UsageError(f"{folder}: already holds sessions (--resume continues that run)")
-    return folder
-
-
-def tune_served(template: Template, options: TuneOptions, folder: Path | None, resume: bool) -> int:
-    """`tune` of a spec with `serves`: each size tuned in a session of its own, then the
-    configuration for every size, and the report per size."""
-    from kerntune.engine.campaign import Campaign, served_kernel
-
-    where = served_folder(template, folder, resume)
-    print(f"{template.name} serves {', '.join(template.serves)}: each size is tuned, then one configuration "
-          f"is chosen for all of them (sessions in {where})")
-    campaign = Campaign([served_kernel(template)], where, replace(options, session_path=None, resume=False),
-                        name=template.name, start_from={template.name: options.start_from})
-    return run_campaign(campaign, f"{template.name}: every size it serves")
-
-
-def run_campaign(campaign: Any, title: str) -> int:
-    """Run a campaign in text: each pair's progress as lines, then the summary table."""
-    from kerntune.engine.campaign import load_summary
-    from kerntune.tui.text import TextRenderer, print_campaign
-
-    def sinks_for(job: Any) -> list:
-        what = "measuring the other sizes' leaders" if job.configs else "tuning"
-        print(f"-- {job.size}: {what} ({job.session})", flush=True)
-        return [TextRenderer()]
-
-    def said(pair: Any) -> None:
-        what = {"skipped": "finished before: kept", "failed": f"failed: {pair.error}"}.get(pair.status, pair.status)
-        print(f"{pair.template} at {pair.size}: {what}", flush=True)
-
-    outcome = campaign.run(sinks_for, said)
-    print_campaign(load_summary(outcome.summary_path), title=title)
-    print(f"summary: {outcome.summary_path}")
-    ok = all(g.config is not None for g in outcome.generals) and not any(p.status == "failed" for p in outcome.pairs)
-    return 0 if ok else EXIT_FAILED
-
-
-def cmd_campaign(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """`kerntune campaign FILE.toml`: every template x size of the file, resumable."""
-    from kerntune import templates
-    from kerntune.engine.campaign import Campaign, load_campaign
-
-    name, kernels, file_options = load_campaign(args.file, templates.path)
-    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
-    for key, value in file_options.items():  # the file's options, unless the command line gives them
-        flag = "--" + key.replace("_", "-")
-        if key != "top" and flag not in given:
-            setattr(args, key, value)
-    if args.top < 0:
-        raise UsageError("--top must not be negative (0: the file's, else 3)")
-    top = args.top or file_options.get("top", DEFAULT_TOP)
-    options = search_options(args, argv)
-    folder = args.dir or Path("sessions") / f"campaign-{name}"
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{folder}: not a folder")
-    pairs = sum(len(k.sizes) for k in kernels)
-    print(f"campaign {name}: {len(kernels)} template{'s' if len(kernels) != 1 else ''}, {pairs} pairs, in {folder}")
-    return run_campaign(Campaign(kernels, folder, options, top=top, name=name), f"campaign {name}")
-
-
-def _tune_headless(template: Template, options: TuneOptions, show_failed: bool) -> int:
-    from kerntune.tui.text import TextRenderer
-
-    renderer = TextRenderer()
-    renderer.set_default(template.default_config())
-    run = TuneRun(template, options, [renderer])
-    outcome = run.run()
-    title = f"{template.name} - {outcome.space.problem.label()} - {outcome.limits.name}"
-    renderer.finish(title, show_failed)
-    print(f"session: {outcome.session_path}")
-    if outcome.best is None:
-        _error("no configuration was verified")
-        return EXIT_FAILED
-    return 0
-
+# show ------------------------------------------------------------------------------------------
 
 def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.engine.session import SessionError, load_session
+    from kerntune.tui.numbers import fmt_num, fmt_ratio
+
     if args.config is not None and not args.source:
         raise UsageError("--config N goes with --source")
     if args.output is not None and not args.csv:
         raise UsageError("show: -o goes with --csv")
     if args.output is not None:
         refuse_overwrite(args.output, args.force)
-    from kerntune.engine.campaign import is_summary
+    try:
+        session = load_session(args.session)
+    except SessionError:
+        from kerntune.engine.campaign import is_summary
 
-    if is_summary(args.session):
-        return _show_summary(args)
-    session = load_session(args.session)
+        if is_summary(args.session):  # not a session: a campaign's summary
+            return _show_summary(args)
+        raise
     if args.source:
         return _show_source(session, 1 if args.config is None else args.config)
     if args.csv:
@@ -499,9 +187,11 @@ def _show_source(session: Any, rank: int) -> int:
     return 0
 
 
+# simulate, kt-import, kt-export ----------------------------------------------------------------
+
 def cmd_simulate(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.engine.session import load_session
     from kerntune.engine.simulate import simulate
-    from kerntune.tui.text import fmt_params
 
     if args.budget < 0 or not 0 < args.within < 1:
         raise UsageError("--budget must not be negative and --within is a fraction in (0, 1)")
@@ -510,6 +200,9 @@ def cmd_simulate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(sim.to_dict(), indent=2))
         return 0
+    from kerntune.tui.numbers import fmt_num, fmt_ratio
+    from kerntune.tui.text import fmt_params
+
     need = sim.within[args.within]
     print(f"{sim.strategy} (seed {sim.seed}) on {args.session}: {sim.evaluations} of {sim.space_size} evaluated "
           f"({sim.reason})")
@@ -524,6 +217,7 @@ def cmd_simulate(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def cmd_kt_import(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune.engine.kerneltuner import import_cache
+    from kerntune.engine.session import load_session
 
     out = import_cache(args.cache, args.output)
     s = load_session(out)
@@ -533,6 +227,7 @@ def cmd_kt_import(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def cmd_kt_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune.engine.kerneltuner import export_cache
+    from kerntune.engine.session import load_session
 
     refuse_overwrite(args.output, args.force)
     data = export_cache(load_session(args.session))
@@ -541,9 +236,13 @@ def cmd_kt_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+# probe, profile --------------------------------------------------------------------------------
+
 def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.engine.backends import open_backend
     from kerntune.engine.probe import measure_peaks
     from kerntune.engine.sol import cache_dir, cached_peaks
+    from kerntune.tui.numbers import fmt_num
 
     backend = open_backend(args.backend, args.device)
     try:
@@ -572,18 +271,6 @@ def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def cmd_replay(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from kerntune.tui.feeds import parse_speed
-
-    try:
-        speed = parse_speed(args.speed)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    from kerntune.tui.app import run_replay
-
-    return run_replay(args.session, speed=speed, paused=args.paused)
-
-
 def cmd_profile(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune.engine.profile import ProfileError, ProfileMetrics, consistency, profile_session
     from kerntune.tui.text import fmt_config
@@ -605,27 +292,109 @@ def cmd_profile(args: argparse.Namespace, argv: Sequence[str]) -> int:
         profile_session(args.session, args.config or [1], device=args.device, timeout=args.timeout,
                         record=not args.no_record, on_event=show)
     except ProfileError as e:
-        _error(str(e))
+        print_error(e)
         return EXIT_FAILED
     if not args.no_record and not args.json:
         print(f"appended to {args.session}")
     return 0
 
 
-COMMANDS: dict[str, Any] = {
-    "profile": cmd_profile,
-    "simulate": cmd_simulate,
-    "kt-import": cmd_kt_import,
-    "kt-export": cmd_kt_export,
+# init ------------------------------------------------------------------------------------------
+
+def cmd_init(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Write a starting kernel.toml from a kernel's signature, or check one (`--check`)."""
+    import shutil
+
+    from kerntune.engine.scaffold import check_spec, read_kernel, starter_spec
+
+    if args.check is not None:
+        if args.kernel is not None:
+            raise UsageError("init: give a kernel source or --check SPEC, not both")
+        line = check_spec(args.check)
+        print(line)
+        return 0 if ": complete:" in line else 1
+    if args.kernel is None:
+        raise UsageError("init: give a kernel source (KERNEL.cu or KERNEL.cl), or --check SPEC")
+    kernel = args.kernel
+    cuda_path, cl_path = (None, kernel) if kernel.suffix == ".cl" else (kernel, args.opencl)
+    if kernel.suffix == ".cl" and args.opencl is not None:
+        raise UsageError("init: the kernel is already OpenCL; --opencl is for a CUDA kernel's OpenCL twin")
+    cuda = read_kernel(cuda_path, args.entry) if cuda_path is not None else None
+    opencl = read_kernel(cl_path, args.entry or (cuda.name if cuda else None)) if cl_path is not None else None
+    spec = args.output or kernel.parent / "kernel.toml"
+    if spec.is_dir():
+        spec = spec / "kernel.toml"
+    refuse_overwrite(spec, args.force)
+    sources: dict[str, str] = {}
+    copied = []
+    for backend, path in (("cuda", cuda_path), ("opencl", cl_path)):
+        if path is None:
+            continue
+        # sources sit beside the spec: a spec elsewhere gets its own copy
+        if path.resolve().parent != spec.resolve().parent:
+            spec.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, spec.parent / path.name)
+            copied.append(path.name)
+        sources[backend] = path.name
+    starter = starter_spec(sources, cuda, opencl, ", ".join(p.name for p in (cuda_path, cl_path) if p))
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(starter.text, encoding="utf-8")
+    sig = starter.signature
+    roles = ", ".join(f"{a.name} {a.role}" for a in sig.args)
+    print(f"wrote {spec} for {sig.name}: {len(sig.args)} arguments ({roles})"
+          + (f"; copied {', '.join(copied)} beside it" if copied else ""))
+    if sig.notes:
+        print(f"could not read: {'; '.join(sig.notes)} (the rest is written)")
+    print(f"to fill in: {', '.join(starter.todo)}; then: kerntune init --check {spec}")
+    return 0
+
+
+# the launcher's commands (tui/launch.py, which imports the engine's run machinery) -------------
+
+def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.tui.launch import tune
+
+    return tune(args, argv)
+
+
+def cmd_templatize(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.tui.launch import templatize
+
+    return templatize(args, argv)
+
+
+def cmd_campaign(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.tui.launch import campaign
+
+    return campaign(args, argv)
+
+
+def cmd_replay(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.tui.feeds import parse_speed
+
+    try:
+        speed = parse_speed(args.speed)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    from kerntune.tui.launch import replay
+
+    return replay(args.session, speed=speed, paused=args.paused)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Sequence[str]], int]] = {
     "list": cmd_list,
     "devices": cmd_devices,
     "tune": cmd_tune,
-    "show": cmd_show,
-    "probe": cmd_probe,
-    "replay": cmd_replay,
     "templatize": cmd_templatize,
     "init": cmd_init,
     "campaign": cmd_campaign,
+    "show": cmd_show,
+    "replay": cmd_replay,
+    "simulate": cmd_simulate,
+    "kt-import": cmd_kt_import,
+    "kt-export": cmd_kt_export,
+    "profile": cmd_profile,
+    "probe": cmd_probe,
 }
 
 if __name__ == "__main__":  # pragma: no cover
