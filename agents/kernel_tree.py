@@ -92,6 +92,7 @@ class Loop:
     body: Span = Span(0, 0)  # the statement it repeats (a block: its braces included)
     accesses: int = 0  # uses of the kernel's pointer arguments in its body
     register_index: bool = False  # its variable indexes a local array (a partial unroll puts it in memory)
+    halving: bool = False  # its variable halves each time (`s /= 2`, `s >>= 1`): a tree reduction's loop
 
     @property
     def hot(self) -> bool:
@@ -255,6 +256,23 @@ def inline(analysis: KernelAnalysis, expr: str, rename: dict[str, str] | None = 
         return expr
     return _inline(node, analysis.locals, rename or {}, 0)
 
+
+
+def tree_reductions(analysis: KernelAnalysis) -> tuple[frozenset[str], frozenset[int]]:
+    """What the kernel's halving loops (`for (s = BLOCK / 2; s > 0; s /= 2)`, a tree reduction,
+    correct only when what it halves from is a power of two) start from: the names their start
+    reads (its locals inlined) and the launch dimensions whose thread count it reads."""
+    names: set[str] = set()
+    dims: set[int] = set()
+    for lp in analysis.loops:
+        if not lp.halving:
+            continue
+        node = _parse_expression(inline(analysis, lp.start))
+        if node is None:
+            continue
+        names |= {_text(n) for n in _identifiers(node)}
+        dims |= {d for kind, d in thread_reads(node, analysis.dialect) if kind == "local_size"}
+    return frozenset(names), frozenset(dims)
 
 # reading a file --------------------------------------------------------------------------------
 
@@ -697,6 +715,7 @@ class _Body:
             if op in ("<", "<=", "!="):
                 bound, inclusive = _text(c.child_by_field_name("right")), op == "<="
         step = ""
+        halving = False
         u = update
         if u is not None and u.type == "update_expression" and _text(u.child_by_field_name("argument")) == var:
             step = "1" if "++" in _text(u) else ""
@@ -709,6 +728,10 @@ class _Body:
                     _text(right.child_by_field_name("operator")) == "+" and \
                     _text(right.child_by_field_name("left")) == var:
                 step = _text(right.child_by_field_name("right"))
+            halving = (op, _literal(_text(right))) in (("/=", 2), (">>=", 1))
+            if op == "=" and right.type == "binary_expression" and _text(right.child_by_field_name("left")) == var:
+                halving = (_text(right.child_by_field_name("operator")),
+                           _literal(_text(right.child_by_field_name("right")))) in (("/", 2), (">>", 1))
         trip = None
         s, b, st = _literal(start), _literal(bound), _literal(step)
         if s is not None and b is not None and st:
@@ -721,7 +744,7 @@ class _Body:
                 strided = bool({k for k, _ in thread_reads(self.inits[step], self.f.dialect)}
                                & {"local_size", "groups", "global_size"})
         return Loop(lp.function, lp.in_kernel, var, start, bound, inclusive, step, trip, lp.depth, strided,
-                    lp.span, lp.pragma, lp.body)
+                    lp.span, lp.pragma, lp.body, halving=halving)
 
     def _accumulator(self, node, loop: int) -> None:
         left = _unwrap(node.child_by_field_name("left"))
@@ -1243,3 +1266,67 @@ def source_tokens(source: str) -> list[tuple[str, Span]]:
     f = _file(source)
     root = _parser().parse(f.raw).root_node
     return [(_text(leaf), f.node_span(leaf)) for leaf in _leaves(root)]
+
+
+@dataclass(frozen=True)
+class TemplateArgument:
+    """An integer literal an explicit instantiation gives a non-type template parameter."""
+
+    param: str  # the template parameter's name
+    ctype: str  # its declared type, as written
+    value: int
+    span: Span  # the literal, its suffix included
+
+
+@dataclass(frozen=True)
+class ExplicitInstantiation:
+    """`template __global__ void k<float, 128>(...);`: the kernel it instantiates and the literals
+    it gives the kernel's non-type template parameters."""
+
+    kernel: str
+    text: str  # its template arguments, as written: "<float, 128>"
+    span: Span  # the whole declaration
+    literals: tuple[TemplateArgument, ...] = ()
+
+
+def explicit_instantiations(source: str, kernel: str) -> list[ExplicitInstantiation]:
+    """The explicit instantiations of the template kernel named `kernel`, in order, read from the
+    source's syntax tree; none when the kernel is not a template."""
+    f = _file(source)
+    params: list[tuple[str, str]] | None = None  # (name, type as written; "" for a type parameter)
+    for node, _ in syntax_nodes(source, ("template_declaration",)):
+        fn = next((c for c in node.named_children if c.type == "function_definition"), None)
+        if fn is None or _function_name(fn) != kernel or not f.is_kernel(fn):
+            continue
+        plist = node.child_by_field_name("parameters")
+        params = []
+        for p in plist.named_children if plist is not None else []:
+            if p.type in ("parameter_declaration", "optional_parameter_declaration"):
+                decl = p.child_by_field_name("declarator")
+                params.append((_text(decl) if decl is not None and decl.type == "identifier" else "",
+                               " ".join(_text(p.child_by_field_name("type")).split())))
+            elif p.type != "comment":
+                params.append(("", ""))
+        break
+    if params is None:
+        return []
+    out = []
+    for node, _ in syntax_nodes(source, ("template_instantiation",)):
+        d = node.child_by_field_name("declarator")
+        while d is not None and d.type != "function_declarator":
+            d = d.child_by_field_name("declarator")
+        target = d.child_by_field_name("declarator") if d is not None else None
+        while target is not None and target.type == "qualified_identifier":
+            target = target.child_by_field_name("name")
+        if target is None or target.type != "template_function" or _callee(target) != kernel:
+            continue
+        targs = target.child_by_field_name("arguments")
+        args = [c for c in targs.named_children if c.type != "comment"]
+        literals = []
+        for (name, ctype), arg in zip(params, args):
+            value = _literal(_text(arg)) if arg.type == "number_literal" else None
+            if name and ctype and value is not None:
+                literals.append(TemplateArgument(name, ctype, value, span_of(source, arg, f)))
+        out.append(ExplicitInstantiation(kernel, " ".join(_text(targs).split()), span_of(source, node, f),
+                                         tuple(literals)))
+    return out

@@ -8,8 +8,13 @@ configuration is the original kernel token for token:
 - `constexpr int name = value;` takes its value from a parameter of its own;
 - `#pragma unroll N` takes its count from a parameter (through `_Pragma`, since `#pragma unroll`
   does not expand macros); a bare `#pragma unroll` gets one whose value 0 keeps it as written;
+- an integer literal that the kernel's one explicit instantiation gives a non-type template
+  parameter with such a name (`template __global__ void k<float, 128>(...)` for
+  `template <typename T, int BLOCK>`) takes its value from a macro of another name (a macro named
+  BLOCK would rewrite the template's own parameter list);
 - the launch's block size (a literal of the spec's `block`, and the same literal in
-  `__launch_bounds__` / `reqd_work_group_size` and in the grid) becomes a parameter too.
+  `__launch_bounds__` / `reqd_work_group_size` and in the grid) becomes a parameter too, the same
+  parameter as a constant above that holds the kernel's thread count.
 
 Value ranges come from the device's limits; constraints keep every configuration correct (a
 parameter that divides a problem size, `d / VEC`, must divide it exactly).
@@ -24,7 +29,8 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
 from kerntune.engine.template import DEVICE_NAMES, Template
 
-from .kernel_tree import KernelAnalysis, KernelTreeError, Span, analyse, source_tokens, span_of, syntax_nodes
+from .kernel_tree import (ExplicitInstantiation, KernelAnalysis, KernelTreeError, Span, analyse,
+                          explicit_instantiations, source_tokens, span_of, syntax_nodes, tree_reductions)
 
 # Names that say what a literal tunes, by kind. A #define or constexpr with another name (N_HEADS,
 # PI, WARP_SIZE) is part of what the kernel computes and is left alone.
@@ -67,6 +73,8 @@ class Lift:
     pragma: bool = False  # needs the _Pragma helper
     launch: bool = False  # the spec's block (and maybe grid) uses it
     bare: bool = False  # a bare `#pragma unroll`: 0 keeps it as written
+    reads: str = ""  # the name the code reads the value by, when not `name` (a template parameter, a #define)
+    alias: tuple[Edit, ...] = ()  # a #define's edits that make it read a parameter of another name, "{name}"
 
 
 def kind_of(name: str, value: int) -> str | None:
@@ -93,8 +101,9 @@ def macro_name(name: str) -> str:
     return upper if upper != name else f"{name}_VALUE"
 
 
-def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None) -> list[Lift]:
-    """Every liftable literal in one source, in order, read from its syntax tree.
+def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None, entry: str | None = None) -> list[Lift]:
+    """Every liftable literal in one source, in order, read from its syntax tree; with `entry`,
+    the literal template arguments of the explicit instantiation it loads too.
 
     `#pragma unroll` counts are lifted only on the kernels' own loops (a loop of a function the
     kernel calls is left as written: partial unrolling there spills more than it gains); a source
@@ -113,7 +122,7 @@ def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None) -> lis
             edits = () if node.guarded else (Edit(*lines.whole(node.span), _guard(node.name, node.value, node.comment)),)
             lifts.append(Lift(f"define:{node.name}:{node.value}", node.name, kind, node.value,
                               f"`#define {node.name} {node.value}` (line {lines.number(node.span.start)})", 1, edits,
-                              guard=False))
+                              guard=False, alias=(Edit(node.value_span.start, node.value_span.end, "{name}"),)))
         elif node.kind == "unroll":
             if analyses and node.span not in hot:
                 continue
@@ -141,7 +150,35 @@ def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None) -> lis
             lifts.append(Lift(f"constexpr:{node.name}:{node.value}", name, kind, node.value,
                               f"`constexpr {node.name} = {node.value}` (line {lines.number(node.span.start)})", 2,
                               (Edit(node.value_span.start, node.value_span.end, name),)))
+    inst, _ = entry_instantiation(source, entry) if entry else (None, "")
+    words = {w for w, _ in source_tokens(source)} if inst is not None else set()
+    for arg in inst.literals if inst is not None else ():
+        kind = kind_of(arg.param, arg.value)
+        if kind is None or arg.ctype.split()[-1] not in _INTEGER_TYPES:
+            continue
+        name = fresh_name(arg.param, words | {lf.name for lf in lifts})
+        lifts.append(Lift(f"template:{arg.param}:{arg.value}", name, kind, arg.value,
+                          f"the template argument {arg.param} = {arg.value} of `{inst.kernel}{inst.text}` "
+                          f"(line {lines.number(arg.span.start)})", 1, (Edit(arg.span.start, arg.span.end, name),),
+                          reads=arg.param))
     return lifts
+
+
+def entry_instantiation(source: str, entry: str) -> tuple[ExplicitInstantiation | None, str]:
+    """The explicit instantiation that `entry` loads, when its template arguments can become
+    parameters: the kernel's only one, named by the kernel's name alone (an entry that spells
+    them, `k<float, 128>`, names another kernel once they change). Otherwise None, and why in
+    words ("" when the kernel has no template argument with a tunable name)."""
+    base = entry.split("<")[0].split("::")[-1].strip()
+    found = explicit_instantiations(source, base)
+    if not any(kind_of(a.param, a.value) for i in found for a in i.literals):
+        return None, ""
+    if "<" in entry:
+        return None, (f"the entry `{entry}` spells its template arguments, so it would name another kernel once "
+                      "they are parameters: they are left alone (name the kernel without them to tune them)")
+    if len(found) > 1:
+        return None, f"{base} has {len(found)} explicit instantiations: their template arguments are left alone"
+    return found[0], ""
 
 
 @dataclass(frozen=True)
@@ -171,7 +208,13 @@ def directives(source: str) -> list[Directive]:
             parent = node.parent
             guarded = parent is not None and parent.type == "preproc_ifdef" and \
                 text(parent.children[0]).endswith("ifndef") and text(parent.child_by_field_name("name")) == name
-            out.append(Directive("define", name, value, span_of(source, node), guarded=guarded, comment=comment))
+            vs = span_of(source, value_node)
+            body = source[vs.start:vs.end]
+            lead = len(body) - len(body.lstrip())
+            digits = body.lstrip().split("/")[0].split()[0]
+            out.append(Directive("define", name, value, span_of(source, node),
+                                 Span(vs.start + lead, vs.start + lead + len(digits)), guarded=guarded,
+                                 comment=comment))
         elif node.type == "preproc_call":
             if text(node.child_by_field_name("directive")) != "#pragma":
                 continue
@@ -370,8 +413,9 @@ def values_for(kind: str, default: int, limits: DeviceLimits, bare: bool = False
     return tuple(sorted(vals))
 
 
-def divisibility(source: str, name: str, sizes: dict[str, str]) -> list[str]:
-    """`p % NAME == 0` for each `scalar / NAME` (or `% NAME`) whose scalar is the problem size p."""
+def divisibility(source: str, name: str, sizes: dict[str, str], parameter: str | None = None) -> list[str]:
+    """`p % NAME == 0` for each `scalar / NAME` (or `% NAME`) whose scalar is the problem size p;
+    `parameter`, when the code reads the parameter by another name (a template parameter), names it."""
     out = []
     for node, text in syntax_nodes(source, ("binary_expression",)):
         if text(node.child_by_field_name("operator")) not in ("/", "%"):
@@ -380,7 +424,7 @@ def divisibility(source: str, name: str, sizes: dict[str, str]) -> list[str]:
         if right.type == "identifier" and text(right) == name and left.type == "identifier":
             size = sizes.get(text(left))
             if size is not None:
-                out.append(f"{size} % {name} == 0")
+                out.append(f"{size} % {parameter or name} == 0")
     return list(dict.fromkeys(out))
 
 
@@ -416,23 +460,33 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
                                              f"{len(original.parameters)} parameters: kept as it is"])
     primary = original.source_for(backend)
     grid, block = original_launch(original, limits)
-    analyses = _analyses(primary, original.entry)
-    lifts = [lf for lf in find_lifts(primary, analyses) if lf.name not in dropped]
+    backends = [backend] + [b for b in sorted(original.sources) if b != backend]
+    every = {b: _analyses(original.source_for(b), original.entry) for b in backends}
+    analyses = every[backend]
+    _, why = entry_instantiation(primary, original.entry)
+    if why:
+        notes.append(why)
     taken = _words(original) | set(original.problem_names) | set(DEVICE_NAMES)
-    lifts = _unique_names(lifts, taken)
+    # a #define named as a C++ template parameter of either dialect reads a macro of another name
+    cpp = {p for found in every.values() for a in found for p in a.signature.template_params}
+    lifts = _unique_names(find_lifts(primary, analyses, original.entry), taken, cpp)
+    lifts = [lf for lf in lifts if lf.name not in dropped]
     launches = _launch_lifts(original, primary, analyses, grid, block, lifts, taken, dropped, notes)
 
     sources: dict[str, str] = {}
-    backends = [backend] + [b for b in sorted(original.sources) if b != backend]
+    matched: dict[str, dict[str, Lift]] = {}  # per backend, its own site of each lift, by name
     for b in backends:
         src = original.source_for(b)
-        mine_analyses = analyses if b == backend else _analyses(src, original.entry)
-        mine = lifts if b == backend else _match(lifts, find_lifts(src, mine_analyses))
+        mine_analyses = every[b]
+        found = find_lifts(src, mine_analyses, original.entry)
+        mine = lifts if b == backend else _match(lifts, found)
         if mine is None:
-            missing = sorted({lf.name for lf in lifts} - {lf.name for lf in _common(lifts, find_lifts(src, mine_analyses))})
+            have = {lf.name for lf in lifts if _counterpart(lf, found) is not None}
+            missing = sorted({lf.name for lf in lifts} - have)
             notes.append(f"the {b} source has no {', '.join(missing)} to lift: the template is for "
                          f"{', '.join(sorted(sources))} only")
             continue
+        matched[b] = {lf.name: lf for lf in mine}
         edits, why = _launch_edits(src, launches, _entry(mine_analyses, original.entry))
         if why:
             if b == backend:
@@ -464,8 +518,12 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
         values = values_for(lf.kind, lf.default, limits, lf.bare) if dim == 0 and (len(launches) < 2 or lf.kind != "threads") \
             else _dim_values(lf.default, limits)
         params.append(ParamProposal(lf.name, values, lf.default, f"{desc}; from {lf.origin}"))
-        for src in sources.values():
-            constraints += divisibility(src, lf.name, sizes)
+        for b, src in sources.items():
+            own = matched[b].get(lf.name, lf)
+            constraints += divisibility(src, own.reads or own.name, sizes, lf.name)
+            names, dims = _halved(every[b], original.entry)
+            if (own.reads or own.name) in names or any(lw.name == lf.name and lw.dim in dims for lw in launches):
+                constraints.append(f"is_pow2({lf.name})")  # a tree reduction halves from it
     if len(launches) > 1:
         constraints.append(" * ".join(lw.name for lw in launches) + " <= max_threads_per_block")
     new_block, new_grid = list(block), list(grid)
@@ -497,6 +555,12 @@ def _analyses(source: str, entry: str) -> list[KernelAnalysis]:
         return analyse(source)
     except (KernelTreeError, ValueError):
         return []
+
+
+def _halved(analyses: list[KernelAnalysis], entry: str) -> tuple[frozenset[str], frozenset[int]]:
+    """What the entry kernel's tree reductions halve from (kernel_tree.tree_reductions)."""
+    kernel = _entry(analyses, entry)
+    return tree_reductions(kernel) if kernel is not None else (frozenset(), frozenset())
 
 
 def _entry(analyses: list[KernelAnalysis], entry: str) -> KernelAnalysis | None:
@@ -538,6 +602,9 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         if dim == 0:
             same = [lf for lf in lifts if lf.kind == "threads" and lf.default == literal]
             name = same[0].name if same else fresh_name(DIM_NAMES[0], taken | {lf.name for lf in lifts})
+            if same:
+                notes.append(f"the launch's block of {literal} threads is {name} too: the kernel takes its thread "
+                             f"count from {same[0].origin}")
         else:
             name = fresh_name(DIM_NAMES[dim], taken | {lf.name for lf in lifts} | {lw.name for lw in out})
         if name in dropped:
@@ -661,36 +728,54 @@ def fresh_name(name: str, taken: set[str] | frozenset[str]) -> str:
     return f"KT_{name}_{n}"
 
 
-def _unique_names(lifts: list[Lift], taken: set[str]) -> list[Lift]:
-    """Names for the lifts that add a macro: never one the source already uses for something else."""
+def _unique_names(lifts: list[Lift], taken: set[str], cpp: set[str] | frozenset[str] = frozenset()) -> list[Lift]:
+    """Names for the lifts that add a macro: never one the source already uses for something else.
+    A #define keeps its own name, unless a C++ template parameter has it (`template <int BLOCK>`
+    in the other dialect): it then reads a parameter of a fresh name."""
     out, used = [], set()
     for lf in lifts:
-        if lf.key.startswith("define:"):
+        if lf.key.startswith("define:") and lf.name not in cpp:
             used.add(lf.name)
             out.append(lf)
             continue
-        name = lf.name if lf.name not in taken and lf.name not in used else fresh_name(lf.name, taken | used)
+        fresh = lf.key.startswith("define:") or lf.name in taken or lf.name in used
+        name = fresh_name(lf.reads or lf.name, taken | used) if fresh else lf.name
         used.add(name)
-        if name != lf.name:
-            lf = replace(lf, name=name, edits=tuple(replace(e, text=e.text.replace(lf.name, name)) for e in lf.edits))
-        out.append(lf)
+        out.append(_renamed(lf, name))
     return out
 
 
-def _common(wanted: list[Lift], found: list[Lift]) -> list[Lift]:
-    keys = {lf.key for lf in found}
-    return [lf for lf in wanted if lf.key in keys]
+def _renamed(lf: Lift, name: str) -> Lift:
+    """The lift with its parameter called `name`: a #define then reads it (`#define BLOCK BLOCK_SIZE`)."""
+    if name == lf.name:
+        return lf
+    if lf.key.startswith("define:"):
+        return replace(lf, name=name, edits=tuple(replace(e, text=e.text.format(name=name)) for e in lf.alias),
+                       guard=True, reads=lf.reads or lf.name)
+    return replace(lf, name=name, edits=tuple(replace(e, text=e.text.replace(lf.name, name)) for e in lf.edits))
+
+
+def _constant(key: str) -> str | None:
+    """`NAME:value` of a named constant's lift (a #define or a template argument): the same
+    constant in two dialects, whichever way each spells it."""
+    kind, _, rest = key.partition(":")
+    return rest if kind in ("define", "template") else None
+
+
+def _counterpart(wanted: Lift, found: list[Lift]) -> Lift | None:
+    """The lift of `found` at the same literal as `wanted` (in another dialect), if any."""
+    same = [lf for lf in found if lf.key == wanted.key]
+    if not same and _constant(wanted.key) is not None:
+        same = [lf for lf in found if _constant(lf.key) == _constant(wanted.key)]
+    return same[0] if same else None
 
 
 def _match(wanted: list[Lift], found: list[Lift]) -> list[Lift] | None:
     """The other dialect's own sites for the same lifts, renamed alike; None if one is missing."""
-    by_key = {lf.key: lf for lf in found}
     out = []
     for w in wanted:
-        f = by_key.get(w.key)
+        f = _counterpart(w, found)
         if f is None:
             return None
-        if f.name != w.name:
-            f = replace(f, name=w.name, edits=tuple(replace(e, text=e.text.replace(f.name, w.name)) for e in f.edits))
-        out.append(f)
+        out.append(_renamed(f, w.name))
     return out

@@ -465,7 +465,8 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
                 raise s.fail(
                     f"param.{p.name}", f"a parameter the {backend} source uses (it never mentions {p.name})"
                 )
-        if not re.search(rf"\b{re.escape(entry)}\b", src):
+        plain = entry.split("<")[0].split("::")[-1].strip()  # `ns::k<float, 4>` is written `k` in its source
+        if not re.search(rf"\b{re.escape(plain)}\b", src):
             raise s.fail("kernel.entry", f"a function in the {backend} source ({entry} not found)")
 
     return Template(

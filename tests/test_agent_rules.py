@@ -353,3 +353,19 @@ def test_a_block_size_a_constant_holds_for_the_kernel_is_lifted_only_with_it(tmp
     t2 = load_template(spec_with(tmp_path / "two", other, '["ceil_div(n, 256)"]', "[256]"))
     lifted = lift_template(t2, "cuda", GPU)
     assert lifted.proposal is None and any("takes 256 threads from `N_PER`" in n for n in lifted.notes)
+
+
+def test_a_block_size_a_tree_reduction_halves_from_stays_a_power_of_two(tmp_path):
+    src = ("__global__ void k(float *out, const float *in, int n) {\n"
+           "    extern __shared__ float red[];\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    red[threadIdx.x] = i < n ? in[i] : 0.0f;\n    __syncthreads();\n"
+           "    for (int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+           "        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];\n        __syncthreads();\n    }\n"
+           "    if (threadIdx.x == 0) out[blockIdx.x] = red[0];\n}\n")
+    t = load_template(spec_with(tmp_path, src, '["ceil_div(n, 256)"]', "[256]"))
+    p = lift_template(t, "cuda", GPU).proposal
+    assert p.block == ("BLOCK",) and "is_pow2(BLOCK)" in p.constraints
+    # halving a block of 192 would drop a third of the sum: no other step is a tree reduction
+    plain = src.replace("s >>= 1", "s -= 32")
+    q = lift_template(load_template(spec_with(tmp_path / "plain", plain, '["ceil_div(n, 256)"]', "[256]")), "cuda", GPU)
+    assert q.proposal.block == ("BLOCK",) and "is_pow2(BLOCK)" not in q.proposal.constraints
