@@ -14,15 +14,17 @@ warning. Loading never evaluates anything it reads; a session never holds secret
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import os
 import re
 import sys
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import tomli_w
 
@@ -340,13 +342,29 @@ def load_session(path: str | Path) -> Session:
     complete = _complete_prefix(text)
     if complete != text:
         warnings.append(f"{p}: the last event was cut off and has been dropped")
+    with _collector_paused():
+        try:
+            data = parse_session_text(complete)
+        except tomllib.TOMLDecodeError as e:
+            raise SessionError(f"{p}: not a valid session file: {e}") from None
+        except RecursionError:
+            raise SessionError(f"{p}: not a valid session file: nested too deeply") from None
+        return _validate(p, data, warnings)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector paused: reading a large session builds hundreds of thousands of
+    objects that all stay alive, and the collector's passes over them (each full pass over all of
+    them) would take a fifth of the time. Nothing a session builds holds a reference cycle."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
     try:
-        data = parse_session_text(complete)
-    except tomllib.TOMLDecodeError as e:
-        raise SessionError(f"{p}: not a valid session file: {e}") from None
-    except RecursionError:
-        raise SessionError(f"{p}: not a valid session file: nested too deeply") from None
-    return _validate(p, data, warnings)
+        yield
+    finally:
+        gc.enable()
 
 
 def _complete_prefix(text: str) -> str:
@@ -430,9 +448,11 @@ def started_events(session: Session) -> list[RunStarted]:
 # multi-line string, a dotted key, an inline table, a table it does not expect, a key defined
 # twice, ...). Whatever it accepts, it reads exactly as tomllib does. Its values are numbers,
 # true, false, strings and arrays of them; without escapes, infinities and NaN, each is written
-# the same in JSON, so the json module decodes them all at once, and refuses what is not a
-# number in plain decimal (JSON's numbers are all valid TOML numbers of the same value). Values
-# with escapes, infinities or NaN are checked against TOML's grammar and read one by one.
+# the same in JSON. So a run of `key = value` lines with bare keys becomes one JSON object (the
+# `=` to a `:`, each line end to a comma), and the json module decodes every object at once,
+# refusing what is not a number in plain decimal (JSON's numbers are all valid TOML numbers of
+# the same value). Lines with quoted keys, escapes, infinities or NaN are checked against TOML's
+# grammar and read one by one.
 
 _FAST_KEY = r'[A-Za-z0-9_-]+|"[^"\\\x00-\x1f\x7f]*"'
 _FAST_STRING = r'"(?:[^"\\\x00-\x1f\x7f]|\\[^\x00-\x1f\x7f])*"'
@@ -502,12 +522,14 @@ def _fast_array(items: str) -> list[Any]:
 def _fast_events(text: str, pos: int) -> list[dict[str, Any]]:
     match = _FAST_LINE.match
     events: list[dict[str, Any]] = []
+    headers: dict[str, dict[str, Any]] = {}  # the current event's tables, by their path below it
     table: dict[str, Any] | None = None  # where the next keys go
-    tables: set[int] = set()  # the tables a header defined, by id
-    # the keys are placed as they come (tomllib's order); their values, when JSON reads them
-    # alike, are decoded all at once at the end
-    later: list[tuple[dict[str, Any], tuple[str, ...]]] = []
-    values: list[str] = []
+    # What the text builds, in its order, done at the end so that every table holds its keys in
+    # tomllib's order: (table, keys, n) puts n keys into a table, a table into its parent among
+    # them. The keys are a dict, or the place of a JSON object in `objects`: a run of `key = value`
+    # lines in the JSON subset is one object, and all of them are decoded at once.
+    steps: list[tuple[dict[str, Any], dict[str, Any] | int, int]] = []
+    objects: list[str] = []
     end = len(text)
     while pos < end:
         m = match(text, pos)
@@ -516,47 +538,48 @@ def _fast_events(text: str, pos: int) -> list[dict[str, Any]]:
         pos = m.end()
         run = m["run"]
         if run is not None:
-            safe = _json_safe(run)
-            if not safe and _FAST_STRICT_RUN.fullmatch(run) is None:
-                raise _NotFast()
             if "[\n" in run:  # each array on one line: "[\n    1,\n    2,\n]" -> "[1, 2]" (no value holds a newline)
                 run = run.replace(",\n    ", ", ").replace("[\n    ", "[").replace(",\n]", "]").replace("[\n]", "[]")
-            pairs = _FAST_PAIR.findall(run)
-            if not pairs:
+            body = run.strip("\n")
+            if not body:
                 continue
             if table is None:
                 raise _NotFast()
-            _, keys, texts = zip(*pairs)
-            size = len(table)
-            if safe:
-                table.update(dict.fromkeys(keys))
-                later.append((table, keys))
-                values.extend(texts)
+            while "\n\n" in body:
+                body = body.replace("\n\n", "\n")
+            lines = body.count("\n") + 1
+            if (_json_safe(body) and body[0] != '"' and '\n"' not in body
+                    and body.count(" = ") == lines):
+                # bare keys, and every " = " separates a key from its value: `k = v` lines are
+                # `"k": v` pairs, and JSON reads the values as TOML does
+                steps.append((table, len(objects), lines))
+                objects.append('{"' + body.replace(" = ", '": ').replace("\n", ', "') + "}")
             else:
-                table.update((k, _fast_array(v[1:-1]) if v[0] == "[" else _fast_scalar(v)) for k, v in zip(keys, texts))
-            if len(table) != size + len(keys):  # a key defined twice
-                raise _NotFast()
+                if _FAST_STRICT_RUN.fullmatch(run) is None:
+                    raise _NotFast()
+                pairs = _FAST_PAIR.findall(body)
+                keys = {k: _fast_array(v[1:-1]) if v[0] == "[" else _fast_scalar(v) for _, k, v in pairs}
+                steps.append((table, keys, len(pairs)))
         elif m["aot"] is not None:
             table = {}
-            tables.add(id(table))
+            headers = {"": table}
             events.append(table)
         elif m["table"] is not None:
             if not events:
                 raise _NotFast()
-            parent = events[-1]
-            *path, last = m["table"][1:].split(".")
-            for part in path:
-                parent = parent.get(part)
-                if not isinstance(parent, dict) or id(parent) not in tables:
-                    raise _NotFast()
-            if last in parent:
+            path = m["table"][1:]
+            parent = headers.get(path.rpartition(".")[0])
+            if parent is None or path in headers:  # a table implied by a deeper one, or defined twice
                 raise _NotFast()
-            table = parent[last] = {}
-            tables.add(id(table))
+            table = headers[path] = {}
+            steps.append((parent, {path.rpartition(".")[2]: table}, 1))
     try:
-        decoded = iter(json.loads("[" + ", ".join(values) + "]"))
+        decoded = json.loads("[" + ", ".join(objects) + "]")
     except ValueError:  # something that is no number
         raise _NotFast() from None
-    for table, keys in later:
-        table.update(zip(keys, decoded))
+    for table, keys, n in steps:
+        size = len(table)
+        table.update(decoded[keys] if type(keys) is int else keys)
+        if len(table) != size + n:  # a key defined twice
+            raise _NotFast()
     return events

@@ -201,6 +201,9 @@ def _event_text(body: str) -> str:
     '"quoted key" = 1\n"a = b" = "c = d"\ntext = ""\n',
     'text = "x"\n[event.sub]\na = [\n]\nb = []\n[event.sub.deeper]\nc = 1\n',
     'text = "comment # inside"\n# a comment, with a comma,\n\ntext2 = "y"\n',
+    'text = "a = b"\nn = 1\n\n\nm = [\n    "c = d",\n]\n',  # " = " inside values
+    'text = "x"\n[event.sub]\na = 1\n[event.other]\nb = 2\n[event.sub.deeper]\nc = 3\n',  # back to a table
+    'inf_fraction = 0.5\ntext = "info"\n',  # inf and nan in words, not values
 ])
 def test_the_fast_reader_reads_what_tomli_w_writes_and_more(body):
     text = _event_text(body)
@@ -220,6 +223,8 @@ def test_the_fast_reader_reads_what_tomli_w_writes_and_more(body):
     '"text" = "a"\ntext = "b"\n',
     'text = "a"\n[event.sub]\nx = 1\n[event.sub]\ny = 2\n',  # a table defined twice
     'text = "a"\nsub = 1\n[event.sub]\nx = 1\n',
+    'text = "a"\n[event.sub]\nx = 1\n[event.sub.x]\ny = 2\n',  # a table over a key
+    'text = "a"\n# between\ntext = "b"\n',  # a key defined twice, a comment between
     'text = "bad \\q escape"\n',
     'text = "control \x7f char"\n',
     "text = null\n",
