@@ -60,6 +60,8 @@ class Result:
     grid: tuple[int, ...] = ()
     block: tuple[int, ...] = ()
     cached: bool = False  # the binary came from the compile cache
+    # The device that measured it, in runs over several ("cuda:1", "host/cuda:0"); "" with one.
+    device: str = ""
 
     @property
     def ranked(self) -> bool:
@@ -74,7 +76,7 @@ class Result:
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if v is None:
+            if v is None or (f.name == "device" and not v):  # one device: nothing to say
                 continue
             if f.name == "resources":
                 v = asdict(v)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .driver import Calls, Progress, search
 from .result import Result
 from .search import StopRules, make_strategy
 from .session import Session
@@ -91,34 +92,23 @@ def simulate(session: Session, strategy: str, budget: int = 0, seed: int = 0,
     first = Config.of(default) if isinstance(default, dict) and Config.of(default) in by_config else None
     strat = make_strategy(strategy, space, seed=seed, first=first)
     rules = stop or StopRules(budget=budget)
-    best: Result | None = None
+    progress = Progress()
     trace: list[float] = []
     needed: dict[float, int | None] = {w: None for w in within}
-    since = 0
-    reason = "space exhausted"
-    while True:
-        why = rules.reason(len(trace), 0.0, best.sol_fraction if best else None, since)
-        if why:
-            reason = why
-            break
-        config = strat.propose()
-        if config is None:
-            break
-        r = by_config[config]
-        strat.observe(config, r)
-        if r.ranked and (best is None or r.median_us < best.median_us):
-            best, since = r, 0
-        else:
-            since += 1
+
+    def on_result(config: Config, r: Result, improved: bool) -> str | None:
+        best = progress.best
         trace.append(best.median_us if best else float("inf"))
         for w in within:
             if needed[w] is None and best is not None and best.median_us <= recorded.median_us * (1 + w):
                 needed[w] = len(trace)
         if stop_within is not None and best is not None and best.median_us <= recorded.median_us * (1 + stop_within):
-            reason = f"within {100 * stop_within:g}% of the recorded best"
-            break
+            return f"within {100 * stop_within:g}% of the recorded best"
         if best is not None and best.median_us <= recorded.median_us:
-            reason = _after_the_best(rules, best, trace, since, space.feasible) or reason
-            break
+            return _after_the_best(rules, best, trace, progress.since_improvement, space.feasible) or "space exhausted"
+        return None
+
+    reason = search(strat, Calls(by_config.__getitem__), rules, progress, on_result)
+    best = progress.best
     return Simulation(strategy, seed, budget, len(trace), best, recorded, space.feasible, tuple(trace),
                       needed, reason)

@@ -11,12 +11,11 @@ import os
 import random
 import threading
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .backends import BackendError, CompileError, auto_backend, list_devices, open_backend
+from .backends import BackendError, auto_backend, list_devices, open_backend
 from .compile_pool import CompilePool, default_jobs
 from .device import DeviceLimits
 from .evaluate import TimingPolicy, VerifyPolicy
@@ -38,7 +37,10 @@ from .session import Session, SessionError, SessionWriter, default_path, load_se
 from .sol import load_peaks
 from .space import Config, Space, build_space, odd_problem
 from .template import ParamValue, Problem, Template
-from .worker import Worker, WorkerError, WorkerSpec
+from .cluster import ClusterError
+from .driver import Progress, search
+from .worker import WorkerError, WorkerSpec
+from .workers import Workers
 
 Sink = Callable[[Event], None]
 
@@ -81,6 +83,10 @@ class TuneOptions:
     # Configurations tried before the strategy's own (the best of a search at another size);
     # those infeasible here are skipped with a note. They count against the budget.
     start_from: tuple[Mapping[str, ParamValue], ...] = ()
+    # Several devices of this host measuring at once (one worker each); () = `device` alone.
+    devices: tuple[int, ...] = ()
+    # A running Dask scheduler's address: its workers compile and measure (engine/cluster.py).
+    cluster: str = ""
 
 
 @dataclass
@@ -184,7 +190,13 @@ class TuneRun:
         self._writer: SessionWriter | None = None
         opts, template = self.options, self.template
         pending: list[str] = []
-        backend, limits = resolve_device(opts.backend, opts.device, pending.append)
+        backend, limits = resolve_device(opts.backend, opts.devices[0] if opts.devices else opts.device,
+                                         pending.append)
+        for d in opts.devices[1:]:
+            _, other = resolve_device(backend, d)
+            if other.name != limits.name:
+                raise TuneError(f"--devices: {backend}:{d} is a {other.name}, not a {limits.name}: one run "
+                                "measures on devices of one kind")
         limits = peaks_for(backend, opts.device, limits, opts.probe, pending.append)
         problem = template.problem(opts.problem, opts.overrides)
         check_fits(template, problem, limits, opts.verify.pool)  # before a worker allocates anything
@@ -319,78 +331,52 @@ class TuneRun:
         baseline = next((r for r in results if config_key(r.config) == default.key), None)
         if baseline is None and opts.baseline is not None and config_key(opts.baseline.config) == default.key:
             baseline = opts.baseline
-        best = min((r for r in results if r.ranked), key=lambda r: r.median_us, default=None)
-        new = 0
-        since_improvement = 0
+        progress = Progress(len(results), min((r for r in results if r.ranked), key=lambda r: r.median_us,
+                                              default=None))
         rules = StopRules(opts.budget, opts.time_limit, opts.sol_target, opts.patience)
         reason = "space exhausted"
         started = time.monotonic()
-        worker = Worker(spec, config_timeout=opts.config_timeout)
-        ahead = _Ahead(strategy, self._compile_pool(template, backend, limits))
-        if ahead.pool is not None:
-            from .backends.cuda_toolchain import compiler_summary
-            self.note(f"compiling ahead in {ahead.pool.jobs} processes: {compiler_summary()}")
+        try:
+            evaluations = self._evaluations(spec, template, backend, limits)
+        except (ClusterError, ValueError) as e:
+            raise TuneError(str(e)) from None
         winner_ok = None
-        inflight: deque = deque()
+
+        def on_result(config: Config, result: Result, improved: bool) -> None:
+            nonlocal baseline
+            results.append(result)
+            index = len(results) - 1
+            self._emit(ConfigEvaluated(self._now(), index, result))
+            if config == default:
+                baseline = result
+            if improved:
+                speedup = (baseline.median_us / result.median_us
+                           if baseline is not None and baseline.ranked else 1.0)
+                self._emit(BestImproved(self._now(), index, dict(result.config), result.median_us,
+                                        result.sol_fraction or 0.0, speedup))
+
+        def interrupted() -> str | None:
+            self._running.wait()
+            return self.stop_reason if self._stop.is_set() else None
+
         try:
             try:
-                worker.start()
+                evaluations.start()
             except WorkerError as e:
                 raise TuneError(f"cannot start the evaluation worker: {e}") from None
-            for name, err in sorted(worker.info.get("calibration", {}).items()):
-                scale = worker.info.get("scale", {}).get(name)
-                widened = (f"; its tolerance is widened {scale:.3g}x for every configuration" if scale
-                           else "; the default tolerance holds")
-                self._emit(Note(self._now(), f"tolerance of `{name}`: the original kernel's worst error is "
-                                f"{err:.3g}x the default{widened}", source="calibration"))
-            if not worker.info.get("cold_cache", True):
-                flush = worker.info.get("flush_bytes", 0) / 2**20
-                self.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "
-                          "flushed between timed runs: small problems may time warm, and % of SOL can pass 100")
-            while True:
-                self._running.wait()
-                if self._stop.is_set():
-                    reason = self.stop_reason
-                    break
-                why = rules.reason(len(results), time.monotonic() - started,
-                                   best.sol_fraction if best is not None else None, since_improvement)
-                if why and not inflight:
-                    reason = why
-                    break
-                # Up to two configurations at the worker: while it evaluates one, the next is
-                # already there (never more than the budget or the patience could use); once a
-                # rule says stop, what is already there is still recorded.
-                while not why and len(inflight) < 2 and not self._enough(
-                        rules, len(results) + len(inflight), since_improvement + len(inflight)):
-                    item = ahead.next()
-                    if item is None:
-                        break
-                    inflight.append(self._submit(worker, item))
-                if not inflight:
-                    break
-                config, result = self._collect(worker, inflight.popleft())
-                strategy.observe(config, result)
-                results.append(result)
-                new += 1
-                index = len(results) - 1
-                self._emit(ConfigEvaluated(self._now(), index, result))
-                if config == default:
-                    baseline = result
-                since_improvement += 1
-                if result.ranked and (best is None or result.median_us < best.median_us):
-                    best = result
-                    since_improvement = 0
-                    speedup = (baseline.median_us / result.median_us
-                               if baseline is not None and baseline.ranked else 1.0)
-                    self._emit(BestImproved(self._now(), index, dict(result.config), result.median_us,
-                                            result.sol_fraction or 0.0, speedup))
+            self._worker_notes(evaluations.info, limits)
+            reason = search(strategy, evaluations, rules, progress, on_result,
+                            clock=lambda: time.monotonic() - started, interrupted=interrupted)
+            best = progress.best
             if best is not None and not self._stop.is_set():
-                best, winner_ok = self._final_check(worker, results, template, problem, backend)
+                best, winner_ok = self._final_check(evaluations, results, template, problem, backend)
+                if best is not None and winner_ok and len(getattr(evaluations, "labels", ())) > 1:
+                    self._retime(evaluations, best)
         except KeyboardInterrupt:
             reason = "interrupted"
+            best = progress.best
         finally:
-            ahead.close()
-            worker.close()
+            evaluations.close()
         profiles = []
         if opts.profile_top > 0 and not self._stop.is_set():
             profiles = self._profile(template, problem, results, backend, opts.profile_top)
@@ -399,7 +385,63 @@ class TuneRun:
                                dict(best.config) if best else {}, best.median_us if best else 0.0))
         return Outcome(path, reason, results, best, baseline, space, limits, winner_ok, profiles)
 
-    def _final_check(self, worker: Worker, results: list[Result], template: Template, problem: Problem,
+    def _evaluations(self, spec: WorkerSpec, template: Template, backend: str, limits: DeviceLimits):
+        """Where configurations are measured: a Dask cluster, a worker per listed device, or one."""
+        opts = self.options
+        if opts.cluster:
+            from .cluster import ClusterEvaluations
+
+            self.note(f"evaluating on the Dask cluster at {opts.cluster}: each of its workers compiles "
+                      "and measures; results stream here")
+            return ClusterEvaluations(opts.cluster, spec, config_timeout=opts.config_timeout)
+        devices = opts.devices or (opts.device,)
+        pool = self._compile_pool(template, backend, limits)
+        if pool is not None:
+            from .backends.cuda_toolchain import compiler_summary
+            self.note(f"compiling ahead in {pool.jobs} processes: {compiler_summary()}")
+        if len(devices) > 1:
+            self.note(f"evaluating on {len(devices)} devices at once: {', '.join(f'{backend}:{d}' for d in devices)}"
+                      + ("; devices listed twice share one, and their timings disturb each other"
+                         if len(set(devices)) < len(devices) else ""))
+        return Workers([replace(spec, device=d) for d in devices], pool, config_timeout=opts.config_timeout)
+
+    def _worker_notes(self, info: Mapping[str, Any], limits: DeviceLimits) -> None:
+        for name, err in sorted(info.get("calibration", {}).items()):
+            scale = info.get("scale", {}).get(name)
+            widened = (f"; its tolerance is widened {scale:.3g}x for every configuration" if scale
+                       else "; the default tolerance holds")
+            self._emit(Note(self._now(), f"tolerance of `{name}`: the original kernel's worst error is "
+                            f"{err:.3g}x the default{widened}", source="calibration"))
+        if not info.get("cold_cache", True):
+            flush = info.get("flush_bytes", 0) / 2**20
+            self.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "
+                      "flushed between timed runs: small problems may time warm, and % of SOL can pass 100")
+
+    def _retime(self, evaluations, best: Result) -> None:
+        """The winner measured again on every device used; the spread, and a device that differs."""
+        timed = [(label, r) for label, r in evaluations.retime(Config.of(best.config))]
+        ok = [(label, r.median_us) for label, r in timed if r.ranked]
+        failed = [f"{label} ({r.status})" for label, r in timed if not r.ranked]
+        if not ok:
+            self.note(f"the winner could not be timed again on any device: {', '.join(failed)}")
+            return
+        times = sorted(t for _, t in ok)
+        mid = times[len(times) // 2]
+        noise = max(0.03, 3 * max((r.spread or 0.0) for _, r in timed if r.ranked))
+        spread = (times[-1] - times[0]) / mid
+        each = ", ".join(f"{label} {t:.4g} us" for label, t in ok)
+        off = [label for label, t in ok if abs(t - mid) / mid > noise]
+        text = f"the winner on every device: {each}; spread {100 * spread:.1f}%"
+        if off:
+            text += (f"; {', '.join(off)} differs from the median by more than the timing noise "
+                     f"({100 * noise:.0f}%)")
+        elif len(ok) > 1:
+            text += f", within the timing noise ({100 * noise:.0f}%)"
+        if failed:
+            text += f"; not timed again: {', '.join(failed)}"
+        self._emit(Note(self._now(), text, source="devices"))
+
+    def _final_check(self, worker, results: list[Result], template: Template, problem: Problem,
                      backend: str) -> tuple[Result | None, bool]:
         """Check the fastest configuration again on new inputs, in the module it was timed in
         (and, on CUDA, under compute-sanitizer's memcheck when it is found).
@@ -413,7 +455,7 @@ class TuneRun:
         for i in ranked[:MAX_RECHECKS]:
             r = results[i]
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
-            ok, msg = worker.verify_again(r.config, seeds)
+            ok, msg = worker.verify_again(Config.of(r.config), seeds)
             self._emit(WinnerVerified(self._now(), dict(r.config), ok, msg, seeds))
             if ok and (sanitizer is None or self._sanitized(sanitizer, template, problem, results, i)):
                 winner = i
@@ -504,57 +546,6 @@ class TuneRun:
             return None
         cc = limits.compute_capability.replace(".", "")
         return CompilePool(template, f"sm_{cc}" if cc else "sm_90", jobs)
-
-    @staticmethod
-    def _enough(rules: StopRules, evaluated: int, since_improvement: int) -> bool:
-        """Whether results already coming would reach the budget or the patience."""
-        return bool((rules.budget and evaluated >= rules.budget)
-                    or (rules.patience and since_improvement >= rules.patience))
-
-    @staticmethod
-    def _submit(worker: Worker, item: tuple) -> tuple:
-        """Send a proposal to the worker (its compilation finished first); (config, None) when
-        sent, (config, result) when it failed to compile and needs no device."""
-        config, future = item
-        if future is None:
-            worker.submit(config.as_dict())
-            return config, None
-        try:
-            built = future.result()
-        except CompileError as e:
-            return config, Result(config=config.as_dict(), status="compile_error", message=str(e))
-        worker.submit(config.as_dict(), (built.binary, dict(built.info), built.cached, built.seconds))
-        return config, None
-
-    @staticmethod
-    def _collect(worker: Worker, entry: tuple) -> tuple:
-        config, ready = entry
-        return config, ready if ready is not None else worker.result()
-
-
-class _Ahead:
-    """Proposals from the strategy, each with its compilation already started in the pool."""
-
-    def __init__(self, strategy, pool: CompilePool | None):
-        self.strategy = strategy
-        self.pool = pool
-        self.queue: deque = deque()
-        self.depth = 2 * pool.jobs if pool is not None else 0
-
-    def next(self) -> tuple | None:
-        if self.pool is None:
-            config = self.strategy.propose()
-            return None if config is None else (config, None)
-        while len(self.queue) < self.depth:
-            config = self.strategy.propose()
-            if config is None:
-                break
-            self.queue.append((config, self.pool.submit(config.as_dict())))
-        return self.queue.popleft() if self.queue else None
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
 
 
 # How many of the fastest configurations are checked in turn when the winner fails its re-check.

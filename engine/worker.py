@@ -251,6 +251,27 @@ class Worker:
     def pending(self) -> int:
         return len(self._pending)
 
+    @property
+    def connection(self) -> Any:
+        """The pipe a result arrives on (for waiting on several workers at once); None when down."""
+        return self._conn
+
+    @property
+    def deadline(self) -> float:
+        """When the oldest pending configuration times out (time.perf_counter())."""
+        return self._head_since + self.config_timeout
+
+    def ready(self) -> bool:
+        """Whether `result` would return at once: an answer, a dead child or a timeout is there."""
+        if not self._pending:
+            return False
+        if self._conn is None or time.perf_counter() >= self.deadline:
+            return True
+        try:
+            return self._conn.poll(0)
+        except (OSError, EOFError):
+            return True
+
     def result(self) -> Result:
         """The result of the oldest configuration submitted. A timeout or a crash is that
         configuration's result; the ones sent after it go to a new worker."""

@@ -247,13 +247,36 @@ def search_options(args: argparse.Namespace, argv: Sequence[str], **more: Any) -
     if not 0 <= args.sol_target <= 1 or args.patience < 0:
         raise UsageError("--sol-target is a fraction in [0, 1] and --patience must not be negative")
     timing = TimingPolicy()
+    devices = parse_devices(getattr(args, "devices", None), args.backend)
+    if devices and getattr(args, "cluster", None):
+        raise UsageError("--devices and --cluster do not go together: a cluster's workers each have their own device")
     if args.repeats:
         timing = TimingPolicy(min_repeats=args.repeats, max_repeats=args.repeats)
     return TuneOptions(
         backend=args.backend, device=args.device, strategy=args.strategy, budget=args.budget,
         time_limit=args.time_limit, seed=args.seed, timing=timing, verify=VerifyPolicy(),
         config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
-        sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv], **more)
+        sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv], devices=devices,
+        cluster=getattr(args, "cluster", None) or "", **more)
+
+
+def parse_devices(text: str | None, backend: str) -> tuple[int, ...]:
+    """`--devices`: () for none given, every device of the backend for `all`, else the indices."""
+    if not text:
+        return ()
+    if text.strip() == "all":
+        from kerntune.engine.tune import resolve_device
+        from kerntune.engine.backends import list_devices
+
+        name, _ = resolve_device(backend, 0)
+        return tuple(range(len(list_devices(name))))
+    try:
+        devices = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise UsageError(f"--devices: `all` or device indices separated by commas, not {text!r}") from None
+    if any(d < 0 for d in devices):
+        raise UsageError("--devices: device indices are not negative")
+    return devices
 
 
 def tune(args: argparse.Namespace, argv: Sequence[str]) -> int:

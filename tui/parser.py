@@ -73,6 +73,11 @@ def add_search_arguments(t: argparse.ArgumentParser) -> None:
     """The options of a search, shared by `tune` (and its agent loop) and `campaign`."""
     t.add_argument("--backend", choices=_backends(), default="auto")
     t.add_argument("--device", type=int, default=0, help="device index within the backend")
+    t.add_argument("--devices", metavar="LIST",
+                   help="measure on several devices at once, one worker each: `all` or indices, e.g. 0,1")
+    t.add_argument("--cluster", metavar="ADDRESS",
+                   help="measure on a running Dask cluster (tcp://HOST:8786): its workers compile and "
+                        "measure, results stream into this host's session")
     t.add_argument("--strategy", choices=_strategies(), default="grid",
                    help="grid, random, model (Bayesian optimisation) or local (hill climbing)")
     t.add_argument("--sol-target", type=float, default=0.0, metavar="F",

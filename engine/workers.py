@@ -1,0 +1,166 @@
+"""Evaluations on this host: one worker per device, fed by one pool compiling ahead.
+
+Each device has its own evaluation child (engine/worker.py) with up to two configurations at it,
+so that while it measures one the next is already there. Compilation (CUDA) runs ahead in a
+process pool shared by all devices; a configuration that fails to compile never reaches a device.
+Results come back in the order they finish, each marked with the device that measured it when
+there are several.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import replace
+from multiprocessing.connection import wait as wait_for
+from typing import Sequence
+
+from .backends import CompileError
+from .compile_pool import CompilePool
+from .result import Result
+from .space import Config
+from .worker import Worker, WorkerError, WorkerSpec
+
+AT_DEVICE = 2  # configurations at one device at once: the one it measures and the next
+
+
+class Workers:
+    """A worker per device; `capacity` covers every device's two and the compilation ahead."""
+
+    def __init__(self, specs: Sequence[WorkerSpec], pool: CompilePool | None = None,
+                 config_timeout: float = 120.0, labels: Sequence[str] | None = None):
+        if not specs:
+            raise ValueError("no device to evaluate on")
+        self.workers = [Worker(s, config_timeout=config_timeout) for s in specs]
+        # the device each result is marked with; none with one device (its sessions stay as they were)
+        self.labels = list(labels) if labels is not None else _labels(specs)
+        self.pool = pool
+        self.capacity = AT_DEVICE * len(self.workers) + (2 * pool.jobs if pool is not None else 0)
+        self._waiting: deque[tuple[Config, Future | None]] = deque()  # compiling, not yet at a device
+        self._sent: list[deque[Config]] = [deque() for _ in self.workers]
+        self._ready: deque[tuple[Config, Result]] = deque()  # failed to compile: no device needed
+        self.where: dict[Config, int] = {}  # the worker that measured each configuration
+
+    # start and stop ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every device's worker at once (each loads inputs and references on its own)."""
+        errors: list[BaseException | None] = [None] * len(self.workers)
+
+        def start(i: int) -> None:
+            try:
+                self.workers[i].start()
+            except BaseException as e:  # noqa: BLE001 - reported below, with the device
+                errors[i] = e
+
+        threads = [threading.Thread(target=start, args=(i,), daemon=True) for i in range(len(self.workers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, e in enumerate(errors):
+            if e is not None:
+                where = f" on {self.labels[i]}" if self.labels[i] else ""
+                raise WorkerError(f"{e}{where}") from None
+
+    @property
+    def info(self) -> dict:
+        return self.workers[0].info
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        for w in self.workers:
+            w.close()
+
+    # the Evaluations interface -------------------------------------------------------------------
+    def submit(self, config: Config) -> None:
+        future = self.pool.submit(config.as_dict()) if self.pool is not None else None
+        self._waiting.append((config, future))
+        self._feed(block=False)
+
+    def collect(self) -> tuple[Config, Result]:
+        while True:
+            if self._ready:
+                return self._ready.popleft()
+            # a device with nothing to do waits for the next compilation; otherwise only what is built goes
+            self._feed(block=any(not s for s in self._sent))
+            if self._ready:
+                continue
+            for i, w in enumerate(self.workers):
+                if self._sent[i] and w.ready():
+                    return self._result(i)
+            busy = [i for i, s in enumerate(self._sent) if s]
+            if not busy:
+                if not self._waiting:
+                    raise RuntimeError("collect() with nothing submitted")
+                continue
+            deadline = min(self.workers[i].deadline for i in busy)
+            # wake for a result, a deadline, or (while something compiles) to feed a device again
+            timeout = max(0.0, deadline - time.perf_counter())
+            if self._waiting:
+                timeout = min(timeout, 0.005)
+            conns = [c for c in (self.workers[i].connection for i in busy) if c is not None]
+            if conns:
+                wait_for(conns, timeout)
+
+    def _result(self, i: int) -> tuple[Config, Result]:
+        config = self._sent[i].popleft()
+        result = self.workers[i].result()
+        if self.labels[i]:
+            result = replace(result, device=self.labels[i])
+        self.where[config] = i
+        self._feed(block=False)
+        return config, result
+
+    def _feed(self, block: bool) -> None:
+        """Send built configurations to the least busy device with room; a configuration that
+        failed to compile becomes a result at once."""
+        while self._waiting:
+            i = min(range(len(self.workers)), key=lambda k: len(self._sent[k]))
+            if len(self._sent[i]) >= AT_DEVICE:
+                return
+            config, future = self._waiting[0]
+            if future is not None and not future.done() and not (block and not self._sent[i]):
+                return
+            self._waiting.popleft()
+            if future is None:
+                self.workers[i].submit(config.as_dict())
+            else:
+                try:
+                    built = future.result()
+                except CompileError as e:
+                    self._ready.append((config, Result(config=config.as_dict(), status="compile_error",
+                                                       message=str(e))))
+                    continue
+                self.workers[i].submit(config.as_dict(), (built.binary, dict(built.info), built.cached,
+                                                          built.seconds))
+            self._sent[i].append(config)
+
+    # after the search ----------------------------------------------------------------------------
+    def worker_for(self, config: Config) -> Worker:
+        """The worker whose module measured `config` (the first when none did)."""
+        return self.workers[self.where.get(config, 0)]
+
+    def verify_again(self, config: Config, seeds: tuple[int, ...]) -> tuple[bool, str]:
+        return self.worker_for(config).verify_again(config.as_dict(), seeds)
+
+    def retime(self, config: Config) -> list[tuple[str, Result]]:
+        """`config` measured again on every device, in turn: (device, result) each."""
+        out = []
+        for label, w in zip(self.labels, self.workers):
+            out.append((label, w.evaluate(config.as_dict())))
+        return out
+
+
+def _labels(specs: Sequence[WorkerSpec]) -> list[str]:
+    """`cuda:0`, `cuda:1`, ...; a device listed again is told apart (`opencl:0#2`); "" for one."""
+    if len(specs) == 1:
+        return [""]
+    out: list[str] = []
+    for s in specs:
+        label = f"{s.backend}:{s.device}"
+        n = sum(1 for x in out if x == label or x.startswith(label + "#")) + 1
+        out.append(label if n == 1 else f"{label}#{n}")
+    return out
