@@ -534,8 +534,8 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
     for lf in chosen:
         notes.append(f"lifted {lf.origin} into {lf.name}")
     if not params:
-        return Lifted(None, [], notes + ["nothing to lift: no #define, constexpr, #pragma unroll count or "
-                                         "launch literal with a tunable name"])
+        return Lifted(None, [], notes + ["nothing to lift: no #define, constexpr, template argument, #pragma "
+                                         "unroll count or launch literal with a tunable name"])
     proposal = TemplateProposal(
         sources=sources,
         parameters=tuple(params),

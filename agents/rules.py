@@ -90,8 +90,11 @@ class RulesProvider:
             self._reduce(rejection)
         lifted = lift_template(state.original, state.backend, state.limits, self.dropped)
         proposal, applied = compose(state.original, state.backend, state.limits, lifted.proposal, self.dropped)
-        if proposal is None:
-            raise ProviderError("the rules find nothing left to lift or rewrite: " + "; ".join(lifted.notes[-1:]))
+        if proposal is None:  # why each lift and rewrite was left out, in one line
+            why = [n.removeprefix("nothing to lift: ") for n in lifted.notes if not n.startswith("lifted ")]
+            why += [f"no {d.name} rewrite: {d.reason}" for d in applied.declined]
+            raise ProviderError(f"the rules find nothing {'left ' if self.dropped else ''}to lift or rewrite: "
+                                + "; ".join(why))
         if lifted.proposal is None:  # rewrites alone: say why nothing was lifted
             proposal = replace(proposal, notes=tuple(lifted.notes) + tuple(proposal.notes))
         self.lifts = lifted.lifts

@@ -261,8 +261,9 @@ class TuningLoop:
                       f"{original.median_us:.2f} us): the original stays", "loop")
             best, best_round, beaten = original, 0, best
         elif best is None and original is not None and original.verified:
-            # nothing proposed was verified (every template failed the gate, say): the original,
-            # verified at the start, is still the best verified kernel
+            # nothing proposed was verified (every template failed the gate, or the provider had
+            # nothing to propose): the original, verified at the start and re-verified on new
+            # inputs, is still the best verified kernel
             self.note("no configuration was verified: the original kernel stays", "loop")
             best, best_round = original, 0
         speedup = (original.median_us / best.median_us
@@ -329,8 +330,9 @@ class TuningLoop:
         if plan.stop:
             return f"the planner stopped: {_first_line(plan.text)}"
         if self.template is None or plan.retemplate:
-            if not self._templatize(number) and self.template is None:
-                return "no proposed template passed the gate"
+            why = self._templatize(number)
+            if why and self.template is None:
+                return why
         if self.options.templatize_only:
             return "template accepted"
         assert self.template is not None and self.template_dir is not None
@@ -405,14 +407,23 @@ class TuningLoop:
         values = {k: tuple(v) for k, v in search.values.items() if k in names and v}
         return replace(search, budget=budget, values=values)
 
-    def _templatize(self, number: int) -> bool:
-        """Stage 1: proposals until one passes the gate (or the attempts run out)."""
+    def _templatize(self, number: int) -> str:
+        """Stage 1: proposals until one passes the gate; "" then, else why none did (the attempts
+        ran out, or the last provider had nothing to propose)."""
         rejection: str | None = None
         proposer = self.provider
         for attempt in range(1, self.options.attempts + 1):
             if self._stop.is_set():
-                return False
-            proposal = self._call("generate", self._state(number), rejection if self.provider is proposer else None)
+                return self.stop_reason
+            try:
+                proposal = self._call("generate", self._state(number),
+                                      rejection if self.provider is proposer else None)
+            except LoopError as e:  # no provider has a template (left) to propose: the original stays
+                said = f"{e.__context__ if isinstance(e.__context__, ProviderError) else e}"
+                if rejection is None:
+                    return f"no template to tune ({self.provider.name} provider): {said}"
+                return (f"no proposed template passed the gate (last: {_first_line(rejection)}); "
+                        f"{self.provider.name} provider: {said}")
             proposer = self.provider
             directory = self.templates_dir / f"round{number}-attempt{attempt}"
             source = proposal.sources.get(self.backend, "")
@@ -436,10 +447,10 @@ class TuningLoop:
                 self.template, self.template_dir = verdict.template, directory
                 self.note(f"template accepted: {len(proposal.parameters)} parameters "
                           f"({', '.join(p.name for p in proposal.parameters)}), written to {directory}", "gate")
-                return True
+                return ""
             self.note(f"template rejected: {verdict.reason}", "gate")
             rejection = verdict.reason
-        return False
+        return f"no proposed template passed the gate (last: {_first_line(rejection or '')})"
 
 
 def _first_line(text: str) -> str:

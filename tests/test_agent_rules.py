@@ -251,15 +251,20 @@ def test_an_unroll_count_is_lifted_on_the_kernels_own_loop_and_not_in_a_helper_f
     assert "line 11" in lifts[0].origin
 
 
-def spec_with(tmp_path: Path, source: str, grid: str, block: str, name: str = "k") -> Path:
+def spec_with(tmp_path: Path, source: str, grid: str, block: str, name: str = "k", reference: str = "") -> Path:
+    """A spec of `out = f(in)` over n elements, in OpenCL when the source has `__kernel`."""
     d = tmp_path / "spec"
     d.mkdir(parents=True)
-    (d / "k.cu").write_text(source)
+    backend, file = ("opencl", "k.cl") if "__kernel" in source else ("cuda", "k.cu")
+    (d / file).write_text(source)
+    if reference:
+        (d / "reference.py").write_text(reference)
     (d / "kernel.toml").write_text(f"""
 [kernel]
 name = "{name}"
 entry = "{name}"
-sources = {{ cuda = "k.cu" }}
+sources = {{ {backend} = "{file}" }}
+{'reference = "reference.py"' if reference else ""}
 [launch]
 grid = {grid}
 block = {block}
@@ -369,3 +374,33 @@ def test_a_block_size_a_tree_reduction_halves_from_stays_a_power_of_two(tmp_path
     plain = src.replace("s >>= 1", "s -= 32")
     q = lift_template(load_template(spec_with(tmp_path / "plain", plain, '["ceil_div(n, 256)"]', "[256]")), "cuda", GPU)
     assert q.proposal.block == ("BLOCK",) and "is_pow2(BLOCK)" not in q.proposal.constraints
+
+
+REVERSE = """__kernel void reverse(__global float *out, __global const float *in, int n) {
+    int i = get_global_id(0);
+    if (i < n) out[i] = in[n - 1 - i];
+}
+"""
+
+
+@pytest.mark.parametrize("head, why", [
+    ("", "no template to tune (rules provider): the rules find nothing to lift or rewrite: no #define"),
+    # a knob the kernel never reads: lifted, rejected by the gate, dropped, and then nothing is left
+    ("#define VEC 4\n", "no proposed template passed the gate (last: parameter(s) VEC are declared but never used"),
+])
+def test_with_nothing_to_tune_the_rules_loop_ends_with_the_reverified_original(head, why, tmp_path, capsys,
+                                                                               opencl_backend):
+    from kerntune.tui.cli import main
+
+    reference = "def reference(inputs, sizes):\n    return {'out': inputs['in'][::-1].copy()}\n"
+    spec = spec_with(tmp_path, head + REVERSE, '["ceil_div(n, 16)"]', "[16]", "reverse", reference)
+    session = tmp_path / "s.toml"
+    rc = main(["tune", str(spec), "--agent", "rules", "--rounds", "2", "--budget", "4",
+               "--backend", "opencl", "--session", str(session), *QUICK])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "winner re-verified on new inputs: winner original passed" in out and "the original stays" in out
+    done = load_session(session).events[-1]
+    assert isinstance(done, LoopFinished) and done.kept_original and done.best == {} and done.best_us > 0
+    assert done.reason.startswith(why) and "\n" not in done.reason
+    assert f"loop: finished ({why}" in " ".join(out.split())
