@@ -5,7 +5,9 @@
 
 --sessions: the first paint of every session in sessions/ as `kerntune replay` opens it: the time
 to load the file, from then to the dashboard's first frame painted, and to the whole session
-painted after `>` (every result a row); the median of --runs runs each, headless.
+painted after `>` (every result a row); the median of --runs runs each, headless. The last column
+is the whole command as a user runs it: `kerntune replay SESSION --paused` started in a
+pseudo-terminal of --size, to its first frame on that terminal (start-up and imports included).
 
 Writes a session of N events with the real SessionWriter (the vector_add fixture's header; four
 parameters; synthetic results, about 6 % of them failures, 16 raw times each, since a real run of
@@ -29,8 +31,10 @@ import platform
 import pty
 import random
 import select
+import signal
 import statistics
 import struct
+import sys
 import tempfile
 import termios
 import time
@@ -220,16 +224,51 @@ def first_paint(session_path: Path, size: tuple[int, int]) -> dict:
     return out
 
 
+def command_first_paint(session_path: Path, size: tuple[int, int], marker: str, timeout: float = 60.0) -> float:
+    """Seconds from starting `kerntune replay SESSION --paused` in a pseudo-terminal of `size` to its
+    first frame there: the first time `marker` (the template's name, in the title bar) is written."""
+    want = marker.encode()
+    t0 = time.perf_counter()
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command on a terminal of its own
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+        env = {k: v for k, v in os.environ.items() if k != "KERNTUNE_HEADLESS"}
+        os.execve(sys.executable, [sys.executable, "-m", "kerntune.tui.cli", "replay", str(session_path), "--paused"],
+                  {**env, "TERM": "xterm-256color"})
+    seen = b""
+    try:
+        while time.perf_counter() - t0 < timeout:
+            if not select.select([fd], [], [], 0.5)[0]:
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the child is gone
+                break
+            if not chunk:
+                break
+            seen = seen[-len(want):] + chunk
+            if want in seen:
+                return time.perf_counter() - t0
+        raise SystemExit(f"kerntune replay {session_path}: no first frame within {timeout:.0f} s")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(fd)
+
+
 def bench_sessions(size: tuple[int, int], runs: int) -> None:
     print(f"first paint of every session in sessions/, headless {size[0]}x{size[1]}, median of {runs} runs, "
           f"Python {platform.python_version()}, {os.cpu_count()} CPUs")
-    print(f"{'session':<46}{'MiB':>6}{'events':>8}{'load s':>8}{'paint s':>9}{'> all s':>9}{'rows':>7}")
+    print(f"{'session':<46}{'MiB':>6}{'events':>8}{'load s':>8}{'paint s':>9}{'> all s':>9}{'rows':>7}"
+          f"{'command s':>11}")
     for path in sorted((ROOT / "sessions").glob("*.toml")):
         rs = [first_paint(path, size) for _ in range(runs)]
         med = {k: statistics.median(r[k] for r in rs) for k in ("load_s", "paint_s", "end_s")}
-        events = len(load_session(path).events)
-        print(f"{path.name:<46}{path.stat().st_size / 2**20:>6.1f}{events:>8d}{med['load_s']:>8.2f}"
-              f"{med['paint_s']:>9.2f}{med['end_s']:>9.2f}{rs[0]['rows']:>7d}")
+        session = load_session(path)
+        name = str(session.template.get("name", ""))[:12]
+        command = statistics.median(command_first_paint(path, size, name) for _ in range(runs))
+        print(f"{path.name:<46}{path.stat().st_size / 2**20:>6.1f}{len(session.events):>8d}{med['load_s']:>8.2f}"
+              f"{med['paint_s']:>9.2f}{med['end_s']:>9.2f}{rs[0]['rows']:>7d}{command:>11.2f}")
 
 
 def main() -> None:

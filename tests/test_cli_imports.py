@@ -81,14 +81,17 @@ def test_nothing_imports_the_command_lines_entry_module():
     assert [m for m, deps in graph.items() if "kerntune.tui.cli" in deps] == []
 
 
-def test_show_and_simulate_do_not_import_the_tuning_machinery():
+def test_show_simulate_and_replay_do_not_import_the_tuning_machinery():
     code = ("import sys, contextlib, io; from kerntune.tui.cli import main\n"
+            "heavy = ('kerntune.engine.tune', 'kerntune.engine.backends', 'kerntune.engine.campaign',\n"
+            "         'kerntune.engine.loop', 'numpy')\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    assert main(['show', {str(SESSION)!r}, '--json']) == 0\n"
             f"    assert main(['simulate', {str(SESSION)!r}, '--strategy', 'grid', '--json']) == 0\n"
-            "heavy = ('kerntune.engine.tune', 'kerntune.engine.backends', 'kerntune.engine.campaign',\n"
-            "         'kerntune.engine.loop', 'kerntune.tui.launch', 'textual', 'numpy')\n"
+            "print(' '.join(m for m in heavy + ('kerntune.tui.launch', 'textual') if m in sys.modules))\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert main(['replay', {str(SESSION)!r}]) == 0  # as text: the output is no terminal\n"
             "print(' '.join(m for m in heavy if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == ""
+    assert r.stdout.split("\n") == ["", "", ""]

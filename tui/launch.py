@@ -15,17 +15,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from kerntune.engine.evaluate import TimingPolicy, VerifyPolicy
 from kerntune.engine.session import default_path, load_session
 from kerntune.engine.template import Template, TemplateError, load_template
-from kerntune.engine.tune import TuneOptions, TuneRun
 from kerntune.tui.errors import EXIT_FAILED, UsageError, print_error
 from kerntune.tui.parser import DEFAULT_SOL_TARGET, parse_shape
 from kerntune.tui.terminal import dashboard_possible
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the run machinery is imported when a run starts: `replay` does without it
     from kerntune.engine.events import Event
     from kerntune.engine.loop import LoopOptions, LoopOutcome
+    from kerntune.engine.tune import TuneOptions
     from kerntune.tui.app import LiveDashboard
 
 
@@ -87,6 +86,7 @@ class SingleRun:
         return 0 if app.state.best is not None else EXIT_FAILED  # as the text mode: nothing verified is a failure
 
     def as_text(self) -> int:
+        from kerntune.engine.tune import TuneRun
         from kerntune.tui.text import TextRenderer
 
         renderer = TextRenderer()
@@ -240,6 +240,9 @@ def fastest_configs(session: Any, template_name: str, k: int) -> tuple[dict, ...
 
 def search_options(args: argparse.Namespace, argv: Sequence[str], **more: Any) -> TuneOptions:
     """A search's options from `tune`'s or `campaign`'s command line; bad values are one line."""
+    from kerntune.engine.evaluate import TimingPolicy, VerifyPolicy
+    from kerntune.engine.tune import TuneOptions
+
     if args.budget < 0 or args.time_limit < 0 or args.repeats < 0 or getattr(args, "profile_top", 0) < 0:
         raise UsageError("--budget, --time-limit, --repeats and --profile-top must not be negative")
     if args.config_timeout <= 0:
@@ -414,6 +417,8 @@ def campaign(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def templatize(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Stage 1 alone: propose, gate, and write the accepted template with its diff."""
+    from kerntune.engine.tune import TuneOptions
+
     template = resolve_template(args.template)
     overrides = parse_shape(args.shape)
     template.problem(args.problem, overrides)
