@@ -31,9 +31,12 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal
 from kerntune.engine.signature import _blank, _parser
 
+from . import rewrite_rowkeep
 from .lift import fresh_name, launch_sites
+from .row_syntax import _args, _callee, _element, _line, _names, _same, _strip, _t, _target, _walk, _within
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .rewrite_rowkeep import KeepPlan
     from .rewrites import Declined, Rewrite, RewriteContext
 
 LANES = "LANES"
@@ -89,6 +92,8 @@ class RowKernel:
     lead_stores: tuple[tuple[int, int], ...]
     head: int  # where the kernel's definition starts its line: the prelude goes before it
     body_open: int  # just after the `{` of the kernel's body
+    keep: "KeepPlan | None" = None  # the row kept in registers and moved in packs (agents/rewrite_rowkeep.py)
+    keep_reason: str = ""  # why not, when keep is None
 
     @property
     def accumulators(self) -> tuple[Accumulator, ...]:
@@ -96,49 +101,6 @@ class RowKernel:
 
 
 # syntax helpers --------------------------------------------------------------------------------
-
-def _t(node) -> str:
-    return node.text.decode("utf-8", "replace") if node is not None else ""
-
-
-def _strip(node):
-    while node is not None and node.type == "parenthesized_expression" and node.named_child_count == 1:
-        node = node.named_children[0]
-    return node
-
-
-def _walk(node):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
-
-
-def _names(node) -> set[str]:
-    return {_t(n) for n in _walk(node) if n.type == "identifier"}
-
-
-def _line(node) -> int:
-    return node.start_point[0] + 1
-
-
-def _within(node, ancestor) -> bool:
-    return ancestor.start_byte <= node.start_byte and node.end_byte <= ancestor.end_byte
-
-
-def _same(a, b) -> bool:
-    return a.start_byte == b.start_byte and a.end_byte == b.end_byte and a.type == b.type
-
-
-def _callee(call) -> str:
-    fn = call.child_by_field_name("function")
-    return _t(fn) if fn is not None and fn.type == "identifier" else ""
-
-
-def _args(call) -> list:
-    args = call.child_by_field_name("arguments")
-    return list(args.named_children) if args is not None else []
 
 
 def _is_zero(node) -> bool:
@@ -284,8 +246,14 @@ def analyse(source: str, entry: str) -> RowKernel:
             break
         head = above
     open_brace = body.children[0]
+    keep, keep_reason = None, ""
+    try:
+        keep = rewrite_rowkeep.plan(src, fn, body, loops, _stores(body), [(s.start_byte, s.end_byte) for s in sites],
+                                    dialect)
+    except rewrite_rowkeep.NotKept as e:
+        keep_reason = str(e)
     return RowKernel(dialect, tuple((s.start_byte, s.end_byte) for s in sites), tuple(row_loops), tuple(leads),
-                     head, open_brace.end_byte)
+                     head, open_brace.end_byte, keep, keep_reason)
 
 
 def _loop_header(node) -> _Loop:
@@ -319,14 +287,6 @@ def _loop_header(node) -> _Loop:
         if target is not None and target.type == "identifier" and _t(target) == var:
             raise NotRowwise(f"line {_line(n)}: the loop's counter {var} is changed inside the loop")
     return _Loop(node, var, _t(start))
-
-
-def _target(n):
-    if n.type == "assignment_expression":
-        return _strip(n.child_by_field_name("left"))
-    if n.type == "update_expression":
-        return _strip(n.child_by_field_name("argument"))
-    return None
 
 
 def _declared_name(node) -> str:
@@ -527,27 +487,6 @@ def _assigned_value(stmt, name: str):
         if e.type == "assignment_expression" and _t(e.child_by_field_name("operator")) == "=" \
                 and _t(_strip(e.child_by_field_name("left"))) == name:
             return e.child_by_field_name("right")
-    return None
-
-
-def _element(node):
-    """(array name, its index expression) of an element access: p[i], *(p + i), or a vload/vstore."""
-    node = _strip(node)
-    if node.type == "subscript_expression":
-        arg = _strip(node.child_by_field_name("argument"))
-        idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
-        return (_t(arg) if arg.type == "identifier" else ""), idx
-    if node.type == "pointer_expression" and _t(node.child_by_field_name("operator")) == "*":
-        inner = _strip(node.child_by_field_name("argument"))
-        if inner.type == "binary_expression" and _t(inner.child_by_field_name("operator")) == "+":
-            left = _strip(inner.child_by_field_name("left"))
-            return (_t(left) if left.type == "identifier" else ""), inner.child_by_field_name("right")
-        return (_t(inner) if inner.type == "identifier" else ""), None
-    if node.type == "call_expression" and _callee(node).startswith(("vload", "vstore")):
-        args = _args(node)
-        if len(args) >= 2:
-            p = _strip(args[-1])
-            return (_t(p) if p.type == "identifier" else ""), args[-2]
     return None
 
 
@@ -757,9 +696,11 @@ void row_online_{ctype}({ctype}* pm, {ctype}* ps, __local {ctype}* red_m, __loca
 
 
 def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None, lanes: str = LANES,
-            launch_edits: list = ()) -> str:
+            launch_edits: list = (), keep: tuple[str, str, str] | None = None) -> str:
     """The template source: the original with the lane group woven in (`lanes` = 1 is the original).
-    `rows` is the rows a block: a parameter of its own (with `rows_default`) or an expression."""
+    `rows` is the rows a block: a parameter of its own (with `rows_default`) or an expression.
+    `keep`, the names of KEEP and VEC and the block's threads, adds the stage of
+    agents/rewrite_rowkeep.py (kernel.keep)."""
     src = source.encode("utf-8")
     edits: list[tuple[int, int, str]] = []
     for s, e in kernel.index_sites:
@@ -802,12 +743,31 @@ def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None,
         "#define LANE_FIRST(start) start\n"
         "#define LANE_NEXT(i, step) step\n"
         "#define LEAD_ONLY(...) __VA_ARGS__\n"
+        "#define ROW_LANE 0\n"
         "#else\n" + helpers + "\n#endif\n\n")
+    if keep is not None and kernel.keep is not None:
+        edits = _keep_edits(kernel.keep, src, edits, keep[:2], lanes)
+        prelude += rewrite_rowkeep.prelude(kernel.keep, kernel.dialect, *keep) + "\n"
     edits.append((kernel.head, kernel.head, prelude))
     out = src
     for s, e, t in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
         out = out[:s] + t.encode("utf-8") + out[e:]
     return out.decode("utf-8")
+
+
+def _keep_edits(plan: "KeepPlan", src: bytes, edits: list, names: tuple[str, str], lanes: str) -> list:
+    """The edits with each row loop replaced by its KEEP / VEC form (which makes the edits inside
+    it), and the launch bounds before the kernel's name."""
+    keep, vec = names
+    out = list(edits)
+    for i, lp in enumerate(plan.loops):
+        s, e = lp.region
+        inside = [x for x in out if s <= x[0] and x[1] <= e and (x[0] < x[1] or s < x[0] < e)]
+        out = [x for x in out if x not in inside]
+        out.append((s, e, rewrite_rowkeep.loop_text(plan, i, src, inside, keep, vec, lanes)))
+    if plan.name_at is not None:
+        out.append((plan.name_at, plan.name_at, "ROW_BOUNDS "))
+    return out
 
 
 # the rewrite in the rules' registry (agents/rewrites.py) ---------------------------------------
@@ -817,8 +777,9 @@ MACROS = ("ROW_INDEX", "ROW_LANE", "ROW_MASK", "LANE_FIRST", "LANE_NEXT", "LEAD_
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def rewrite_rowwise(ctx: "RewriteContext") -> "Rewrite | Declined":
-    """The row-wise rewrite of the context's kernel, or why it does not apply."""
+def rewrite_rowwise(ctx: "RewriteContext") -> "tuple[Rewrite, Rewrite | Declined] | Declined":
+    """The row-wise rewrite of the context's kernel in two stages (the row spread over lanes; the row
+    kept and moved in packs), or why it does not apply."""
     from .rewrites import Declined, Rewrite
 
     if ctx.analysis.kind == "elementwise":
@@ -870,11 +831,48 @@ def rewrite_rowwise(ctx: "RewriteContext") -> "Rewrite | Declined":
     except NotRowwise as e:
         return Declined(NAME, str(e))
     accs = ", ".join(f"{a.op} of {a.name}" + (f" and {a.partner}" if a.partner else "") for a in kernel.accumulators)
-    return Rewrite(NAME, source, params,
-                   f"the row spread over {lanes} threads ({len(kernel.loops)} loops over the row strided by the group; "
-                   f"{accs or 'no accumulators'} combined across it; {len(kernel.lead_stores)} writes outside the "
-                   "loops made by one lane)",
-                   tuple(constraints), grid=grid, block=new_block)
+    spread = Rewrite(NAME, source, params,
+                     f"the row spread over {lanes} threads ({len(kernel.loops)} loops over the row strided by the "
+                     f"group; {accs or 'no accumulators'} combined across it; {len(kernel.lead_stores)} writes outside "
+                     "the loops made by one lane)",
+                     tuple(constraints), grid=grid, block=new_block)
+    threads = new_block[0] if new_block else block
+    return spread, _kept(ctx, kernel, spread, (rows_expr, default_rows, lanes, edits), threads, top)
+
+
+def _kept(ctx: "RewriteContext", kernel: RowKernel, spread: "Rewrite", how: tuple, threads: str,
+          top: int) -> "Rewrite | Declined":
+    """The second stage (agents/rewrite_rowkeep.py): KEEP elements of the row in a lane's registers
+    between passes, VEC adjacent elements moved as one pack."""
+    from .rewrites import Declined, Rewrite
+
+    plan = kernel.keep
+    if plan is None:
+        return Declined(rewrite_rowkeep.NAME, kernel.keep_reason)
+    taken = set(ctx.taken) | set(ctx.defaults) | {p.name for p in spread.parameters}
+    clash = sorted(w for w in taken if w.startswith("kt_") or w in ("ROW_BOUNDS", "KT_REGS"))
+    if clash:
+        return Declined(rewrite_rowkeep.NAME, f"the source already uses the name {clash[0]}")
+    keep = fresh_name("KEEP", taken)
+    vec = fresh_name("VEC", taken | {keep})
+    rows_expr, default_rows, lanes, edits = how
+    source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads))
+    packs = tuple(v for v in (1, 2, 4, 8) if v * plan.size <= 16)
+    words = plan.live_words()
+    params = (ParamProposal(keep, (0, 4, 8, 16, 32, 64), 0,
+                            "elements of the row a lane keeps in registers between passes (0 = none, the original)"),
+              ParamProposal(vec, packs, 1, f"adjacent elements a lane moves as one pack, a vector access where aligned "
+                                           f"({packs[-1]} = 16 bytes; 1 = the original, one by one)"))
+    constraints = [f"{keep} % {vec} == 0"]
+    if words:  # the kept elements and about 24 more registers a thread must fit a block's registers
+        constraints.append(f"{keep} == 0 or ({threads}) * ({keep} * {words} + 24) <= max_regs_per_block")
+    kept = ", ".join(k.array for k in plan.kept)
+    packed = sorted({s.array for lp in plan.loops for s in lp.streams if s.packed})
+    what = (f"{kept} kept in a lane's registers from the first pass to the last" if kept else "nothing reread")
+    return Rewrite(rewrite_rowkeep.NAME, source, params,
+                   f"the row kept on chip and moved in packs ({what}; {', '.join(packed)} in packs of {vec})",
+                   tuple(constraints),
+                   first={spread.parameters[0].name: (1, 32, top), keep: (0, 32), vec: (1, packs[-1])})
 
 
 def row_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:

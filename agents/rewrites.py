@@ -2,11 +2,12 @@
 
 A rewrite is a function of one signature,
 
-    def rewrite(ctx: RewriteContext) -> Rewrite | Declined
+    def rewrite(ctx: RewriteContext) -> Rewrite | Declined | tuple[Rewrite | Declined, ...]
 
 that reads the kernel's analysis (agents/kernel_tree.py) and the source as the rewrites before it
 left it (the literals already lifted), and returns the new source with its parameters, or says
-why it does not apply. Its parameters' defaults must reproduce the original token for token
+why it does not apply; or returns stages, each a Rewrite whose source builds on the stage
+before it (a later stage can be left out, or declined, and the earlier ones kept). Its parameters' defaults must reproduce the original token for token
 (the gate's check stays true), and it must apply only where the analysis proves it safe. The
 rules generator runs the functions of REWRITES in order on each backend's source, each on the
 source the one before made; a rewrite the gate rejects is dropped by name and the rest are kept.
@@ -91,40 +92,49 @@ def apply_rewrites(original: Template, sources: dict[str, str], primary: str, gr
     out = Applied(dict(sources), grid=tuple(grid), block=tuple(block))
     defaults = dict(defaults)
     for fn in rewrites:
-        made: dict[str, Rewrite] = {}
+        made: dict[str, list[Rewrite]] = {}  # backend -> the stages it takes
         for backend in [primary] + sorted(b for b in out.sources if b != primary):
             got = _one(fn, original, backend, out, defaults, limits, taken)
+            stages = list(got) if isinstance(got, tuple) else [got]
             if backend == primary:
-                if isinstance(got, Declined):
-                    out.declined.append(got)
+                mine: list[Rewrite] = []
+                for stage in stages:
+                    if isinstance(stage, Declined):
+                        out.declined.append(stage)
+                        break
+                    if stage.name in dropped:
+                        out.declined.append(Declined(stage.name, "left out: the gate rejected a template with it"))
+                        break
+                    mine.append(stage)
+                if not mine:
                     break
-                if got.name in dropped:
-                    out.declined.append(Declined(got.name, "left out: the gate rejected a template with it"))
-                    break
-                made[backend] = got
+                made[backend] = mine
                 continue
             mine = made[primary]
-            if isinstance(got, Declined) or _shape(got) != _shape(mine):
-                why = got.reason if isinstance(got, Declined) else _difference(got, mine)
-                out.notes.append(f"the {backend} source cannot take the {mine.name} rewrite ({why}): "
-                                 f"the template is for {', '.join(sorted(made))} only")
-                out.sources.pop(backend)
-                continue
-            made[backend] = got
+            for k, have in enumerate(mine):
+                theirs = stages[k] if k < len(stages) else Declined(have.name, "no such stage")
+                if isinstance(theirs, Declined) or _shape(theirs) != _shape(have):
+                    why = theirs.reason if isinstance(theirs, Declined) else _difference(theirs, have)
+                    out.notes.append(f"the {backend} source cannot take the {have.name} rewrite ({why}): "
+                                     f"the template is for {', '.join(sorted(made))} only")
+                    out.sources.pop(backend)
+                    break
+            else:
+                made[backend] = stages[:len(mine)]
         if primary not in made:
             continue
-        mine = made[primary]
-        for backend, r in made.items():
-            out.sources[backend] = r.source
-        out.rewrites.append(mine)
-        out.grid = mine.grid if mine.grid is not None else out.grid
-        out.block = mine.block if mine.block is not None else out.block
-        defaults.update({p.name: p.default for p in mine.parameters})
+        for backend, taken_stages in made.items():
+            out.sources[backend] = taken_stages[-1].source
+        for stage in made[primary]:
+            out.rewrites.append(stage)
+            out.grid = stage.grid if stage.grid is not None else out.grid
+            out.block = stage.block if stage.block is not None else out.block
+            defaults.update({p.name: p.default for p in stage.parameters})
     return out
 
 
 def _one(fn, original: Template, backend: str, sofar: Applied, defaults: dict, limits: DeviceLimits,
-         taken: frozenset[str]) -> Rewrite | Declined:
+         taken: frozenset[str]) -> Rewrite | Declined | tuple:
     source = sofar.sources[backend]
     try:
         analysis = classify(source, original.entry)

@@ -1,6 +1,7 @@
 """The row-wise rewrite on naive one-thread-per-row kernels: templated by the rules, gated, tuned with
-groups of lanes per row and re-verified on PoCL; the CUDA versions compiled with nvcc with sub-warp,
-warp and multi-warp groups; kernels that are not row-wise refused with the reason."""
+groups of lanes per row, the row kept in registers and moved in packs, and re-verified on PoCL; the
+CUDA versions compiled with nvcc with sub-warp, warp and multi-warp groups; kernels that are not
+row-wise refused with the reason."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from kerntune.engine.tune import TuneOptions, TuneRun
 
 NAIVE = Path(__file__).resolve().parent / "data" / "naive"
 CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_count=2)
-GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132)
+GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132, max_regs_per_block=65536)
 FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
 ROW_KERNELS = ["softmax_online", "softmax_2pass", "softmax_3pass", "layernorm", "rmsnorm", "rmsnorm_half",
                "cross_entropy"]
@@ -44,26 +45,29 @@ def small(t):
 @pytest.mark.parametrize("name", ROW_KERNELS)
 def test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_pocl(name, tmp_path, opencl_backend):
     original, proposal, applied = templated(name, "opencl", CPU)
-    assert [r.name for r in applied.rewrites] == ["rowwise"]
-    assert [p.name for p in proposal.parameters] == ["BLOCK", "LANES"]
-    assert proposal.default_config == {"BLOCK": int(original_launch(original, CPU)[1][0]), "LANES": 1}
+    assert [r.name for r in applied.rewrites] == ["rowwise", "rowwise_keep"]
+    assert [p.name for p in proposal.parameters] == ["BLOCK", "LANES", "KEEP", "VEC"]
+    assert proposal.default_config == {"BLOCK": int(original_launch(original, CPU)[1][0]), "LANES": 1, "KEEP": 0,
+                                       "VEC": 1}
     assert proposal.grid[0].endswith("(BLOCK // LANES))") and proposal.block == ("BLOCK",)
     assert "LANES == 1 or LANES == BLOCK" in proposal.constraints  # OpenCL: a work-group per row
+    assert "KEEP % VEC == 0" in proposal.constraints
     verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="opencl", device=0,
                              problem=small(original), limits=CPU, timeout=120)
     assert verdict.ok, verdict.reason
     template = verdict.template
-    # groups of lanes give the original's outputs at every verification size, rows shorter than
-    # the group included (lanes that own no element)
+    # groups of lanes, each keeping 8 elements in packs of 2, give the original's outputs at every
+    # verification size: rows longer than the kept 32 elements and not a multiple of them (300, 77),
+    # a row shorter than that (19: lanes that keep nothing), an odd row (a last element past the packs)
     ev = Evaluator(opencl_backend, template, small(template), seed=1, timing=FAST)
-    ok, _, message = ev.reproduces_original({"BLOCK": 4, "LANES": 4}, (3, 4))
+    ok, _, message = ev.reproduces_original({"BLOCK": 4, "LANES": 4, "KEEP": 8, "VEC": 2}, (3, 4))
     assert ok, message
-    grid = narrowed(template, {"BLOCK": (16,), "LANES": (1, 16)})
+    grid = narrowed(template, {"BLOCK": (16,), "LANES": (16,), "KEEP": (0, 16), "VEC": (4,)})
     run = TuneRun(grid, TuneOptions(backend="opencl", problem="small", overrides=SMALL.get(name, {"N": 24, "C": 300}),
                                     seed=5, timing=FAST, strategy="grid", session_path=tmp_path / "tune.toml")).run()
     assert run.best is not None and run.winner_ok
     assert all(r.status == "ok" for r in run.results)
-    assert any(r.config.get("LANES", 1) > 1 for r in run.results)
+    assert {r.config["KEEP"] for r in run.results} == {0, 16}
 
 
 def preprocessed(source: str, defines: dict[str, int]) -> list[str]:
@@ -84,6 +88,7 @@ def test_the_default_is_the_original_token_for_token_once_preprocessed(name, bac
     assert preprocessed(out, proposal.default_config) == preprocessed(original, {})
     assert preprocessed(out, {}) == preprocessed(original, {})  # the guards' own defaults
     assert preprocessed(out, {"BLOCK": 4, "LANES": 4}) != preprocessed(original, {})
+    assert preprocessed(out, {"KEEP": 8, "VEC": 2}) != preprocessed(original, {})
 
 
 def test_the_rewrite_strides_the_loops_combines_the_accumulators_and_leaves_one_lane_to_write():
@@ -95,7 +100,7 @@ def test_the_rewrite_strides_the_loops_combines_the_accumulators_and_leaves_one_
     assert "LEAD_ONLY(mean[idx] = m);" in out and "LEAD_ONLY(rstd[idx] = s);" in out
     assert "int idx = ROW_INDEX(blockIdx.x * blockDim.x + threadIdx.x);" in out
     assert "#define ROW_INDEX(original) (blockIdx.x * (BLOCK / LANES) + threadIdx.x / LANES)" in out
-    assert proposal.constraints[-2:] == ("LANES <= 32 or LANES == BLOCK", "BLOCK % LANES == 0")
+    assert proposal.constraints[-4:-2] == ("LANES <= 32 or LANES == BLOCK", "BLOCK % LANES == 0")
     _, online, _ = templated("softmax_online", "cuda", GPU)
     assert "row_online_float(&maxval, &sum);" in online.sources["cuda"]
     assert "s2 * expf(m2 - top)" in online.sources["cuda"]  # merged with the kernel's own exponential
@@ -166,10 +171,14 @@ def test_the_registry_runs_the_row_wise_rewrite_after_the_elementwise_one():
 @pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
 @pytest.mark.parametrize("name,config", [("softmax_online", {"BLOCK": 128, "LANES": 8}),
                                          ("softmax_bf16", {"BLOCK": 256, "LANES": 256}),
-                                         ("rmsnorm_half", {"BLOCK": 64, "LANES": 32})])
+                                         ("rmsnorm_half", {"BLOCK": 64, "LANES": 32}),
+                                         ("softmax_2pass", {"BLOCK": 1024, "LANES": 1024, "KEEP": 32, "VEC": 2}),
+                                         ("softmax_bf16", {"BLOCK": 256, "LANES": 256, "KEEP": 32, "VEC": 8})])
 def test_the_cuda_rewrite_compiles_with_sub_warp_warp_and_multi_warp_groups(name, config):
+    """...and the row a lane keeps stays in registers: no spill, no stack (a 2-pass softmax keeps its
+    input, then its output; KEEP * 1024 threads fill the block's registers)."""
     t, proposal, applied = templated(name, "cuda", GPU)
-    assert [r.name for r in applied.rewrites] == ["rowwise"]
+    assert [r.name for r in applied.rewrites] == ["rowwise", "rowwise_keep"]
     _, info, _ = cuda.compile_cubin(proposal.sources["cuda"], t.entry, {k: str(v) for k, v in config.items()},
                                     t.compile_options.get("cuda", ()), "sm_90")
-    assert info.get("spill_stores", 0) == 0
+    assert info.get("spill_stores", 0) == 0 and info.get("stack_frame", 0) == 0

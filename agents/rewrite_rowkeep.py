@@ -1,0 +1,594 @@
+"""The row kept on chip between passes, and moved in vector packs: the second stage of the row-wise rewrite.
+
+A row-wise kernel often reads its row more than once: a softmax reads it for the maximum, again
+for the sum of exponentials, and again for the output. Once the row is spread over a group of
+lanes (agents/rewrite_rowwise.py), each lane owns the same elements in every pass, so it can keep
+them. Two parameters:
+
+- `KEEP`: elements of the row a lane keeps in registers (0 = none, the original). The first pass
+  that touches an array loads the lane's first KEEP elements of it into a register array (fully
+  unrolled loops, so every index is known when compiling and the array stays in registers); later
+  passes use those registers instead of memory. An array the kernel writes and reads back in a
+  later pass (a two-pass softmax rescaling its output in place) is kept the same way, and its kept
+  elements reach memory once, from the last pass that writes them. Elements past the kept ones
+  go through memory as before, so any row length is right.
+- `VEC`: adjacent elements a lane moves as one pack (1 = element by element): a lane's elements
+  are packs of VEC, `KEEP / VEC` of them kept; a pack is read or written with one wide access
+  where its address is aligned (16-byte words in CUDA, vloadN / vstoreN in OpenCL), element by
+  element where not. The elements past the last whole pack go one by one.
+
+Each applies only where the analysis proves it safe: an array is kept or packed only where every
+access of it in the pass is at the pass's own element (`p[e + i]` for the loop's `i`, the same `e`
+in every pass), the pass touches it on every iteration (so the original reads or writes every
+element a pack covers), no other name reaches its buffer, its pointer is not passed on, compared
+or reassigned, and the kernel either never writes its buffer or writes it only at elements the
+lane owns. Distinct arguments are distinct buffers, as the spec's arguments are. `KEEP = 0` and
+`VEC = 1` give the original loops token for token.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPERS, _indented
+from .row_syntax import _args, _callee, _element, _line, _names, _same, _strip, _t, _target, _walk, _within
+
+NAME = "rowwise_keep"
+# bytes of an element in memory, by its type's name; an array of another type is left as it is
+SIZES = {"float": 4, "double": 8, "int": 4, "unsigned": 4, "unsigned int": 4, "uint": 4, "short": 2,
+         "unsigned short": 2, "ushort": 2, "char": 1, "unsigned char": 1, "uchar": 1, "long": 8,
+         "unsigned long": 8, "ulong": 8, "half": 2, "__half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2,
+         "__nv_half": 2, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4,
+         "uint32_t": 4, "int64_t": 8, "uint64_t": 8}
+HALF_LOAD, HALF_STORE = "vload_half", "vstore_half"
+# what a loop's start, end or an element's offset may be made of to be copied and to hold still
+PURE = {"identifier", "number_literal", "binary_expression", "unary_expression", "parenthesized_expression",
+        "cast_expression", "type_descriptor", "primitive_type", "sized_type_specifier", "type_identifier",
+        "sizeof_expression", "type_qualifier"}
+BRANCHING = {"switch_statement", "case_statement", "for_statement", "while_statement", "do_statement"}
+
+
+class NotKept(ValueError):
+    """The row cannot be kept or packed; the message says why."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """One access of an array at its loop's element: its span, and how it touches the element."""
+
+    span: tuple[int, int]
+    kind: str  # "read", "write" (assigned or stepped), "vstore" (vstore_half)
+    value: tuple[int, int] = (0, 0)  # vstore_half's value
+
+
+@dataclass(frozen=True)
+class Stream:
+    """An array that moves with a loop's element; `address` is its pack's first element, kt_j0."""
+
+    array: str
+    ctype: str  # the element's type in registers
+    size: int  # bytes of an element in memory
+    half: bool  # read and written through vload_half / vstore_half: floats in registers
+    address: str
+    key: str  # the element's offset from the loop's counter, without blanks
+    accesses: tuple[Access, ...]
+    packed: bool  # touched on every iteration: a pack may be read or written whole
+    load: bool  # read before it is written whole: a pack starts from memory
+    written: bool
+
+
+@dataclass(frozen=True)
+class KeepLoop:
+    """A loop over the row as the stage sees it."""
+
+    region: tuple[int, int]  # from the start of its first line (its pragmas' included) to its end
+    var: str
+    vtype: str
+    start: str
+    end: str
+    body: tuple[int, int]
+    indent: str
+    parent: int  # the block it is a statement of, by its first byte
+    streams: tuple[Stream, ...]
+
+    def stream(self, array: str) -> Stream | None:
+        return next((s for s in self.streams if s.array == array), None)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """An array kept in registers from the pass that first touches it to the last."""
+
+    array: str
+    ctype: str
+    words: int  # 32-bit registers an element takes
+    loops: tuple[int, ...]  # indices into KeepPlan.loops
+    last_store: int | None  # the last pass that writes it: it writes the kept elements to memory
+
+
+@dataclass(frozen=True)
+class KeepPlan:
+    """What the stage does to each row loop, and what it keeps across them."""
+
+    loops: tuple[KeepLoop, ...]
+    kept: tuple[Kept, ...]
+    name_at: int | None  # where the kernel's name starts (CUDA's launch bounds go before it)
+    size: int  # bytes of the largest packed element
+
+    @property
+    def half(self) -> bool:
+        return any(s.half for lp in self.loops for s in lp.streams if s.packed)
+
+    def live_words(self) -> int:
+        """Registers per kept element at most at once: the arrays kept across one gap between passes."""
+        most = max((k.words for k in self.kept), default=0)
+        for gap in range(1, len(self.loops)):
+            most = max(most, sum(k.words for k in self.kept if k.loops[0] < gap <= k.loops[-1]))
+        return most
+
+
+# the analysis -----------------------------------------------------------------------------------
+
+def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: str) -> KeepPlan:
+    """What can be kept and packed in the row loops `loops` (rewrite_rowwise._Loop, in order) of the
+    kernel `fn`, whose element writes are `stores` ((node, array, index)); NotKept says why nothing."""
+    pointers = _pointers(fn, body)
+    escaped = _escaped(body, pointers)
+    assigned = {_t(t) for n in _walk(body) for t in [_target(n)] if t is not None and t.type == "identifier"}
+    written_roots = {pointers.get(a, ("", None))[1] for _, a, _ in stores}
+    reached: dict[str | None, set[str]] = {}  # buffer -> the names its elements are reached through
+    for n in _walk(body):
+        el = _element(n)
+        if el is not None and el[0]:
+            reached.setdefault(pointers.get(el[0], ("", None))[1], set()).add(el[0])
+    facts = _Facts(src, pointers, escaped, assigned, written_roots, reached, sites)
+    out = [_keep_loop(facts, lp) for lp in loops]
+    # an array one loop writes and another touches: every loop must give its elements to the same lanes
+    written = {a for n, a, _ in stores if any(_within(n, lp.node) for lp in loops)}
+    for a in written:
+        ranges = {(k.start, k.end) for k, lp in zip(out, loops)
+                  if any(el is not None and el[0] == a for el in map(_element, _walk(lp.node)))}
+        if len(ranges) > 1:
+            raise NotKept(f"{a} is written in one loop and touched in another over a different range: "
+                          "their elements would go to different lanes")
+    if not any(s.packed for lp in out for s in lp.streams):
+        raise NotKept("no array is read or written at its loop's element on every iteration")
+    name_at = None
+    if dialect == "cuda" and b"__launch_bounds__" not in src[fn.start_byte:body.start_byte]:
+        decl = _function_declarator(fn)
+        name_at = decl.child_by_field_name("declarator").start_byte if decl is not None else None
+    return KeepPlan(tuple(out), _kept(out, written), name_at,
+                    max(s.size for lp in out for s in lp.streams if s.packed))
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the whole kernel says about its pointers and names."""
+
+    src: bytes
+    pointers: dict  # name -> (element type, the parameter whose buffer it points into, or None)
+    escaped: set  # buffers a pointer into which is used otherwise than to reach an element
+    assigned: set  # names the kernel assigns after declaring them
+    written_roots: set  # buffers the kernel writes (None: a write to a buffer not known)
+    reached: dict  # buffer -> the names its elements are reached through
+    sites: list  # the thread index's spans
+
+
+def _keep_loop(facts: _Facts, lp) -> KeepLoop:
+    src, node, line = facts.src, lp.node, _line(lp.node)
+    init = node.child_by_field_name("initializer")
+    if init is None or init.type != "declaration":
+        raise NotKept(f"line {line}: the loop's counter {lp.var} is declared outside the loop")
+    parent = node.parent
+    if parent is None or parent.type != "compound_statement":
+        raise NotKept(f"line {line}: the loop is not a statement of a block")
+    line_start = src.rfind(b"\n", 0, node.start_byte) + 1
+    if src[line_start:node.start_byte].strip():
+        raise NotKept(f"line {line}: the loop shares its first line with other code")
+    line_end = src.find(b"\n", node.end_byte)
+    rest = src[node.end_byte:line_end if line_end >= 0 else len(src)].strip()
+    if rest and not rest.startswith(b"//"):
+        raise NotKept(f"line {line}: the loop shares its last line with other code")
+    start = line_start
+    while start > 0:  # the pragmas that go with the loop
+        above = src.rfind(b"\n", 0, start - 1) + 1
+        if not src[above:start].strip().startswith((b"#pragma", b"KERNTUNE_PRAGMA")):
+            break
+        start = above
+    value = init.named_children[-1].child_by_field_name("value")
+    end = _strip(node.child_by_field_name("condition")).child_by_field_name("right")
+    for what, n in (("start", value), ("end", end)):
+        why = _impure(n, facts.assigned)
+        if why:
+            raise NotKept(f"line {line}: the loop's {what} `{_t(n)}` {why}")
+    body = node.child_by_field_name("body")
+    return KeepLoop((start, node.end_byte), lp.var, _t(init.child_by_field_name("type")), _text(src, value),
+                    _text(src, end), (body.start_byte, body.end_byte), src[line_start:node.start_byte].decode(),
+                    parent.start_byte, tuple(_streams(facts, lp, body)))
+
+
+def _streams(facts: _Facts, lp, body) -> list[Stream]:
+    """The arrays that move with the loop's element, and how."""
+    by_array: dict[str, list] = {}
+    excluded: set[str] = set()
+    for n in _walk(body):
+        el = _element(n)
+        if el is None or not el[0]:
+            continue
+        array, index = el
+        if n.type == "call_expression" and _callee(n) not in (HALF_LOAD, HALF_STORE):
+            excluded.add(array)  # vloadN reads N elements
+            continue
+        own, offset = _offset(index, lp.var)
+        if own:
+            by_array.setdefault(array, []).append((n, offset))
+        elif index is not None and lp.var in _names(index):
+            excluded.add(array)  # p[2 * i]: not the loop's element
+    always = not any(n.type == "continue_statement" for n in _walk(body))
+    out = []
+    for array, xs in by_array.items():
+        ptype, root = facts.pointers.get(array, ("", None))
+        keys = {re.sub(r"\s+", "", _text(facts.src, o)) if o is not None else "" for _, o in xs}
+        offset = xs[0][1]
+        written = root in facts.written_roots
+        if (array in excluded or root is None or root in facts.escaped or array in facts.assigned or len(keys) != 1
+                or _impure(offset, facts.assigned)
+                or (offset is not None and any(_inside(s, offset) for s in facts.sites))
+                or (written and facts.reached.get(root, set()) != {array})  # another name reaches its buffer
+                or (not written and None in facts.written_roots)):  # a write to a buffer not known
+            continue
+        calls = {n.type == "call_expression" for n, _ in xs}
+        if calls == {True, False}:
+            continue
+        half = calls == {True}
+        ctype = "float" if half else ptype
+        size = 2 if half else SIZES.get(ctype, 0)
+        if not size:
+            continue
+        out.append(Stream(array, ctype, size, half,
+                          f"{array} + (kt_j0 + ({_text(facts.src, offset)}))" if offset is not None else f"{array} + kt_j0",
+                          next(iter(keys)), tuple(_access(n) for n, _ in xs),
+                          always and any(_always(n, body) for n, _ in xs),
+                          not _store_first(body, [n for n, _ in xs]), written))
+    return out
+
+
+def _access(n) -> Access:
+    if n.type == "call_expression":
+        if _callee(n) == HALF_STORE:
+            value = _args(n)[0]
+            return Access((n.start_byte, n.end_byte), "vstore", (value.start_byte, value.end_byte))
+        return Access((n.start_byte, n.end_byte), "read")
+    up = n
+    while up.parent is not None and up.parent.type == "parenthesized_expression":
+        up = up.parent
+    p = up.parent
+    target = p is not None and (p.type == "update_expression" or
+                                (p.type == "assignment_expression" and _same(p.child_by_field_name("left"), up)))
+    return Access((n.start_byte, n.end_byte), "write" if target else "read")
+
+
+def _kept(loops: list[KeepLoop], written: set[str]) -> tuple[Kept, ...]:
+    """The arrays worth keeping: touched in two passes or more, over the same range and at the same
+    offset, in loops of one block, the first of them touching every element."""
+    out = []
+    for a in dict.fromkeys(s.array for lp in loops for s in lp.streams):
+        at = [i for i, lp in enumerate(loops) if lp.stream(a) is not None]
+        first = loops[at[0]].stream(a)
+        if len(at) < 2 or not first.packed or (first.half and a in written):
+            continue  # a half kept as a float would skip the rounding its store makes
+        if len({(loops[i].start, loops[i].end, loops[i].stream(a).key, loops[i].parent) for i in at}) != 1:
+            continue
+        stores = [i for i in at if loops[i].stream(a).written]
+        out.append(Kept(a, first.ctype, 1 if first.half else max(1, first.size // 4), tuple(at),
+                        stores[-1] if stores else None))
+    return tuple(out)
+
+
+def _store_first(body, nodes: list) -> bool:
+    """Whether the loop's first statement that touches the array writes its element whole (`p[i] = v;`,
+    `vstore_half(v, i, p);`) without reading it: then a pack need not be read first."""
+    for st in body.named_children if body.type == "compound_statement" else [body]:
+        mine = [n for n in nodes if _within(n, st)]
+        if not mine:
+            continue
+        e = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
+        if e is not None and e.type == "assignment_expression" and _t(e.child_by_field_name("operator")) == "=":
+            return len(mine) == 1 and _same(_strip(e.child_by_field_name("left")), mine[0])
+        if e is not None and e.type == "call_expression" and _callee(e) == HALF_STORE:
+            return len(mine) == 1 and _same(e, mine[0])
+        return False
+    return False
+
+
+def _always(node, body) -> bool:
+    """Whether `node` runs on every iteration of the loop whose body is `body` (no branch between)."""
+    child, p = node, node.parent
+    while p is not None and not _same(child, body):
+        if p.type in ("if_statement", "conditional_expression") and \
+                not _same(child, p.child_by_field_name("condition")):
+            return False
+        if p.type == "binary_expression" and _t(p.child_by_field_name("operator")) in ("&&", "||") \
+                and _same(child, p.child_by_field_name("right")):
+            return False
+        if p.type in BRANCHING:
+            return False
+        child, p = p, p.parent
+    return True
+
+
+def _offset(index, var: str) -> tuple[bool, object]:
+    """(True, None) for the index `var`, (True, e) for `e + var` or `var + e` with e free of var,
+    (False, None) for any other index."""
+    index = _strip(index)
+    if index is not None and index.type == "subscript_argument_list" and index.named_child_count == 1:
+        index = _strip(index.named_children[0])
+    if index is None:
+        return False, None
+    if index.type == "identifier" and _t(index) == var:
+        return True, None
+    if index.type == "binary_expression" and _t(index.child_by_field_name("operator")) == "+":
+        left, right = _strip(index.child_by_field_name("left")), _strip(index.child_by_field_name("right"))
+        for a, b in ((left, right), (right, left)):
+            if a is not None and a.type == "identifier" and _t(a) == var and var not in _names(b):
+                return True, b
+    return False, None
+
+
+def _impure(node, assigned: set) -> str:
+    """Why an expression may change between passes or cannot be copied (a call, a memory read, a name
+    the kernel assigns); '' when it is made of constants and names the kernel never assigns."""
+    for n in _walk(node) if node is not None else ():
+        if not n.is_named:
+            continue
+        if n.type not in PURE:
+            return f"is not made of names and constants (a {n.type.replace('_', ' ')})"
+        if n.type == "identifier" and _t(n) in assigned:
+            return f"reads {_t(n)}, which the kernel assigns"
+        if n.type == "unary_expression" and _t(n.child_by_field_name("operator")) not in ("-", "+", "~", "!"):
+            return f"applies {_t(n.child_by_field_name('operator'))}"
+    return ""
+
+
+def _function_declarator(fn):
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    return decl
+
+
+def _pointers(fn, body) -> dict[str, tuple[str, str | None]]:
+    """Each pointer of the kernel: its element type, and the parameter whose buffer it points into
+    (None where the analysis cannot tell)."""
+    out: dict[str, tuple[str, str | None]] = {}
+    decl = _function_declarator(fn)
+    params = decl.child_by_field_name("parameters") if decl is not None else None
+    for p in params.named_children if params is not None else []:
+        d = p.child_by_field_name("declarator")
+        name = _pointer_name(d) if p.type == "parameter_declaration" and d is not None else ""
+        if name:
+            out[name] = (_t(p.child_by_field_name("type")), name)
+    for n in _walk(body):
+        if n.type != "declaration":
+            continue
+        for d in n.named_children:
+            name = _pointer_name(d.child_by_field_name("declarator")) if d.type == "init_declarator" else ""
+            if not name:
+                continue
+            value = _strip(d.child_by_field_name("value"))
+            while value is not None and value.type == "cast_expression":
+                value = _strip(value.child_by_field_name("value"))
+            bases = [value]
+            if value is not None and value.type == "binary_expression":
+                op = _t(value.child_by_field_name("operator"))
+                left, right = (_strip(value.child_by_field_name(k)) for k in ("left", "right"))
+                bases = [left, right] if op == "+" else [left] if op == "-" else []
+            known = [out[_t(b)][1] for b in bases if b is not None and b.type == "identifier" and _t(b) in out]
+            out[name] = (_t(n.child_by_field_name("type")), known[0] if len(known) == 1 else None)
+    return out
+
+
+def _pointer_name(d) -> str:
+    if d is None or d.type != "pointer_declarator":
+        return ""
+    while d is not None and d.type == "pointer_declarator":
+        d = d.child_by_field_name("declarator")
+    return _t(d) if d is not None and d.type == "identifier" else ""
+
+
+def _escaped(body, pointers: dict) -> set[str | None]:
+    """The buffers a pointer into which is used otherwise than to reach an element or to make another
+    pointer: passed to a function, compared, assigned, an element's address taken."""
+    out: set[str | None] = set()
+    for n in _walk(body):
+        if n.type != "identifier" or _t(n) not in pointers:
+            continue
+        child, p = n, n.parent
+        while p is not None and p.type == "parenthesized_expression":
+            child, p = p, p.parent
+        if p is None or _used_for_an_element(child, p):
+            continue
+        out.add(pointers[_t(n)][1])
+    return out
+
+
+def _used_for_an_element(child, p) -> bool:
+    if p.type in ("pointer_declarator", "init_declarator") and _same(child, p.child_by_field_name("declarator")):
+        return True  # its own declaration
+    if p.type == "subscript_expression" and _same(child, p.child_by_field_name("argument")):
+        q = _up(p)
+        return not (q is not None and q.type == "pointer_expression" and _t(q.child_by_field_name("operator")) == "&")
+    if p.type == "pointer_expression":
+        return _t(p.child_by_field_name("operator")) == "*"
+    if p.type == "binary_expression" and _t(p.child_by_field_name("operator")) in ("+", "-"):
+        q = _up(p)
+        while q is not None and q.type == "cast_expression":
+            q = _up(q)
+        return q is not None and (q.type == "init_declarator" or (
+            q.type == "pointer_expression" and _t(q.child_by_field_name("operator")) == "*"))
+    if p.type in ("init_declarator", "cast_expression"):
+        q = p if p.type == "init_declarator" else _up(p)
+        return q is not None and q.type == "init_declarator" and not _same(child, q.child_by_field_name("declarator"))
+    if p.type == "argument_list":
+        return _callee(p.parent).startswith(("vload", "vstore")) and _same(child, p.named_children[-1])
+    return False
+
+
+def _up(node):
+    p = node.parent
+    while p is not None and p.type == "parenthesized_expression":
+        p = p.parent
+    return p
+
+
+# the rewrite -------------------------------------------------------------------------------------
+
+CUDA_KEEP = """\
+extern "C++" {
+// a pack of N elements: one wide access where its address is aligned, element by element where not
+template <int N, typename T> __device__ __forceinline__ void kt_row_load(T *dst, const T *src) {
+    if (kt_aligned<N>(src)) {
+        kt_load<N, 0>(dst, src);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) dst[k] = src[k];
+    }
+}
+template <int N, typename T> __device__ __forceinline__ void kt_row_store(T *dst, const T *src) {
+    if (kt_aligned<N>(dst)) {
+        kt_store<N, 0>(dst, src);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) dst[k] = src[k];
+    }
+}
+}
+#define KT_ROW_LOAD(dst, src) kt_row_load<VEC>(dst, src)
+#define KT_ROW_STORE(dst, src) kt_row_store<VEC>(dst, src)
+#define KT_REGS __align__(16)
+"""
+
+OPENCL_KEEP = """\
+#define KT_ROW_LOAD(dst, src) KT_LOAD(dst, src)
+#define KT_ROW_STORE(dst, src) KT_STORE(dst, src)
+#define KT_REGS
+"""
+
+
+def prelude(plan: KeepPlan, dialect: str, keep: str, vec: str, block: str) -> str:
+    """The stage's macros and helpers, before the kernel; only defaults when KEEP = 0 and VEC = 1."""
+    out = [f"// kerntune: {keep} elements of the row kept in a lane's registers between passes (0: none),",
+           f"// moved in packs of {vec} adjacent elements (1: one by one).",
+           f"#ifndef {keep}\n#define {keep} 0\n#endif\n#ifndef {vec}\n#define {vec} 1\n#endif",
+           f"#if {keep} > 0 || {vec} > 1"]
+    if dialect == "cuda":
+        out += [CUDA_HELPERS.rstrip("\n"), re.sub(r"\bVEC\b", vec, CUDA_KEEP).rstrip("\n")]
+    else:
+        out.append(OPENCL_HELPERS.format(vec=vec).rstrip("\n"))
+        if plan.half:
+            out.append(OPENCL_HALF_HELPERS.format(vec=vec).rstrip("\n"))
+        out.append(OPENCL_KEEP.rstrip("\n"))
+    out.append("#endif")
+    if plan.name_at is not None:
+        out.append(f"#if {keep} > 0\n#define ROW_BOUNDS __launch_bounds__({block})\n#else\n#define ROW_BOUNDS\n#endif")
+    return "\n".join(out) + "\n"
+
+
+def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: str, lanes: str) -> str:
+    """Loop `i` of the plan rewritten for KEEP and VEC: the kept packs, the packs past them, the
+    elements past the last whole pack; with KEEP = 0 and VEC = 1 the original loop, `edits` made."""
+    lp = plan.loops[i]
+    d0, d1, d2, d3 = (lp.indent + "    " * k for k in range(4))
+    kept = {k.array: k for k in plan.kept if i in k.loops}
+    out = [f"#if {keep} > 0\n{d0}KT_REGS {kept[s.array].ctype} kt_keep_{s.array}[{keep} / {vec}][{vec}];\n#endif"
+           for s in lp.streams if s.array in kept and kept[s.array].loops[0] == i]
+    out += [f"#if {keep} > 0 || {vec} > 1", f"{d0}{{",
+            f"{d1}const {lp.vtype} kt_n = ({lp.end}) > ({lp.start}) ? ({lp.end}) - ({lp.start}) : 0, "
+            f"kt_packs = kt_n / {vec};"]
+    # the kept packs: the lane's first KEEP / VEC
+    regs = {s.array: f"kt_keep_{s.array}[kt_s][kt_v]" for s in lp.streams if s.array in kept}
+    packs = [s for s in lp.streams if s.packed and s.array not in kept]
+    out += [f"#if {keep} > 0", "#pragma unroll", f"{d1}for (int kt_s = 0; kt_s < {keep} / {vec}; ++kt_s) {{",
+            f"{d2}const {lp.vtype} kt_p = ROW_LANE + kt_s * {lanes};", f"{d2}if (kt_p < kt_packs) {{",
+            f"{d3}const {lp.vtype} kt_j0 = ({lp.start}) + kt_p * {vec};"]
+    out += [f"{d3}{_load(s, f'kt_keep_{s.array}[kt_s]')};" for s in lp.streams
+            if s.array in kept and kept[s.array].loops[0] == i and s.load]
+    out += _pack_loads(packs, vec, d3)
+    out.append(_element_loop(src, lp, edits, {**regs, **{s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}},
+                             vec, d3))
+    out += [f"{d3}{_store(s, f'kt_keep_{s.array}[kt_s]')};" for s in lp.streams
+            if s.array in kept and kept[s.array].last_store == i]
+    out += [f"{d3}{_store(s, f'kt_pack_{s.array}')};" for s in packs if s.written]
+    out += [f"{d2}}}", f"{d1}}}", "#endif"]
+    # the packs past the kept ones
+    packs = [s for s in lp.streams if s.packed]
+    out += [f"{d1}for ({lp.vtype} kt_p = ROW_LANE + {keep} / {vec} * {lanes}; kt_p < kt_packs; kt_p += {lanes}) {{",
+            f"{d2}const {lp.vtype} kt_j0 = ({lp.start}) + kt_p * {vec};"]
+    out += _pack_loads(packs, vec, d2)
+    out.append(_element_loop(src, lp, edits, {s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}, vec, d2))
+    out += [f"{d2}{_store(s, f'kt_pack_{s.array}')};" for s in packs if s.written]
+    out.append(f"{d1}}}")
+    # the elements past the last whole pack, fewer than VEC
+    out.append(f"{d1}for ({lp.vtype} {lp.var} = ({lp.start}) + kt_packs * {vec} + ROW_LANE; {lp.var} < {lp.end}; "
+               f"{lp.var} += {lanes}) {_body(src, lp, edits, {}, d1)}")
+    out += [f"{d0}}}", "#else", _spliced(src, lp.region[0], lp.region[1], edits), "#endif"]
+    return "\n".join(out)
+
+
+def _load(s: Stream, dst: str) -> str:
+    return f"{'KT_LOAD_HALF' if s.half else 'KT_ROW_LOAD'}({dst}, {s.address})"
+
+
+def _store(s: Stream, src: str) -> str:
+    return f"{'KT_STORE_HALF' if s.half else 'KT_ROW_STORE'}({s.address}, {src})"
+
+
+def _pack_loads(streams: list[Stream], vec: str, ind: str) -> list[str]:
+    out = []
+    for s in streams:
+        out.append(f"{ind}KT_REGS {s.ctype} kt_pack_{s.array}[{vec}];")
+        if s.load:
+            out.append(f"{ind}{_load(s, f'kt_pack_{s.array}')};")
+    return out
+
+
+def _element_loop(src: bytes, lp: KeepLoop, edits: list, regs: dict, vec: str, ind: str) -> str:
+    inner = ind + "    "
+    return (f"#pragma unroll\n{ind}for (int kt_v = 0; kt_v < {vec}; ++kt_v) {{\n"
+            f"{inner}{lp.vtype} {lp.var} = kt_j0 + kt_v;\n{inner}{_body(src, lp, edits, regs, inner)}\n{ind}}}")
+
+
+def _body(src: bytes, lp: KeepLoop, edits: list, regs: dict, ind: str) -> str:
+    """The loop's body with `edits` made, each access of an array of `regs` made to its register."""
+    mine = []
+    for s in lp.streams:
+        reg = regs.get(s.array)
+        for x in s.accesses if reg is not None else ():
+            if x.kind == "vstore":  # vstore_half(v, i, p) -> (reg = (v))
+                mine += [(x.span[0], x.value[0], f"({reg} = ("), (x.value[1], x.span[1], "))")]
+            else:
+                mine.append((x.span[0], x.span[1], reg))
+    return _indented(_spliced(src, lp.body[0], lp.body[1], mine + list(edits)), len(lp.indent), len(ind))
+
+
+def _spliced(src: bytes, start: int, end: int, edits: list) -> str:
+    """src[start:end] with the edits that fall inside it made; an edit inside a larger one gives way."""
+    out, pos = [], start
+    inside = [x for x in edits if start <= x[0] and x[1] <= end and (x[0] < x[1] or start < x[0] < end)]
+    for s, e, t in sorted(inside, key=lambda x: (x[0], -x[1])):
+        if s < pos:
+            continue
+        out += [src[pos:s].decode("utf-8"), t]
+        pos = e
+    out.append(src[pos:end].decode("utf-8"))
+    return "".join(out)
+
+
+def _text(src: bytes, node) -> str:
+    """A node's source as written (the parsed text has the dialect's words blanked)."""
+    return src[node.start_byte:node.end_byte].decode("utf-8") if node is not None else ""
+
+
+def _inside(span: tuple[int, int], node) -> bool:
+    return node.start_byte <= span[0] and span[1] <= node.end_byte
