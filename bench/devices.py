@@ -25,7 +25,7 @@ from kerntune.engine.template import load_template
 from kerntune.engine.tune import TuneOptions, TuneRun
 
 
-def run(kernel: str, problem: str, devices: tuple[int, ...], budget: int) -> dict:
+def run(kernel: str, problem: str, devices: tuple[int, ...], budget: int, cache: str | None = None) -> dict:
     t = load_template(templates.path(kernel))
     stamps: list[float] = []
     notes: list[str] = []
@@ -36,8 +36,8 @@ def run(kernel: str, problem: str, devices: tuple[int, ...], budget: int) -> dic
         elif isinstance(ev, Note) and ev.source == "devices":
             notes.append(ev.text)
 
-    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
-        os.environ["KERNTUNE_CACHE_DIR"] = cache
+    with tempfile.TemporaryDirectory() as fresh, tempfile.TemporaryDirectory() as out:
+        os.environ["KERNTUNE_CACHE_DIR"] = cache or fresh
         opts = TuneOptions(backend="cuda", strategy="grid", problem=problem, budget=budget, seed=1,
                            session_path=Path(out) / "s.toml", probe=False, devices=devices)
         t0 = time.perf_counter()
@@ -50,7 +50,8 @@ def run(kernel: str, problem: str, devices: tuple[int, ...], budget: int) -> dic
         per_device[r.device or f"cuda:{devices[0]}"] = per_device.get(r.device or f"cuda:{devices[0]}", 0) + 1
     return {"n": n, "wall": wall, "e2e": n / wall, "steady": steady, "best": o.best.median_us if o.best else 0.0,
             "ok": o.winner_ok, "split": per_device, "retimed": notes[-1] if notes else "",
-            "verified": sum(1 for r in o.results if r.verified)}
+            "verified": sum(1 for r in o.results if r.verified),
+            "compile_s": statistics.median([r.compile_s for r in o.results if not r.cached] or [0.0])}
 
 
 def main() -> None:
@@ -60,17 +61,24 @@ def main() -> None:
                     help="kernel:problem[:budget], comma-separated")
     ap.add_argument("--budget", type=int, default=0, help="evaluations per run (0: the whole space)")
     ap.add_argument("--md", type=Path, help="append the table here too")
+    ap.add_argument("--warm", action="store_true",
+                    help="compile every configuration first (a run of its own), then measure both from "
+                         "that cache: what the devices do, without the host's compilers as the limit")
     args = ap.parse_args()
     devices = tuple(int(d) for d in args.devices.split(","))
     rows = []
     for case in args.cases.split(","):
         kernel, problem, *cap = case.split(":")  # kernel:problem[:budget]
         budget = int(cap[0]) if cap else args.budget
-        one = run(kernel, problem, devices[:1], budget)
-        many = run(kernel, problem, devices, budget)
+        with tempfile.TemporaryDirectory() as cache:
+            if args.warm:
+                run(kernel, problem, devices, budget, cache)
+            one = run(kernel, problem, devices[:1], budget, cache if args.warm else None)
+            many = run(kernel, problem, devices, budget, cache if args.warm else None)
         rows.append((kernel, problem, one, many))
         print(f"{kernel} {problem}: 1 GPU {one['steady']:.1f}/s steady, {one['e2e']:.1f}/s e2e; "
-              f"{len(devices)} GPUs {many['steady']:.1f}/s steady, {many['e2e']:.1f}/s e2e; split {many['split']}")
+              f"{len(devices)} GPUs {many['steady']:.1f}/s steady, {many['e2e']:.1f}/s e2e; split {many['split']}; "
+              f"median compile {one['compile_s']:.3f} s")
         if many["retimed"]:
             print("  " + many["retimed"])
     head = (f"| case | configurations | 1 GPU steady /s | {len(devices)} GPUs steady /s | ratio | "

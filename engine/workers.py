@@ -12,7 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as futures_wait
 from dataclasses import replace
 from multiprocessing.connection import wait as wait_for
 from typing import Sequence
@@ -115,16 +116,22 @@ class Workers:
         return config, result
 
     def _feed(self, block: bool) -> None:
-        """Send built configurations to the least busy device with room; a configuration that
-        failed to compile becomes a result at once."""
+        """Send built configurations to the least busy device with room, in the order their
+        compilation ends (a slow one holds up no device); with `block`, wait for the next one to
+        be built when a device has nothing. A configuration that failed to compile becomes a
+        result at once."""
         while self._waiting:
             i = min(range(len(self.workers)), key=lambda k: len(self._sent[k]))
             if len(self._sent[i]) >= AT_DEVICE:
                 return
-            config, future = self._waiting[0]
-            if future is not None and not future.done() and not (block and not self._sent[i]):
-                return
-            self._waiting.popleft()
+            n = next((k for k, (_, f) in enumerate(self._waiting) if f is None or f.done()), None)
+            if n is None:
+                if not (block and not self._sent[i]):
+                    return
+                futures_wait([f for _, f in self._waiting], return_when=FIRST_COMPLETED)
+                continue
+            config, future = self._waiting[n]
+            del self._waiting[n]
             if future is None:
                 self.workers[i].submit(config.as_dict())
             else:
