@@ -154,11 +154,20 @@ class Workers:
         return self.worker_for(config).verify_again(config.as_dict(), seeds)
 
     def retime(self, config: Config) -> list[tuple[str, Result]]:
-        """`config` measured again on every device, in turn: (device, result) each."""
-        out = []
-        for label, w in zip(self.labels, self.workers):
-            out.append((label, w.evaluate(config.as_dict())))
-        return out
+        """`config` measured again on every device, all at once: (device, result) each."""
+        out: list[Result | None] = [None] * len(self.workers)
+
+        def measure(i: int) -> None:
+            out[i] = self.workers[i].evaluate(config.as_dict())
+
+        threads = [threading.Thread(target=measure, args=(i,), daemon=True) for i in range(len(self.workers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [(label, r if r is not None else Result(config=config.as_dict(), status="crashed",
+                                                       message="no result", device=label))
+                for label, r in zip(self.labels, out)]
 
 
 def _labels(specs: Sequence[WorkerSpec]) -> list[str]:
