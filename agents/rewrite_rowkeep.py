@@ -35,6 +35,8 @@ from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPE
 from .row_syntax import _args, _callee, _element, _line, _names, _same, _strip, _t, _target, _walk, _within
 
 NAME = "rowwise_keep"
+MACROS = ("KT_ROW_LOAD", "KT_ROW_STORE", "KT_LOAD", "KT_STORE", "KT_LOAD_HALF", "KT_STORE_HALF",
+          "KT_CAT", "KT_CAT_")  # besides kt_ names, the ones the stage defines
 # bytes of an element in memory, by its type's name; an array of another type is left as it is
 SIZES = {"float": 4, "double": 8, "int": 4, "unsigned": 4, "unsigned int": 4, "uint": 4, "short": 2,
          "unsigned short": 2, "ushort": 2, "char": 1, "unsigned char": 1, "uchar": 1, "long": 8,
@@ -113,7 +115,8 @@ class KeepPlan:
 
     loops: tuple[KeepLoop, ...]
     kept: tuple[Kept, ...]
-    name_at: int | None  # where the kernel's name starts (CUDA's launch bounds go before it)
+    bounds: tuple[str, str] | None  # the kernel's head before its name and from it (CUDA: declared with bounds)
+    regs: str  # what a register array's declaration starts with: 16-byte alignment in CUDA (a pack's word)
     size: int  # bytes of the largest packed element
 
     @property
@@ -130,9 +133,10 @@ class KeepPlan:
 
 # the analysis -----------------------------------------------------------------------------------
 
-def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: str) -> KeepPlan:
+def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: str, head: int) -> KeepPlan:
     """What can be kept and packed in the row loops `loops` (rewrite_rowwise._Loop, in order) of the
-    kernel `fn`, whose element writes are `stores` ((node, array, index)); NotKept says why nothing."""
+    kernel `fn` (its declaration from byte `head`, its kernel word included), whose element writes
+    are `stores` ((node, array, index)); NotKept says why nothing can."""
     pointers = _pointers(fn, body)
     escaped = _escaped(body, pointers)
     assigned = {_t(t) for n in _walk(body) for t in [_target(n)] if t is not None and t.type == "identifier"}
@@ -154,12 +158,24 @@ def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: 
                           "their elements would go to different lanes")
     if not any(s.packed for lp in out for s in lp.streams):
         raise NotKept("no array is read or written at its loop's element on every iteration")
-    name_at = None
-    if dialect == "cuda" and b"__launch_bounds__" not in src[fn.start_byte:body.start_byte]:
-        decl = _function_declarator(fn)
-        name_at = decl.child_by_field_name("declarator").start_byte if decl is not None else None
-    return KeepPlan(tuple(out), _kept(out, written), name_at,
-                    max(s.size for lp in out for s in lp.streams if s.packed))
+    cuda = dialect == "cuda"
+    return KeepPlan(tuple(out), _kept(out, written), _bounds(src, fn, body, head) if cuda else None,
+                    "__align__(16) " if cuda else "", max(s.size for lp in out for s in lp.streams if s.packed))
+
+
+def _bounds(src: bytes, fn, body, head: int) -> tuple[str, str] | None:
+    """The kernel's head, cut before its name, for a declaration with launch bounds (nvcc applies a
+    declaration's bounds to the definition that follows); None for a template or one with bounds."""
+    decl = _function_declarator(fn)
+    p = fn.parent
+    if decl is None or (p is not None and p.type == "template_declaration") \
+            or b"__launch_bounds__" in src[head:body.start_byte]:
+        return None
+    start = p.start_byte if p is not None and p.type == "linkage_specification" and \
+        _same(p.child_by_field_name("body"), fn) else head
+    start = min(start, head)
+    name = decl.child_by_field_name("declarator").start_byte
+    return src[start:name].decode("utf-8"), src[name:body.start_byte].decode("utf-8").rstrip()
 
 
 @dataclass(frozen=True)
@@ -466,13 +482,11 @@ template <int N, typename T> __device__ __forceinline__ void kt_row_store(T *dst
 }
 #define KT_ROW_LOAD(dst, src) kt_row_load<VEC>(dst, src)
 #define KT_ROW_STORE(dst, src) kt_row_store<VEC>(dst, src)
-#define KT_REGS __align__(16)
 """
 
 OPENCL_KEEP = """\
 #define KT_ROW_LOAD(dst, src) KT_LOAD(dst, src)
 #define KT_ROW_STORE(dst, src) KT_STORE(dst, src)
-#define KT_REGS
 """
 
 
@@ -490,8 +504,9 @@ def prelude(plan: KeepPlan, dialect: str, keep: str, vec: str, block: str) -> st
             out.append(OPENCL_HALF_HELPERS.format(vec=vec).rstrip("\n"))
         out.append(OPENCL_KEEP.rstrip("\n"))
     out.append("#endif")
-    if plan.name_at is not None:
-        out.append(f"#if {keep} > 0\n#define ROW_BOUNDS __launch_bounds__({block})\n#else\n#define ROW_BOUNDS\n#endif")
+    if plan.bounds is not None:  # a lane's kept elements: the compiler must fit the block's registers
+        before, after = plan.bounds
+        out.append(f"#if {keep} > 0\n{before}__launch_bounds__({block}) {after};\n#endif")
     return "\n".join(out) + "\n"
 
 
@@ -501,7 +516,7 @@ def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: s
     lp = plan.loops[i]
     d0, d1, d2, d3 = (lp.indent + "    " * k for k in range(4))
     kept = {k.array: k for k in plan.kept if i in k.loops}
-    out = [f"#if {keep} > 0\n{d0}KT_REGS {kept[s.array].ctype} kt_keep_{s.array}[{keep} / {vec}][{vec}];\n#endif"
+    out = [f"#if {keep} > 0\n{d0}{plan.regs}{kept[s.array].ctype} kt_keep_{s.array}[{keep} / {vec}][{vec}];\n#endif"
            for s in lp.streams if s.array in kept and kept[s.array].loops[0] == i]
     out += [f"#if {keep} > 0 || {vec} > 1", f"{d0}{{",
             f"{d1}const {lp.vtype} kt_n = ({lp.end}) > ({lp.start}) ? ({lp.end}) - ({lp.start}) : 0, "
@@ -514,7 +529,7 @@ def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: s
             f"{d3}const {lp.vtype} kt_j0 = ({lp.start}) + kt_p * {vec};"]
     out += [f"{d3}{_load(s, f'kt_keep_{s.array}[kt_s]')};" for s in lp.streams
             if s.array in kept and kept[s.array].loops[0] == i and s.load]
-    out += _pack_loads(packs, vec, d3)
+    out += _pack_loads(plan, packs, vec, d3)
     out.append(_element_loop(src, lp, edits, {**regs, **{s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}},
                              vec, d3))
     out += [f"{d3}{_store(s, f'kt_keep_{s.array}[kt_s]')};" for s in lp.streams
@@ -525,7 +540,7 @@ def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: s
     packs = [s for s in lp.streams if s.packed]
     out += [f"{d1}for ({lp.vtype} kt_p = ROW_LANE + {keep} / {vec} * {lanes}; kt_p < kt_packs; kt_p += {lanes}) {{",
             f"{d2}const {lp.vtype} kt_j0 = ({lp.start}) + kt_p * {vec};"]
-    out += _pack_loads(packs, vec, d2)
+    out += _pack_loads(plan, packs, vec, d2)
     out.append(_element_loop(src, lp, edits, {s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}, vec, d2))
     out += [f"{d2}{_store(s, f'kt_pack_{s.array}')};" for s in packs if s.written]
     out.append(f"{d1}}}")
@@ -544,10 +559,10 @@ def _store(s: Stream, src: str) -> str:
     return f"{'KT_STORE_HALF' if s.half else 'KT_ROW_STORE'}({s.address}, {src})"
 
 
-def _pack_loads(streams: list[Stream], vec: str, ind: str) -> list[str]:
+def _pack_loads(plan: KeepPlan, streams: list[Stream], vec: str, ind: str) -> list[str]:
     out = []
     for s in streams:
-        out.append(f"{ind}KT_REGS {s.ctype} kt_pack_{s.array}[{vec}];")
+        out.append(f"{ind}{plan.regs}{s.ctype} kt_pack_{s.array}[{vec}];")
         if s.load:
             out.append(f"{ind}{_load(s, f'kt_pack_{s.array}')};")
     return out
@@ -556,7 +571,8 @@ def _pack_loads(streams: list[Stream], vec: str, ind: str) -> list[str]:
 def _element_loop(src: bytes, lp: KeepLoop, edits: list, regs: dict, vec: str, ind: str) -> str:
     inner = ind + "    "
     return (f"#pragma unroll\n{ind}for (int kt_v = 0; kt_v < {vec}; ++kt_v) {{\n"
-            f"{inner}{lp.vtype} {lp.var} = kt_j0 + kt_v;\n{inner}{_body(src, lp, edits, regs, inner)}\n{ind}}}")
+            f"{inner}{lp.vtype} {lp.var} = kt_j0 + kt_v;\n{inner}(void){lp.var};\n"
+            f"{inner}{_body(src, lp, edits, regs, inner)}\n{ind}}}")
 
 
 def _body(src: bytes, lp: KeepLoop, edits: list, regs: dict, ind: str) -> str:

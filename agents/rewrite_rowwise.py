@@ -249,7 +249,7 @@ def analyse(source: str, entry: str) -> RowKernel:
     keep, keep_reason = None, ""
     try:
         keep = rewrite_rowkeep.plan(src, fn, body, loops, _stores(body), [(s.start_byte, s.end_byte) for s in sites],
-                                    dialect)
+                                    dialect, start)
     except rewrite_rowkeep.NotKept as e:
         keep_reason = str(e)
     return RowKernel(dialect, tuple((s.start_byte, s.end_byte) for s in sites), tuple(row_loops), tuple(leads),
@@ -756,8 +756,7 @@ def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None,
 
 
 def _keep_edits(plan: "KeepPlan", src: bytes, edits: list, names: tuple[str, str], lanes: str) -> list:
-    """The edits with each row loop replaced by its KEEP / VEC form (which makes the edits inside
-    it), and the launch bounds before the kernel's name."""
+    """The edits with each row loop replaced by its KEEP / VEC form (which makes the edits inside it)."""
     keep, vec = names
     out = list(edits)
     for i, lp in enumerate(plan.loops):
@@ -765,8 +764,6 @@ def _keep_edits(plan: "KeepPlan", src: bytes, edits: list, names: tuple[str, str
         inside = [x for x in out if s <= x[0] and x[1] <= e and (x[0] < x[1] or s < x[0] < e)]
         out = [x for x in out if x not in inside]
         out.append((s, e, rewrite_rowkeep.loop_text(plan, i, src, inside, keep, vec, lanes)))
-    if plan.name_at is not None:
-        out.append((plan.name_at, plan.name_at, "ROW_BOUNDS "))
     return out
 
 
@@ -850,7 +847,7 @@ def _kept(ctx: "RewriteContext", kernel: RowKernel, spread: "Rewrite", how: tupl
     if plan is None:
         return Declined(rewrite_rowkeep.NAME, kernel.keep_reason)
     taken = set(ctx.taken) | set(ctx.defaults) | {p.name for p in spread.parameters}
-    clash = sorted(w for w in taken if w.startswith("kt_") or w in ("ROW_BOUNDS", "KT_REGS"))
+    clash = sorted(w for w in taken if w.startswith("kt_") or w in rewrite_rowkeep.MACROS)
     if clash:
         return Declined(rewrite_rowkeep.NAME, f"the source already uses the name {clash[0]}")
     keep = fresh_name("KEEP", taken)
@@ -872,7 +869,8 @@ def _kept(ctx: "RewriteContext", kernel: RowKernel, spread: "Rewrite", how: tupl
     return Rewrite(rewrite_rowkeep.NAME, source, params,
                    f"the row kept on chip and moved in packs ({what}; {', '.join(packed)} in packs of {vec})",
                    tuple(constraints),
-                   first={spread.parameters[0].name: (1, 32, top), keep: (0, 32), vec: (1, packs[-1])})
+                   first={spread.parameters[0].name: (1, 32, top), keep: (0, 32), vec: (1, packs[-1])},
+                   helps="memory")
 
 
 def row_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:

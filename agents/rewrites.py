@@ -7,7 +7,8 @@ A rewrite is a function of one signature,
 that reads the kernel's analysis (agents/kernel_tree.py) and the source as the rewrites before it
 left it (the literals already lifted), and returns the new source with its parameters, or says
 why it does not apply; or returns stages, each a Rewrite whose source builds on the stage
-before it (a later stage can be left out, or declined, and the earlier ones kept). Its parameters' defaults must reproduce the original token for token
+before it (a later stage can be declined or left out and the earlier ones kept). Its
+parameters' defaults must reproduce the original token for token
 (the gate's check stays true), and it must apply only where the analysis proves it safe. The
 rules generator runs the functions of REWRITES in order on each backend's source, each on the
 source the one before made; a rewrite the gate rejects is dropped by name and the rest are kept.
@@ -61,6 +62,7 @@ class Rewrite:
     block: tuple[str, ...] | None = None
     risk: int = 4  # rewrites are dropped before lifts (which go up to 3)
     first: dict = field(default_factory=dict)  # parameter -> the values worth measuring first
+    helps: str = ""  # "memory": `first` is for kernels of that bound (the rules' tuner reads the cost)
 
 
 @dataclass(frozen=True)

@@ -29,14 +29,16 @@ from .lift import KINDS, Lift, lift_template
 from .rewrites import Rewrite, compose
 
 # What to vary first, by the bound Nsight Compute reports for the best configuration (kinds of
-# parameter as agents/lift.py names them): a memory-bound kernel wants more bytes in flight per
-# thread, a latency-bound one more warps or more independent work per warp, a compute-bound one
-# cheaper arithmetic.
+# parameter as agents/lift.py names them, and "keep"): a memory-bound kernel wants fewer passes
+# over memory (data kept on chip between them) and more bytes in flight per thread, a
+# latency-bound one more warps or more independent work per warp, a compute-bound one cheaper
+# arithmetic.
 BOUND_FIRST = {
-    "memory": ("vector", "unroll", "tile"),
+    "memory": ("keep", "vector", "unroll", "tile"),
     "latency": ("threads", "unroll", "tile"),
     "compute": ("flag", "unroll", "tile"),
 }
+KEEP_NAME = re.compile(r"(^|_)KEEP(_|$)")  # data kept on chip between passes (agents/rewrite_rowkeep.py)
 GRID_BUDGET = 48  # configurations of the first round when the loop sets no budget
 REFINE_BUDGET = 24
 
@@ -134,7 +136,7 @@ class RulesProvider:
         mine = [r for rec in state.history if rec.template_dir == state.template_dir for r in rec.results]
         if not mine or state.best is None:
             budget = state.budget or GRID_BUDGET
-            first = self._first(template)
+            first = self._first(template, cost_bound(state))
             values = coarse_grid(template, budget, first)
             size = math.prod(len(v) for v in values.values())
             how = "the whole grid" if all(len(values[p.name]) == len(p.values) for p in template.parameters) \
@@ -157,11 +159,15 @@ class RulesProvider:
         return SearchPlan("grid", budget, values,
                           f"{near} the best's values, {lead}most influential first: " + ", ".join(order))
 
-    def _first(self, template: Template) -> dict[str, tuple]:
-        """The values the applied rewrites name as worth measuring first, for this template."""
+    def _first(self, template: Template, bound: str = "") -> dict[str, tuple]:
+        """The values the applied rewrites name as worth measuring first, for this template; a
+        rewrite that helps kernels of one bound (keeping a row on chip helps a memory-bound one)
+        names them only where the kernel's cost says it is of that bound, or does not say."""
         names = {p.name: p for p in template.parameters}
         out: dict[str, tuple] = {}
         for r in self.rewrites:
+            if r.helps and bound and r.helps != bound:
+                continue
             for name, values in r.first.items():
                 p = names.get(name)
                 if p is not None:
@@ -208,8 +214,11 @@ def spread(values: tuple, default: ParamValue, k: int) -> tuple:
 
 
 def param_kind(name: str, description: str = "") -> str:
-    """threads, vector, unroll, flag, tile or '' (what agents/lift.py would call the parameter)."""
+    """threads, vector, unroll, flag, tile (what agents/lift.py would call the parameter), keep (data kept
+    on chip between passes) or ''."""
     upper = name.upper()
+    if KEEP_NAME.search(upper):
+        return "keep"
     for kind, pattern in KINDS:
         if pattern.search(upper):
             return kind
@@ -228,10 +237,25 @@ def analysis_line(state: LoopState) -> str:
         return f"Analysis: the kernel could not be read ({e}); literals only."
     what = {"elementwise": "an elementwise map: vector packs, items per thread, the grid's shape and cache "
                            "hints can be rewritten",
-            "rowwise": "a row-wise map-reduce: the row can be spread over a group of threads",
+            "rowwise": "a row-wise map-reduce: the row can be spread over a group of threads, a lane's share of it "
+                       "kept in registers between passes and moved in vector packs",
             "neither": "neither elementwise nor row-wise: literals only"}[a.kind]
     reason = f" ({a.reasons[0]})" if a.reasons else ""
-    return f"Analysis: {a.name} is {what}{reason}."
+    bound = cost_bound(state)
+    by_cost = (f" By its cost it is {bound}-bound at this device's peaks" +
+               (": fewer passes over memory and wider accesses first." if bound == "memory" else ".")) if bound else ""
+    return f"Analysis: {a.name} is {what}{reason}.{by_cost}"
+
+
+def cost_bound(state: LoopState) -> str:
+    """'memory' or 'compute': which of the spec's bytes and flops at the tuned size takes longer at the
+    device's peak rates; '' when the peaks are not known."""
+    lim, o = state.limits, state.original
+    if lim.peak_bandwidth_gbs <= 0 or lim.peak_gflops <= 0:
+        return ""
+    values = state.problem.values
+    moved, flops = float(o.cost_bytes.evaluate(values)), float(o.cost_flops.evaluate(values))
+    return "memory" if moved / lim.peak_bandwidth_gbs >= flops / lim.peak_gflops else "compute"
 
 
 def profile_evidence(state: LoopState) -> tuple[str, list[str]]:

@@ -5,21 +5,25 @@ row-wise refused with the reason."""
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kerntune.agents.lift import lift_template
 from kerntune.agents.rewrite_rowwise import NotRowwise, analyse, rewrite_rowwise
 from kerntune.agents.rewrites import REWRITES, apply_rewrites, compose
+from kerntune.agents.rules import RulesProvider, analysis_line
 from kerntune.engine.backends import cuda_toolchain as cuda
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.evaluate import Evaluator, TimingPolicy
 from kerntune.engine.gate import check_proposal
-from kerntune.engine.proposal import narrowed, original_launch
+from kerntune.engine.proposal import narrowed, original_launch, write_template
 from kerntune.engine.template import load_template
 from kerntune.engine.tune import TuneOptions, TuneRun
 
@@ -182,3 +186,81 @@ def test_the_cuda_rewrite_compiles_with_sub_warp_warp_and_multi_warp_groups(name
     _, info, _ = cuda.compile_cubin(proposal.sources["cuda"], t.entry, {k: str(v) for k, v in config.items()},
                                     t.compile_options.get("cuda", ()), "sm_90")
     assert info.get("spill_stores", 0) == 0 and info.get("stack_frame", 0) == 0
+
+
+H200 = replace(GPU, peak_bandwidth_gbs=4800.0, peak_gflops=60000.0)
+
+
+@pytest.mark.parametrize("flops,offered", [("4 * N * C", True), ("40000 * N * C", False)])
+def test_the_rules_first_grid_offers_keeping_the_row_to_a_memory_bound_kernel_only(flops, offered, tmp_path):
+    t = load_template(NAIVE / "softmax_3pass")
+    if flops != "4 * N * C":  # the same kernel with a cost that says it is compute-bound
+        d = tmp_path / "compute"
+        shutil.copytree(NAIVE / "softmax_3pass", d)
+        spec = d / "kernel.toml"
+        spec.write_text(spec.read_text().replace('flops = "4 * N * C"', f'flops = "{flops}"'))
+        t = load_template(d)
+    rules = RulesProvider()
+    state = SimpleNamespace(original=t, backend="cuda", limits=H200, problem=t.problem("llama-t2048"), history=(),
+                            best=None, budget=32, template_dir=tmp_path / "tpl", say=lambda *a: None)
+    proposal = rules.generate(state, None)
+    state.template = write_template(t, proposal, tmp_path / "tpl", H200)
+    plan = rules.tune(state)
+    values = plan.values
+    assert ("memory-bound" in analysis_line(state)) == offered
+    assert ("the values the rewrites name first" in plan.reason) == offered
+    assert math.prod(len(v) for v in values.values()) <= 32
+    if offered:  # a warp or a block a row, the row kept or not, in 16-byte packs or not
+        assert values["KEEP"] == (0, 32) and values["VEC"] == (1, 4) and values["LANES"] == (1, 32, 1024)
+
+
+def test_a_rejection_that_names_keep_drops_the_second_stage_and_keeps_the_lanes():
+    t = load_template(NAIVE / "layernorm")
+    state = SimpleNamespace(original=t, backend="opencl", limits=CPU)
+    rules = RulesProvider()
+    first = rules.generate(state, None)
+    assert [p.name for p in first.parameters] == ["BLOCK", "LANES", "KEEP", "VEC"]
+    again = rules.generate(state, "the configuration KEEP=8 failed: wrong result")
+    assert [p.name for p in again.parameters] == ["BLOCK", "LANES"]
+    assert rules.rejected == [("rowwise_keep", "the configuration KEEP=8 failed: wrong result")]
+    assert "KEEP" not in again.sources["opencl"] and "LANE_FIRST" in again.sources["opencl"]
+
+
+def kept_in(body: str):
+    src = ("__global__ void k(float* out, const float* inp, int N, int C) {\n"
+           "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= N) return;\n"
+           "    const float* x = inp + row * C;\n    float* y = out + row * C;\n    float s = 0.0f;\n"
+           f"    {body}\n}}\n")
+    return analyse(src, "k")
+
+
+# what the analysis keeps of a row read twice, and why it keeps nothing where that is not safe
+KEEPS = {
+    "reread": ("for (int i = 0; i < C; i++) s += x[i];\n    for (int i = 0; i < C; i++) y[i] = x[i] / s;", ["x"]),
+    "written_then_rescaled": ("for (int i = 0; i < C; i++) { y[i] = x[i]; s += y[i]; }\n"
+                              "    for (int i = 0; i < C; i++) y[i] *= s;", ["y"]),
+    "read_once": ("for (int i = 0; i < C; i++) y[i] = x[i];", []),
+    "first_read_on_some_iterations": ("for (int i = 0; i < C; i++) if (i % 2 == 0) s += x[i];\n"
+                                      "    for (int i = 0; i < C; i++) y[i] = x[i] / s;", []),
+    "written_through_another_name": ("float* w = (float*)inp + row * C;\n"
+                                     "    for (int i = 0; i < C; i++) s += x[i];\n"
+                                     "    for (int i = 0; i < C; i++) w[i] = x[i] / s;", []),
+    "pointer_passed_on": ("for (int i = 0; i < C; i++) s += x[i];\n    s += __ldg(x);\n"
+                          "    for (int i = 0; i < C; i++) y[i] = x[i] / s;", []),
+    "other_offsets": ("for (int i = 0; i < C; i++) s += x[i];\n"
+                      "    for (int i = 0; i < C; i++) y[i] = x[i + 1] / s;", []),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KEEPS))
+def test_a_row_is_kept_in_registers_only_where_every_pass_reads_the_same_elements_of_a_buffer_it_alone_reaches(case):
+    body, kept = KEEPS[case]
+    k = kept_in(body)
+    assert ([a.array for a in k.keep.kept] if k.keep is not None else []) == kept
+    if kept:
+        assert k.keep is not None, k.keep_reason
+
+
+def test_loops_over_different_ranges_that_share_a_written_array_are_not_packed():
+    k = kept_in("for (int i = 0; i < C; i++) y[i] = x[i];\n    for (int i = 0; i < C - 1; i++) s += y[i];")
+    assert k.keep is None and "over a different range" in k.keep_reason
