@@ -35,7 +35,7 @@ from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPE
 from .row_syntax import _args, _callee, _element, _line, _names, _same, _strip, _t, _target, _walk, _within
 
 NAME = "rowwise_keep"
-MACROS = ("KT_ROW_LOAD", "KT_ROW_STORE", "KT_LOAD", "KT_STORE", "KT_LOAD_HALF", "KT_STORE_HALF",
+MACROS = ("KT_ALIGNED", "KT_ROW_LOAD", "KT_ROW_STORE", "KT_LOAD", "KT_STORE", "KT_LOAD_HALF", "KT_STORE_HALF",
           "KT_CAT", "KT_CAT_")  # besides kt_ names, the ones the stage defines
 # bytes of an element in memory, by its type's name; an array of another type is left as it is
 SIZES = {"float": 4, "double": 8, "int": 4, "unsigned": 4, "unsigned int": 4, "uint": 4, "short": 2,
@@ -462,17 +462,9 @@ def _up(node):
 
 CUDA_KEEP = """\
 extern "C++" {
-// a pack of N elements: one wide access where its address is aligned, element by element where not
-template <int N, typename T> __device__ __forceinline__ void kt_row_load(T *dst, const T *src) {
-    if (kt_aligned<N>(src)) {
-        kt_load<N, 0>(dst, src);
-    } else {
-#pragma unroll
-        for (int k = 0; k < N; ++k) dst[k] = src[k];
-    }
-}
-template <int N, typename T> __device__ __forceinline__ void kt_row_store(T *dst, const T *src) {
-    if (kt_aligned<N>(dst)) {
+// a pack of N elements: one wide access where the pass's packs are aligned (`whole`), else one by one
+template <int N, typename T> __device__ __forceinline__ void kt_row_copy(T *dst, const T *src, bool whole) {
+    if (whole) {
         kt_store<N, 0>(dst, src);
     } else {
 #pragma unroll
@@ -480,13 +472,16 @@ template <int N, typename T> __device__ __forceinline__ void kt_row_store(T *dst
     }
 }
 }
-#define KT_ROW_LOAD(dst, src) kt_row_load<VEC>(dst, src)
-#define KT_ROW_STORE(dst, src) kt_row_store<VEC>(dst, src)
+#define KT_ALIGNED(p) kt_aligned<VEC>(p)
+#define KT_ROW_LOAD(dst, src, whole) kt_row_copy<VEC>(dst, src, whole)
+#define KT_ROW_STORE(dst, src, whole) kt_row_copy<VEC>(dst, src, whole)
 """
 
 OPENCL_KEEP = """\
-#define KT_ROW_LOAD(dst, src) KT_LOAD(dst, src)
-#define KT_ROW_STORE(dst, src) KT_STORE(dst, src)
+// vloadN and vstoreN need their elements' alignment only
+#define KT_ALIGNED(p) 1
+#define KT_ROW_LOAD(dst, src, whole) KT_LOAD(dst, src)
+#define KT_ROW_STORE(dst, src, whole) KT_STORE(dst, src)
 """
 
 
@@ -511,30 +506,41 @@ def prelude(plan: KeepPlan, dialect: str, keep: str, vec: str, block: str) -> st
 
 
 def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: str, lanes: str) -> str:
-    """Loop `i` of the plan rewritten for KEEP and VEC: the kept packs, the packs past them, the
+    """Loop `i` of the plan rewritten for KEEP and VEC: the kept packs (loaded all at once where this
+    pass is the first, so that their loads are in flight together), the packs past them, the
     elements past the last whole pack; with KEEP = 0 and VEC = 1 the original loop, `edits` made."""
     lp = plan.loops[i]
     d0, d1, d2, d3 = (lp.indent + "    " * k for k in range(4))
     kept = {k.array: k for k in plan.kept if i in k.loops}
-    out = [f"#if {keep} > 0\n{d0}{plan.regs}{kept[s.array].ctype} kt_keep_{s.array}[{keep} / {vec}][{vec}];\n#endif"
-           for s in lp.streams if s.array in kept and kept[s.array].loops[0] == i]
+    fills = [s for s in lp.streams if s.array in kept and kept[s.array].loops[0] == i]
+    out = [f"#if {keep} > 0\n{d0}{plan.regs}{s.ctype} kt_keep_{s.array}[{keep} / {vec}][{vec}];\n#endif"
+           for s in fills]
     out += [f"#if {keep} > 0 || {vec} > 1", f"{d0}{{",
             f"{d1}const {lp.vtype} kt_n = ({lp.end}) > ({lp.start}) ? ({lp.end}) - ({lp.start}) : 0, "
-            f"kt_packs = kt_n / {vec};"]
+            f"kt_packs = kt_n / {vec}, kt_j0 = ({lp.start});"]
+    whole = " && ".join(f"KT_ALIGNED({s.address})" for s in lp.streams if s.packed and not s.half) or "1"
+    out.append(f"{d1}const bool kt_al = {whole};  // every pack of this pass in one access")
+    slot = [f"{d1}for (int kt_s = 0; kt_s < {keep} / {vec}; ++kt_s) {{",
+            f"{d2}const {lp.vtype} kt_p = ROW_LANE + kt_s * {lanes};", f"{d2}if (kt_p < kt_packs) {{"]
+    first = f"{d3}const {lp.vtype} kt_j0 = ({lp.start}) + kt_p * {vec};"
+    out.append(f"#if {keep} > 0")
+    loads = [s for s in fills if s.load]
+    if loads:  # the first pass loads the kept packs before it uses any
+        for branch, how in (("if (kt_al) {", "1"), ("} else {", "0")):
+            out += [f"{d1}{branch}", "#pragma unroll"] + ["    " + x for x in slot + [first]]
+            out += [f"{d3}    {_load(s, f'kt_keep_{s.array}[kt_s]', how)};" for s in loads]
+            out += [f"{d2}    }}", f"{d1}    }}"]
+        out.append(f"{d1}}}")
     # the kept packs: the lane's first KEEP / VEC
-    regs = {s.array: f"kt_keep_{s.array}[kt_s][kt_v]" for s in lp.streams if s.array in kept}
     packs = [s for s in lp.streams if s.packed and s.array not in kept]
-    out += [f"#if {keep} > 0", "#pragma unroll", f"{d1}for (int kt_s = 0; kt_s < {keep} / {vec}; ++kt_s) {{",
-            f"{d2}const {lp.vtype} kt_p = ROW_LANE + kt_s * {lanes};", f"{d2}if (kt_p < kt_packs) {{",
-            f"{d3}const {lp.vtype} kt_j0 = ({lp.start}) + kt_p * {vec};"]
-    out += [f"{d3}{_load(s, f'kt_keep_{s.array}[kt_s]')};" for s in lp.streams
-            if s.array in kept and kept[s.array].loops[0] == i and s.load]
-    out += _pack_loads(plan, packs, vec, d3)
-    out.append(_element_loop(src, lp, edits, {**regs, **{s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}},
-                             vec, d3))
-    out += [f"{d3}{_store(s, f'kt_keep_{s.array}[kt_s]')};" for s in lp.streams
-            if s.array in kept and kept[s.array].last_store == i]
-    out += [f"{d3}{_store(s, f'kt_pack_{s.array}')};" for s in packs if s.written]
+    regs = {s.array: f"kt_keep_{s.array}[kt_s][kt_v]" for s in lp.streams if s.array in kept}
+    inner = _pack_loads(plan, packs, vec, d3)
+    inner.append(_element_loop(src, lp, edits, {**regs, **{s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}},
+                               vec, d3))
+    inner += [f"{d3}{_store(s, f'kt_keep_{s.array}[kt_s]')};" for s in lp.streams
+              if s.array in kept and kept[s.array].last_store == i]
+    inner += [f"{d3}{_store(s, f'kt_pack_{s.array}')};" for s in packs if s.written]
+    out += ["#pragma unroll"] + slot + ([first] if any("kt_j0" in x for x in inner) else []) + inner
     out += [f"{d2}}}", f"{d1}}}", "#endif"]
     # the packs past the kept ones
     packs = [s for s in lp.streams if s.packed]
@@ -551,12 +557,12 @@ def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: s
     return "\n".join(out)
 
 
-def _load(s: Stream, dst: str) -> str:
-    return f"{'KT_LOAD_HALF' if s.half else 'KT_ROW_LOAD'}({dst}, {s.address})"
+def _load(s: Stream, dst: str, whole: str = "kt_al") -> str:
+    return f"KT_LOAD_HALF({dst}, {s.address})" if s.half else f"KT_ROW_LOAD({dst}, {s.address}, {whole})"
 
 
 def _store(s: Stream, src: str) -> str:
-    return f"{'KT_STORE_HALF' if s.half else 'KT_ROW_STORE'}({s.address}, {src})"
+    return f"KT_STORE_HALF({s.address}, {src})" if s.half else f"KT_ROW_STORE({s.address}, {src}, kt_al)"
 
 
 def _pack_loads(plan: KeepPlan, streams: list[Stream], vec: str, ind: str) -> list[str]:
@@ -570,9 +576,9 @@ def _pack_loads(plan: KeepPlan, streams: list[Stream], vec: str, ind: str) -> li
 
 def _element_loop(src: bytes, lp: KeepLoop, edits: list, regs: dict, vec: str, ind: str) -> str:
     inner = ind + "    "
-    return (f"#pragma unroll\n{ind}for (int kt_v = 0; kt_v < {vec}; ++kt_v) {{\n"
-            f"{inner}{lp.vtype} {lp.var} = kt_j0 + kt_v;\n{inner}(void){lp.var};\n"
-            f"{inner}{_body(src, lp, edits, regs, inner)}\n{ind}}}")
+    body = _body(src, lp, edits, regs, inner)
+    counter = f"{inner}{lp.vtype} {lp.var} = kt_j0 + kt_v;\n" if re.search(rf"\b{lp.var}\b", body) else ""
+    return f"#pragma unroll\n{ind}for (int kt_v = 0; kt_v < {vec}; ++kt_v) {{\n{counter}{inner}{body}\n{ind}}}"
 
 
 def _body(src: bytes, lp: KeepLoop, edits: list, regs: dict, ind: str) -> str:
