@@ -262,8 +262,8 @@ def _streams(facts: _Facts, lp, body) -> list[Stream]:
         size = 2 if half else SIZES.get(ctype, 0)
         if not size:
             continue
-        out.append(Stream(array, ctype, size, half,
-                          f"{array} + (kt_j0 + ({_text(facts.src, offset)}))" if offset is not None else f"{array} + kt_j0",
+        address = f"{array} + (kt_j0 + ({_text(facts.src, offset)}))" if offset is not None else f"{array} + kt_j0"
+        out.append(Stream(array, ctype, size, half, address,
                           next(iter(keys)), tuple(_access(n) for n, _ in xs),
                           always and any(_always(n, body) for n, _ in xs),
                           not _store_first(body, [n for n, _ in xs]), written))

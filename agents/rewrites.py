@@ -8,10 +8,10 @@ that reads the kernel's analysis (agents/kernel_tree.py) and the source as the r
 left it (the literals already lifted), and returns the new source with its parameters, or says
 why it does not apply; or returns stages, each a Rewrite whose source builds on the stage
 before it (a later stage can be declined or left out and the earlier ones kept). Its
-parameters' defaults must reproduce the original token for token
-(the gate's check stays true), and it must apply only where the analysis proves it safe. The
-rules generator runs the functions of REWRITES in order on each backend's source, each on the
-source the one before made; a rewrite the gate rejects is dropped by name and the rest are kept.
+parameters' defaults must reproduce the original token for token (the gate's check stays
+true), and it must apply only where the analysis proves it safe. The rules generator runs the
+functions of REWRITES in order on each backend's source, each on the source the one before
+made; a rewrite or stage the gate rejects is dropped by name and the rest are kept.
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@
   its analysis proves safe on top (agents/rewrites.py); after a rejection it leaves out the
   rewrite or lift the gate named, else the last rewrite, else the riskiest lift, and notes why;
 - tuner: the whole grid when it fits the budget, else a coarse grid (every other value, the
-  default and the ends kept; the values the rewrites name first, when there are rewrites); then the neighbours of the best's values, the parameters that moved
-  the time most first, and midpoints between thread counts;
+  default and the ends kept; the values the rewrites name first, when there are rewrites, those
+  of a rewrite for memory-bound kernels only where the kernel's cost says it is one); then the
+  neighbours of the best's values, the parameters that moved the time most first, and midpoints
+  between thread counts;
 - tester: best against the original and the template's default, % of SOL, failures by status.
 """
 
