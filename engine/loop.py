@@ -14,7 +14,6 @@ session keeps everything measured so far.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Sequence
 
 from .agent_api import LoopState, Provider, ProviderError, RoundRecord, SearchPlan
 from .device import DeviceLimits
+from .emitter import Controlled, Emitter
 from .events import (
     AgentCall,
     Analysis,
@@ -29,7 +29,6 @@ from .events import (
     GateChecked,
     LoopFinished,
     LoopStarted,
-    Note,
     PlanMade,
     RoundStarted,
     SearchPlanned,
@@ -40,10 +39,11 @@ from .inputs_cache import inputs_cache
 from .proposal import EXTENSIONS, narrowed, source_diff
 from .result import Result, config_key
 from .search import STRATEGIES
-from .session import SessionWriter, default_path, new_header
+from .header import run_header
+from .session import SessionWriter, default_path
 from .sol import sol_time_us
-from .template import Problem, Template, TemplateError
-from .tune import Sink, TuneError, TuneOptions, TuneRun, peaks_for, resolve_device, vars_of
+from .template import Template, TemplateError
+from .tune import Sink, TuneError, TuneOptions, TuneRun, peaks_for, resolve_device
 
 
 class LoopError(TuneError):
@@ -99,8 +99,11 @@ class LoopOutcome:
         return self.original.median_us / self.best.median_us
 
 
-class TuningLoop:
-    """Drives the loop; `run()` blocks, `stop()`, `pause()` and `resume()` may come from other threads."""
+class TuningLoop(Controlled):
+    """Drives the loop; `run()` blocks, `stop()`, `pause()` and `resume()` may come from other threads.
+
+    Each round's tuning run sends its events through the loop's emitter: one clock, one session
+    file, and the loop's stop and pause reach the run in flight."""
 
     def __init__(self, original: Template, providers: Sequence[Provider], options: LoopOptions,
                  sinks: Sequence[Sink] = ()):
@@ -109,58 +112,22 @@ class TuningLoop:
         self.original = original
         self.providers = list(providers)
         self.options = options
-        self.sinks = list(sinks)
+        self.events = Emitter(sinks)
         self._active = 0
-        self._t0 = time.monotonic()
-        self._writer: SessionWriter | None = None
-        self._stop = threading.Event()
-        self._running = threading.Event()
-        self._running.set()
-        self._current: TuneRun | None = None
         self._cost = 0.0
-        self.stop_reason = "stopped"
-
-    # control (the dashboard's) -----------------------------------------------------------------
-    def stop(self, reason: str = "stopped") -> None:
-        """End after the configuration in flight; the session keeps everything."""
-        self.stop_reason = reason
-        self._stop.set()
-        self._running.set()
-        if self._current is not None:
-            self._current.stop(reason)
-
-    def pause(self) -> None:
-        self._running.clear()
-        if self._current is not None:
-            self._current.pause()
-
-    def resume(self) -> None:
-        self._running.set()
-        if self._current is not None:
-            self._current.resume()
-
-    @property
-    def paused(self) -> bool:
-        return not self._running.is_set()
 
     @property
     def provider(self) -> Provider:
         return self.providers[self._active]
 
     # events ------------------------------------------------------------------------------------
-    def _now(self) -> float:
-        return round(time.monotonic() - self._t0, 4)
-
     def _emit(self, ev: Event) -> None:
         if isinstance(ev, AgentCall):
             self._cost += ev.cost_usd
-        if self._writer is not None:
-            self._writer.write(ev)
-        for sink in self.sinks:
-            sink(ev)
+        self.events.emit(ev)
 
     def note(self, text: str, source: str = "loop") -> None:
-        self._emit(Note(self._now(), text, source))
+        self.events.note(text, source)
 
     # the loop ----------------------------------------------------------------------------------
     def run(self) -> LoopOutcome:
@@ -175,7 +142,17 @@ class TuningLoop:
         path = tune.session_path or default_path(self.original.name)
         seed = tune.seed if tune.seed is not None else int(time.time_ns() % (1 << 31))
         self.tune_options = replace(tune, seed=seed, session_path=path, resume=False, backend=backend)
-        self._writer = SessionWriter(path, self._header(backend, limits, problem, seed))
+        # the original kernel at its defaults is the session's baseline
+        header = run_header(self.original, backend, problem, limits, None, self.tune_options, {
+            "strategy": "agent loop",
+            "agent": self.provider.name,
+            "model": getattr(self.provider, "model", ""),
+            "rounds": opts.rounds,
+            "sol_target": opts.sol_target,
+            "plateau": opts.plateau,
+            "budget": opts.budget,
+        }, original_source=self.original.source_for(backend))
+        self.events.open(SessionWriter(path, header), header)
         self.templates_dir = opts.templates_dir or path.with_name(path.stem + "-templates")
         self.backend, self.limits, self.problem = backend, limits, problem
         env = problem.values
@@ -193,47 +170,11 @@ class TuningLoop:
             with inputs_cache():  # every round's workers use the same input sets: each reference runs once
                 return self._loop(pending)
         finally:
-            self._writer.close()
-
-    def _header(self, backend: str, limits: DeviceLimits, problem: Problem, seed: int) -> dict:
-        o = self.original
-        return new_header(
-            command=self.options.tune.command,
-            device=limits.to_dict(),
-            template={
-                "name": o.name,
-                "description": o.description,
-                "path": str(o.spec_path),
-                "fingerprint": o.fingerprint(),
-                "backend": backend,
-                "entry": o.entry,
-                # the original kernel at its defaults is the session's baseline
-                "parameters": [p.name for p in o.parameters],
-                "default_config": o.default_config(),
-                "spec": o.spec_text,
-                "source": o.source_for(backend),
-                "original_source": o.source_for(backend),
-            },
-            space={"problem_name": problem.name, "problem": dict(problem.values), "total": 0, "feasible": 0,
-                   "pruned": {}},
-            tuning={
-                "strategy": "agent loop",
-                "agent": self.provider.name,
-                "model": getattr(self.provider, "model", ""),
-                "rounds": self.options.rounds,
-                "sol_target": self.options.sol_target,
-                "plateau": self.options.plateau,
-                "budget": self.options.budget,
-                "seed": seed,
-                "config_timeout": self.options.tune.config_timeout,
-                "timing": vars_of(self.options.tune.timing),
-                "verify": vars_of(self.options.tune.verify),
-            },
-        )
+            self.events.writer.close()
 
     def _loop(self, pending: list[str]) -> LoopOutcome:
         opts = self.options
-        self._emit(LoopStarted(self._now(), self.provider.name, opts.rounds, opts.sol_target,
+        self._emit(LoopStarted(self.events.now(), self.provider.name, opts.rounds, opts.sol_target,
                                getattr(self.provider, "model", ""), opts.budget))
         for text in (*opts.notes, *pending):
             self.note(text)
@@ -242,16 +183,16 @@ class TuningLoop:
         reason = f"{opts.rounds} round{'s' if opts.rounds != 1 else ''} done"
         started = 0  # rounds begun: what the RoundStarted events counted
         for number in range(1, opts.rounds + 1):
-            if self._stop.is_set():
+            if self.events.stopped:
                 reason = self.stop_reason
                 break
             started = number
-            self._running.wait()
+            self.events.wait_running()
             why = self._round(number, original)
             if why:
                 reason = why
                 break
-        if self._stop.is_set():
+        if self.events.stopped:
             reason = self.stop_reason
         best, best_round, beaten = self.best, self.best_round, None
         if (best is not None and original is not None and original.verified and original.median_us
@@ -270,11 +211,11 @@ class TuningLoop:
                    if best is not None and original is not None and original.verified and best.median_us
                    and original.median_us else 0.0)
         self._emit(LoopFinished(
-            self._now(), reason, started, dict(best.config) if best else {},
+            self.events.now(), reason, started, dict(best.config) if best else {},
             (best.median_us or 0.0) if best else 0.0, (original.median_us or 0.0) if original else 0.0, speedup,
             (best.sol_fraction or 0.0) if best else 0.0, str(self.template_dir or ""), round(self._cost, 6),
             best is not None and best is original))
-        return LoopOutcome(self._writer.path, reason, list(self.history), original, best, best_round,
+        return LoopOutcome(self.events.writer.path, reason, list(self.history), original, best, best_round,
                            self.template, self.template_dir, self.limits, self.backend, self._cost,
                            list(self.agents), beaten)
 
@@ -285,7 +226,7 @@ class TuningLoop:
             template=self.template, template_dir=self.template_dir, history=tuple(self.history),
             best=self.best, best_round=self.best_round, sol_us=self.sol_us, sol_target=self.options.sol_target,
             budget=self.options.budget, last_verdict=self.verdict,
-            say=lambda text, role: self.note(text, role), record=self._emit, now=self._now)
+            say=lambda text, role: self.note(text, role), record=self._emit, now=self.events.now)
 
     def _call(self, role: str, *args):
         """Ask the active provider; when it fails, say so and hand the role to the next one."""
@@ -306,14 +247,10 @@ class TuningLoop:
         """The original kernel as given (its defaults), timed and verified like any configuration."""
         self.note("measuring the original kernel", "loop")
         opts = replace(self.tune_options, strategy="grid", budget=1, skip=(), profile_top=0)
-        run = TuneRun(self.original, opts, self.sinks, session=self._writer, started=self._t0)
-        self._current = run
         try:
-            outcome = run.run()
+            outcome = TuneRun(self.original, opts, emitter=self.events).run()
         except TuneError as e:
             raise LoopError(f"the original kernel cannot be measured: {e}") from None
-        finally:
-            self._current = None
         result = outcome.baseline or (outcome.results[0] if outcome.results else None)
         if result is None or not result.verified:
             message = result.message if result is not None else outcome.reason
@@ -324,9 +261,9 @@ class TuningLoop:
 
     def _round(self, number: int, original: Result | None) -> str | None:
         """One round; a reason to stop the loop, or None to go on."""
-        self._emit(RoundStarted(self._now(), number, self.provider.name))
+        self._emit(RoundStarted(self.events.now(), number, self.provider.name))
         plan = self._call("plan", self._state(number))
-        self._emit(PlanMade(self._now(), number, self.provider.name, plan.text, plan.retemplate, plan.stop))
+        self._emit(PlanMade(self.events.now(), number, self.provider.name, plan.text, plan.retemplate, plan.stop))
         if plan.stop:
             return f"the planner stopped: {_first_line(plan.text)}"
         if self.template is None or plan.retemplate:
@@ -343,7 +280,7 @@ class TuningLoop:
         except TemplateError as e:
             self.note(f"the tuner's value lists do not fit the template ({e}); searching its own lists", "loop")
             search = replace(search, values={})
-        self._emit(SearchPlanned(self._now(), number, self.provider.name, search.strategy, search.budget,
+        self._emit(SearchPlanned(self.events.now(), number, self.provider.name, search.strategy, search.budget,
                                  {p.name: list(p.values) for p in template.parameters}, search.reason))
         # every configuration of this template is measured once in the session, the default too:
         # an earlier round's result of it stays the baseline of speedups
@@ -353,10 +290,8 @@ class TuningLoop:
         baseline = next((r for r in earlier if config_key(r.config) == default_key), None)
         opts = replace(self.tune_options, strategy=search.strategy, budget=search.budget, skip=skip,
                        baseline=baseline)
-        run = TuneRun(template, opts, self.sinks, session=self._writer, started=self._t0)
-        self._current = run
         try:
-            outcome = run.run()
+            outcome = TuneRun(template, opts, emitter=self.events).run()
         except TuneError as e:
             record = RoundRecord(number, self.provider.name, plan.text, self.template_dir, search, error=str(e))
             self.note(f"round {number} could not search: {e}", "loop")
@@ -368,17 +303,15 @@ class TuningLoop:
             record = RoundRecord(number, self.provider.name, plan.text, self.template_dir, search,
                                  tuple(outcome.results), best, outcome.winner_ok, outcome.reason,
                                  profiles=tuple(outcome.profiles))
-        finally:
-            self._current = None
         previous_best = self.best
         if record.best is not None and (self.best is None or record.best.median_us < self.best.median_us):
             self.best, self.best_round = record.best, number
         self.history.append(record)
-        if self._stop.is_set():
+        if self.events.stopped:
             return self.stop_reason
         report = self._call("test", self._state(number), record)
         best = self.best
-        self._emit(Analysis(self._now(), number, self.provider.name, report.text,
+        self._emit(Analysis(self.events.now(), number, self.provider.name, report.text,
                             dict(best.config) if best else {}, (best.median_us or 0.0) if best else 0.0,
                             (original.median_us or 0.0) if original else 0.0,
                             (best.sol_fraction or 0.0) if best else 0.0, best is not None))
@@ -413,7 +346,7 @@ class TuningLoop:
         rejection: str | None = None
         proposer = self.provider
         for attempt in range(1, self.options.attempts + 1):
-            if self._stop.is_set():
+            if self.events.stopped:
                 return self.stop_reason
             try:
                 proposal = self._call("generate", self._state(number),
@@ -437,10 +370,10 @@ class TuningLoop:
                                      device=self.tune_options.device, problem=self.problem, limits=self.limits,
                                      timeout=self.options.gate_timeout, header=header)
             spec = verdict.template.spec_text if verdict.template is not None else ""
-            self._emit(TemplateProposed(self._now(), number, attempt, proposer.name, self.backend,
+            self._emit(TemplateProposed(self.events.now(), number, attempt, proposer.name, self.backend,
                                         tuple(p.name for p in proposal.parameters), proposal.default_config,
                                         spec, source, diff, proposal.summary))
-            self._emit(GateChecked(self._now(), number, attempt, verdict.ok, verdict.reason, verdict.checks,
+            self._emit(GateChecked(self.events.now(), number, attempt, verdict.ok, verdict.reason, verdict.checks,
                                    verdict.seeds, str(directory)))
             self.verdict = verdict
             if verdict.ok:

@@ -1,10 +1,6 @@
 """Sessions: a header and the run's events, as TOML, appended and flushed as events happen.
 
-    [session]   format, version, id, created, tool version, command
-    [device]    the device's limits
-    [template]  name, fingerprint, backend, the spec, the source and the original source
-    [space]     problem, total, feasible, pruned by rule
-    [tuning]    strategy, budget, seed, timing policy
+    [session] [device] [template] [space] [tuning]   the header (engine/header.py)
     [[event]]   one table per event, in order
 
 A run killed at any point leaves a file that loads: a partial last event is dropped with a
@@ -19,16 +15,16 @@ import json
 import os
 import re
 import sys
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import tomli_w
 
 from .events import ConfigEvaluated, Note, Event, EventFormatError, RunFinished, RunStarted, event_from_dict, event_to_dict
+from .header import FORMAT, HEADER_TABLES, VERSION, SessionHeader, new_header, tool_version  # noqa: F401
 from .result import FAILED, Result, config_key
 
 if sys.version_info >= (3, 11):
@@ -36,9 +32,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-FORMAT = "kerntune-session"
-VERSION = 1
-HEADER_TABLES = ("session", "device", "template", "space", "tuning")
 _EVENT_HEADER = re.compile(r"^\[\[event\]\]\s*$", re.MULTILINE)
 # Each event ends with this comment line: an event without it was cut off mid-write.
 END_MARK = "# end\n"
@@ -50,34 +43,6 @@ class SessionError(ValueError):
 
 class SessionBusy(SessionError):
     """A session file another process is writing: a session has one writer at a time."""
-
-
-def tool_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("kerntune")
-    except Exception:
-        return "0+unknown"
-
-
-def new_header(*, command: Iterable[str], device: Mapping[str, Any], template: Mapping[str, Any],
-               space: Mapping[str, Any], tuning: Mapping[str, Any]) -> dict[str, Any]:
-    now = datetime.now(timezone.utc)
-    return {
-        "session": {
-            "format": FORMAT,
-            "version": VERSION,
-            "id": uuid.uuid4().hex[:12],
-            "created": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "tool_version": tool_version(),
-            "command": [str(c) for c in command],
-        },
-        "device": dict(device),
-        "template": dict(template),
-        "space": dict(space),
-        "tuning": dict(tuning),
-    }
 
 
 def lock_session(path: Path) -> int:
@@ -218,7 +183,7 @@ class Session:
     """A loaded session: its header, its events, and what loading had to say."""
 
     path: Path
-    header: dict[str, Any]
+    header: SessionHeader
     events: list[Event]
     warnings: list[str] = field(default_factory=list)
 
@@ -422,7 +387,7 @@ def _validate(p: Path, data: dict, warnings: list[str]) -> Session:
                 warnings.append(f"{p}: the last event is incomplete ({e}) and has been dropped")
                 break
             raise SessionError(f"{p}: event {i + 1}: {e}") from None
-    return Session(p, header, events, warnings)
+    return Session(p, SessionHeader(**header), events, warnings)
 
 
 def default_path(template: str, directory: Path | None = None) -> Path:

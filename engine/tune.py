@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,8 +23,6 @@ from .events import (
     BestImproved,
     ConfigEvaluated,
     ConfigSanitized,
-    Event,
-    Note,
     RunFinished,
     RunStarted,
     SpaceBuilt,
@@ -33,7 +30,7 @@ from .events import (
 )
 from .result import FAILED, Result, config_key
 from .search import Seeded, StopRules, make_strategy
-from .session import Session, SessionError, SessionWriter, default_path, load_session, lock_session, new_header
+from .session import Session, SessionWriter, default_path, load_session, lock_session
 from .sol import load_peaks
 from .space import Config, Space, build_space, odd_problem
 from .template import ParamValue, Problem, Template
@@ -41,8 +38,8 @@ from .cluster import ClusterError
 from .driver import Progress, search
 from .worker import WorkerError, WorkerSpec
 from .workers import Workers
-
-Sink = Callable[[Event], None]
+from .emitter import Controlled, Emitter, Sink  # noqa: F401 (Sink: the drivers' sinks' type)
+from .header import run_header
 
 
 class TuneError(RuntimeError):
@@ -136,58 +133,23 @@ def peaks_for(backend: str, device: int, limits: DeviceLimits, measure: bool,
     return limits.with_peaks(peaks.bandwidth_gbs, peaks.gflops, peaks.source, spread=peaks.spread)
 
 
-class TuneRun:
+class TuneRun(Controlled):
     """Drives one run; `run()` blocks, `stop()` and `pause()` may be called from other threads.
 
-    With `session`, the run appends its events to that open session instead of writing a file of
-    its own (a round of the agent loop), and counts its clock from `started`.
+    With `emitter` (a round of the agent loop), the run sends its events through that one: it
+    appends to the loop's open session instead of writing a file of its own, on the loop's clock,
+    and the loop's stop and pause reach it.
     """
 
     def __init__(self, template: Template, options: TuneOptions, sinks: Sequence[Sink] = (), *,
-                 session: SessionWriter | None = None, started: float | None = None):
+                 emitter: Emitter | None = None):
         self.template = template
         self.options = options
-        self.sinks = list(sinks)
-        self._session = session
-        self._stop = threading.Event()
-        self._running = threading.Event()
-        self._running.set()
-        self._t0 = time.monotonic() if started is None else started
-        self._time_offset = 0.0
-        self.stop_reason = "stopped"
-
-    # control -----------------------------------------------------------------------------------
-    def stop(self, reason: str = "stopped") -> None:
-        self.stop_reason = reason
-        self._stop.set()
-        self._running.set()
-
-    def pause(self) -> None:
-        self._running.clear()
-
-    def resume(self) -> None:
-        self._running.set()
-
-    @property
-    def paused(self) -> bool:
-        return not self._running.is_set()
-
-    # events ------------------------------------------------------------------------------------
-    def _now(self) -> float:
-        return round(self._time_offset + time.monotonic() - self._t0, 4)
-
-    def _emit(self, ev: Event) -> None:
-        if self._writer is not None:
-            self._writer.write(ev)
-        for sink in self.sinks:
-            sink(ev)
-
-    def note(self, text: str) -> None:
-        self._emit(Note(self._now(), text))
+        self._shared = emitter is not None
+        self.events = emitter if emitter is not None else Emitter(sinks)
 
     # the run -----------------------------------------------------------------------------------
     def run(self) -> Outcome:
-        self._writer: SessionWriter | None = None
         opts, template = self.options, self.template
         pending: list[str] = []
         backend, limits = resolve_device(opts.backend, opts.devices[0] if opts.devices else opts.device,
@@ -210,8 +172,8 @@ class TuneRun:
         previous: Session | None = None
         lock: int | None = None
         path = opts.session_path or default_path(template.name)
-        if self._session is not None:
-            path = self._session.path
+        if self._shared:
+            path = self.events.writer.path
         elif opts.resume and path.exists():
             # the lock first: a run writing this file now would change what is to be resumed
             lock = lock_session(path)
@@ -222,60 +184,28 @@ class TuneRun:
                 raise
         results: list[Result] = previous.results() if previous else []
         seed = opts.seed
-        if previous is not None and isinstance(previous.header.get("tuning", {}).get("seed"), int):
-            seed = previous.header["tuning"]["seed"]
+        if previous is not None and isinstance(previous.header.tuning.get("seed"), int):
+            seed = previous.header.tuning["seed"]
         if seed is None:
             seed = random.SystemRandom().randrange(1 << 31)
         self.options = opts = replace(opts, seed=seed)
         done = {config_key(r.config) for r in results} | set(opts.skip)
-        if self._session is not None:
-            self._writer = self._session
-        elif previous is not None:
+        if previous is not None:
             last = previous.events[-1].t if previous.events else 0.0
-            self._time_offset = float(last)
-            self._writer = SessionWriter(path, lock=lock)
-            if self._writer.repaired:
-                pending.append(self._writer.repaired)
-        else:
-            header = new_header(
-                command=opts.command,
-                device=limits.to_dict(),
-                template={
-                    "name": template.name,
-                    "description": template.description,
-                    "path": str(template.spec_path),
-                    "fingerprint": template.fingerprint(),
-                    "backend": backend,
-                    "entry": template.entry,
-                    "parameters": [p.name for p in template.parameters],
-                    "default_config": template.default_config(),
-                    "spec": template.spec_text,
-                    "source": template.source_for(backend),
-                    "original_source": template.original_sources.get(backend, template.source_for(backend)),
-                },
-                space={
-                    "problem_name": problem.name,
-                    "problem": dict(problem.values),
-                    "total": space.total,
-                    "feasible": space.feasible,
-                    "pruned": dict(space.pruned),
-                },
-                tuning={
-                    "strategy": opts.strategy,
-                    "budget": opts.budget,
-                    "time_limit": opts.time_limit,
-                    "seed": opts.seed,
-                    "config_timeout": opts.config_timeout,
-                    "timing": vars_of(opts.timing),
-                    "verify": vars_of(opts.verify),
-                },
-            )
-            self._writer = SessionWriter(path, header)
+            self.events.offset = float(last)
+            writer = SessionWriter(path, lock=lock)
+            if writer.repaired:
+                pending.append(writer.repaired)
+            self.events.open(writer, previous.header, previous.events)
+        elif not self._shared:
+            header = run_header(template, backend, problem, limits, space, opts,
+                                {"strategy": opts.strategy, "budget": opts.budget, "time_limit": opts.time_limit})
+            self.events.open(SessionWriter(path, header), header)
         try:
             return self._search(template, problem, space, limits, backend, default, results, done, path, pending)
         finally:
-            if self._session is None:  # a loop's session stays open for its next round
-                self._writer.close()
+            if not self._shared:  # a loop's session stays open for its next round
+                self.events.writer.close()
 
     def _check_resumable(self, path: Path, template: Template, problem: Problem, backend: str) -> Session:
         previous = load_session(path)
@@ -293,22 +223,22 @@ class TuneRun:
                 backend: str, default: Config, results: list[Result], done: set[str], path: Path,
                 pending: list[str]) -> Outcome:
         opts = self.options
-        self._emit(RunStarted(self._now(), template.name, dict(problem.values), problem.name, backend,
+        self.events.emit(RunStarted(self.events.now(), template.name, dict(problem.values), problem.name, backend,
                               limits.name, opts.strategy, opts.budget, opts.time_limit, opts.seed, len(results)))
-        self._emit(SpaceBuilt(self._now(), space.total, space.feasible, dict(space.pruned)))
+        self.events.emit(SpaceBuilt(self.events.now(), space.total, space.feasible, dict(space.pruned)))
         for text in pending:
-            self.note(text)
+            self.events.note(text)
         if results:
-            self.note(f"resuming: {len(results)} configurations already evaluated are kept")
+            self.events.note(f"resuming: {len(results)} configurations already evaluated are kept")
         if default not in space.configs:
-            self.note("the default configuration is not feasible for this problem: speedups are relative to the fastest")
+            self.events.note("the default configuration is not feasible for this problem: speedups are relative to the fastest")
         strategy = make_strategy(opts.strategy, space, seed=opts.seed, done=done,
                                  first=default if default in space.configs else None)
         if opts.start_from:
             by_key = {c.key: c for c in space.configs}
             starts = [by_key[config_key(dict(c))] for c in opts.start_from if config_key(dict(c)) in by_key]
             if len(starts) < len(opts.start_from):
-                self.note(f"{len(opts.start_from) - len(starts)} of the {len(opts.start_from)} starting "
+                self.events.note(f"{len(opts.start_from) - len(starts)} of the {len(opts.start_from)} starting "
                           f"configurations are not in this problem's space: skipped")
             first = [default] if default in space.configs else []  # the baseline still goes first
             strategy = Seeded(strategy, first + starts, done)
@@ -320,7 +250,7 @@ class TuneRun:
                 strategy.observe(Config.of(r.config), r)
         odd = odd_problem(template, problem, space.configs, limits)
         if odd is not None:
-            self.note(f"no verification size is odd in every dimension: verifying also at "
+            self.events.note(f"no verification size is odd in every dimension: verifying also at "
                       f"{fmt_values(odd.values)}, where a tail bug shows")
         spec = WorkerSpec(backend, opts.device, str(template.spec_path), template.spec_text,
                           dict(template.sources), problem.name, dict(problem.values), opts.seed,
@@ -346,18 +276,18 @@ class TuneRun:
             nonlocal baseline
             results.append(result)
             index = len(results) - 1
-            self._emit(ConfigEvaluated(self._now(), index, result))
+            self.events.emit(ConfigEvaluated(self.events.now(), index, result))
             if config == default:
                 baseline = result
             if improved:
                 speedup = (baseline.median_us / result.median_us
                            if baseline is not None and baseline.ranked else 1.0)
-                self._emit(BestImproved(self._now(), index, dict(result.config), result.median_us,
+                self.events.emit(BestImproved(self.events.now(), index, dict(result.config), result.median_us,
                                         result.sol_fraction or 0.0, speedup))
 
         def interrupted() -> str | None:
-            self._running.wait()
-            return self.stop_reason if self._stop.is_set() else None
+            self.events.wait_running()
+            return self.events.stop_reason if self.events.stopped else None
 
         try:
             try:
@@ -368,7 +298,7 @@ class TuneRun:
             reason = search(strategy, evaluations, rules, progress, on_result,
                             clock=lambda: time.monotonic() - started, interrupted=interrupted)
             best = progress.best
-            if best is not None and not self._stop.is_set():
+            if best is not None and not self.events.stopped:
                 best, winner_ok = self._final_check(evaluations, results, template, problem, backend)
                 if best is not None and winner_ok and len(getattr(evaluations, "labels", ())) > 1:
                     self._retime(evaluations, best)
@@ -378,10 +308,10 @@ class TuneRun:
         finally:
             evaluations.close()
         profiles = []
-        if opts.profile_top > 0 and not self._stop.is_set():
+        if opts.profile_top > 0 and not self.events.stopped:
             profiles = self._profile(template, problem, results, backend, opts.profile_top)
         verified = sum(1 for r in results if r.verified)
-        self._emit(RunFinished(self._now(), reason, len(results), verified,
+        self.events.emit(RunFinished(self.events.now(), reason, len(results), verified,
                                dict(best.config) if best else {}, best.median_us if best else 0.0))
         return Outcome(path, reason, results, best, baseline, space, limits, winner_ok, profiles)
 
@@ -391,16 +321,16 @@ class TuneRun:
         if opts.cluster:
             from .cluster import ClusterEvaluations
 
-            self.note(f"evaluating on the Dask cluster at {opts.cluster}: each of its workers compiles "
+            self.events.note(f"evaluating on the Dask cluster at {opts.cluster}: each of its workers compiles "
                       "and measures; results stream here")
             return ClusterEvaluations(opts.cluster, spec, config_timeout=opts.config_timeout)
         devices = opts.devices or (opts.device,)
         pool = self._compile_pool(template, backend, limits)
         if pool is not None:
             from .backends.cuda_toolchain import compiler_summary
-            self.note(f"compiling ahead in {pool.jobs} processes: {compiler_summary()}")
+            self.events.note(f"compiling ahead in {pool.jobs} processes: {compiler_summary()}")
         if len(devices) > 1:
-            self.note(f"evaluating on {len(devices)} devices at once: {', '.join(f'{backend}:{d}' for d in devices)}"
+            self.events.note(f"evaluating on {len(devices)} devices at once: {', '.join(f'{backend}:{d}' for d in devices)}"
                       + ("; devices listed twice share one, and their timings disturb each other"
                          if len(set(devices)) < len(devices) else ""))
         return Workers([replace(spec, device=d) for d in devices], pool, config_timeout=opts.config_timeout)
@@ -410,11 +340,11 @@ class TuneRun:
             scale = info.get("scale", {}).get(name)
             widened = (f"; its tolerance is widened {scale:.3g}x for every configuration" if scale
                        else "; the default tolerance holds")
-            self._emit(Note(self._now(), f"tolerance of `{name}`: the original kernel's worst error is "
-                            f"{err:.3g}x the default{widened}", source="calibration"))
+            self.events.note(f"tolerance of `{name}`: the original kernel's worst error is "
+                             f"{err:.3g}x the default{widened}", source="calibration")
         if not info.get("cold_cache", True):
             flush = info.get("flush_bytes", 0) / 2**20
-            self.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "
+            self.events.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "
                       "flushed between timed runs: small problems may time warm, and % of SOL can pass 100")
 
     def _retime(self, evaluations, best: Result) -> None:
@@ -423,7 +353,7 @@ class TuneRun:
         ok = [(label, r.median_us) for label, r in timed if r.ranked]
         failed = [f"{label} ({r.status})" for label, r in timed if not r.ranked]
         if not ok:
-            self.note(f"the winner could not be timed again on any device: {', '.join(failed)}")
+            self.events.note(f"the winner could not be timed again on any device: {', '.join(failed)}")
             return
         times = sorted(t for _, t in ok)
         mid = times[len(times) // 2]
@@ -439,7 +369,7 @@ class TuneRun:
             text += f", within the timing noise ({100 * noise:.0f}%)"
         if failed:
             text += f"; not timed again: {', '.join(failed)}"
-        self._emit(Note(self._now(), text, source="devices"))
+        self.events.note(text, source="devices")
 
     def _final_check(self, worker, results: list[Result], template: Template, problem: Problem,
                      backend: str) -> tuple[Result | None, bool]:
@@ -456,41 +386,41 @@ class TuneRun:
             r = results[i]
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
             ok, msg = worker.verify_again(Config.of(r.config), seeds)
-            self._emit(WinnerVerified(self._now(), dict(r.config), ok, msg, seeds))
+            self.events.emit(WinnerVerified(self.events.now(), dict(r.config), ok, msg, seeds))
             if ok and (sanitizer is None or self._sanitized(sanitizer, template, problem, results, i)):
                 winner = i
                 break
             if not ok:
                 status, text = split_status(msg)
                 self._demote(results, i, status, f"failed its final check on new inputs: {text}")
-            self.note(f"the fastest configuration failed its final check ({results[i].status}): "
+            self.events.note(f"the fastest configuration failed its final check ({results[i].status}): "
                       "it is not reported; checking the next")
         if winner is None:
             more = len(ranked) > MAX_RECHECKS
-            self.note("no configuration passed its final check on new inputs"
+            self.events.note("no configuration passed its final check on new inputs"
                       + (f" among the {MAX_RECHECKS} fastest" if more else ""))
             return None, False
         if sanitizer is not None:  # `--sanitize K`: the K fastest, the winner among them
             for i in [j for j in ranked if j != winner][:max(0, self.options.sanitize - 1)]:
-                if self._stop.is_set():
+                if self.events.stopped:
                     break
                 self._sanitized(sanitizer, template, problem, results, i)
         return results[winner], True
 
     def _demote(self, results: list[Result], i: int, status: str, message: str) -> None:
         results[i] = replace(results[i], status=status, message=message)
-        self._emit(ConfigEvaluated(self._now(), i, results[i], replaces=True))
+        self.events.emit(ConfigEvaluated(self.events.now(), i, results[i], replaces=True))
 
     def _sanitizer(self, backend: str) -> str | None:
         if backend != "cuda":
             if self.options.sanitize:
-                self.note(f"--sanitize needs the CUDA backend; this run used {backend}")
+                self.events.note(f"--sanitize needs the CUDA backend; this run used {backend}")
             return None
         from .sanitize import find_sanitizer
 
         tool = find_sanitizer()
         if tool is None and self.options.sanitize:
-            self.note("compute-sanitizer was not found: --sanitize checks nothing")
+            self.events.note("compute-sanitizer was not found: --sanitize checks nothing")
         return tool
 
     def _sanitized(self, tool: str, template: Template, problem: Problem, results: list[Result], i: int) -> bool:
@@ -502,9 +432,9 @@ class TuneRun:
             config = dict(r.config) or None  # {}: the original kernel
             clean, message = sanitize_config(template, problem, config, device=self.options.device, tool=tool)
         except SanitizeError as e:
-            self.note(f"compute-sanitizer could not check {fmt_values(r.config)}: {e}")
+            self.events.note(f"compute-sanitizer could not check {fmt_values(r.config)}: {e}")
             return True
-        self._emit(ConfigSanitized(self._now(), dict(r.config), clean, message))
+        self.events.emit(ConfigSanitized(self.events.now(), dict(r.config), clean, message))
         if not clean:
             self._demote(results, i, "out_of_bounds", message)
         return clean
@@ -516,24 +446,24 @@ class TuneRun:
         from .profile import profile_config, profiled_event, ranked_results
 
         if backend != "cuda":
-            self.note(f"profiling needs the CUDA backend and Nsight Compute; this run used {backend}: skipped")
+            self.events.note(f"profiling needs the CUDA backend and Nsight Compute; this run used {backend}: skipped")
             return []
         ncu = find_ncu()
         if ncu is None:
-            self.note("ncu (Nsight Compute) was not found: the leading configurations are not profiled")
+            self.events.note("ncu (Nsight Compute) was not found: the leading configurations are not profiled")
             return []
         tool = ncu_version(ncu)
         bytes_moved = float(template.cost_bytes.evaluate(problem.values))
         out = []
         for n, r in enumerate(ranked_results(results)[:top], 1):
-            if self._stop.is_set():
+            if self.events.stopped:
                 break
             try:
                 m = profile_config(template, problem, r.config, device=self.options.device, ncu=ncu)
-                ev = profiled_event(self._now(), r, n, bytes_moved, metrics=m, tool=tool)
+                ev = profiled_event(self.events.now(), r, n, bytes_moved, metrics=m, tool=tool)
             except ProfileError as e:
-                ev = profiled_event(self._now(), r, n, bytes_moved, error=str(e), tool=tool)
-            self._emit(ev)
+                ev = profiled_event(self.events.now(), r, n, bytes_moved, error=str(e), tool=tool)
+            self.events.emit(ev)
             out.append(ev)
             if not ev.ok and "counters" in ev.message:  # no config will do better
                 break
@@ -568,8 +498,3 @@ def _fresh_seeds(count: int = 2) -> list[int]:
 
 def fmt_values(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
-
-
-def vars_of(obj: Any) -> dict[str, Any]:
-    return asdict(obj)
-

@@ -32,6 +32,8 @@ from kerntune.engine.session import SessionWriter, load_session, new_header
 from kerntune.engine.sol import save_peaks
 from kerntune.engine.template import load_template
 from kerntune.engine.tune import TuneOptions
+from kerntune.tui.feeds import LiveFeed
+from kerntune.tui.state import HeaderRead
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -181,10 +183,12 @@ def test_the_agents_import_the_agent_interface_and_never_the_loop_driver():
 def test_the_loop_measures_each_configuration_of_a_template_once(tmp_path, original, opencl_backend):
     tune = TuneOptions(backend="opencl", probe=False, seed=5, session_path=tmp_path / "once.toml",
                        timing=TimingPolicy(min_repeats=3, max_repeats=3))
-    events = []
+    events, feed = [], LiveFeed(max_batch=100_000)
     out = TuningLoop(original, [RulesProvider()], LoopOptions(tune=tune, rounds=2, budget=4, sol_target=0.99,
-                                                              plateau=-1.0), [events.append]).run()
+                                                              plateau=-1.0), [events.append, feed]).run()
     assert len(out.rounds) == 2 and all(len(r.results) > 0 for r in out.rounds)
+    # the dashboard gets the session's header in memory first, then every event of every round
+    assert feed.poll().items == [HeaderRead(load_session(out.session_path).header), *events]
     measured = [config_key(e.result.config) for e in events if isinstance(e, ConfigEvaluated) and e.result.config]
     assert len(measured) == len(set(measured)), "a configuration was measured twice"
     default = config_key(out.template.default_config())

@@ -174,7 +174,11 @@ def test_a_run_resumed_with_another_strategy_keeps_and_learns_from_its_results(o
     from dataclasses import replace
 
     from kerntune.engine.evaluate import TimingPolicy
+    from kerntune.engine.events import RunStarted
+    from kerntune.engine.session import load_session
     from kerntune.engine.tune import TuneOptions, TuneRun
+    from kerntune.tui.feeds import LiveFeed
+    from kerntune.tui.state import HeaderRead
 
     t = load_template(templates.path("vector_add"))
     opts = TuneOptions(backend="opencl", strategy="random", budget=6, seed=1, overrides={"n": 20000},
@@ -182,7 +186,13 @@ def test_a_run_resumed_with_another_strategy_keeps_and_learns_from_its_results(o
                        timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.001))
     first = TuneRun(t, opts).run()
     assert len(first.results) == 6
-    second = TuneRun(t, replace(opts, strategy="model", budget=10, resume=True)).run()
+    recorded = load_session(tmp_path / "s.toml")
+    feed = LiveFeed()
+    second = TuneRun(t, replace(opts, strategy="model", budget=10, resume=True), [feed]).run()
+    # the dashboard gets the session's header and the events recorded before in memory, first
+    items = feed.poll().items
+    assert items[0] == HeaderRead(recorded.header) and items[1:len(recorded.events) + 1] == recorded.events
+    assert isinstance(items[len(recorded.events) + 1], RunStarted)
     keys = [config_key(r.config) for r in second.results]
     assert len(keys) == 10 and len(set(keys)) == 10
     assert keys[:6] == [config_key(r.config) for r in first.results]

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kerntune.engine.events import ConfigEvaluated, Note, RunStarted
+from kerntune.engine.emitter import Emitter
+from kerntune.engine.events import ConfigEvaluated, LoopStarted, Note, RunStarted
 from kerntune.engine.result import Result, config_key
-from kerntune.engine.session import SessionWriter, load_session
+from kerntune.engine.session import SessionWriter, load_session, new_header
 from kerntune.tui.export import ExportError, best_header, best_json, save_copy
 from kerntune.tui.feeds import LiveFeed, ReplayFeed, parse_speed
 from kerntune.tui.state import BoardView, DashboardState, FilterError, HeaderRead
@@ -160,21 +161,21 @@ def test_speeds_from_the_command_line():
         parse_speed("fast")
 
 
-def test_the_live_feed_reads_the_header_and_a_resumed_run_s_earlier_events(tmp_path):
+def test_the_live_feed_takes_the_header_and_a_resumed_run_s_earlier_events_in_memory(tmp_path):
     recorded = load_session(VECTOR_ADD)
     path = tmp_path / "live.toml"
-    writer = SessionWriter(path, recorded.header)
     earlier = recorded.events[:8]
-    for ev in earlier:
-        writer.write(ev)
     feed = LiveFeed(path)
+    emitter = Emitter([feed])
+    emitter.open(SessionWriter(path, recorded.header), recorded.header, earlier)
+    path.unlink()  # the feed never reads the session file back
     again = RunStarted(20.0, "vector_add", {"n": 1}, "x", "opencl", "cpu", "grid", resumed=3)
-    writer.write(again)  # the engine writes an event before it calls the sinks
-    feed(again)
-    feed(Note(20.5, "after"))
-    writer.close()
+    emitter.emit(again)
+    emitter.emit(Note(20.5, "after"))
+    emitter.writer.close()
     items = feed.poll().items
-    assert isinstance(items[0], HeaderRead) and items[0].header["template"]["name"] == "vector_add"
+    assert isinstance(items[0], HeaderRead) and items[0].header is recorded.header
+    assert items[0].header["template"]["name"] == "vector_add"
     assert items[1:9] == earlier and items[9] == again and items[10] == Note(20.5, "after")
 
 
@@ -217,13 +218,20 @@ def test_save_copy_never_overwrites_the_session_itself(tmp_path):
     assert config_key({"A": 1}) == "A=1"
 
 
-def test_the_live_feed_says_so_when_the_header_cannot_be_read_and_never_stops_the_run(tmp_path):
-    feed = LiveFeed(tmp_path / "missing.toml")
-    started = RunStarted(0.5, "vector_add", {"n": 1}, "x", "opencl", "cpu", "grid")
-    feed(started)  # must not raise: an exception here would end the engine's run
-    items = feed.poll().items
-    assert isinstance(items[0], Note) and "could not read the session header" in items[0].text
-    assert items[1] == started
+def test_the_live_feed_shows_the_agent_loop_from_its_first_event_and_plain_sinks_get_events_only(tmp_path):
+    header = new_header(command=["kerntune", "tune", "--agent", "rules"], device={"name": "cpu"},
+                        template={"name": "x", "backend": "opencl"}, space={}, tuning={"strategy": "agent loop"})
+    feed, text = LiveFeed(), []
+    emitter = Emitter([feed, text.append])
+    emitter.open(SessionWriter(tmp_path / "loop.toml", header), header)
+    events = [LoopStarted(0.0, "rules", 3, 0.9), Note(0.1, "measuring the original kernel", "loop"),
+              RunStarted(0.5, "x", {"n": 1}, "small", "opencl", "cpu", "grid")]
+    for ev in events:
+        emitter.emit(ev)
+    emitter.writer.close()
+    assert feed.poll().items == [HeaderRead(header), *events]  # before the first run starts, too
+    assert text == events
+    assert load_session(tmp_path / "loop.toml").header == header  # what the file holds, the sinks had
 
 
 def test_the_original_kernel_with_no_parameters_is_the_baseline():

@@ -1,9 +1,9 @@
 """Helpers for the dashboard's tests: a scripted engine and a way to wait for the screen.
 
-The scripted engine plays a recorded session the way TuneRun emits events: the header is written
-to the session file first, then each event is appended to the file and handed to the sinks, on
-the engine's thread. Nothing of the product is replaced: the dashboard, its feed and its worker
-are the real ones.
+The scripted engine plays a recorded session the way TuneRun emits events, through the engine's
+own emitter: the header is written to the session file and handed to the sinks first, then each
+event is appended to the file and handed to the sinks, on the engine's thread. Nothing of the
+product is replaced: the dashboard, its feed and its worker are the real ones.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
+from kerntune.engine.emitter import Emitter
 from kerntune.engine.events import Event, RunStarted
 from kerntune.engine.session import Session, SessionWriter, load_session
 from kerntune.engine.template import load_template
@@ -40,16 +41,16 @@ class ScriptedEngine:
         self.release = threading.Event()
 
     def __call__(self) -> Any:
-        writer = SessionWriter(self.path, self.header)
+        emitter = Emitter([self.sink])
+        emitter.open(SessionWriter(self.path, self.header), self.header)
         try:
             for i, ev in enumerate(self.events):
                 if i == self.hold_after:
                     self.held.set()
                     self.release.wait(30)
-                writer.write(ev)
-                self.sink(ev)
+                emitter.emit(ev)
         finally:
-            writer.close()
+            emitter.writer.close()
         return SimpleNamespace(reason="scripted")
 
 

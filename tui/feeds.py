@@ -12,10 +12,9 @@ import queue
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
-from kerntune.engine.events import Event, Note, RunStarted
-from kerntune.engine.session import load_session
+from kerntune.engine.events import Event
 
 from .state import HeaderRead
 
@@ -55,38 +54,27 @@ class Batch:
 
 
 class LiveFeed:
-    """An event sink for TuneRun (called on the engine thread) and the queue the UI drains.
+    """An event sink for a driver (called on the engine thread) and the queue the UI drains.
 
-    When the run starts, the feed reads the session header from the file the engine has just
-    written (the device's limits and the template's sources live there, not in the events), and
-    on a resumed run the events recorded before, so the dashboard shows the whole session.
+    Before its first event the driver hands over the session's header (the device's limits and
+    the template's sources live there, not in the events) and, on a resumed run, the events
+    recorded before, so the dashboard shows the whole session without reading the file back.
+    `session_path` is the file the run writes, for the caller's record.
     """
 
-    def __init__(self, session_path: Path, max_batch: int = MAX_BATCH):
-        self.session_path = Path(session_path)
+    def __init__(self, session_path: Path | None = None, max_batch: int = MAX_BATCH):
+        self.session_path = Path(session_path) if session_path is not None else None
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._header_read = False
+
+    def session_opened(self, header: Mapping, earlier: Sequence[Event] = ()) -> None:
+        now = time.monotonic()
+        self._queue.put((now, HeaderRead(header)))
+        for old in earlier:
+            self._queue.put((now, old))
 
     def __call__(self, ev: Event) -> None:
-        now = time.monotonic()
-        if isinstance(ev, RunStarted) and not self._header_read:
-            self._header_read = True
-            try:
-                session = load_session(self.session_path)
-            except Exception as e:  # any error: a sink that raised would end the run itself
-                # The dashboard still shows the events; the plan says why the device and diff do not.
-                self._queue.put((now, Note(ev.t, f"the dashboard could not read the session header: {e}",
-                                           source="kerntune")))
-            else:
-                self._queue.put((now, HeaderRead(session.header)))
-                earlier = session.events
-                # The file ends with this very RunStarted (written before the sinks are called).
-                if earlier and isinstance(earlier[-1], RunStarted) and earlier[-1].t == ev.t:
-                    earlier = earlier[:-1]
-                for old in earlier:
-                    self._queue.put((now, old))
-        self._queue.put((now, ev))
+        self._queue.put((time.monotonic(), ev))
 
     def poll(self) -> Batch:
         items, since = [], math.inf

@@ -22,7 +22,6 @@ from kerntune.tui.parser import DEFAULT_SOL_TARGET, parse_shape
 from kerntune.tui.terminal import dashboard_possible
 
 if TYPE_CHECKING:  # the run machinery is imported when a run starts: `replay` does without it
-    from kerntune.engine.events import Event
     from kerntune.engine.loop import LoopOptions, LoopOutcome
     from kerntune.engine.tune import TuneOptions
     from kerntune.tui.app import LiveDashboard
@@ -134,8 +133,7 @@ class AgentLoop:
 
         path = self.options.tune.session_path or default_path(self.template.name)
         self.options = replace(self.options, tune=replace(self.options.tune, session_path=path))
-        return live_dashboard(lambda feed: TuningLoop(self.template, self.providers, self.options,
-                                                      [_FromFirstRun(feed)]),
+        return live_dashboard(lambda feed: TuningLoop(self.template, self.providers, self.options, [feed]),
                               path, self.options.tune.device)
 
     def after_dashboard(self, app: LiveDashboard) -> int:
@@ -169,22 +167,6 @@ class AgentLoop:
             print_error("no configuration was verified")
             return EXIT_FAILED
         return 0
-
-
-class _FromFirstRun:
-    """Hands events to the dashboard's feed from the first RunStarted on: at that event the feed
-    reads the session file, with every event the loop wrote before it."""
-
-    def __init__(self, feed: Any):
-        self.feed = feed
-        self.started = False
-
-    def __call__(self, ev: Event) -> None:
-        from kerntune.engine.events import RunStarted
-
-        self.started = self.started or isinstance(ev, RunStarted)
-        if self.started:
-            self.feed(ev)
 
 
 def loop_options(args: argparse.Namespace, options: TuneOptions, templatize: bool = False) -> LoopOptions:
