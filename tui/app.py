@@ -14,7 +14,7 @@ from multiprocessing import resource_tracker
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from rich.console import Console
 from rich.text import Text
@@ -35,7 +35,7 @@ from .feeds import Batch, LiveFeed, ReplayFeed, speed_label
 from .messages import RunEnded, TelemetryRead
 from .state import DashboardState
 from .widgets.details import DetailsScreen
-from .widgets.device import DevicePanel
+from .widgets.device import REMOTE_NOTE, DevicePanel, Reading
 from .widgets.diff import DiffPanel, diff_counts
 from .widgets.help import HelpScreen
 from .widgets.leaderboard import Leaderboard, column_label
@@ -154,7 +154,7 @@ class Dashboard(App[int]):
                  run: RunControl | None = None, engine: Callable[[], Any] | None = None,
                  session_path: Path | None = None, nvml_index: int | None = None,
                  telemetry: Callable[[int], Telemetry] | None = None, tick: float = TICK,
-                 warnings: Iterable[str] = ()) -> None:
+                 warnings: Iterable[str] = (), devices: Sequence[int] = (), cluster: bool = False) -> None:
         super().__init__()
         self.feed = feed
         self.state = state or DashboardState()
@@ -162,12 +162,17 @@ class Dashboard(App[int]):
         self.engine = engine  # blocking; runs in a thread worker (TuneRun.run)
         self.session_path = session_path
         self.nvml_index = nvml_index
+        # A run over several devices of this host: NVML reads each (more join as results name them).
+        self.devices = tuple(devices)
+        self.cluster = cluster  # its devices are on other hosts: nothing here to read
         self.read_telemetry = telemetry
         self.tick = tick
         self.load_warnings = list(warnings)
         self.side = "device"  # the side panel shown when there is room for one only
-        self.telemetry: Telemetry | None = None
+        self.telemetry: Telemetry | None = None  # the first device's reading
         self.telemetry_note = ""
+        self.readings: dict[int, Telemetry] = {}  # by NVML index, every device read
+        self.reading_errors: dict[int, str] = {}  # devices NVML could not read, and why
         self.run_error: BaseException | None = None
         self.outcome: Any = None
         self.engine_done = engine is None
@@ -251,6 +256,8 @@ class Dashboard(App[int]):
             self.state.apply_all(batch.items)
             if not self._telemetry_started and self.state.started is not None and self.mode == "live":
                 self._start_telemetry()
+            elif self._telemetry_started and self.telemetry_note != REMOTE_NOTE and self._remote():
+                self._from_a_cluster()
         self._sync()
         if batch.items and self.record_frames:
             since, n = batch.since, len(batch.items)
@@ -304,7 +311,14 @@ class Dashboard(App[int]):
         return Text("● tuning", style="bold green")
 
     def _show_device(self) -> None:
-        self.query_one(DevicePanel).show(self.state.device, self.telemetry, self.telemetry_note)
+        self.query_one(DevicePanel).show(self.state.device, self.telemetry, self.telemetry_note, self.state,
+                                         self._panel_readings())
+
+    def _panel_readings(self) -> dict[str, Reading]:
+        """Each local device's reading, or why it has none, by the label results give it."""
+        backend = self.state.started.backend if self.state.started else str(self.state.device.get("backend", ""))
+        indices = sorted(set(self.readings) | set(self.reading_errors))
+        return {f"{backend}:{i}": self.readings.get(i) or self.reading_errors[i] for i in indices}
 
     def _show_diff(self) -> None:
         diff = self.query_one(DiffPanel)
@@ -318,9 +332,11 @@ class Dashboard(App[int]):
         started = self.state.started
         vendor = str(self.state.device.get("vendor", ""))
         nvidia = started.backend == "cuda" or "nvidia" in vendor.lower() or "nvidia" in started.device.lower()
-        if not nvidia:
+        if self.cluster or self._remote():
+            self.telemetry_note = REMOTE_NOTE
+        elif not nvidia:
             self.telemetry_note = "NVML: none (not an NVIDIA GPU)"
-        elif self.read_telemetry is None or self.nvml_index is None:
+        elif self.read_telemetry is None or not self._nvml_indices():
             self.telemetry_note = "NVML: not read in this dashboard"
         else:
             self.telemetry_note = "NVML: reading…"
@@ -328,22 +344,72 @@ class Dashboard(App[int]):
             self._telemetry_timer = self.set_interval(1.0, self._poll_telemetry, name="telemetry")
         self._show_device()
 
-    @work(thread=True, exclusive=True, group="telemetry", exit_on_error=False)
+    def _nvml_indices(self) -> list[int]:
+        """The devices of this host the run measures on: those it was given, those its results
+        name (`cuda:1`), else the one device; none once results come from a cluster's hosts.
+        A device NVML could not read is not asked again."""
+        if self._remote():
+            return []
+        named = [d.nvml_index for d in self.state.device_list() if d.nvml_index is not None]
+        wanted = list(dict.fromkeys([*self.devices, *named])) or (
+            [self.nvml_index] if self.nvml_index is not None else [])
+        return [i for i in wanted if i not in self.reading_errors]
+
+    def _remote(self) -> bool:
+        """Whether results come from a cluster's devices, on other hosts."""
+        return any(d.remote for d in self.state.devices.values())
+
+    def _from_a_cluster(self) -> None:
+        """Results come from a cluster's hosts: this host's GPU is not the one measuring. Stop
+        reading it, and say why there is no telemetry."""
+        self._stop_telemetry()
+        self.readings.clear()
+        self.telemetry, self.telemetry_note = None, REMOTE_NOTE
+        self._show_device()
+
     def _poll_telemetry(self) -> None:
-        assert self.read_telemetry is not None and self.nvml_index is not None
-        try:
-            reading = self.read_telemetry(self.nvml_index)
-        except NVMLUnavailable as e:
-            self.post_message(TelemetryRead(None, str(e)))
+        indices = self._nvml_indices()
+        if self._remote():
+            self._from_a_cluster()
+        elif not indices:  # every device failed to read
+            self._stop_telemetry()
         else:
-            self.post_message(TelemetryRead(reading))
+            self._read_telemetry(tuple(indices))
+
+    @work(thread=True, exclusive=True, group="telemetry", exit_on_error=False)
+    def _read_telemetry(self, indices: tuple[int, ...]) -> None:
+        assert self.read_telemetry is not None
+        for i in indices:
+            try:
+                reading = self.read_telemetry(i)
+            except NVMLUnavailable as e:
+                self.post_message(TelemetryRead(None, str(e), i))
+            else:
+                self.post_message(TelemetryRead(reading, index=i))
 
     def on_telemetry_read(self, message: TelemetryRead) -> None:
-        if message.reading is not None:
-            self.telemetry, self.telemetry_note = message.reading, ""
-        else:
-            # NVML is not there: say so once and stop asking.
+        if self._remote():
+            self._from_a_cluster()
+            return
+        i = message.index
+        if i is None:  # reading failed as a whole: say so once and stop asking
+            self.readings.clear()
             self.telemetry, self.telemetry_note = None, message.error or "NVML: unavailable"
+            self._stop_telemetry()
+            self._show_device()
+            return
+        if message.reading is not None:
+            self.readings[i] = message.reading
+            self.reading_errors.pop(i, None)
+        else:
+            # NVML cannot read this device: say why once, and stop asking for it.
+            self.readings.pop(i, None)
+            self.reading_errors[i] = message.error or "NVML: unavailable"
+        left = self._nvml_indices()
+        first = left[0] if left else i  # the panel's one reading, when it shows one device
+        self.telemetry = self.readings.get(first)
+        self.telemetry_note = self.reading_errors.get(first, "")
+        if not left:
             self._stop_telemetry()
         self._show_device()
 
@@ -701,10 +767,12 @@ def replay_app(session: Session, speed: float = 1.0, paused: bool = False, **kw:
 
 
 def live_dashboard(make_run: Callable[[Callable[[Any], None]], Any], session_path: Path, device: int = 0,
-                   telemetry: Callable[[int], Telemetry] | None = None) -> LiveDashboard:
+                   telemetry: Callable[[int], Telemetry] | None = None, devices: Sequence[int] = (),
+                   cluster: bool = False) -> LiveDashboard:
     """A dashboard showing a run live: `make_run(sink)` builds the driver (a TuneRun or the agent
     loop) that hands its events to `sink`, and the dashboard runs it in a thread worker. The
-    session path is fixed first: the feed reads the header from the session file."""
+    session path is fixed first: the feed reads the header from the session file. `devices`: the
+    devices of this host a run over several measures on; `cluster`: it measures on a cluster's."""
     # The engine's worker is a spawned process, and spawning first starts multiprocessing's
     # resource tracker, handing it sys.stderr's descriptor. Inside the app sys.stderr is Textual's
     # capture, which has none: start the tracker now, while stderr is still the terminal.
@@ -718,7 +786,8 @@ def live_dashboard(make_run: Callable[[Callable[[Any], None]], Any], session_pat
     # NVML numbers GPUs by PCI bus, CUDA fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID: with
     # one GPU, or that setting, the run's device index is NVML's.
     return LiveDashboard(feed=feed, state=DashboardState(), run=run, engine=run.run, session_path=session_path,
-                         nvml_index=device, telemetry=telemetry)
+                         nvml_index=devices[0] if devices else device, telemetry=telemetry, devices=devices,
+                         cluster=cluster)
 
 
 def live_app(template: Any, options: Any, telemetry: Callable[[int], Telemetry] | None = None) -> LiveDashboard:
@@ -728,4 +797,4 @@ def live_app(template: Any, options: Any, telemetry: Callable[[int], Telemetry] 
     if options.session_path is None:
         options = replace(options, session_path=default_path(template.name))
     return live_dashboard(lambda feed: TuneRun(template, options, [feed]), options.session_path, options.device,
-                          telemetry)
+                          telemetry, options.devices, bool(options.cluster))

@@ -3,13 +3,14 @@ and the text mode write it, how it sorts and filters, and which the dashboard dr
 
 The dashboard's board, the text mode's table and `show --csv` read this table; the dashboard's
 state sorts and filters by its values. Before these columns come the rank and the parameters,
-which depend on the whole board rather than on one result.
+which depend on the whole board rather than on one result. The device column is there only when
+a session's results come from more than one device (`columns_for`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from kerntune.engine.result import Result
 
@@ -33,6 +34,10 @@ def _whole_percent(v: float | None) -> str:
     return f"{100 * v:.0f}%" if v is not None else "-"
 
 
+def _label(v: str | None) -> str:
+    return v or "-"
+
+
 _STATUS_STYLE = {"ok": "green", "suspect": "bold yellow"}
 
 
@@ -50,6 +55,8 @@ class Column:
     csv: str = ""  # its CSV column (the value unrounded); "": not in the CSV
     right: bool = True  # numbers line up on the right
     drop: int = 0  # too narrow a dashboard drops 1 first, then 2, then 3; 0: always shown
+    several_devices: bool = False  # shown only when the results come from more than one device
+    numeric: bool = True  # a filter compares it as a number (`sol>50`); else as words (`status=ok`)
     descending: bool = False  # bigger is better: the first sort by it puts the largest first
     percent: bool = False  # a fraction shown as a percentage: filters compare percentages (`sol>50`)
     aliases: tuple[str, ...] = ()  # other names a filter knows it by
@@ -68,25 +75,55 @@ COLUMNS: tuple[Column, ...] = (
     Column("median", "median µs", lambda r, base: r.median_us, fmt_us, fmt_num, csv="median_us", aliases=("us",)),
     # a spread over 25 % of the median is noise worth a look
     Column("spread", "spread", lambda r, base: r.spread, fmt_percent, fmt_percent, _above(0.25, "yellow"),
-           csv="spread", drop=3, percent=True),
-    Column("gbs", "GB/s", lambda r, base: r.bandwidth_gbs, fmt_gbs, fmt_num, csv="bandwidth_gbs", drop=2,
+           csv="spread", drop=4, percent=True),
+    Column("gbs", "GB/s", lambda r, base: r.bandwidth_gbs, fmt_gbs, fmt_num, csv="bandwidth_gbs", drop=3,
            descending=True),
     # above 100 % a result beat its own bound: a warm cache or a broken measurement
     Column("sol", "% SOL", lambda r, base: r.sol_fraction, fmt_percent, fmt_percent, _above(1.0, "yellow"),
            csv="sol_fraction", descending=True, percent=True),
     Column("speedup", "speedup", lambda r, base: speedup_over(base, r), fmt_ratio, fmt_ratio, _above(1.0, "green"),
            csv="speedup", descending=True),
-    Column("occ", "occ", lambda r, base: r.occupancy, _whole_percent, name="occupancy", drop=1, descending=True,
+    Column("occ", "occ", lambda r, base: r.occupancy, _whole_percent, name="occupancy", drop=2, descending=True,
            percent=True, aliases=("occupancy",)),
+    # which device measured it ("cuda:1", "host:port/cuda:0" on a cluster); with one device, nothing
+    Column("device", "device", lambda r, base: r.device or None, _label, _label, csv="device",
+           right=False, drop=1, several_devices=True, numeric=False),
     Column("status", "status", lambda r, base: r.status, str, str, lambda s: _STATUS_STYLE.get(s, "red"),
-           csv="status", right=False),
+           csv="status", right=False, numeric=False),
 )
 
 COLUMN: dict[str, Column] = {c.key: c for c in COLUMNS}
-# The columns too narrow a dashboard drops, first dropped first.
-OPTIONAL: tuple[str, ...] = tuple(c.key for c in sorted((c for c in COLUMNS if c.drop), key=lambda c: c.drop))
-# The text mode's table and the CSV.
-TEXT_COLUMNS: tuple[Column, ...] = tuple(c for c in COLUMNS if c.text is not None)
-CSV_COLUMNS: tuple[Column, ...] = tuple(c for c in COLUMNS if c.csv)
 # Every name a filter knows a column by.
 FILTER_NAMES: dict[str, str] = {n: c.key for c in COLUMNS for n in (c.key, *c.aliases)}
+
+
+def columns_for(several_devices: bool) -> tuple[Column, ...]:
+    """The columns of a session's board: the device column only when its results come from more
+    than one device, so that a one-device session reads as it always has."""
+    return COLUMNS if several_devices else tuple(c for c in COLUMNS if not c.several_devices)
+
+
+def optional(columns: tuple[Column, ...]) -> tuple[str, ...]:
+    """The keys of the columns too narrow a dashboard drops, first dropped first."""
+    return tuple(c.key for c in sorted((c for c in columns if c.drop), key=lambda c: c.drop))
+
+
+def text_columns(several_devices: bool = False) -> tuple[Column, ...]:
+    """The text mode's table."""
+    return tuple(c for c in columns_for(several_devices) if c.text is not None)
+
+
+def csv_columns(several_devices: bool = False) -> tuple[Column, ...]:
+    """The CSV's figures."""
+    return tuple(c for c in columns_for(several_devices) if c.csv)
+
+
+def several_devices(results: Iterable[Result]) -> bool:
+    """Whether results came from more than one device (each marks its own in runs over several)."""
+    seen = set()
+    for r in results:
+        if r.device:
+            seen.add(r.device)
+            if len(seen) > 1:
+                return True
+    return False

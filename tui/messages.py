@@ -8,12 +8,14 @@ from kerntune.engine.nvml import Telemetry
 
 
 class TelemetryRead(Message):
-    """One NVML reading, or the one line that says why there is none."""
+    """One NVML reading of device `index`, or the one line that says why there is none (for every
+    device when `index` is None)."""
 
-    def __init__(self, reading: Telemetry | None, error: str | None = None) -> None:
+    def __init__(self, reading: Telemetry | None, error: str | None = None, index: int | None = None) -> None:
         super().__init__()
         self.reading = reading
         self.error = error
+        self.index = index
 
 
 class RunEnded(Message):

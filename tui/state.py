@@ -12,7 +12,7 @@ import math
 import operator
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from kerntune.engine.events import (
@@ -61,6 +61,33 @@ class Entry:
     text: str  # lower-case text that filters match against
 
 
+@dataclass
+class DeviceProgress:
+    """What one device of a run over several has measured: the configurations whose latest result
+    it gave, how many of them failed, its fastest, and its pace in the current run."""
+
+    label: str  # as results name it: `cuda:1`, or `host:port/cuda:0` for a cluster's worker
+    results: int = 0
+    failed: int = 0
+    run_measured: int = 0  # measured since the current run started, for the rate
+    ranked: list[tuple[float, int, str]] = field(default_factory=list)  # (median, seq, key), fastest first
+
+    @property
+    def remote(self) -> bool:
+        """A cluster's worker, on another host: no NVML reading of it here."""
+        return "/" in self.label
+
+    @property
+    def nvml_index(self) -> int | None:
+        """The index of a device of this host (`cuda:1`, `cuda:1#2` for one listed twice)."""
+        m = _LOCAL_DEVICE.match(self.label)
+        return int(m.group(1)) if m else None
+
+
+# A device of this host as the workers name it: backend, index, and `#n` when listed again.
+_LOCAL_DEVICE = re.compile(r"^[a-z]+:(\d+)(?:#\d+)?$")
+
+
 @dataclass(frozen=True)
 class BoardView:
     """How the leaderboard is asked to show the results."""
@@ -101,6 +128,7 @@ class DashboardState:
         self.finished: RunFinished | None = None
         self.winner: WinnerVerified | None = None
         self.profiles: dict[str, ConfigProfiled] = {}  # Nsight Compute readings, by config key
+        self.devices: dict[str, DeviceProgress] = {}  # by label, in runs over several devices
         self.error: str | None = None
         self._seq = 0
         self._param_widths: dict[str, int] = {}
@@ -170,6 +198,8 @@ class DashboardState:
         elif isinstance(item, RunStarted):
             self.runs.append(item)
             self.run_evaluated = 0
+            for d in self.devices.values():
+                d.run_measured = 0
             self.finished = None
             self.dirty.update(("title", "progress", "device"))
         elif isinstance(item, SpaceBuilt):
@@ -220,7 +250,7 @@ class DashboardState:
         if old is not None:  # the same configuration again (a resumed run's retry): the newer one counts
             self._forget(old)
         self._seq += 1
-        text = " ".join((fmt_config(r.config), r.status, r.message)).lower()
+        text = " ".join((fmt_config(r.config), r.status, r.message, r.device)).lower()
         entry = Entry(key, self._seq, ev.index, r, text)
         self.entries[key] = entry
         if r.ranked:
@@ -230,6 +260,8 @@ class DashboardState:
         else:
             self.failed.append(key)
             self.failed_by_status[r.status] += 1
+        if r.device:
+            self._on_device(entry, not ev.replaces)
         for name, value in r.config.items():
             width = len(fmt_value(value))
             if width > self._param_widths.get(name, -1):
@@ -243,12 +275,31 @@ class DashboardState:
             self.best_history.append(float(best.median_us))
         self.dirty.update(("board", "progress"))
 
+    def _on_device(self, entry: Entry, measured: bool) -> None:
+        r = entry.result
+        d = self.devices.get(r.device)
+        if d is None:
+            d = self.devices[r.device] = DeviceProgress(r.device)
+        d.results += 1
+        if r.ranked:
+            bisect.insort(d.ranked, (float(r.median_us), entry.seq, entry.key))
+        elif not r.verified:
+            d.failed += 1
+        if measured:  # a demotion by a later check is not a new measurement
+            d.run_measured += 1
+        self.dirty.add("device")
+
     def _forget(self, entry: Entry) -> None:
         r = entry.result
+        d = self.devices.get(r.device) if r.device else None
+        if d is not None:
+            d.results -= 1
+            if r.ranked:
+                _remove(d.ranked, (float(r.median_us), entry.seq, entry.key))
+            elif not r.verified:
+                d.failed -= 1
         if r.ranked:
-            i = bisect.bisect_left(self._ranked, (float(r.median_us), entry.seq, entry.key))
-            if i < len(self._ranked) and self._ranked[i][2] == entry.key:
-                del self._ranked[i]
+            _remove(self._ranked, (float(r.median_us), entry.seq, entry.key))
         elif r.status == "suspect":
             self.suspect.remove(entry.key)
         else:
@@ -258,6 +309,24 @@ class DashboardState:
                 del self.failed_by_status[r.status]
 
     # figures -----------------------------------------------------------------------------------
+    @property
+    def several_devices(self) -> bool:
+        """Whether the results come from more than one device (the device column, the table of devices)."""
+        return len(self.devices) > 1
+
+    def device_list(self) -> list[DeviceProgress]:
+        """The devices that have measured, in their natural order (cuda:2 before cuda:10)."""
+        return sorted(self.devices.values(), key=lambda d: _natural(d.label))
+
+    def device_best(self, d: DeviceProgress) -> Result | None:
+        """The fastest verified configuration a device measured."""
+        return self.entries[d.ranked[0][2]].result if d.ranked else None
+
+    def device_rate(self, d: DeviceProgress) -> float | None:
+        """A device's configurations per second in the current run, by the events' timestamps."""
+        elapsed = self.elapsed()
+        return d.run_measured / elapsed if d.run_measured and elapsed > 0 else None
+
     @property
     def evaluated(self) -> int:
         return len(self.entries)
@@ -386,6 +455,17 @@ class DashboardState:
         return COLUMN[column].value(r, self.baseline_us)  # KeyError for a column there is not
 
 
+def _remove(ranked: list[tuple[float, int, str]], item: tuple[float, int, str]) -> None:
+    i = bisect.bisect_left(ranked, item)
+    if i < len(ranked) and ranked[i][2] == item[2]:
+        del ranked[i]
+
+
+def _natural(label: str) -> list[Any]:
+    """A label's sort key with its numbers as numbers: cuda:2 before cuda:10."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", label)]
+
+
 def _table(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
@@ -460,8 +540,11 @@ def _param_test(param: str, op: Callable[[Any, Any], bool], raw: str) -> Callabl
 
 def _column_test(state: DashboardState, column: str, op: Callable[[Any, Any], bool],
                  raw: str) -> Callable[[Entry], bool]:
-    if column == "status":
-        return lambda e: op(e.result.status, raw.lower()) if op in (operator.eq, operator.ne) else False
+    if not COLUMN[column].numeric:  # status=wrong_result, device=cuda:1
+        if op not in (operator.eq, operator.ne):
+            return lambda e: False
+        want = raw.lower()
+        return lambda e: op(str(state.column_value(column, e.key) or "").lower(), want)
     want = _number(raw)
     if want is None:
         raise FilterError(f"{column}: expected a number, got {raw!r}")

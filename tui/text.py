@@ -28,7 +28,7 @@ from kerntune.engine.events import (
 )
 from kerntune.engine.result import Result, config_key
 
-from .columns import CSV_COLUMNS, TEXT_COLUMNS
+from .columns import Column, csv_columns, several_devices, text_columns
 from .numbers import fmt_num, fmt_speedup
 from .words import describe, fmt_config, fmt_params, fmt_value  # noqa: F401 (fmt_config: the command line's too)
 
@@ -51,14 +51,22 @@ def _base_us(baseline: Result | None) -> float | None:
 
 def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: int = 15,
                      failed: bool = False) -> list[list[str]]:
-    """Rows of the leaderboard: ranked results fastest first, then suspect ones, then failures."""
+    """Rows of the leaderboard: ranked results fastest first, then suspect ones, then failures;
+    with a device column when they come from more than one device (`headers` names the columns)."""
+    results = list(results)
     base = _base_us(baseline)
-    return [_row(rank, r, base) for rank, r in _board_order(results, limit, failed)]
+    columns = text_columns(several_devices(results))
+    return [_row(rank, r, base, columns) for rank, r in _board_order(results, limit, failed)]
 
 
-def _row(rank: str, r: Result, base: float | None) -> list[str]:
+def headers(several: bool = False) -> list[str]:
+    """The text table's headers: the rank, the parameters, then the columns (tui/columns.py)."""
+    return ["#", "parameters", *(c.text_header for c in text_columns(several))]
+
+
+def _row(rank: str, r: Result, base: float | None, columns: tuple[Column, ...]) -> list[str]:
     cells = [rank, fmt_params(r.config)]
-    for c in TEXT_COLUMNS:
+    for c in columns:
         cell = c.text(c.value(r, base))  # type: ignore[misc]
         if c.key == "status" and r.message and not r.verified:  # no message column: it follows the status
             cell = f"{cell}: {r.message}"
@@ -66,18 +74,20 @@ def _row(rank: str, r: Result, base: float | None) -> list[str]:
     return cells
 
 
-HEADERS = ["#", "parameters", *(c.text_header for c in TEXT_COLUMNS)]
-_LEFT = {"parameters"} | {c.text_header for c in TEXT_COLUMNS if not c.right}
+HEADERS = headers()  # a one-device session's
+_LEFT = {"parameters"} | {c.text_header for c in text_columns(True) if not c.right}
 
 
 def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: bool = False) -> str:
     """Every ranked result (then suspect ones, and failures with `failed`) as CSV: one row per
-    configuration, its figures as recorded (microseconds, GB/s, fractions), not rounded."""
+    configuration, its figures as recorded (microseconds, GB/s, fractions), not rounded; the
+    device that measured each when they come from more than one."""
     results = list(results)
     names = list(dict.fromkeys(k for r in results for k in r.config))
+    columns = csv_columns(several_devices(results))
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(["rank", "label", *names, *(c.csv for c in CSV_COLUMNS), "message"])
+    w.writerow(["rank", "label", *names, *(c.csv for c in columns), "message"])
     base = _base_us(baseline)
 
     def cell(v: Any) -> str:
@@ -85,14 +95,15 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
 
     for rank, r in _board_order(results, failed=failed):
         w.writerow([rank, "" if r.config else "original", *(cell(r.config.get(n)) for n in names),
-                    *(cell(c.value(r, base)) for c in CSV_COLUMNS), r.message])
+                    *(cell(c.value(r, base)) for c in columns), r.message])
     return out.getvalue()
 
 
 def leaderboard_table(results: Iterable[Result], baseline: Result | None, title: str = "",
                       limit: int = 15, failed: bool = False) -> Table:
+    results = list(results)
     table = Table(title=title or None, title_justify="left", header_style="bold")
-    for h in HEADERS:
+    for h in headers(several_devices(results)):
         table.add_column(h, justify="left" if h in _LEFT else "right", overflow="fold")
     for row in leaderboard_rows(results, baseline, limit, failed):
         table.add_row(*row)
@@ -141,7 +152,9 @@ class TextRenderer:
                 self.baseline = r
             if not self.tty:
                 msg = f" {r.message}" if r.message and not r.ranked else ""
-                self._print(f"[{len(self.results):>4}/{self.feasible}] {fmt_params(r.config)}: "
+                # a run over several devices marks each result with the one that measured it
+                where = f" {r.device}" if r.device else ""
+                self._print(f"[{len(self.results):>4}/{self.feasible}{where}] {fmt_params(r.config)}: "
                             f"{r.status} {fmt_num(r.median_us)} us{msg}")
             else:
                 self._progress()

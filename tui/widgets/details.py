@@ -60,6 +60,8 @@ def details_renderable(state: DashboardState, key: str):
             f"{res.local_bytes} B local · {res.spills} B spilled · up to {res.max_threads} threads/block")
     if r.grid or r.block:
         row("launch", f"grid {' x '.join(map(str, r.grid)) or '-'} · block {' x '.join(map(str, r.block)) or '-'}")
+    if r.device:
+        row("device", f"measured on {r.device}")
     row("seconds", f"compile {r.compile_s:.3f}{' (cached)' if r.cached else ''} · verify {r.verify_s:.3f}"
         f" · time {r.time_s:.3f}")
     if r.seeds:

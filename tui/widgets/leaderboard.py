@@ -24,7 +24,7 @@ from textual.containers import Vertical
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Input, Static
 
-from ..columns import COLUMN, COLUMNS, OPTIONAL
+from ..columns import COLUMN, COLUMNS, columns_for, optional
 from ..state import BoardView, DashboardState, FilterError
 from ..words import fmt_value
 
@@ -126,8 +126,9 @@ def fit_columns(state: DashboardState, widths: Mapping[str, int], room: int, sho
     """(key, label, width) of the columns that fit `room` cells, each taking its width plus two.
 
     Rank, median, % SOL, speedup and status always stay. A column per parameter when they fit
-    (dropping occupancy, GB/s and spread first); else the parameters collapse into one
-    configuration column, which takes the room the other columns leave. In the failed view the
+    (dropping the device, occupancy, GB/s and spread first); else the parameters collapse into
+    one configuration column, which takes the room the other columns leave. The device column is
+    there only when the results come from more than one device. In the failed view the
     message takes whatever is left when that is at least MESSAGE_MIN cells (or all it needs);
     with less, it has no column and the line under the table shows the selected row's, wrapped.
     """
@@ -137,12 +138,14 @@ def fit_columns(state: DashboardState, widths: Mapping[str, int], room: int, sho
     def total(cols: list[tuple[str, str, int]]) -> int:
         return sum(w + 2 for _, _, w in cols)
 
+    shown = columns_for(state.several_devices)
+    droppable = optional(shown)
     rank = [("rank", labels["rank"], width("rank"))]
     per_param = [(f"param:{p}", labels[f"param:{p}"], width(f"param:{p}")) for p in state.parameters]
     config = width("config")
 
     def fixed(n: int) -> list[tuple[str, str, int]]:
-        return [(c.key, labels[c.key], width(c.key)) for c in COLUMNS if c.key not in OPTIONAL[:n]]
+        return [(c.key, labels[c.key], width(c.key)) for c in shown if c.key not in droppable[:n]]
 
     def with_message(cols: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
         if not show_message:
@@ -152,23 +155,23 @@ def fit_columns(state: DashboardState, widths: Mapping[str, int], room: int, sho
 
     # In the failed view the optional columns stay only while every message fits whole.
     message = width("message") + 2 if show_message else 0
-    for n in range(len(OPTIONAL) + 1):
+    for n in range(len(droppable) + 1):
         cols = rank + per_param + fixed(n)
         if total(cols) + message <= room:
             return with_message(cols)
-    least = len(OPTIONAL) if show_message else 0
+    least = len(droppable) if show_message else 0
     message = min(width("message"), MESSAGE_MIN) + 2 if show_message else 0
-    cols = rank + per_param + fixed(len(OPTIONAL))
+    cols = rank + per_param + fixed(len(droppable))
     if show_message and total(cols) + message <= room:
         return with_message(cols)
-    for n in range(least, len(OPTIONAL) + 1):
+    for n in range(least, len(droppable) + 1):
         left = room - total(rank + fixed(n)) - message - 2
-        if config <= left or (n == len(OPTIONAL) and left >= CONFIG_MIN):
+        if config <= left or (n == len(droppable) and left >= CONFIG_MIN):
             return with_message(rank + [("config", labels["config"], min(config, left))] + fixed(n))
     if show_message:  # no room for a readable message column: the line under the table has it
         return fit_columns(state, widths, room, False, labels)
-    left = room - total(rank + fixed(len(OPTIONAL))) - 2
-    return rank + [("config", labels["config"], max(min(config, left), CONFIG_MIN))] + fixed(len(OPTIONAL))
+    left = room - total(rank + fixed(len(droppable))) - 2
+    return rank + [("config", labels["config"], max(min(config, left), CONFIG_MIN))] + fixed(len(droppable))
 
 
 _RIGHT = {"rank"} | {c.key for c in COLUMNS if c.right}
@@ -232,7 +235,8 @@ class Leaderboard(Vertical):
         self.show()
 
     def sort_columns(self) -> list[str]:
-        return ["rank"] + [f"param:{p}" for p in self.state.parameters] + [c.key for c in COLUMNS]
+        return (["rank"] + [f"param:{p}" for p in self.state.parameters]
+                + [c.key for c in columns_for(self.state.several_devices)])
 
     def next_sort(self) -> str:
         cols = self.sort_columns()

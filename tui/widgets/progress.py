@@ -25,8 +25,14 @@ def fmt_duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
+def fmt_rate(rate: float) -> str:
+    """Configurations per second, or per minute when fewer than one a second."""
+    return f"{rate:.1f}/s" if rate >= 1 else f"{60 * rate:.1f}/min"
+
+
 def progress_counts(state: DashboardState) -> Text:
-    """`18/24 evaluated · 2 failed · 4.2/s · ~3 s left`, or how the run ended."""
+    """`18/24 evaluated · 2 failed · 4.2/s · ~3 s left`, or how the run ended; `on 2 devices`
+    after the count when results come from several."""
     out = Text()
     # an agent loop runs one search per round, each over its own space: count the current one
     rounds = len(state.runs) > 1 and state.runs[-1].resumed == 0
@@ -34,6 +40,8 @@ def progress_counts(state: DashboardState) -> Text:
     out.append(f"/{state.feasible or '?'} evaluated")
     if rounds:
         out.append(f" this round, {state.evaluated} in all")
+    if state.several_devices:
+        out.append(f" on {len(state.devices)} devices")
     target = state.target()
     if target and target < state.feasible:
         out.append(f" (budget {target})")
@@ -49,7 +57,7 @@ def progress_counts(state: DashboardState) -> Text:
         out.append("the run failed", "bold red")
     else:
         if rate:
-            out.append(f" · {rate:.1f}/s" if rate >= 1 else f" · {60 * rate:.1f}/min")
+            out.append(f" · {fmt_rate(rate)}")
         left = state.time_left()
         if left is not None:
             out.append(f" · ~{fmt_duration(left)} left")
