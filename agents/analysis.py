@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Iterable, Sequence
 
 from kerntune.engine.agent_api import LoopState, RoundRecord
-from kerntune.engine.result import FAILED, Result
+from kerntune.engine.result import FAILED, Result, ranked
 from kerntune.engine.sol import sol_time_us
 
 
@@ -120,9 +120,9 @@ def _default_result(state: LoopState, results: Sequence[Result]) -> Result | Non
 
 def results_table(results: Sequence[Result], limit: int = 15) -> str:
     """The fastest verified results and a line of failures, as plain text for a model to read."""
-    ranked = sorted((r for r in results if r.ranked), key=lambda r: r.median_us)
-    lines = [f"{len(results)} evaluated, {len(ranked)} verified and ranked; failures: {failures(results)}"]
-    for i, r in enumerate(ranked[:limit]):
+    board = ranked(results)
+    lines = [f"{len(results)} evaluated, {len(board)} verified and ranked; failures: {failures(results)}"]
+    for i, r in enumerate(board[:limit]):
         sol = f" {100 * r.sol_fraction:.0f}% SOL" if r.sol_fraction else ""
         spread = f" spread {100 * r.spread:.0f}%" if r.spread is not None else ""
         lines.append(f"{i + 1}. {fmt_config(r.config)}: {us(r.median_us)}{spread}{sol}")

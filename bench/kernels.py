@@ -31,7 +31,7 @@ from pathlib import Path
 from kerntune import templates
 from kerntune.engine.backends import open_backend
 from kerntune.engine.evaluate import Evaluator, VerifyPolicy
-from kerntune.engine.result import config_key
+from kerntune.engine.result import config_key, ranked
 from kerntune.engine.sol import load_peaks
 from kerntune.engine.space import infeasible_reason
 from kerntune.engine.template import load_template
@@ -189,8 +189,7 @@ def bench_kernel(name: str, budget: int, sessions: Path, tmp: Path, torch, flush
             out = TuneRun(t, replace(opts, strategy="model", budget=budget + refine, resume=True)).run()
         runs[size] = out
         if exhaustive:
-            ranked = sorted((r for r in out.results if r.ranked), key=lambda r: r.median_us)
-            start = tuple(dict(r.config) for r in ranked[:TRANSFER])
+            start = tuple(dict(r.config) for r in ranked(out.results)[:TRANSFER])
         print(f"  {name} {size}: {len(out.results)} configs in {time.perf_counter() - t0:.0f} s, "
               f"best {out.best.median_us:.2f} us ({fmt_config(out.best.config)}), winner check "
               f"{'passed' if out.winner_ok else 'FAILED'}", flush=True)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 import tomli_w
 
 from .backends import BackendError
-from .result import Result, config_key
+from .result import Result, config_key, ranked
 from .session import Session, SessionError, load_session, tool_version
 from .space import build_space
 from .template import NAME_RE, Template, TemplateError, load_template, read_toml_file
@@ -241,8 +241,7 @@ def _candidates(pairs: Sequence[PairResult], top: int) -> list[tuple[str, Mappin
     for p in pairs:
         if p.original is not None:
             out.setdefault(config_key(p.original.config), p.original.config)
-        ranked = sorted((r for r in p.results if r.ranked), key=lambda r: r.median_us)
-        for r in ranked[:top]:
+        for r in ranked(p.results)[:top]:
             out.setdefault(config_key(r.config), r.config)
     return list(out.items())
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .events import ConfigEvaluated, RunFinished, RunStarted, SpaceBuilt
-from .result import Result
+from .result import Result, ranked
 from .session import Session, SessionWriter, new_header
 
 SCHEMA_VERSION = "1.0.0"
@@ -96,9 +96,9 @@ def import_cache(path: Path, out: Path) -> Path:
         w.write(SpaceBuilt(0.0, len(results), len(results), {}))
         for i, r in enumerate(results):
             w.write(ConfigEvaluated(float(i), i, r))
-        ranked = [r for r in results if r.ranked]
-        best = min(ranked, key=lambda r: r.median_us) if ranked else None
-        w.write(RunFinished(float(len(results)), "imported", len(results), len(ranked),
+        board = ranked(results)
+        best = board[0] if board else None
+        w.write(RunFinished(float(len(results)), "imported", len(results), len(board),
                             dict(best.config) if best else {}, best.median_us if best else 0.0))
     return out
 

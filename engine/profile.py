@@ -123,11 +123,6 @@ def template_from_session(header: Mapping[str, Any], into: Path) -> Any:
     return parse_template(text, spec_path)
 
 
-def ranked_results(results: Sequence[Any]) -> list[Any]:
-    """Verified, timed results fastest first: the leaderboard's order (rank 1 is the best)."""
-    return sorted((r for r in results if r.ranked), key=lambda r: r.median_us)
-
-
 def profiled_event(t: float, result: Any, rank: int, bytes_moved: float, *, metrics: ProfileMetrics | None = None,
                    error: str = "", tool: str = "") -> Any:
     from .events import ConfigProfiled
@@ -144,6 +139,7 @@ def profile_session(path: Path, ranks: Sequence[int], *, ncu: str | None = None,
     a `config_profiled` event for each to the session (with `record`). A config that cannot be
     profiled is an event with its reason; ProfileError only when nothing can be (no ncu, no
     CUDA session, a rank that does not exist)."""
+    from .result import ranked
     from .session import SessionWriter, load_session
     from .template import Problem
 
@@ -151,10 +147,10 @@ def profile_session(path: Path, ranks: Sequence[int], *, ncu: str | None = None,
     backend = session.template.get("backend")
     if backend != "cuda":
         raise ProfileError(f"{path}: profiling needs a CUDA session (this one ran on {backend})")
-    ranked = ranked_results(session.results())
+    board = ranked(session.results())
     for n in ranks:
-        if not 1 <= n <= len(ranked):
-            raise ProfileError(f"{path}: no configuration ranked {n} (ranks 1..{len(ranked)})")
+        if not 1 <= n <= len(board):
+            raise ProfileError(f"{path}: no configuration ranked {n} (ranks 1..{len(board)})")
     ncu = require_ncu(ncu)
     tool = ncu_version(ncu)
     space = session.space
@@ -167,7 +163,7 @@ def profile_session(path: Path, ranks: Sequence[int], *, ncu: str | None = None,
         writer = SessionWriter(path) if record else None
         try:
             for n in ranks:
-                r = ranked[n - 1]
+                r = board[n - 1]
                 raw = raw_dir / f"{template.name}-rank{n}.txt" if raw_dir is not None else None
                 try:
                     m = profile_config(template, problem, r.config, device=device, ncu=ncu, timeout=timeout,

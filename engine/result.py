@@ -7,7 +7,7 @@ run. Results are plain data: they travel from the worker process, into sessions 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 STATUSES = (
     "ok",  # compiled, verified and timed
@@ -124,6 +124,21 @@ class Result:
         if kw["status"] not in STATUSES:
             raise ValueError(f"unknown status {kw['status']!r}")
         return cls(**kw)
+
+
+def ranked(results: Iterable[Result]) -> list[Result]:
+    """The verified, timed results, fastest first, equal times in the order given: the
+    leaderboard's order (rank 1 is the best)."""
+    return sorted((r for r in results if r.ranked), key=_median)
+
+
+def fastest(results: Iterable[Result]) -> Result | None:
+    """The first of `ranked(results)`, found without sorting them all; None when none is ranked."""
+    return min((r for r in results if r.ranked), key=_median, default=None)
+
+
+def _median(r: Result) -> float:
+    return r.median_us  # type: ignore[return-value]  # ranked: never None
 
 
 _NUMBER_TYPES = frozenset((int, float))  # exact types: a bool is not a number here

@@ -25,7 +25,7 @@ import tomli_w
 
 from .events import ConfigEvaluated, Note, Event, EventFormatError, RunFinished, RunStarted, event_from_dict, event_to_dict
 from .header import FORMAT, HEADER_TABLES, VERSION, SessionHeader, new_header, tool_version  # noqa: F401
-from .result import FAILED, Result, config_key
+from .result import FAILED, Result, config_key, fastest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -236,8 +236,7 @@ class Session:
         return None
 
     def best(self) -> Result | None:
-        ranked = [r for r in self.results() if r.ranked]
-        return min(ranked, key=lambda r: r.median_us) if ranked else None
+        return fastest(self.results())
 
     def finished(self) -> RunFinished | None:
         for e in reversed(self.events):

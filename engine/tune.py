@@ -28,7 +28,7 @@ from .events import (
     SpaceBuilt,
     WinnerVerified,
 )
-from .result import FAILED, Result, config_key
+from .result import FAILED, Result, config_key, fastest, ranked
 from .search import Seeded, StopRules, make_strategy
 from .session import Session, SessionWriter, default_path, load_session, lock_session
 from .sol import load_peaks
@@ -230,28 +230,29 @@ class TuneRun(Controlled):
             self.events.note(text)
         if results:
             self.events.note(f"resuming: {len(results)} configurations already evaluated are kept")
-        if default not in space.configs:
-            self.events.note("the default configuration is not feasible for this problem: speedups are relative to the fastest")
+        feasible = set(space.configs)
+        if default not in feasible:
+            self.events.note("the default configuration is not feasible for this problem: speedups are relative "
+                             "to the fastest")
         strategy = make_strategy(opts.strategy, space, seed=opts.seed, done=done,
-                                 first=default if default in space.configs else None)
+                                 first=default if default in feasible else None)
         if opts.start_from:
-            by_key = {c.key: c for c in space.configs}
-            starts = [by_key[config_key(dict(c))] for c in opts.start_from if config_key(dict(c)) in by_key]
+            starts = [c for c in map(Config.of, opts.start_from) if c in feasible]
             if len(starts) < len(opts.start_from):
                 self.events.note(f"{len(opts.start_from) - len(starts)} of the {len(opts.start_from)} starting "
-                          f"configurations are not in this problem's space: skipped")
-            first = [default] if default in space.configs else []  # the baseline still goes first
+                                 f"configurations are not in this problem's space: skipped")
+            first = [default] if default in feasible else []  # the baseline still goes first
             strategy = Seeded(strategy, first + starts, done)
         # A resumed run's strategy learns from what is already measured (the model's data, the
         # local search's starting point), not only that it is done.
-        feasible = {c.key for c in space.configs}
         for r in results:
-            if config_key(r.config) in feasible:
-                strategy.observe(Config.of(r.config), r)
+            config = Config.of(r.config)
+            if config in feasible:
+                strategy.observe(config, r)
         odd = odd_problem(template, problem, space.configs, limits)
         if odd is not None:
             self.events.note(f"no verification size is odd in every dimension: verifying also at "
-                      f"{fmt_values(odd.values)}, where a tail bug shows")
+                             f"{fmt_values(odd.values)}, where a tail bug shows")
         spec = WorkerSpec(backend, opts.device, str(template.spec_path), template.spec_text,
                           dict(template.sources), problem.name, dict(problem.values), opts.seed,
                           opts.timing, opts.verify,
@@ -261,8 +262,7 @@ class TuneRun(Controlled):
         baseline = next((r for r in results if config_key(r.config) == default.key), None)
         if baseline is None and opts.baseline is not None and config_key(opts.baseline.config) == default.key:
             baseline = opts.baseline
-        progress = Progress(len(results), min((r for r in results if r.ranked), key=lambda r: r.median_us,
-                                              default=None))
+        progress = Progress(len(results), fastest(results))
         rules = StopRules(opts.budget, opts.time_limit, opts.sol_target, opts.patience)
         reason = "space exhausted"
         started = time.monotonic()
@@ -322,7 +322,7 @@ class TuneRun(Controlled):
             from .cluster import ClusterEvaluations
 
             self.events.note(f"evaluating on the Dask cluster at {opts.cluster}: each of its workers compiles "
-                      "and measures; results stream here")
+                             "and measures; results stream here")
             return ClusterEvaluations(opts.cluster, spec, config_timeout=opts.config_timeout)
         devices = opts.devices or (opts.device,)
         pool = self._compile_pool(template, backend, limits)
@@ -330,9 +330,10 @@ class TuneRun(Controlled):
             from .backends.cuda_toolchain import compiler_summary
             self.events.note(f"compiling ahead in {pool.jobs} processes: {compiler_summary()}")
         if len(devices) > 1:
-            self.events.note(f"evaluating on {len(devices)} devices at once: {', '.join(f'{backend}:{d}' for d in devices)}"
-                      + ("; devices listed twice share one, and their timings disturb each other"
-                         if len(set(devices)) < len(devices) else ""))
+            listed = ", ".join(f"{backend}:{d}" for d in devices)
+            self.events.note(f"evaluating on {len(devices)} devices at once: {listed}"
+                             + ("; devices listed twice share one, and their timings disturb each other"
+                                if len(set(devices)) < len(devices) else ""))
         return Workers([replace(spec, device=d) for d in devices], pool, config_timeout=opts.config_timeout)
 
     def _worker_notes(self, info: Mapping[str, Any], limits: DeviceLimits) -> None:
@@ -345,7 +346,7 @@ class TuneRun(Controlled):
         if not info.get("cold_cache", True):
             flush = info.get("flush_bytes", 0) / 2**20
             self.events.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "
-                      "flushed between timed runs: small problems may time warm, and % of SOL can pass 100")
+                             "flushed between timed runs: small problems may time warm, and % of SOL can pass 100")
 
     def _retime(self, evaluations, best: Result) -> None:
         """The winner measured again on every device used; the spread, and a device that differs."""
@@ -379,10 +380,11 @@ class TuneRun(Controlled):
         One that fails is demoted (its result replaced in the session with the status the check
         found) and the next fastest is checked in turn; (the winner, True), or (None, False) when
         none survives."""
-        ranked = sorted((i for i, r in enumerate(results) if r.ranked), key=lambda i: results[i].median_us)
+        at = {id(r): i for i, r in enumerate(results)}
+        order = [at[id(r)] for r in ranked(results)]  # indices in `results`, fastest first
         sanitizer = self._sanitizer(backend)
         winner = None
-        for i in ranked[:MAX_RECHECKS]:
+        for i in order[:MAX_RECHECKS]:
             r = results[i]
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
             ok, msg = worker.verify_again(Config.of(r.config), seeds)
@@ -394,14 +396,14 @@ class TuneRun(Controlled):
                 status, text = split_status(msg)
                 self._demote(results, i, status, f"failed its final check on new inputs: {text}")
             self.events.note(f"the fastest configuration failed its final check ({results[i].status}): "
-                      "it is not reported; checking the next")
+                             "it is not reported; checking the next")
         if winner is None:
-            more = len(ranked) > MAX_RECHECKS
+            more = len(order) > MAX_RECHECKS
             self.events.note("no configuration passed its final check on new inputs"
-                      + (f" among the {MAX_RECHECKS} fastest" if more else ""))
+                             + (f" among the {MAX_RECHECKS} fastest" if more else ""))
             return None, False
         if sanitizer is not None:  # `--sanitize K`: the K fastest, the winner among them
-            for i in [j for j in ranked if j != winner][:max(0, self.options.sanitize - 1)]:
+            for i in [j for j in order if j != winner][:max(0, self.options.sanitize - 1)]:
                 if self.events.stopped:
                     break
                 self._sanitized(sanitizer, template, problem, results, i)
@@ -443,7 +445,7 @@ class TuneRun(Controlled):
                  top: int) -> list:
         """Nsight Compute on the `top` best configurations, one event each; one note when it cannot."""
         from .ncu import ProfileError, find_ncu, ncu_version
-        from .profile import profile_config, profiled_event, ranked_results
+        from .profile import profile_config, profiled_event
 
         if backend != "cuda":
             self.events.note(f"profiling needs the CUDA backend and Nsight Compute; this run used {backend}: skipped")
@@ -455,7 +457,7 @@ class TuneRun(Controlled):
         tool = ncu_version(ncu)
         bytes_moved = float(template.cost_bytes.evaluate(problem.values))
         out = []
-        for n, r in enumerate(ranked_results(results)[:top], 1):
+        for n, r in enumerate(ranked(results)[:top], 1):
             if self.events.stopped:
                 break
             try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from kerntune.engine.result import ranked
 from kerntune.engine.session import default_path, load_session
 from kerntune.engine.template import Template, TemplateError, load_template
 from kerntune.tui.errors import EXIT_FAILED, UsageError, print_error
@@ -214,10 +215,10 @@ def fastest_configs(session: Any, template_name: str, k: int) -> tuple[dict, ...
     if session.template.get("name", "") != template_name:
         raise UsageError(f"{session.path} is a session of {session.template.get('name', '?')!r}, "
                          f"not of {template_name!r}")
-    ranked = sorted((r for r in session.results() if r.ranked), key=lambda r: r.median_us)
-    if not ranked:
+    board = ranked(session.results())
+    if not board:
         raise UsageError(f"{session.path} holds no verified configuration to start from")
-    return tuple(dict(r.config) for r in ranked[:k])
+    return tuple(dict(r.config) for r in board[:k])
 
 
 def search_options(args: argparse.Namespace, argv: Sequence[str], **more: Any) -> TuneOptions:
@@ -338,7 +339,7 @@ def serve_after_loop(template: Template, outcome: LoopOutcome, lopts: LoopOption
         return 0 if outcome.best is not None else EXIT_FAILED
     tuned = load_template(outcome.template_dir / "kernel.toml")
     measured = [r for rec in outcome.rounds if rec.template_dir == outcome.template_dir for r in rec.results]
-    fastest = tuple(dict(r.config) for r in sorted((r for r in measured if r.ranked), key=lambda r: r.median_us)[:5])
+    fastest = tuple(dict(r.config) for r in ranked(measured)[:5])
     budget = lopts.budget * lopts.rounds if lopts.budget else max(len(measured), len(fastest) + 1)
     folder = outcome.session_path.with_name(outcome.session_path.stem + "-serves")
     print(f"{template.name} serves {', '.join(template.serves)}: the template of {outcome.template_dir} is tuned at "

@@ -26,7 +26,7 @@ from kerntune.engine.events import (
     PlanMade,
     SpaceBuilt,
 )
-from kerntune.engine.result import Result, config_key
+from kerntune.engine.result import Result, config_key, ranked
 
 from .columns import Column, csv_columns, several_devices, text_columns
 from .numbers import fmt_num, fmt_speedup
@@ -38,8 +38,8 @@ def _board_order(results: Iterable[Result], limit: int | None = None,
     """(rank, result) as the leaderboard lists them: ranked results fastest first (the first
     `limit`), then suspect ones (`!`), then with `failed` every unverified one (`x`)."""
     results = list(results)
-    ranked = sorted((r for r in results if r.ranked), key=lambda r: r.median_us)[:limit]
-    rows = [(str(i + 1), r) for i, r in enumerate(ranked)] + [("!", r) for r in results if r.status == "suspect"]
+    rows = [(str(i + 1), r) for i, r in enumerate(ranked(results)[:limit])]
+    rows += [("!", r) for r in results if r.status == "suspect"]
     if failed:
         rows += [("x", r) for r in results if not r.verified]
     return rows
