@@ -166,7 +166,7 @@ def live_two_devices(tmp_path, telemetry, devices=(0, 1), cluster=False, labels=
     events = [replace(e, result=replace(e.result, device=labels[e.index % 2])) if isinstance(e, ConfigEvaluated)
               else e for e in session.events]
     path = tmp_path / "live.toml"
-    feed = LiveFeed(path)
+    feed = LiveFeed()
     engine = ScriptedEngine(dict(session.header), events, path, feed, hold_after)
     run = TuneRun(load_template(HERE.parent / "templates" / "vector_add"), TuneOptions(session_path=path))
     app = LiveDashboard(feed=feed, run=run, engine=engine, session_path=path, telemetry=telemetry,

@@ -165,7 +165,7 @@ def test_the_live_feed_takes_the_header_and_a_resumed_run_s_earlier_events_in_me
     recorded = load_session(VECTOR_ADD)
     path = tmp_path / "live.toml"
     earlier = recorded.events[:8]
-    feed = LiveFeed(path)
+    feed = LiveFeed()
     emitter = Emitter([feed])
     emitter.open(SessionWriter(path, recorded.header), recorded.header, earlier)
     path.unlink()  # the feed never reads the session file back

@@ -65,7 +65,7 @@ def scripted_live(tmp_path: Path, recorded: Session | Path = VECTOR_ADD, hold_af
         events = [replace(e, backend="cuda", device="NVIDIA H100") if isinstance(e, RunStarted) else e
                   for e in events]
     path = tmp_path / "live.toml"
-    feed = LiveFeed(path)
+    feed = LiveFeed()
     engine = ScriptedEngine(header, events, path, feed, hold_after)
     template = load_template(HERE.parent / "templates" / "vector_add")
     run = TuneRun(template, TuneOptions(session_path=path))

@@ -770,14 +770,14 @@ def live_dashboard(make_run: Callable[[Callable[[Any], None]], Any], session_pat
                    telemetry: Callable[[int], Telemetry] | None = None, devices: Sequence[int] = (),
                    cluster: bool = False) -> LiveDashboard:
     """A dashboard showing a run live: `make_run(sink)` builds the driver (a TuneRun or the agent
-    loop) that hands its events to `sink`, and the dashboard runs it in a thread worker. The
-    session path is fixed first: the feed reads the header from the session file. `devices`: the
-    devices of this host a run over several measures on; `cluster`: it measures on a cluster's."""
+    loop) that hands its header and events to `sink`, and the dashboard runs it in a thread worker.
+    `devices`: the devices of this host a run over several measures on; `cluster`: it measures on a
+    cluster's."""
     # The engine's worker is a spawned process, and spawning first starts multiprocessing's
     # resource tracker, handing it sys.stderr's descriptor. Inside the app sys.stderr is Textual's
     # capture, which has none: start the tracker now, while stderr is still the terminal.
     resource_tracker.ensure_running()
-    feed = LiveFeed(session_path)
+    feed = LiveFeed()
     run = make_run(feed)
     if telemetry is None:
         from kerntune.engine import nvml

@@ -11,7 +11,6 @@ import math
 import queue
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from kerntune.engine.events import Event
@@ -59,11 +58,9 @@ class LiveFeed:
     Before its first event the driver hands over the session's header (the device's limits and
     the template's sources live there, not in the events) and, on a resumed run, the events
     recorded before, so the dashboard shows the whole session without reading the file back.
-    `session_path` is the file the run writes, for the caller's record.
     """
 
-    def __init__(self, session_path: Path | None = None, max_batch: int = MAX_BATCH):
-        self.session_path = Path(session_path) if session_path is not None else None
+    def __init__(self, max_batch: int = MAX_BATCH):
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
 

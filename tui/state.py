@@ -38,7 +38,7 @@ PANELS = ("title", "device", "plan", "diff", "board", "progress")
 
 @dataclass(frozen=True)
 class HeaderRead:
-    """The session header, read from the session file once a live run has written it."""
+    """The session header, handed over by a live run before its first event (engine/emitter.py)."""
 
     header: Mapping[str, Any]
 
@@ -187,7 +187,7 @@ class DashboardState:
             self.apply(item)
 
     def apply(self, item: Event | HeaderRead) -> None:
-        """Fold one event (or a header read from the session file) into the state."""
+        """Fold one event (or the session header) into the state."""
         if isinstance(item, HeaderRead):
             self.set_header(item.header)
             return
