@@ -485,12 +485,13 @@ OPENCL_KEEP = """\
 """
 
 
-def prelude(plan: KeepPlan, dialect: str, keep: str, vec: str, block: str) -> str:
-    """The stage's macros and helpers, before the kernel; only defaults when KEEP = 0 and VEC = 1."""
+def prelude(plan: KeepPlan, dialect: str, keep: str, vec: str, block: str, chains: str = "") -> str:
+    """The stage's macros and helpers, before the kernel; only defaults when KEEP = 0 and VEC = 1
+    (and CHAINS = 1, `chains` its name where the third stage is made)."""
     out = [f"// kerntune: {keep} elements of the row kept in a lane's registers between passes (0: none),",
            f"// moved in packs of {vec} adjacent elements (1: one by one).",
            f"#ifndef {keep}\n#define {keep} 0\n#endif\n#ifndef {vec}\n#define {vec} 1\n#endif",
-           f"#if {keep} > 0 || {vec} > 1"]
+           f"#if {keep} > 0 || {vec} > 1" + (f" || {chains} > 1" if chains else "")]
     if dialect == "cuda":
         out += [CUDA_HELPERS.rstrip("\n"), re.sub(r"\bVEC\b", vec, CUDA_KEEP).rstrip("\n")]
     else:
@@ -505,21 +506,31 @@ def prelude(plan: KeepPlan, dialect: str, keep: str, vec: str, block: str) -> st
     return "\n".join(out) + "\n"
 
 
-def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: str, lanes: str) -> str:
+def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: str, lanes: str,
+              chains: tuple | None = None) -> str:
     """Loop `i` of the plan rewritten for KEEP and VEC: the kept packs (loaded all at once where this
     pass is the first, so that their loads are in flight together), the packs past them, the
-    elements past the last whole pack; with KEEP = 0 and VEC = 1 the original loop, `edits` made."""
+    elements past the last whole pack; with KEEP = 0 and VEC = 1 the original loop, `edits` made.
+    `chains` (CHAINS's name, the loop's rewrite_rowchains.ChainLoop, the dialect) gives the lane
+    CHAINS copies of the loop's accumulators, its elements going to them in turn (the third stage)."""
     lp = plan.loops[i]
     d0, d1, d2, d3 = (lp.indent + "    " * k for k in range(4))
     kept = {k.array: k for k in plan.kept if i in k.loops}
     fills = [s for s in lp.streams if s.array in kept and kept[s.array].loops[0] == i]
     out = [f"#if {keep} > 0\n{d0}{plan.regs}{s.ctype} kt_keep_{s.array}[{keep} / {vec}][{vec}];\n#endif"
            for s in fills]
-    out += [f"#if {keep} > 0 || {vec} > 1", f"{d0}{{",
+    count, chain = (chains[0], chains[1]) if chains is not None else ("", None)
+
+    def mine(which: str) -> list:  # the edits, the accumulators made chain `which`'s copies
+        return list(edits) + (chain.edits(which) if chain is not None else [])
+
+    out += [f"#if {keep} > 0 || {vec} > 1" + (f" || {count} > 1" if count else ""), f"{d0}{{",
             f"{d1}const {lp.vtype} kt_n = ({lp.end}) > ({lp.start}) ? ({lp.end}) - ({lp.start}) : 0, "
             f"kt_packs = kt_n / {vec}, kt_j0 = ({lp.start});"]
     whole = " && ".join(f"KT_ALIGNED({s.address})" for s in lp.streams if s.packed and not s.half) or "1"
     out.append(f"{d1}const bool kt_al = {whole};  // every pack of this pass in one access")
+    if chain is not None:
+        out += chain.setup(count, d1)
     slot = [f"{d1}for (int kt_s = 0; kt_s < {keep} / {vec}; ++kt_s) {{",
             f"{d2}const {lp.vtype} kt_p = ROW_LANE + kt_s * {lanes};", f"{d2}if (kt_p < kt_packs) {{"]
     first = f"{d3}const {lp.vtype} kt_j0 = ({lp.start}) + kt_p * {vec};"
@@ -535,8 +546,8 @@ def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: s
     packs = [s for s in lp.streams if s.packed and s.array not in kept]
     regs = {s.array: f"kt_keep_{s.array}[kt_s][kt_v]" for s in lp.streams if s.array in kept}
     inner = _pack_loads(plan, packs, vec, d3)
-    inner.append(_element_loop(src, lp, edits, {**regs, **{s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}},
-                               vec, d3))
+    inner.append(_element_loop(src, lp, mine(f"(kt_s * {vec} + kt_v) % {count}"),
+                               {**regs, **{s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}}, vec, d3))
     inner += [f"{d3}{_store(s, f'kt_keep_{s.array}[kt_s]')};" for s in lp.streams
               if s.array in kept and kept[s.array].last_store == i]
     inner += [f"{d3}{_store(s, f'kt_pack_{s.array}')};" for s in packs if s.written]
@@ -544,17 +555,37 @@ def loop_text(plan: KeepPlan, i: int, src: bytes, edits: list, keep: str, vec: s
     out += [f"{d2}}}", f"{d1}}}", "#endif"]
     # the packs past the kept ones
     packs = [s for s in lp.streams if s.packed]
-    out += [f"{d1}for ({lp.vtype} kt_p = ROW_LANE + {keep} / {vec} * {lanes}; kt_p < kt_packs; kt_p += {lanes}) {{",
-            f"{d2}const {lp.vtype} kt_j0 = ({lp.start}) + kt_p * {vec};"]
-    out += _pack_loads(plan, packs, vec, d2)
-    out.append(_element_loop(src, lp, edits, {s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}, vec, d2))
-    out += [f"{d2}{_store(s, f'kt_pack_{s.array}')};" for s in packs if s.written]
+    regs = {s.array: f"kt_pack_{s.array}[kt_v]" for s in packs}
+    past = f"ROW_LANE + {keep} / {vec} * {lanes}"
+    if chain is not None:  # a group of packs at once, enough for an element a chain, then those left
+        group = f"({count} > {vec} ? {count} / {vec} : 1)"
+        out += [f"{d1}{lp.vtype} kt_p = {past};",
+                f"{d1}for (; kt_p + ({group} - 1) * {lanes} < kt_packs; kt_p += {group} * {lanes}) {{",
+                f"#pragma unroll\n{d2}for (int kt_g = 0; kt_g < {group}; ++kt_g) {{"]
+        out += _pack(plan, lp, src, mine(f"(kt_g * {vec} + kt_v) % {count}"), regs, packs, vec,
+                     f"(kt_p + kt_g * {lanes})", d3)
+        out += [f"{d2}}}", f"{d1}}}", f"{d1}for (; kt_p < kt_packs; kt_p += {lanes}) {{"]
+    else:
+        out.append(f"{d1}for ({lp.vtype} kt_p = {past}; kt_p < kt_packs; kt_p += {lanes}) {{")
+    out += _pack(plan, lp, src, mine(f"kt_v % {count}"), regs, packs, vec, "kt_p", d2)
     out.append(f"{d1}}}")
     # the elements past the last whole pack, fewer than VEC
     out.append(f"{d1}for ({lp.vtype} {lp.var} = ({lp.start}) + kt_packs * {vec} + ROW_LANE; {lp.var} < {lp.end}; "
-               f"{lp.var} += {lanes}) {_body(src, lp, edits, {}, d1)}")
+               f"{lp.var} += {lanes}) {_body(src, lp, mine('0'), {}, d1)}")
+    if chain is not None:
+        out += chain.finish(count, chains[2], d1)
     out += [f"{d0}}}", "#else", _spliced(src, lp.region[0], lp.region[1], edits), "#endif"]
     return "\n".join(out)
+
+
+def _pack(plan: KeepPlan, lp: KeepLoop, src: bytes, edits: list, regs: dict, packs: list, vec: str, p: str,
+          ind: str) -> list[str]:
+    """One pack of the lane's, the `p`th of the row, not kept: loaded, its elements' bodies, stored."""
+    out = [f"{ind}const {lp.vtype} kt_j0 = ({lp.start}) + {p} * {vec};"]
+    out += _pack_loads(plan, packs, vec, ind)
+    out.append(_element_loop(src, lp, edits, regs, vec, ind))
+    out += [f"{ind}{_store(s, f'kt_pack_{s.array}')};" for s in packs if s.written]
+    return out
 
 
 def _load(s: Stream, dst: str, whole: str = "kt_al") -> str:

@@ -14,6 +14,10 @@ template of two parameters:
 - `ROWS`: rows per block, whose default is the original's block size, so that the default
   configuration is the original kernel token for token once the preprocessor has run.
 
+Two more stages build on it: the row kept in registers and moved in packs (`KEEP`, `VEC`:
+agents/rewrite_rowkeep.py), and a pass carried through an exponential run as independent chains
+a lane (`CHAINS`: agents/rewrite_rowchains.py).
+
 The analysis reads the kernel's syntax tree (tree-sitter) and refuses, with the reason, anything it
 cannot prove safe: a value carried from one element to the next that is not a reduction (a scan),
 a write at an element other than the loop's own, a loop inside a row loop, threads that already
@@ -31,8 +35,9 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal
 from kerntune.engine.signature import _blank, _parser
 
-from . import rewrite_rowkeep
+from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
+from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
 from .row_syntax import _args, _callee, _element, _line, _names, _same, _strip, _t, _target, _walk, _within
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,7 +54,6 @@ OPENCL_IDS = {"get_global_id", "get_local_id", "get_group_id", "get_local_size",
               "get_global_size", "get_global_offset"}
 COOPERATING = {"__syncthreads", "__syncwarp", "barrier", "work_group_barrier", "__shfl_sync", "__shfl_xor_sync",
                "__shfl_down_sync", "__shfl_up_sync"}
-ACC_TYPES = ("float", "double", "int")
 INDEX_TYPES = {"int", "long", "unsigned", "size_t", "ptrdiff_t", "int64_t", "uint32_t", "int32_t"}
 
 
@@ -94,6 +98,12 @@ class RowKernel:
     body_open: int  # just after the `{` of the kernel's body
     keep: "KeepPlan | None" = None  # the row kept in registers and moved in packs (agents/rewrite_rowkeep.py)
     keep_reason: str = ""  # why not, when keep is None
+    chains: tuple["ChainLoop | None", ...] = ()  # by loop: its accumulators split into chains (rewrite_rowchains)
+
+    @property
+    def chained(self) -> bool:
+        """Whether a pass carries a value through an exponential: chains of its accumulators pay."""
+        return any(rewrite_rowchains.offered(lp.accumulators) for lp in self.loops)
 
     @property
     def accumulators(self) -> tuple[Accumulator, ...]:
@@ -208,6 +218,7 @@ def analyse(source: str, entry: str) -> RowKernel:
     carried_in: dict[str, int] = {}
     row_loops: list[RowLoop] = []
     written: dict[str, str] = {}  # array -> its normalised index, for arrays written in a row loop
+    chains: list[ChainLoop | None] = []
     for lp in loops:
         lp.locals = {_declared_name(d) for d in _walk(lp.node.child_by_field_name("body"))
                      if d.type in ("declaration", "init_declarator")} | {lp.var}
@@ -220,6 +231,7 @@ def analyse(source: str, entry: str) -> RowKernel:
                 if name:
                     carried_in[name] = _line(lp.node)
         _check_elements(lp, written)
+        chains.append(rewrite_rowchains.chain_loop(lp.node.child_by_field_name("body"), tuple(accs)) if accs else None)
         parent = lp.node.parent
         if accs and (parent is None or parent.type != "compound_statement"):
             raise NotRowwise(f"line {_line(lp.node)}: the loop is not a statement of a block: there is no place "
@@ -253,7 +265,7 @@ def analyse(source: str, entry: str) -> RowKernel:
     except rewrite_rowkeep.NotKept as e:
         keep_reason = str(e)
     return RowKernel(dialect, tuple((s.start_byte, s.end_byte) for s in sites), tuple(row_loops), tuple(leads),
-                     head, open_brace.end_byte, keep, keep_reason)
+                     head, open_brace.end_byte, keep, keep_reason, tuple(chains))
 
 
 def _loop_header(node) -> _Loop:
@@ -566,21 +578,6 @@ def _lead_stores(body, loops: list[_Loop], written: dict[str, str]) -> list[tupl
 
 # the rewrite -----------------------------------------------------------------------------------
 
-OPS = {  # op -> (CUDA float, CUDA double, CUDA int, OpenCL any)
-    "sum": ("{a} + {b}",) * 4,
-    "max": ("fmaxf({a}, {b})", "fmax({a}, {b})", "max({a}, {b})", "{fmax}({a}, {b})"),
-    "min": ("fminf({a}, {b})", "fmin({a}, {b})", "min({a}, {b})", "{fmin}({a}, {b})"),
-}
-
-
-def _combine(op: str, ctype: str, dialect: str, a: str, b: str) -> str:
-    forms = OPS[op]
-    if dialect == "opencl":
-        real = ctype != "int"
-        return forms[3].format(a=a, b=b, fmax="fmax" if real else "max", fmin="fmin" if real else "min")
-    return forms[ACC_TYPES.index(ctype)].format(a=a, b=b)
-
-
 def _cuda_helpers(accs: tuple[Accumulator, ...]) -> str:
     out = [
         "#define ROW_LANE ((int)(threadIdx.x % LANES))",
@@ -593,9 +590,9 @@ def _cuda_helpers(accs: tuple[Accumulator, ...]) -> str:
     ]
     for op, ctype in sorted({(a.op, a.ctype) for a in accs if a.op != "online"}):
         f = f"row_{op}_{ctype}"
-        c = _combine(op, ctype, "cuda", "v", "__shfl_xor_sync(ROW_MASK, v, o)")
-        c32 = _combine(op, ctype, "cuda", "v", "__shfl_xor_sync(0xffffffffu, v, o)")
-        cw = _combine(op, ctype, "cuda", "v", "part[w]")
+        c = combine(op, ctype, "cuda", "v", "__shfl_xor_sync(ROW_MASK, v, o)")
+        c32 = combine(op, ctype, "cuda", "v", "__shfl_xor_sync(0xffffffffu, v, o)")
+        cw = combine(op, ctype, "cuda", "v", "part[w]")
         out.append(f"""// the {op} of v over the row's lanes, in every lane (the same bits in each: the butterfly
 // combines the same pairs in both orders)
 __device__ __forceinline__ {ctype} {f}({ctype} v)
@@ -614,12 +611,12 @@ __device__ __forceinline__ {ctype} {f}({ctype} v)
     return v;
 }}""")
     for ctype, exp in sorted({(a.ctype, a.exp) for a in accs if a.op == "online"}):
-        mx = _combine("max", ctype, "cuda", "*m", "m2")
+        top, total = merge(ctype, exp, "cuda", "*m", "*s", "m2", "s2")
         out.append(f"""// (m, s) and (m2, s2), each s a sum of exponentials taken against its m, merged into one pair
 __device__ __forceinline__ void row_merge_{ctype}({ctype}* m, {ctype}* s, {ctype} m2, {ctype} s2)
 {{
-    const {ctype} top = {mx};
-    *s = (*m == top ? *s : *s * {exp}(*m - top)) + (m2 == top ? s2 : s2 * {exp}(m2 - top));
+    {top}
+    *s = {total};
     *m = top;
 }}
 
@@ -655,7 +652,7 @@ def _opencl_helpers(accs: tuple[Accumulator, ...]) -> str:
         "#define LEAD_ONLY(...) do { if (ROW_LANE == 0) { __VA_ARGS__; } } while (0)",
     ]
     for op, ctype in sorted({(a.op, a.ctype) for a in accs if a.op != "online"}):
-        c = _combine(op, ctype, "opencl", "red[lane]", "red[lane + o]")
+        c = combine(op, ctype, "opencl", "red[lane]", "red[lane + o]")
         out.append(f"""// the {op} of v over the work-group's lanes, in every lane
 {ctype} row_{op}_{ctype}({ctype} v, __local {ctype}* red)
 {{
@@ -671,7 +668,7 @@ def _opencl_helpers(accs: tuple[Accumulator, ...]) -> str:
     return v;
 }}""")
     for ctype, exp in sorted({(a.ctype, a.exp) for a in accs if a.op == "online"}):
-        mx = _combine("max", ctype, "opencl", "m", "m2")
+        top, total = merge(ctype, exp, "opencl", "m", "s", "m2", "s2")
         out.append(f"""// (m, s) and (m2, s2), each s a sum of exponentials taken against its m, merged into one pair
 void row_online_{ctype}({ctype}* pm, {ctype}* ps, __local {ctype}* red_m, __local {ctype}* red_s)
 {{
@@ -682,8 +679,8 @@ void row_online_{ctype}({ctype}* pm, {ctype}* ps, __local {ctype}* red_m, __loca
     for (int o = LANES / 2; o > 0; o >>= 1) {{
         if (lane < o) {{
             const {ctype} m = red_m[lane], s = red_s[lane], m2 = red_m[lane + o], s2 = red_s[lane + o];
-            const {ctype} top = {mx};
-            red_s[lane] = (m == top ? s : s * {exp}(m - top)) + (m2 == top ? s2 : s2 * {exp}(m2 - top));
+            {top}
+            red_s[lane] = {total};
             red_m[lane] = top;
         }}
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -696,11 +693,12 @@ void row_online_{ctype}({ctype}* pm, {ctype}* ps, __local {ctype}* red_m, __loca
 
 
 def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None, lanes: str = LANES,
-            launch_edits: list = (), keep: tuple[str, str, str] | None = None) -> str:
+            launch_edits: list = (), keep: tuple[str, str, str] | None = None, chains: str = "") -> str:
     """The template source: the original with the lane group woven in (`lanes` = 1 is the original).
     `rows` is the rows a block: a parameter of its own (with `rows_default`) or an expression.
     `keep`, the names of KEEP and VEC and the block's threads, adds the stage of
-    agents/rewrite_rowkeep.py (kernel.keep)."""
+    agents/rewrite_rowkeep.py (kernel.keep); `chains`, the name of CHAINS, the stage of
+    agents/rewrite_rowchains.py on top of it (kernel.chains)."""
     src = source.encode("utf-8")
     edits: list[tuple[int, int, str]] = []
     for s, e in kernel.index_sites:
@@ -746,8 +744,12 @@ def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None,
         "#define ROW_LANE 0\n"
         "#else\n" + helpers + "\n#endif\n\n")
     if keep is not None and kernel.keep is not None:
-        edits = _keep_edits(kernel.keep, src, edits, keep[:2], lanes)
-        prelude += rewrite_rowkeep.prelude(kernel.keep, kernel.dialect, *keep) + "\n"
+        split = [(chains, c, kernel.dialect) if chains and c is not None else None for c in kernel.chains]
+        edits = _keep_edits(kernel.keep, src, edits, keep[:2], lanes, split)
+        if chains:
+            prelude += (f"// kerntune: {chains} independent chains of the accumulators a lane (1: one, as written).\n"
+                        f"#ifndef {chains}\n#define {chains} 1\n#endif\n")
+        prelude += rewrite_rowkeep.prelude(kernel.keep, kernel.dialect, *keep, chains) + "\n"
     edits.append((kernel.head, kernel.head, prelude))
     out = src
     for s, e, t in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
@@ -755,15 +757,17 @@ def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None,
     return out.decode("utf-8")
 
 
-def _keep_edits(plan: "KeepPlan", src: bytes, edits: list, names: tuple[str, str], lanes: str) -> list:
-    """The edits with each row loop replaced by its KEEP / VEC form (which makes the edits inside it)."""
+def _keep_edits(plan: "KeepPlan", src: bytes, edits: list, names: tuple[str, str], lanes: str,
+                chains: list) -> list:
+    """The edits with each row loop replaced by its KEEP / VEC form (which makes the edits inside it),
+    with its chains where `chains` (by loop) gives them."""
     keep, vec = names
     out = list(edits)
     for i, lp in enumerate(plan.loops):
         s, e = lp.region
         inside = [x for x in out if s <= x[0] and x[1] <= e and (x[0] < x[1] or s < x[0] < e)]
         out = [x for x in out if x not in inside]
-        out.append((s, e, rewrite_rowkeep.loop_text(plan, i, src, inside, keep, vec, lanes)))
+        out.append((s, e, rewrite_rowkeep.loop_text(plan, i, src, inside, keep, vec, lanes, chains[i])))
     return out
 
 
@@ -775,8 +779,9 @@ POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def rewrite_rowwise(ctx: "RewriteContext") -> "tuple[Rewrite, Rewrite | Declined] | Declined":
-    """The row-wise rewrite of the context's kernel in two stages (the row spread over lanes; the row
-    kept and moved in packs), or why it does not apply."""
+    """The row-wise rewrite of the context's kernel in stages (the row spread over lanes; the row
+    kept and moved in packs; a pass carried through an exponential split into chains), or why it
+    does not apply."""
     from .rewrites import Declined, Rewrite
 
     if ctx.analysis.kind == "elementwise":
@@ -834,7 +839,11 @@ def rewrite_rowwise(ctx: "RewriteContext") -> "tuple[Rewrite, Rewrite | Declined
                      "the loops made by one lane)",
                      tuple(constraints), grid=grid, block=new_block)
     threads = new_block[0] if new_block else block
-    return spread, _kept(ctx, kernel, spread, (rows_expr, default_rows, lanes, edits), threads, top)
+    how = (rows_expr, default_rows, lanes, edits)
+    kept = _kept(ctx, kernel, spread, how, threads, top)
+    if isinstance(kept, Declined):
+        return spread, kept
+    return spread, kept, _chained(ctx, kernel, (spread, kept), how, threads)
 
 
 def _kept(ctx: "RewriteContext", kernel: RowKernel, spread: "Rewrite", how: tuple, threads: str,
@@ -871,6 +880,30 @@ def _kept(ctx: "RewriteContext", kernel: RowKernel, spread: "Rewrite", how: tupl
                    tuple(constraints),
                    first={spread.parameters[0].name: (1, 32, top), keep: (0, 32), vec: (1, packs[-1])},
                    helps="memory")
+
+
+def _chained(ctx: "RewriteContext", kernel: RowKernel, stages: tuple, how: tuple, threads: str) -> "Rewrite | Declined":
+    """The third stage (agents/rewrite_rowchains.py): CHAINS independent chains of a pass's
+    accumulators a lane, for a kernel whose pass carries a value through an exponential."""
+    from .rewrites import Declined, Rewrite
+
+    name = rewrite_rowchains.NAME
+    if not kernel.chained:
+        return Declined(name, "no pass carries a value through an exponential from one element to the next")
+    taken = set(ctx.taken) | set(ctx.defaults) | {p.name for s in stages for p in s.parameters}
+    if any(w.startswith(rewrite_rowchains.PREFIX) for w in ctx.taken):
+        return Declined(name, f"the source already uses a name starting {rewrite_rowchains.PREFIX}")
+    chains = fresh_name("CHAINS", taken)
+    keep, vec = (p.name for p in stages[1].parameters)
+    rows_expr, default_rows, lanes, edits = how
+    source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads), chains)
+    split = [", ".join(a.name + (f" and {a.partner}" if a.partner else "") for a in c.accumulators)
+             for c in kernel.chains if c is not None]
+    return Rewrite(name, source,
+                   (ParamProposal(chains, (1, 2, 4), 1, "independent chains of a pass's accumulators a lane runs "
+                                                        "(1 = the original, one chain)"),),
+                   f"{'; '.join(split)} split into {chains} independent chains a lane, combined at each pass's end",
+                   first={chains: (1, 2, 4)})
 
 
 def row_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ from kerntune.engine.agent_api import LoopState, Plan, ProviderError, Report, Ro
 from kerntune.engine.proposal import TemplateProposal
 from kerntune.engine.template import ParamValue, Template
 
+from . import rewrite_rowwise
 from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
 from .kernel_tree import KernelTreeError, classify
 from .lift import KINDS, Lift, lift_template
@@ -243,10 +244,22 @@ def analysis_line(state: LoopState) -> str:
                        "kept in registers between passes and moved in vector packs",
             "neither": "neither elementwise nor row-wise: literals only"}[a.kind]
     reason = f" ({a.reasons[0]})" if a.reasons else ""
+    if a.kind == "rowwise" and chained(state):
+        reason += ("; a pass carries its accumulators through an exponential from one element to the next (an "
+                   "online softmax), a chain whose latency bounds it once the row is on chip: a lane can run 1, 2 or "
+                   "4 independent chains of it (CHAINS), combined at the pass's end")
     bound = cost_bound(state)
     by_cost = (f" By its cost it is {bound}-bound at this device's peaks" +
                (": fewer passes over memory and wider accesses first." if bound == "memory" else ".")) if bound else ""
     return f"Analysis: {a.name} is {what}{reason}.{by_cost}"
+
+
+def chained(state: LoopState) -> bool:
+    """Whether the row-wise rewrite can split a pass carried through an exponential into chains."""
+    try:
+        return rewrite_rowwise.analyse(state.original.source_for(state.backend), state.original.entry).chained
+    except ValueError:
+        return False
 
 
 def cost_bound(state: LoopState) -> str:

@@ -1,7 +1,7 @@
 """The row-wise rewrite on naive one-thread-per-row kernels: templated by the rules, gated, tuned with
-groups of lanes per row, the row kept in registers and moved in packs, and re-verified on PoCL; the
-CUDA versions compiled with nvcc with sub-warp, warp and multi-warp groups; kernels that are not
-row-wise refused with the reason."""
+groups of lanes per row, the row kept in registers and moved in packs, an online softmax's pass run
+as independent chains a lane, and re-verified on PoCL; the CUDA versions compiled with nvcc with
+sub-warp, warp and multi-warp groups; kernels that are not row-wise refused with the reason."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
 ROW_KERNELS = ["softmax_online", "softmax_2pass", "softmax_3pass", "layernorm", "rmsnorm", "rmsnorm_half",
                "cross_entropy"]
 SMALL = {"cross_entropy": {"B": 24, "V": 300}}
+CHAINED = {"softmax_online"}
 
 
 def templated(name: str, backend: str, limits: DeviceLimits):
@@ -49,10 +50,11 @@ def small(t):
 @pytest.mark.parametrize("name", ROW_KERNELS)
 def test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_pocl(name, tmp_path, opencl_backend):
     original, proposal, applied = templated(name, "opencl", CPU)
-    assert [r.name for r in applied.rewrites] == ["rowwise", "rowwise_keep"]
-    assert [p.name for p in proposal.parameters] == ["BLOCK", "LANES", "KEEP", "VEC"]
+    chains = ["CHAINS"] if name in CHAINED else []  # only a pass carried through an exponential is split
+    assert [r.name for r in applied.rewrites] == ["rowwise", "rowwise_keep"] + ["rowwise_chains"] * len(chains)
+    assert [p.name for p in proposal.parameters] == ["BLOCK", "LANES", "KEEP", "VEC"] + chains
     assert proposal.default_config == {"BLOCK": int(original_launch(original, CPU)[1][0]), "LANES": 1, "KEEP": 0,
-                                       "VEC": 1}
+                                       "VEC": 1, **{c: 1 for c in chains}}
     assert proposal.grid[0].endswith("(BLOCK // LANES))") and proposal.block == ("BLOCK",)
     assert "LANES == 1 or LANES == BLOCK" in proposal.constraints  # OpenCL: a work-group per row
     assert "KEEP % VEC == 0" in proposal.constraints
@@ -66,6 +68,12 @@ def test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_p
     ev = Evaluator(opencl_backend, template, small(template), seed=1, timing=FAST)
     ok, _, message = ev.reproduces_original({"BLOCK": 4, "LANES": 4, "KEEP": 8, "VEC": 2}, (3, 4))
     assert ok, message
+    for config in ({"BLOCK": 4, "LANES": 4, "KEEP": 8, "VEC": 1, "CHAINS": 4},  # chains over kept elements,
+                   {"BLOCK": 8, "LANES": 8, "KEEP": 8, "VEC": 2, "CHAINS": 4},  # two packs a group past them,
+                   {"BLOCK": 2, "LANES": 2, "KEEP": 0, "VEC": 4, "CHAINS": 2},  # a pack's elements in turn,
+                   {"BLOCK": 1, "LANES": 1, "KEEP": 0, "VEC": 1, "CHAINS": 4}) if chains else ():  # a lone lane
+        ok, _, message = ev.reproduces_original(config, (3, 4))
+        assert ok, f"{config}: {message}"
     grid = narrowed(template, {"BLOCK": (16,), "LANES": (16,), "KEEP": (0, 16), "VEC": (4,)})
     run = TuneRun(grid, TuneOptions(backend="opencl", problem="small", overrides=SMALL.get(name, {"N": 24, "C": 300}),
                                     seed=5, timing=FAST, strategy="grid", session_path=tmp_path / "tune.toml")).run()
@@ -93,6 +101,7 @@ def test_the_default_is_the_original_token_for_token_once_preprocessed(name, bac
     assert preprocessed(out, {}) == preprocessed(original, {})  # the guards' own defaults
     assert preprocessed(out, {"BLOCK": 4, "LANES": 4}) != preprocessed(original, {})
     assert preprocessed(out, {"KEEP": 8, "VEC": 2}) != preprocessed(original, {})
+    assert (preprocessed(out, {"CHAINS": 2}) != preprocessed(original, {})) == (name in CHAINED)
 
 
 def test_the_rewrite_strides_the_loops_combines_the_accumulators_and_leaves_one_lane_to_write():
@@ -177,12 +186,16 @@ def test_the_registry_runs_the_row_wise_rewrite_after_the_elementwise_one():
                                          ("softmax_bf16", {"BLOCK": 256, "LANES": 256}),
                                          ("rmsnorm_half", {"BLOCK": 64, "LANES": 32}),
                                          ("softmax_2pass", {"BLOCK": 1024, "LANES": 1024, "KEEP": 32, "VEC": 2}),
-                                         ("softmax_bf16", {"BLOCK": 256, "LANES": 256, "KEEP": 32, "VEC": 8})])
+                                         ("softmax_bf16", {"BLOCK": 256, "LANES": 256, "KEEP": 32, "VEC": 8}),
+                                         ("softmax_online", {"BLOCK": 128, "LANES": 32, "KEEP": 32, "VEC": 4,
+                                                             "CHAINS": 4}),
+                                         ("softmax_online", {"BLOCK": 256, "LANES": 256, "KEEP": 16, "VEC": 1,
+                                                             "CHAINS": 2})])
 def test_the_cuda_rewrite_compiles_with_sub_warp_warp_and_multi_warp_groups(name, config):
     """...and the row a lane keeps stays in registers: no spill, no stack (a 2-pass softmax keeps its
     input, then its output; KEEP * 1024 threads fill the block's registers)."""
     t, proposal, applied = templated(name, "cuda", GPU)
-    assert [r.name for r in applied.rewrites] == ["rowwise", "rowwise_keep"]
+    assert [r.name for r in applied.rewrites][:2] == ["rowwise", "rowwise_keep"]
     _, info, _ = cuda.compile_cubin(proposal.sources["cuda"], t.entry, {k: str(v) for k, v in config.items()},
                                     t.compile_options.get("cuda", ()), "sm_90")
     assert info.get("spill_stores", 0) == 0 and info.get("stack_frame", 0) == 0
@@ -264,3 +277,51 @@ def test_a_row_is_kept_in_registers_only_where_every_pass_reads_the_same_element
 def test_loops_over_different_ranges_that_share_a_written_array_are_not_packed():
     k = kept_in("for (int i = 0; i < C; i++) y[i] = x[i];\n    for (int i = 0; i < C - 1; i++) s += y[i];")
     assert k.keep is None and "over a different range" in k.keep_reason
+
+
+def test_the_online_softmax_pass_runs_as_independent_chains_combined_by_the_lanes_own_merge(tmp_path, opencl_backend,
+                                                                                          monkeypatch):
+    """...and a combine that forgets to rescale a chain's sum to the merged maximum is caught by the
+    verification (the test would not pass with a broken combine)."""
+    _, proposal, applied = templated("softmax_online", "cuda", GPU)
+    out = proposal.sources["cuda"]
+    assert applied.rewrites[-1].first == {"CHAINS": (1, 2, 4)}
+    assert "float kt_ch_maxval[CHAINS];" in out and "kt_ch_sum[kt_c] = kt_c == 0 ? sum : (float)0;" in out
+    assert "kt_ch_sum[0] = (kt_ch_maxval[0] == top ? kt_ch_sum[0] : kt_ch_sum[0] * expf(kt_ch_maxval[0] - top))" in out
+    assert "maxval = kt_ch_maxval[0];\n            sum = kt_ch_sum[0];" in out
+    assert out.count("#if KEEP > 0 || VEC > 1 || CHAINS > 1") == 2  # the prelude and the online pass, not the output
+    from kerntune.agents import rewrite_rowchains
+
+    def unscaled(self, chains, dialect, ind):
+        return [f"{ind}for (int kt_c = 1; kt_c < {chains}; ++kt_c) {{",
+                f"{ind}    kt_ch_maxval[0] = fmax(kt_ch_maxval[0], kt_ch_maxval[kt_c]);",
+                f"{ind}    kt_ch_sum[0] += kt_ch_sum[kt_c];", f"{ind}}}", f"{ind}maxval = kt_ch_maxval[0];",
+                f"{ind}sum = kt_ch_sum[0];"]
+
+    monkeypatch.setattr(rewrite_rowchains.ChainLoop, "finish", unscaled)
+    original, broken, _ = templated("softmax_online", "opencl", CPU)
+    template = write_template(original, broken, tmp_path / "tpl", CPU)
+    ev = Evaluator(opencl_backend, template, small(template), seed=1, timing=FAST)
+    assert ev.reproduces_original({"BLOCK": 1, "LANES": 1, "CHAINS": 1}, (3,))[0]  # one chain: nothing to combine
+    ok, _, message = ev.reproduces_original({"BLOCK": 4, "LANES": 4, "KEEP": 8, "VEC": 1, "CHAINS": 4}, (3,))
+    assert not ok and "CHAINS" not in message
+
+
+def test_a_kernel_whose_passes_carry_no_exponential_is_not_split_into_chains():
+    _, proposal, applied = templated("softmax_2pass", "cuda", GPU)  # its sum adds exponentials, none carried
+    assert [(d.name, d.reason) for d in applied.declined if d.name == "rowwise_chains"] == [
+        ("rowwise_chains", "no pass carries a value through an exponential from one element to the next")]
+    assert "CHAINS" not in proposal.sources["cuda"]
+
+
+@pytest.mark.parametrize("name,offered", [("softmax_online", True), ("softmax_3pass", False)])
+def test_the_rules_offer_chains_where_a_pass_is_carried_through_an_exponential(name, offered, tmp_path):
+    t = load_template(NAIVE / name)
+    rules = RulesProvider()
+    state = SimpleNamespace(original=t, backend="cuda", limits=H200, problem=t.problem("llama-t2048"), history=(),
+                            best=None, budget=48, template_dir=tmp_path / "tpl", say=lambda *a: None)
+    proposal = rules.generate(state, None)
+    assert ("(CHAINS)" in analysis_line(state)) == offered
+    state.template = write_template(t, proposal, tmp_path / "tpl", H200)
+    values = rules.tune(state).values
+    assert values.get("CHAINS") == ((1, 4) if offered else None)  # the budget keeps the ends of 1, 2, 4
