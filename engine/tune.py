@@ -325,7 +325,7 @@ class TuneRun(Controlled):
                              "and measures; results stream here")
             return ClusterEvaluations(opts.cluster, spec, config_timeout=opts.config_timeout)
         devices = opts.devices or (opts.device,)
-        pool = self._compile_pool(template, backend, limits)
+        pool = self._compile_pool(template, backend, limits, workers=len(devices))
         if pool is not None:
             from .backends.cuda_toolchain import compiler_summary
             self.events.note(f"compiling ahead in {pool.jobs} processes: {compiler_summary()}")
@@ -472,8 +472,9 @@ class TuneRun(Controlled):
         return out
 
 
-    def _compile_pool(self, template: Template, backend: str, limits: DeviceLimits):
-        jobs = self.options.compile_jobs or default_jobs()
+    def _compile_pool(self, template: Template, backend: str, limits: DeviceLimits, workers: int = 1):
+        # every evaluation worker past the first needs a core of its own too
+        jobs = self.options.compile_jobs or max(1, default_jobs() - (workers - 1))
         if backend != "cuda" or jobs <= 1:
             return None
         cc = limits.compute_capability.replace(".", "")
