@@ -15,15 +15,15 @@ Without ncu, or where it cannot read the counters, the result is one clear line
 from __future__ import annotations
 
 import csv
-import glob
 import io
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from .backends.cuda_toolchain import find_cuda_tool
 
 # The warp states ncu's Warp State Statistics section reports, as metric-name fragments.
 STALL_REASONS = (
@@ -249,16 +249,8 @@ def unknown_metrics(text: str) -> list[str]:
 # running ncu -----------------------------------------------------------------------------------
 def find_ncu() -> str | None:
     """ncu from $KERNTUNE_NCU, PATH, the CUDA toolkit or an Nsight Compute install; None if absent."""
-    env = os.environ.get("KERNTUNE_NCU")
-    if env:
-        return env if os.access(env, os.X_OK) else None
-    found = shutil.which("ncu")
-    if found:
-        return found
-    candidates = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ncu")]
-    candidates += sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)
-    candidates += sorted(glob.glob("/usr/local/cuda*/bin/ncu"), reverse=True)
-    return next((c for c in candidates if os.access(c, os.X_OK)), None)
+    return find_cuda_tool("ncu", "KERNTUNE_NCU",
+                          ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu"))
 
 
 def ncu_version(ncu: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
+from .backends.cuda_toolchain import find_cuda_tool
 from .profile import job_for
 
 DEFAULT_TIMEOUT = 300.0
@@ -30,18 +30,8 @@ class SanitizeError(RuntimeError):
 
 
 def find_sanitizer() -> str | None:
-    env = os.environ.get("KERNTUNE_SANITIZER")
-    if env:
-        return env if os.access(env, os.X_OK) else None
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root:
-            path = os.path.join(root, "bin", "compute-sanitizer")
-            if os.access(path, os.X_OK):
-                return path
-    return None
+    """compute-sanitizer from $KERNTUNE_SANITIZER, PATH or the CUDA toolkit; None if absent."""
+    return find_cuda_tool("compute-sanitizer", "KERNTUNE_SANITIZER")
 
 
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) error")

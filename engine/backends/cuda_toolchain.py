@@ -17,6 +17,7 @@ version: a cubin never outlives the toolkit that built it.
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import json
 import os
@@ -43,18 +44,26 @@ DEFAULT_SHARED_LIMIT = 48 * 1024
 _DEFINE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def find_nvcc() -> str | None:
-    """nvcc on PATH, else under CUDA_HOME / CUDA_PATH, else the usual install place."""
-    found = shutil.which("nvcc")
+def find_cuda_tool(name: str, env: str | None = None, also: Sequence[str] = ()) -> str | None:
+    """A CUDA toolkit program (nvcc, ncu, compute-sanitizer): the path in $`env` when that is set
+    (None if it is not executable), else `name` on PATH, else under CUDA_HOME / CUDA_PATH / the
+    usual install place, else the first executable match of the `also` globs (newest first)."""
+    if env and os.environ.get(env):
+        path = os.environ[env]
+        return path if os.access(path, os.X_OK) else None
+    found = shutil.which(name)
     if found:
         return found
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root and os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
-            return os.path.join(root, "bin", "nvcc")
-    if os.access("/usr/local/cuda/bin/nvcc", os.X_OK):
-        return "/usr/local/cuda/bin/nvcc"
-    return None
+    roots = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")
+    candidates = [os.path.join(root, "bin", name) for root in roots if root]
+    for pattern in also:
+        candidates += sorted(glob.glob(pattern), reverse=True)
+    return next((c for c in candidates if os.access(c, os.X_OK)), None)
+
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, else under CUDA_HOME / CUDA_PATH, else the usual install place."""
+    return find_cuda_tool("nvcc")
 
 
 @functools.lru_cache(maxsize=4)
