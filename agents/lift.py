@@ -665,7 +665,7 @@ def _dim_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:
 def _as_is(t: Template) -> TemplateProposal:
     return TemplateProposal(
         sources=dict(t.sources),
-        parameters=tuple(ParamProposal(p.name, tuple(p.values), p.default, p.description) for p in t.parameters),
+        parameters=tuple(t.parameters),
         constraints=tuple(c.text for c in t.constraints),
         grid=tuple(e.source for e in t.grid),
         block=tuple(e.source for e in t.block),

@@ -20,19 +20,14 @@ from typing import Any, Mapping
 
 from .device import DeviceLimits
 from .expressions import Expression
-from .template import ParamValue, Template, TemplateError, parse_template, read_spec_toml
+from .template import Parameter, ParamValue, Template, TemplateError, parse_template, read_spec_toml
 
 EXTENSIONS = {"cuda": "cu", "opencl": "cl"}
 
 
-@dataclass(frozen=True)
-class ParamProposal:
-    """One proposed parameter: its values and the default that reproduces the original."""
-
-    name: str
-    values: tuple[ParamValue, ...]
-    default: ParamValue
-    description: str = ""
+# A proposed parameter is a template's parameter: its values, and the default that reproduces the
+# original (compose_spec writes it as a [[param]] table).
+ParamProposal = Parameter
 
 
 @dataclass(frozen=True)
