@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from .device import DeviceLimits
 from .expressions import ExpressionError
 from .signature import INTEGER_DTYPES, IndexUse, KernelArg, KernelSignature, SignatureError, index_uses, parse_kernel
-from .template import DTYPES, NAME_RE, TemplateError, load_template, read_toml_file
+from .template import DTYPES, NAME_RE, TemplateError, load_template, read_text_file, read_toml_file
 
 TODO = "TODO"
 
@@ -32,13 +32,7 @@ class Starter:
 
 def read_kernel(path: Path, entry: str | None = None) -> KernelSignature:
     """The kernel in a source file; SignatureError (one line) when there is none."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SignatureError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SignatureError(f"{path}: cannot read: {e}") from None
-    return parse_kernel(text, entry, str(path))
+    return parse_kernel(read_text_file(path, SignatureError), entry, str(path))
 
 
 def merged_args(cuda: KernelSignature | None, opencl: KernelSignature | None) -> tuple[KernelArg, ...]:

@@ -310,13 +310,7 @@ def load_template(path: str | Path) -> Template:
     p = Path(path)
     if p.is_dir():
         p = p / "kernel.toml"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TemplateError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TemplateError(f"{p}: cannot read: {e}") from None
-    return parse_template(text, p)
+    return parse_template(read_text_file(p), p)
 
 
 def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = None) -> Template:
@@ -720,14 +714,21 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
     return tuple(out)
 
 
-def read_toml_file(path: Path, error: type[Exception] = TemplateError) -> dict:
-    """A TOML file's data; a file that is missing, unreadable or not TOML is `error`, one line."""
+def read_text_file(path: Path, error: type[Exception] = TemplateError) -> str:
+    """A UTF-8 file's text; a file that is missing or unreadable is `error`, one line."""
     try:
-        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise error(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise error(f"{path}: cannot read: {e}") from None
+
+
+def read_toml_file(path: Path, error: type[Exception] = TemplateError) -> dict:
+    """A TOML file's data; a file that is missing, unreadable or not TOML is `error`, one line."""
+    text = read_text_file(path, error)
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise error(f"{path}: not valid TOML: {e}") from None
     except RecursionError:
