@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .backends.cuda_toolchain import find_cuda_tool
+from .backends.cuda_toolchain import find_cuda_tool, run_cuda_tool
 
 # The warp states ncu's Warp State Statistics section reports, as metric-name fragments.
 STALL_REASONS = (
@@ -284,14 +283,7 @@ def run_ncu(ncu: str, kernel: str, target: Sequence[str], *, timeout: float, raw
     metrics = list(ALL_METRICS)
     for _attempt in range(3):
         cmd = ncu_command(ncu, kernel, metrics, target)
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "PYTHONWARNINGS": "ignore"})
-        except subprocess.TimeoutExpired:
-            raise ProfileError(f"ncu did not finish within {timeout:.0f} s") from None
-        except OSError as e:
-            raise ProfileError(f"cannot start ncu: {e}") from None
-        text = proc.stdout + "\n" + proc.stderr
+        text, _code = run_cuda_tool(cmd, "ncu", timeout, ProfileError)
         if raw_out is not None:
             raw_out.write_text(text)
         missing = [m for m in unknown_metrics(text) if m in metrics]

@@ -10,16 +10,14 @@ when it is found; `tune --sanitize K` checks the K fastest. A finding demotes th
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
-from .backends.cuda_toolchain import find_cuda_tool
+from .backends.cuda_toolchain import find_cuda_tool, run_cuda_tool
 from .profile import job_for
 
 DEFAULT_TIMEOUT = 300.0
@@ -65,14 +63,7 @@ def sanitize_config(template: Any, problem: Any, config: Mapping[str, Any] | Non
         job_path.write_text(json.dumps(asdict(job)))
         cmd = [tool, "--tool", "memcheck", "--error-exitcode", "99", "--print-limit", "8",
                sys.executable, "-m", "kerntune.engine.profile", "--target", str(job_path)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "PYTHONWARNINGS": "ignore"})
-        except subprocess.TimeoutExpired:
-            raise SanitizeError(f"compute-sanitizer did not finish within {timeout:.0f} s") from None
-        except OSError as e:
-            raise SanitizeError(f"cannot start compute-sanitizer: {e}") from None
-    text = proc.stdout + "\n" + proc.stderr
+        text, code = run_cuda_tool(cmd, "compute-sanitizer", timeout, SanitizeError)
     failed = re.search(r"^kerntune-profile-error: (.*)$", text, re.MULTILINE)
     errors, first = parse_report(text)
     if errors > 0:
@@ -80,5 +71,5 @@ def sanitize_config(template: Any, problem: Any, config: Mapping[str, Any] | Non
     if failed:
         raise SanitizeError(failed.group(1).strip())
     if errors < 0:
-        raise SanitizeError(f"compute-sanitizer printed no summary (exit code {proc.returncode})")
+        raise SanitizeError(f"compute-sanitizer printed no summary (exit code {code})")
     return True, "compute-sanitizer memcheck: 0 errors"

@@ -61,6 +61,20 @@ def find_cuda_tool(name: str, env: str | None = None, also: Sequence[str] = ()) 
     return next((c for c in candidates if os.access(c, os.X_OK)), None)
 
 
+def run_cuda_tool(cmd: Sequence[str], name: str, timeout: float, error: type[Exception]) -> tuple[str, int]:
+    """Run a CUDA tool (ncu, compute-sanitizer) on a child program: (its output and the program's,
+    stdout then stderr; the exit code). `error`, one line, when it cannot start or does not
+    finish within `timeout` seconds. Python's warnings are kept out of the child's output."""
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    except subprocess.TimeoutExpired:
+        raise error(f"{name} did not finish within {timeout:.0f} s") from None
+    except OSError as e:
+        raise error(f"cannot start {name}: {e}") from None
+    return proc.stdout + "\n" + proc.stderr, proc.returncode
+
+
 def find_nvcc() -> str | None:
     """nvcc on PATH, else under CUDA_HOME / CUDA_PATH, else the usual install place."""
     return find_cuda_tool("nvcc")
