@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -59,6 +59,24 @@ class DeviceInfo:
     backend: str
     index: int
     limits: DeviceLimits
+
+
+def chosen_device(devices: Sequence[Any], device: int, api: str, hint: str = "") -> Any:
+    """The `device`th of a backend's devices; BackendError, one line, when there is no such one
+    (`hint` follows the message when there is none at all)."""
+    if not devices:
+        raise BackendError(f"no {api} device found{hint}")
+    if not 0 <= device < len(devices):
+        raise BackendError(f"{api} device {device} does not exist ({len(devices)} found)")
+    return devices[device]
+
+
+def count_devices(devices: Callable[[], Sequence[Any]]) -> int:
+    """How many devices `devices()` finds; 0 where the backend cannot be opened at all."""
+    try:
+        return len(devices())
+    except BackendError:
+        return 0
 
 
 class Backend(Protocol):

@@ -14,7 +14,7 @@ import numpy as np
 from ..device import DeviceLimits
 from ..result import Resources
 from ..space import Geometry
-from . import BackendError, CompileError, DeviceInfo, LaunchError
+from . import BackendError, CompileError, chosen_device, count_devices, DeviceInfo, LaunchError
 from .cuda_symbols import resolve_entry
 
 try:
@@ -188,19 +188,11 @@ def list_devices() -> list[DeviceInfo]:
 
 
 def device_count() -> int:
-    try:
-        return len(_devices())
-    except BackendError:
-        return 0
+    return count_devices(_devices)
 
 
 def open(device: int = 0) -> "CUDABackend":
-    devs = _devices()
-    if not devs:
-        raise BackendError("no CUDA device found")
-    if not 0 <= device < len(devs):
-        raise BackendError(f"CUDA device {device} does not exist ({len(devs)} found)")
-    return CUDABackend(devs[device])
+    return CUDABackend(chosen_device(_devices(), device, "CUDA"))
 
 
 def _one_line(e: BaseException) -> str:

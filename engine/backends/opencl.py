@@ -12,7 +12,7 @@ import numpy as np
 from ..device import DeviceLimits
 from ..result import Resources
 from ..space import Geometry
-from . import BackendError, CompileError, compile_message, DeviceInfo, LaunchError
+from . import BackendError, CompileError, chosen_device, count_devices, compile_message, DeviceInfo, LaunchError
 
 try:
     import pyopencl as cl
@@ -84,19 +84,11 @@ def list_devices() -> list[DeviceInfo]:
 
 
 def device_count() -> int:
-    try:
-        return len(_devices())
-    except BackendError:
-        return 0
+    return count_devices(_devices)
 
 
 def open(device: int = 0) -> "OpenCLBackend":
-    devs = _devices()
-    if not devs:
-        raise BackendError("no OpenCL device found (install pocl-binary-distribution for the CPU)")
-    if not 0 <= device < len(devs):
-        raise BackendError(f"OpenCL device {device} does not exist ({len(devs)} found)")
-    return OpenCLBackend(devs[device])
+    return OpenCLBackend(chosen_device(_devices(), device, "OpenCL", " (install pocl-binary-distribution for the CPU)"))
 
 
 def find_kernel(program: Any, entry: str) -> Any:
