@@ -102,6 +102,20 @@ class FilterError(ValueError):
     """A filter term that compares something the leaderboard does not have."""
 
 
+class _HeaderTable:
+    """A table of the session header as a read-only attribute of the state: {} where the header
+    has no such table (a live run's header may come late) or holds something else there."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def __get__(self, state: "DashboardState | None", owner: type | None = None) -> Any:
+        return self if state is None else _table(state.header.get(self.key))
+
+    def __set__(self, state: "DashboardState", value: Any) -> None:
+        raise AttributeError(f"the header's {self.key} table is read from the header")
+
+
 class DashboardState:
     """The session header and the events applied so far, with the figures the panels show."""
 
@@ -137,25 +151,11 @@ class DashboardState:
             self.set_header(header)
 
     # header ------------------------------------------------------------------------------------
-    @property
-    def template(self) -> Mapping[str, Any]:
-        return _table(self.header.get("template"))
-
-    @property
-    def device(self) -> Mapping[str, Any]:
-        return _table(self.header.get("device"))
-
-    @property
-    def space(self) -> Mapping[str, Any]:
-        return _table(self.header.get("space"))
-
-    @property
-    def tuning(self) -> Mapping[str, Any]:
-        return _table(self.header.get("tuning"))
-
-    @property
-    def session_info(self) -> Mapping[str, Any]:
-        return _table(self.header.get("session"))
+    template = _HeaderTable("template")
+    device = _HeaderTable("device")
+    space = _HeaderTable("space")
+    tuning = _HeaderTable("tuning")
+    session_info = _HeaderTable("session")
 
     def set_header(self, header: Mapping[str, Any]) -> None:
         """Take the session's header: template, device, space; it may come late in a live run."""
