@@ -166,15 +166,7 @@ def _parser():
 
 def _leaves(node) -> Iterator:
     """The tokens under a node in order, comments and literals' insides left out."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in _SKIP_LEAVES:
-            continue
-        if n.child_count == 0:
-            yield n
-        else:
-            stack.extend(reversed(n.children))
+    return (n for n in _walk(node) if n.child_count == 0)
 
 
 @dataclass
@@ -1013,6 +1005,7 @@ def index_uses(sig: KernelSignature) -> dict[str, IndexUse]:
 
 
 def _walk(node) -> Iterator:
+    """Every node under a node (itself first) in source order, comments and literals left out."""
     stack = [node]
     while stack:
         n = stack.pop()
