@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_support import wait_for_evaluations
 
 from kerntune import templates
 from kerntune.engine.campaign import (
@@ -195,7 +196,6 @@ def test_ctrl_c_ends_the_campaign_and_the_rerun_resumes_the_cut_pair(tmp_path, c
     import signal
     import subprocess
     import sys
-    import time
 
     path = tmp_path / "cut.toml"
     path.write_text("[[kernel]]\ntemplate = 'vector_add'\nsizes = [{ n = 20000 }, { n = 3000 }]\n")
@@ -205,13 +205,7 @@ def test_ctrl_c_ends_the_campaign_and_the_rerun_resumes_the_cut_pair(tmp_path, c
     first = out / "vector_add@n=20000.toml"
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if first.exists() and first.read_text().count('kind = "config_evaluated"') >= 3:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the campaign never got going")
+        wait_for_evaluations(first, 3)
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:

@@ -7,10 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from cli_support import one_line_error, wait_for_evaluations
 
 from kerntune import templates
 from kerntune.engine.result import config_key
@@ -83,13 +83,7 @@ def test_a_killed_run_leaves_a_session_that_loads_and_resume_finishes_it(tmp_pat
     proc = subprocess.Popen([sys.executable, "-m", "kerntune.tui.cli", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if session.exists() and session.read_text().count('kind = "config_evaluated"') >= 5:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the run never got going")
+        wait_for_evaluations(session, 5)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -142,9 +136,7 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(capsys, args, words):
 def test_show_on_a_malformed_file_is_one_line(tmp_path, capsys):
     p = tmp_path / "bad.toml"
     p.write_text("[session]\nformat = 'kerntune-session'\nversion = 'x'\n")
-    assert main(["show", str(p)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "version must be an integer" in err
+    assert "version must be an integer" in one_line_error(capsys, ["show", str(p)])
 
 
 def test_list_and_devices(capsys):
