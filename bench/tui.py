@@ -7,7 +7,8 @@
 to load the file, from then to the dashboard's first frame painted, and to the whole session
 painted after `>` (every result a row); the median of --runs runs each, headless. The last column
 is the whole command as a user runs it: `kerntune replay SESSION --paused` started in a
-pseudo-terminal of --size, to its first frame on that terminal (start-up and imports included).
+pseudo-terminal of --size, to its first frame on that terminal (start-up and imports included),
+with the CPU time it had spent by then (what it costs when other work slows the wall clock).
 
 Writes a session of N events with the real SessionWriter (the vector_add fixture's header; four
 parameters; synthetic results, about 6 % of them failures, 16 raw times each, since a real run of
@@ -224,9 +225,11 @@ def first_paint(session_path: Path, size: tuple[int, int]) -> dict:
     return out
 
 
-def command_first_paint(session_path: Path, size: tuple[int, int], marker: str, timeout: float = 60.0) -> float:
+def command_first_paint(session_path: Path, size: tuple[int, int], marker: str,
+                        timeout: float = 60.0) -> tuple[float, float]:
     """Seconds from starting `kerntune replay SESSION --paused` in a pseudo-terminal of `size` to its
-    first frame there: the first time `marker` (the template's name, in the title bar) is written."""
+    first frame there (the first time `marker`, the template's name in the title bar, is written),
+    and the CPU seconds (user and system) the command had spent by then."""
     want = marker.encode()
     t0 = time.perf_counter()
     pid, fd = pty.fork()
@@ -236,8 +239,9 @@ def command_first_paint(session_path: Path, size: tuple[int, int], marker: str, 
         os.execve(sys.executable, [sys.executable, "-m", "kerntune.tui.cli", "replay", str(session_path), "--paused"],
                   {**env, "TERM": "xterm-256color"})
     seen = b""
+    painted = None
     try:
-        while time.perf_counter() - t0 < timeout:
+        while painted is None and time.perf_counter() - t0 < timeout:
             if not select.select([fd], [], [], 0.5)[0]:
                 continue
             try:
@@ -248,27 +252,31 @@ def command_first_paint(session_path: Path, size: tuple[int, int], marker: str, 
                 break
             seen = seen[-len(want):] + chunk
             if want in seen:
-                return time.perf_counter() - t0
-        raise SystemExit(f"kerntune replay {session_path}: no first frame within {timeout:.0f} s")
+                painted = time.perf_counter() - t0
     finally:
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        usage = os.wait4(pid, 0)[2]
         os.close(fd)
+    if painted is None:
+        raise SystemExit(f"kerntune replay {session_path}: no first frame within {timeout:.0f} s")
+    return painted, usage.ru_utime + usage.ru_stime
 
 
 def bench_sessions(size: tuple[int, int], runs: int) -> None:
     print(f"first paint of every session in sessions/, headless {size[0]}x{size[1]}, median of {runs} runs, "
-          f"Python {platform.python_version()}, {os.cpu_count()} CPUs")
+          f"Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"{'session':<46}{'MiB':>6}{'events':>8}{'load s':>8}{'paint s':>9}{'> all s':>9}{'rows':>7}"
-          f"{'command s':>11}")
+          f"{'command s':>11}{'(CPU s)':>9}")
     for path in sorted((ROOT / "sessions").glob("*.toml")):
         rs = [first_paint(path, size) for _ in range(runs)]
         med = {k: statistics.median(r[k] for r in rs) for k in ("load_s", "paint_s", "end_s")}
         session = load_session(path)
         name = str(session.template.get("name", ""))[:12]
-        command = statistics.median(command_first_paint(path, size, name) for _ in range(runs))
+        commands = [command_first_paint(path, size, name) for _ in range(runs)]
+        command, cpu = (statistics.median(c[i] for c in commands) for i in (0, 1))
         print(f"{path.name:<46}{path.stat().st_size / 2**20:>6.1f}{len(session.events):>8d}{med['load_s']:>8.2f}"
-              f"{med['paint_s']:>9.2f}{med['end_s']:>9.2f}{rs[0]['rows']:>7d}{command:>11.2f}")
+              f"{med['paint_s']:>9.2f}{med['end_s']:>9.2f}{rs[0]['rows']:>7d}{command:>11.2f}{cpu:>9.2f}")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 def main() -> None:
