@@ -22,18 +22,8 @@ from typing import Sequence
 from .agent_api import LoopState, Provider, ProviderError, RoundRecord, SearchPlan
 from .device import DeviceLimits
 from .emitter import Controlled, Emitter
-from .events import (
-    AgentCall,
-    Analysis,
-    Event,
-    GateChecked,
-    LoopFinished,
-    LoopStarted,
-    PlanMade,
-    RoundStarted,
-    SearchPlanned,
-    TemplateProposed,
-)
+from .events import AgentCall, Analysis, Event, GateChecked, LoopFinished, LoopStarted, PlanMade, RoundStarted
+from .events import SearchPlanned, TemplateProposed
 from .gate import GateVerdict, check_proposal
 from .inputs_cache import inputs_cache
 from .proposal import EXTENSIONS, narrowed, source_diff

@@ -28,15 +28,8 @@ from kerntune.agents.rules import RulesProvider  # noqa: E402
 from kerntune.engine.agent_api import LoopState, ProviderError  # noqa: E402
 from kerntune.engine.device import DeviceLimits  # noqa: E402
 from kerntune.engine.evaluate import TimingPolicy  # noqa: E402
-from kerntune.engine.events import (  # noqa: E402
-    AgentCall,
-    GateChecked,
-    LoopFinished,
-    Note,
-    PlanMade,
-    SearchPlanned,
-    TemplateProposed,
-)
+from kerntune.engine.events import AgentCall, GateChecked, LoopFinished, Note, PlanMade  # noqa: E402
+from kerntune.engine.events import SearchPlanned, TemplateProposed  # noqa: E402
 from kerntune.engine.loop import LoopOptions, TuningLoop  # noqa: E402
 from kerntune.engine.session import load_session  # noqa: E402
 from kerntune.engine.template import load_template  # noqa: E402

@@ -13,18 +13,8 @@ import pytest
 from kerntune.agents.lift import find_lifts, lift_template, values_for
 from kerntune.agents.rules import coarse_grid, neighbours, refinement, spread, unmeasured
 from kerntune.engine.device import DeviceLimits
-from kerntune.engine.events import (
-    Analysis,
-    GateChecked,
-    LoopFinished,
-    LoopStarted,
-    Note,
-    PlanMade,
-    RoundStarted,
-    RunStarted,
-    TemplateProposed,
-    WinnerVerified,
-)
+from kerntune.engine.events import Analysis, GateChecked, LoopFinished, LoopStarted, Note, PlanMade
+from kerntune.engine.events import RoundStarted, RunStarted, TemplateProposed, WinnerVerified
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, write_template
 from kerntune.engine.result import config_key
 from kerntune.engine.session import load_session

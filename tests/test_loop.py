@@ -12,18 +12,8 @@ from kerntune.agents.rules import RulesProvider
 from kerntune.engine.backends import list_devices
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.evaluate import TimingPolicy
-from kerntune.engine.events import (
-    AgentCall,
-    Analysis,
-    ConfigEvaluated,
-    GateChecked,
-    LoopFinished,
-    LoopStarted,
-    PlanMade,
-    RoundStarted,
-    SearchPlanned,
-    TemplateProposed,
-)
+from kerntune.engine.events import AgentCall, Analysis, ConfigEvaluated, GateChecked, LoopFinished
+from kerntune.engine.events import LoopStarted, PlanMade, RoundStarted, SearchPlanned, TemplateProposed
 from kerntune.engine.gate import check_proposal, guard_free
 from kerntune.engine.loop import LoopOptions, TuningLoop
 from kerntune.engine.proposal import ParamProposal, TemplateProposal

@@ -17,17 +17,8 @@ from kerntune.agents.rules import param_kind, profile_evidence, refinement
 from kerntune.engine.agent_api import LoopState, RoundRecord
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.events import ConfigProfiled
-from kerntune.engine.ncu import (
-    ProfileError,
-    ProfileMetrics,
-    bound_of,
-    find_ncu,
-    ncu_command,
-    ncu_failure,
-    parse_ncu_output,
-    parse_raw_csv,
-    unknown_metrics,
-)
+from kerntune.engine.ncu import ProfileError, ProfileMetrics, bound_of, find_ncu, ncu_command, ncu_failure
+from kerntune.engine.ncu import parse_ncu_output, parse_raw_csv, unknown_metrics
 from kerntune.engine.profile import consistency, profile_session, template_from_session
 from kerntune.engine.session import load_session
 from kerntune.engine.template import load_template
