@@ -88,7 +88,8 @@ def test_show_simulate_and_replay_do_not_import_the_tuning_machinery():
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    assert main(['show', {str(SESSION)!r}, '--json']) == 0\n"
             f"    assert main(['simulate', {str(SESSION)!r}, '--strategy', 'grid', '--json']) == 0\n"
-            "print(' '.join(m for m in heavy + ('kerntune.tui.launch', 'textual') if m in sys.modules))\n"
+            f"    assert main(['simulate', {str(SESSION)!r}, '--strategy', 'random']) == 0\n"
+            "print(' '.join(m for m in heavy + ('kerntune.tui.launch', 'textual', 'rich') if m in sys.modules))\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    assert main(['replay', {str(SESSION)!r}]) == 0  # as text: the output is no terminal\n"
             "print(' '.join(m for m in heavy if m in sys.modules))")

@@ -201,7 +201,7 @@ def cmd_simulate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(json.dumps(sim.to_dict(), indent=2))
         return 0
     from kerntune.tui.numbers import fmt_num, fmt_ratio
-    from kerntune.tui.text import fmt_params
+    from kerntune.tui.words import fmt_params
 
     need = sim.within[args.within]
     print(f"{sim.strategy} (seed {sim.seed}) on {args.session}: {sim.evaluations} of {sim.space_size} evaluated "
