@@ -49,6 +49,13 @@ def _build(source: str, entry: str, defines: Mapping[str, str], options: tuple, 
     return Compiled(cubin, info, cached, time.perf_counter() - t0)
 
 
+def _warm() -> str:
+    """Load the compiler in a pool process (its first configuration then compiles at once)."""
+    from .backends.cuda_toolchain import nvrtc_version
+
+    return nvrtc_version()
+
+
 class CompilePool:
     """Compiles configurations of one template for one CUDA architecture in `jobs` processes."""
 
@@ -66,6 +73,11 @@ class CompilePool:
 
     def _new_processes(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
+
+    def warm(self) -> None:
+        """Start every process now, each loading the compiler, while the run starts the rest."""
+        for _ in range(self.jobs):
+            self._procs.submit(_warm)
 
     def submit(self, config: Mapping[str, ParamValue]) -> "Future[Compiled]":
         return self._threads.submit(self._build, compiler_defines(config))

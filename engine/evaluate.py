@@ -24,10 +24,13 @@ the cache flush before the next.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import random
 import time
 from collections import abc
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
@@ -138,6 +141,7 @@ class Evaluator:
         self.scale: dict[str, float] = {}  # outputs whose default tolerance the calibration widened
         self._last_checks: dict[tuple[int, str], Expected] = {}  # the reference a failed output missed
         self._timing_inputs: Inputs | None = None
+        self._calibration_build: Any = None  # the original's build for calibrate(), under way
         # Tolerance checks on the device where the backend has them: only a failure is read back
         # (and described by the host's `compare`, which stays the authority).
         self._device_close = getattr(backend, "compare_close", None)
@@ -434,10 +438,30 @@ class Evaluator:
 
     def prepare(self) -> None:
         """Draw the input sets (and their references) the first configuration needs at every
-        verification size now; the rest of each pool is drawn when first used."""
+        verification size now, in threads (numpy lets go of the interpreter in its large
+        operations), while the original compiles for the calibration where the backend can build
+        apart from its context; the rest of each pool is drawn when first used."""
+        build = getattr(self.backend, "build", None)
+        if build is not None and self.reference is not None:
+            _config, args = self._calibration_build_args()
+            self._calibration_build = _threads().submit(build, *args)
+        pools = [self._pool(which) for which in range(len(self.problems))]
+        n = max(2, self.verify_policy.seeds)
+        list(_threads().map(lambda job: pools[job[0]][job[1]], [(w, k) for w in range(len(pools)) for k in range(n)]))
         for which in range(len(self.problems)):
-            self._pool(which)[:max(2, self.verify_policy.seeds)]
             self._device_buffers(which)
+
+    def _calibration_build_args(self) -> tuple[dict | None, tuple]:
+        """The calibration's build: (the configuration, None for the original's own source; the
+        backend's compile arguments). A build of its own (one define more), so that no state it
+        keeps is shared with a candidate's build of the same source (PoCL loads identical builds
+        once)."""
+        source = self.template.original_sources.get(self.backend.name)
+        own = {"KERNTUNE_CALIBRATION": "1"}
+        if source is not None:
+            return None, (source, self.template.entry, own, self.options)
+        config = self.template.default_config()
+        return config, (self.source, self.template.entry, {**compiler_defines(config), **own}, self.options)
 
     def calibrate(self) -> dict[str, float]:
         """Measure the original kernel's own error against the reference, before tuning.
@@ -452,18 +476,10 @@ class Evaluator:
         CALIBRATION_LIMIT times the default (a wrong reference, or a wrong kernel)."""
         if self.reference is None:
             return {}
-        source = self.template.original_sources.get(self.backend.name)
-        # a build of its own (one define more), so that no state it keeps is shared with a
-        # candidate's build of the same source (PoCL loads identical builds once)
-        own = {"KERNTUNE_CALIBRATION": "1"}
+        config, args = self._calibration_build_args()
+        built, self._calibration_build = self._calibration_build, None
         try:
-            if source is not None:
-                config = None
-                kernel = self.backend.compile(source, self.template.entry, own, self.options)
-            else:
-                config = self.template.default_config()
-                kernel = self.backend.compile(self.source, self.template.entry,
-                                              {**compiler_defines(config), **own}, self.options)
+            kernel = self.backend.load(*built.result()) if built is not None else self.backend.compile(*args)
         except CompileError as e:
             raise CalibrationError(f"the original kernel does not compile: {e}") from None
         outputs = [a for a in self.template.arguments if a.is_output]
@@ -820,19 +836,25 @@ class Evaluator:
                 kernel = self.compile(config)
                 self._arm_guards()
                 self.measure(kernel, geo)
+            # every size's new sets drawn at once, in threads, as prepare() draws the first ones
+            jobs = [(which, s) for which in range(len(self.problems)) for s in seeds]
             fresh: dict[int, list[Inputs]] = {}
-
-            def inputs_for(which: int) -> list[Inputs]:
-                if which not in fresh:
-                    fresh[which] = [self.fresh_inputs(which, s) for s in seeds]
-                return fresh[which]
-
-            self._check(kernel, config, inputs_for)
+            for (which, _), inputs in zip(jobs, _threads().map(lambda job: self.fresh_inputs(*job), jobs)):
+                fresh.setdefault(which, []).append(inputs)
+            self._check(kernel, config, lambda which: fresh[which])
             return True, ""
         except Rejected as e:
             return False, f"{e.status}: {e.message}"
         except (CompileError, LaunchError, ExpressionError) as e:
             return False, str(e)
+
+
+@functools.lru_cache(maxsize=1)
+def _threads() -> ThreadPoolExecutor:
+    """Threads that draw input sets and their references side by side, and build the original
+    for calibration while they do."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return ThreadPoolExecutor(max_workers=max(2, min(8, cores)), thread_name_prefix="kerntune-inputs")
 
 
 def _check_finite(a: Argument, ref: np.ndarray, inputs: Inputs, problem: Problem) -> None:

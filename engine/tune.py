@@ -7,9 +7,11 @@ later from its session file without evaluating any configuration twice.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -272,8 +274,17 @@ class TuneRun(Controlled):
             raise TuneError(str(e)) from None
         winner_ok = None
 
+        noted = False
+
+        def worker_notes() -> None:  # what the workers found when they started, once they have
+            nonlocal noted
+            if not noted and evaluations.info:
+                noted = True
+                self._worker_notes(evaluations.info, limits)
+
         def on_result(config: Config, result: Result, improved: bool) -> None:
             nonlocal baseline
+            worker_notes()
             results.append(result)
             index = len(results) - 1
             self.events.emit(ConfigEvaluated(self.events.now(), index, result))
@@ -292,11 +303,11 @@ class TuneRun(Controlled):
         try:
             try:
                 evaluations.start()
+                reason = search(strategy, evaluations, rules, progress, on_result,
+                                clock=lambda: time.monotonic() - started, interrupted=interrupted)
             except WorkerError as e:
                 raise TuneError(f"cannot start the evaluation worker: {e}") from None
-            self._worker_notes(evaluations.info, limits)
-            reason = search(strategy, evaluations, rules, progress, on_result,
-                            clock=lambda: time.monotonic() - started, interrupted=interrupted)
+            worker_notes()
             best = progress.best
             if best is not None and not self.events.stopped:
                 best, winner_ok = self._final_check(evaluations, results, template, problem, backend)
@@ -387,9 +398,14 @@ class TuneRun(Controlled):
         for i in order[:MAX_RECHECKS]:
             r = results[i]
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
+            # memcheck runs in a process of its own while the worker checks on new inputs: neither
+            # times anything, so neither disturbs a measurement
+            memcheck = (_threads().submit(self._memcheck, sanitizer, template, problem, r)
+                        if sanitizer is not None else None)
             ok, msg = worker.verify_again(Config.of(r.config), seeds)
             self.events.emit(WinnerVerified(self.events.now(), dict(r.config), ok, msg, seeds))
-            if ok and (sanitizer is None or self._sanitized(sanitizer, template, problem, results, i)):
+            found = memcheck.result() if memcheck is not None else None
+            if ok and (found is None or self._sanitized(found, results, i)):
                 winner = i
                 break
             if not ok:
@@ -406,7 +422,7 @@ class TuneRun(Controlled):
             for i in [j for j in order if j != winner][:max(0, self.options.sanitize - 1)]:
                 if self.events.stopped:
                     break
-                self._sanitized(sanitizer, template, problem, results, i)
+                self._sanitized(self._memcheck(sanitizer, template, problem, results[i]), results, i)
         return results[winner], True
 
     def _demote(self, results: list[Result], i: int, status: str, message: str) -> None:
@@ -425,18 +441,25 @@ class TuneRun(Controlled):
             self.events.note("compute-sanitizer was not found: --sanitize checks nothing")
         return tool
 
-    def _sanitized(self, tool: str, template: Template, problem: Problem, results: list[Result], i: int) -> bool:
-        """memcheck on results[i]; a finding demotes it. True unless it found something."""
+    def _memcheck(self, tool: str, template: Template, problem: Problem, r: Result) -> tuple[bool, str] | str:
+        """compute-sanitizer's memcheck on one configuration: (clean, message), or why it could not
+        run (a str). Safe in another thread: it emits nothing."""
         from .sanitize import SanitizeError, sanitize_config
 
-        r = results[i]
         try:
             config = dict(r.config) or None  # {}: the original kernel
-            clean, message = sanitize_config(template, problem, config, device=self.options.device, tool=tool)
+            return sanitize_config(template, problem, config, device=self.options.device, tool=tool)
         except SanitizeError as e:
-            self.events.note(f"compute-sanitizer could not check {fmt_values(r.config)}: {e}")
+            return f"compute-sanitizer could not check {fmt_values(r.config)}: {e}"
+
+    def _sanitized(self, found: tuple[bool, str] | str, results: list[Result], i: int) -> bool:
+        """Record memcheck's finding on results[i]; a finding demotes it. True unless it found
+        something (a check that could not run is a note, and no finding)."""
+        if isinstance(found, str):
+            self.events.note(found)
             return True
-        self.events.emit(ConfigSanitized(self.events.now(), dict(r.config), clean, message))
+        clean, message = found
+        self.events.emit(ConfigSanitized(self.events.now(), dict(results[i].config), clean, message))
         if not clean:
             self._demote(results, i, "out_of_bounds", message)
         return clean
@@ -491,6 +514,12 @@ def split_status(message: str) -> tuple[str, str]:
     if sep and head in FAILED:
         return head, rest
     return "wrong_result", message
+
+
+@functools.lru_cache(maxsize=1)
+def _threads() -> ThreadPoolExecutor:
+    """Threads for what runs beside the worker (memcheck's process)."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="kerntune-beside")
 
 
 def _fresh_seeds(count: int = 2) -> list[int]:

@@ -158,6 +158,7 @@ class Worker:
         # handles a result, so the device never waits for the parent.
         self._pending: deque[tuple] = deque()
         self._head_since = 0.0  # when the oldest pending evaluation became the one running
+        self._starting = 0.0  # when a child started without waiting began, until it is ready
         self._head_log = 0
         self.restarts = 0
         self._starts = 0
@@ -165,25 +166,41 @@ class Worker:
         fd, self.log_path = tempfile.mkstemp(prefix="kerntune-worker-", suffix=".log")
         os.close(fd)
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
+        """Start the child. With `wait` False this returns at once: the child opens the device,
+        draws its inputs and calibrates while the caller goes on (configurations compile, and may
+        already be sent); the first call that needs an answer waits for it to be ready and raises
+        WorkerError when it could not start."""
         self._starts += 1
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_child, args=(child, self.spec, self.log_path), daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent
-        if not parent.poll(self.start_timeout):
+        self._starting = time.perf_counter()
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait for a started child's first message: ready (with what it found), or why not."""
+        if not self._starting:
+            return
+        parent, since = self._conn, self._starting
+        self._starting = 0.0
+        if not parent.poll(max(0.0, self.start_timeout - (time.perf_counter() - since))):
             self._kill()
             raise WorkerError(f"the worker did not start within {self.start_timeout:.0f} s")
         try:
             msg = parent.recv()
-        except EOFError:
+        except (EOFError, OSError):
             code = self._kill()
             raise WorkerError(f"the worker died while starting ({_exit_text(code)}){self._log_tail()}") from None
         if msg[0] == "error":
             self._kill()
             raise WorkerError(msg[1])
         self.info = msg[1]
+        # configurations sent while it started: the oldest one's time runs from now
+        self._head_since = time.perf_counter()
 
     def _ensure(self) -> None:
         if self._proc is None or not self._proc.is_alive():
@@ -216,6 +233,7 @@ class Worker:
         while self._pending:  # answers come in order: earlier evaluations first
             self.result()
         self._ensure()
+        self.wait_ready()
         log_size = _size(self.log_path)
         t0 = time.perf_counter()
         self._conn.send(msg)
@@ -265,6 +283,13 @@ class Worker:
         """Whether `result` would return at once: an answer, a dead child or a timeout is there."""
         if not self._pending:
             return False
+        if self._starting and self._conn is not None:
+            try:
+                if not self._conn.poll(0):
+                    return False
+            except (OSError, EOFError):
+                pass
+            self.wait_ready()  # its first message is there: ready, or WorkerError
         if self._conn is None or time.perf_counter() >= self.deadline:
             return True
         try:
@@ -275,6 +300,7 @@ class Worker:
     def result(self) -> Result:
         """The result of the oldest configuration submitted. A timeout or a crash is that
         configuration's result; the ones sent after it go to a new worker."""
+        self.wait_ready()
         config = dict(self._pending[0][1])
         left = self.config_timeout - (time.perf_counter() - self._head_since)
         if self._conn is None or not self._conn.poll(max(0.0, left)):
@@ -325,7 +351,9 @@ class Worker:
         return bool(payload[1]), float(payload[2]), str(payload[3])
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.is_alive() and self._conn is not None:
+        starting, self._starting = self._starting, 0.0
+        # a child still starting is stopped at once: it has nothing to finish
+        if not starting and self._proc is not None and self._proc.is_alive() and self._conn is not None:
             try:
                 self._conn.send(("stop",))
                 self._proc.join(5)

@@ -43,30 +43,34 @@ class Workers:
         self._sent: list[deque[Config]] = [deque() for _ in self.workers]
         self._ready: deque[tuple[Config, Result]] = deque()  # failed to compile: no device needed
         self.where: dict[Config, int] = {}  # the worker that measured each configuration
+        self._started = True  # every worker ready (or none started yet)
 
     # start and stop ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start every device's worker at once (each loads inputs and references on its own)."""
-        errors: list[BaseException | None] = [None] * len(self.workers)
+        """Start every device's worker and the compile processes, without waiting: while the
+        workers open their devices, draw inputs and calibrate, the first configurations compile.
+        The first call that needs a worker waits for all of them (`started`)."""
+        for w in self.workers:
+            w.start(wait=False)
+        self._started = False
+        if self.pool is not None:
+            self.pool.warm()
 
-        def start(i: int) -> None:
+    def started(self) -> None:
+        """Wait until every worker is ready; WorkerError, naming the device, when one is not."""
+        if self._started:
+            return
+        self._started = True
+        for i, w in enumerate(self.workers):
             try:
-                self.workers[i].start()
-            except BaseException as e:  # noqa: BLE001 - reported below, with the device
-                errors[i] = e
-
-        threads = [threading.Thread(target=start, args=(i,), daemon=True) for i in range(len(self.workers))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for i, e in enumerate(errors):
-            if e is not None:
+                w.wait_ready()
+            except WorkerError as e:
                 where = f" on {self.labels[i]}" if self.labels[i] else ""
                 raise WorkerError(f"{e}{where}") from None
 
     @property
     def info(self) -> dict:
+        """What the first worker found when it started ({} until it is ready)."""
         return self.workers[0].info
 
     def close(self) -> None:
@@ -82,6 +86,7 @@ class Workers:
         self._feed(block=False)
 
     def collect(self) -> tuple[Config, Result]:
+        self.started()
         while True:
             if self._ready:
                 return self._ready.popleft()
@@ -151,10 +156,12 @@ class Workers:
         return self.workers[self.where.get(config, 0)]
 
     def verify_again(self, config: Config, seeds: tuple[int, ...]) -> tuple[bool, str]:
+        self.started()
         return self.worker_for(config).verify_again(config.as_dict(), seeds)
 
     def retime(self, config: Config) -> list[tuple[str, Result]]:
         """`config` measured again on every device, all at once: (device, result) each."""
+        self.started()
         out: list[Result | None] = [None] * len(self.workers)
 
         def measure(i: int) -> None:

@@ -261,8 +261,14 @@ class CUDABackend:
     # compile -----------------------------------------------------------------------------------
     def compile(self, source: str, entry: str, defines: Mapping[str, str],
                 options: Sequence[str] = ()) -> CUDAKernel:
+        return self.load(*self.build(source, entry, defines, options))
+
+    def build(self, source: str, entry: str, defines: Mapping[str, str],
+              options: Sequence[str] = ()) -> tuple[bytes, str, Mapping[str, int], bool]:
+        """Compile without loading: needs no CUDA context, so another thread may do it;
+        `load(*built)` loads the result."""
         cubin, info, cached = compile_cubin(source, entry, defines, options, self.arch)
-        return self.load(cubin, entry, info, cached)
+        return cubin, entry, info, cached
 
     def load(self, cubin: bytes, entry: str, ptxas: Mapping[str, int] | None = None,
              cached: bool = False) -> CUDAKernel:

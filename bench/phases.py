@@ -1,0 +1,106 @@
+"""Where one tuning run's wall time goes, phase by phase: start-up, the search, the final checks.
+
+    python bench/phases.py [--template fused_add_rmsnorm] [--problem llama7b-t2048] [--backend cuda]
+                           [--strategy grid] [--budget 0] [--runs 3] [--warm]
+
+Runs `kerntune tune` in this process (as bench/peer.py does) under cProfile, each run from an empty
+compile cache unless --warm, and prints a table of the median seconds of each phase: the whole run,
+the search from the first submission to the last result, the final checks (new inputs and
+compute-sanitizer, side by side) (and inside the
+evaluation worker, from its own profile: opening the backend, drawing inputs and references,
+calibration, evaluations, the final check); then the
+configurations per second end to end and from the first result to the last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kerntune.engine.events import ConfigEvaluated, Event
+from kerntune.engine.template import load_template
+from kerntune import templates
+from kerntune.engine.tune import TuneOptions, TuneRun
+
+# (phase, the function whose cumulative time it is: file suffix, name)
+PHASES = (
+    ("search", ("engine/driver.py", "search")),
+    ("final checks (new inputs, compute-sanitizer)", ("engine/tune.py", "_final_check")),
+)
+# phases inside the evaluation worker, from its own profile (KERNTUNE_PROFILE)
+WORKER_PHASES = (
+    ("worker: open the backend", ("engine/backends/__init__.py", "open_backend")),
+    ("worker: inputs and references", ("engine/evaluate.py", "prepare")),
+    ("worker: calibration", ("engine/evaluate.py", "calibrate")),
+    ("worker: evaluations", ("engine/evaluate.py", "evaluate")),
+    ("worker: final check on new inputs", ("engine/evaluate.py", "verify_again")),
+)
+
+
+def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]:
+    template = load_template(spec)
+    marks: list[float] = []
+    t0 = time.perf_counter()
+
+    def sink(ev: Event) -> None:
+        if isinstance(ev, ConfigEvaluated) and not ev.replaces:
+            marks.append(time.perf_counter() - t0)
+
+    with tempfile.TemporaryDirectory(prefix="phases-") as tmp:
+        os.environ["KERNTUNE_PROFILE"] = tmp
+        if not args.warm:
+            os.environ["KERNTUNE_CACHE_DIR"] = tmp
+        opts = TuneOptions(backend=args.backend, strategy=args.strategy, budget=args.budget, seed=seed,
+                           problem=args.problem, probe=False, session_path=Path(tmp) / "run.toml")
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.runcall(TuneRun(template, opts, [sink]).run)
+        wall = time.perf_counter() - t0
+        worker = [pstats.Stats(str(f)).stats for f in Path(tmp).glob("worker-*.prof")]
+    os.environ.pop("KERNTUNE_PROFILE", None)
+    stats = pstats.Stats(prof).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
+    out = {"whole run": wall}
+    for phase, (suffix, name) in PHASES:
+        out[phase] = sum(v[3] for (f, _, n), v in stats.items() if n == name and f.endswith(suffix))
+    for phase, (suffix, name) in WORKER_PHASES:
+        out[phase] = sum(v[3] for st in worker for (f, _, n), v in st.items() if n == name and f.endswith(suffix))
+    if len(marks) >= 2:
+        out["before the first result"] = marks[0]
+        out["after the last result"] = wall - marks[-1]
+        out["configurations"] = len(marks)
+        out["configurations/s end to end"] = len(marks) / wall
+        out["configurations/s first to last"] = (len(marks) - 1) / (marks[-1] - marks[0])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--template", default="fused_add_rmsnorm")
+    p.add_argument("--problem", default=None)
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--strategy", default="grid")
+    p.add_argument("--budget", type=int, default=0)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--warm", action="store_true", help="keep the compile cache between runs")
+    args = p.parse_args(argv)
+    spec = templates.path(args.template) if not args.template.endswith(".toml") else Path(args.template)
+    runs = [one_run(spec, args, seed) for seed in range(1, args.runs + 1)]
+    keys = list(dict.fromkeys(k for r in runs for k in r))
+    print(f"{args.template} {args.problem or '(first problem)'} {args.backend} {args.strategy}, "
+          f"{args.runs} runs, {'warm' if args.warm else 'empty'} compile cache")
+    print(f"{'phase':<46} {'median':>8}  runs")
+    for k in keys:
+        vals = [r[k] for r in runs if k in r]
+        print(f"{k:<46} {statistics.median(vals):>8.2f}  " + " ".join(f"{v:.2f}" for v in vals))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
