@@ -6,6 +6,12 @@ run_search), reading the kernel, the device limits and the results through tools
 proposal comes back to the loop as plain data; the gate's verdict and the search's results go back
 to Claude as that tool call's result at its next turn, so a rejected template returns with the reason.
 
+Through apply_rewrites Claude has the rules' own lifts and rewrites made (agents/rules.py's
+rules_template, the code the rules provider runs) on the original or on a source of its own, sees
+the template they make and what was declined and why, and proposes it by reference
+(propose_template's `from_rewrites`), as it is or edited; it goes through the gate like any
+proposal. Claude's tokens go to what the rules cannot do, such as an algorithmic change.
+
 - streaming: text arrives as Note events, a line at a time, with the role as their source;
 - prompt caching: the stable prefix (tools, system prompt, kernel, device limits) carries a
   cache_control breakpoint, and so does the newest turn;
@@ -32,6 +38,7 @@ import random
 import re
 import threading
 import time
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from kerntune.engine.agent_api import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
@@ -41,7 +48,11 @@ from kerntune.engine.proposal import ParamProposal, TemplateProposal
 from kerntune.engine.search import STRATEGIES
 
 from .analysis import fmt_config, results_table, round_analysis, sol_line, sol_table, us
+from .kernel_tree import KernelTreeError, classify
+from .lift import lift_template
 from .pricing import cost_usd
+from .rewrites import STAGES
+from .rules import rules_template
 
 # Claude Sonnet 5: the models overview's "best combination of speed and intelligence", with tool
 # use and prompt caching. `--model` or KERNTUNE_MODEL picks another (claude-opus-5-5, ...).
@@ -58,7 +69,8 @@ tuner of Qu and Sui has them. Each user turn names the role you play in it:
 - planner: decide what this round tries, from the results so far and the speed-of-light headroom.
 - generator: rewrite the original kernel into a template: the same computation, with its \
 performance choices (threads per block, vector width, items or rows per thread, unroll factors, \
-staging in shared memory, fast-math intrinsics, ...) made explicit parameters. Call propose_template.
+staging in shared memory, fast-math intrinsics, ...) made explicit parameters. Call propose_template \
+(after apply_rewrites, for what the rules' rewrites can make).
 - tuner: choose the value lists to search, the strategy and the budget. Call run_search.
 - tester: read the verification and timing results and write a short analysis.
 
@@ -71,6 +83,20 @@ or in the launch geometry). `#pragma unroll N` does not expand macros: use \
 loads, every parameter is used, the source compiles, and the default configuration reproduces \
 the original's outputs on fresh random inputs. A rejected proposal comes back with the reason.
 
+The rules' rewrites. apply_rewrites runs kerntune's own rewriting code, which reads the kernel's \
+syntax tree and makes a change only where its analysis proves it safe, else declines it with the \
+reason: `lift` (literals with tunable names, #pragma unroll counts and the launch's block size \
+become parameters), `elementwise` (a thread per element gains VEC packs, ITEMS per thread, a GRID \
+stride and, on CUDA, CACHE hints and launch BOUNDS), `rowwise` (a thread per row gains LANES threads \
+a row, their sums, maxima and online softmax pairs combined by shuffles or shared memory, and ROWS \
+a block), `rowwise_keep` (on rowwise: KEEP elements of the row in registers between passes, moved \
+in VEC packs) and `rowwise_chains` (on rowwise_keep: CHAINS independent chains of a pass carried \
+through an exponential). Do not write these by hand: spend your effort on what they cannot do \
+(an algorithmic change such as turning a three-pass softmax into an online one, fusing passes, \
+tiling in shared memory), pass your source to apply_rewrites to get the mechanical parameters on \
+top, and propose its result by reference with propose_template {"from_rewrites": "<name>"}, \
+adding or replacing only the fields you change.
+
 Expressions (constraints, launch grid and block, shared_bytes) are arithmetic over parameter \
 names, problem sizes and device names (max_threads_per_block, max_shared_per_block, \
 max_shared_per_block_optin, warp_size, sm_count, max_regs_per_block, max_cluster_blocks): + - * / // % **, comparisons, and/or/not, \
@@ -81,6 +107,10 @@ light is flagged suspect: a broken measurement or cost model, never a win.
 """
 
 READ_TOOLS = ("read_kernel", "read_device_limits", "read_results", "read_profile")
+LIFT = "lift"  # apply_rewrites' name for the literals lifted into parameters
+REWRITE_NAMES = (LIFT, *(name for name, _ in STAGES))
+NOT_ASKED = "not asked for"
+NUMBER = {"type": ["integer", "number", "boolean"]}
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -112,12 +142,38 @@ TOOLS: list[dict[str, Any]] = [
         "input_schema": {"type": "object", "properties": {}},
     },
     {
-        "name": "propose_template",
-        "description": ("Propose a template of the original kernel (generator only): the source for the "
-                        "backend in use, its parameters, constraints and launch geometry."),
+        "name": "apply_rewrites",
+        "description": ("Make the rules' lifts and rewrites (kerntune's own code, proven safe by its syntax-tree "
+                        "analysis) on the original kernel or on a source you give, and see the template they make: "
+                        "source, parameters, constraints, launch, and each rewrite asked for that was declined, "
+                        "with the reason. Nothing is proposed: propose the result with propose_template "
+                        "{\"from_rewrites\": <its name>}, as it is or with the fields you change. Any role."),
         "input_schema": {
             "type": "object",
             "properties": {
+                "rewrites": {"type": "array", "items": {"type": "string", "enum": list(REWRITE_NAMES)},
+                             "description": ("which to make (all when left out); a stage needs the one it builds "
+                                             "on: rowwise_keep needs rowwise, rowwise_chains needs rowwise_keep")},
+                "source": {"type": "string",
+                           "description": ("a whole source for the backend in use to rewrite instead of the "
+                                           "original: the same kernel and arguments, after a change of your own")},
+                "leave_out": {"type": "array", "items": {"type": "string"},
+                              "description": "parameters of the lifts to leave out, by name (BLOCK, UNROLL, ...)"},
+                "values": {"type": "object", "additionalProperties": {"type": "array", "items": NUMBER},
+                           "description": "value lists replacing the rules' own, by parameter; the default is kept"},
+            },
+        },
+    },
+    {
+        "name": "propose_template",
+        "description": ("Propose a template of the original kernel (generator only): the source for the "
+                        "backend in use, its parameters, constraints and launch geometry; or `from_rewrites`, "
+                        "an apply_rewrites result taken as it is, with any field given here replacing its own."),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "from_rewrites": {"type": "string",
+                                  "description": "the name of an apply_rewrites result (rewrites-1, ...)"},
                 "summary": {"type": "string", "description": "one line: what the template makes tunable"},
                 "source": {"type": "string", "description": "the whole template source"},
                 "parameters": {
@@ -126,8 +182,8 @@ TOOLS: list[dict[str, Any]] = [
                         "type": "object",
                         "properties": {
                             "name": {"type": "string"},
-                            "values": {"type": "array", "items": {"type": ["integer", "number", "boolean"]}},
-                            "default": {"type": ["integer", "number", "boolean"]},
+                            "values": {"type": "array", "items": NUMBER},
+                            "default": NUMBER,
                             "description": {"type": "string"},
                         },
                         "required": ["name", "values", "default"],
@@ -143,7 +199,6 @@ TOOLS: list[dict[str, Any]] = [
                     },
                 },
             },
-            "required": ["source", "parameters"],
         },
     },
     {
@@ -210,6 +265,7 @@ class ClaudeProvider:
         # the API wants them all answered at the start of the next user turn
         self._pending: list[tuple[str, str, dict[str, Any] | None]] = []
         self._system: list[dict[str, Any]] | None = None
+        self._rewritten: dict[str, TemplateProposal] = {}  # apply_rewrites' results by name, for from_rewrites
 
     # the roles ---------------------------------------------------------------------------------
     def plan(self, state: LoopState) -> Plan:
@@ -224,7 +280,8 @@ class ClaudeProvider:
                       "and call propose_template again.")
         else:
             prompt = (f"[generator] Round {state.round}: propose a template of the original kernel for the "
-                      f"{state.backend} backend with propose_template.")
+                      f"{state.backend} backend with propose_template (apply_rewrites makes the rules' rewrites "
+                      "for you to propose by reference).")
         return self._turn(state, "generator", prompt, want="propose_template", rejection=rejection)
 
     def tune(self, state: LoopState) -> SearchPlan:
@@ -304,10 +361,12 @@ class ClaudeProvider:
                 args = _scrubbed(args)
                 if name in READ_TOOLS:
                     results.append(_result(use["id"], self._read(name, args, state)))
+                elif name == "apply_rewrites":
+                    results.append(self._apply_rewrites(use["id"], args, state))
                 elif name == want:
                     try:
-                        found = _parse_proposal(args, state.backend) if want == "propose_template" \
-                            else _parse_search(args, state)
+                        found = _parse_proposal(args, state.backend, self._rewritten) \
+                            if want == "propose_template" else _parse_search(args, state)
                     except ToolInputError as e:
                         results.append(_result(use["id"], f"invalid input: {e}", error=True))
                         continue
@@ -360,6 +419,23 @@ class ClaudeProvider:
         if not recs:
             return "no results yet" if rnd is None else f"no round {rnd}"
         return "\n\n".join(f"Round {r.round}:\n{results_table(r.results, limit)}" for r in recs)
+
+    def _apply_rewrites(self, tool_id: str, args: Any, state: LoopState) -> dict[str, Any]:
+        """The rules' template made as apply_rewrites asks, kept under a name for from_rewrites, and
+        told in full: what was made, what was declined and why, and the template."""
+        try:
+            ask = _parse_rewrites(args)
+            proposal, lines = rewritten(ask, state)
+        except ToolInputError as e:
+            return _result(tool_id, f"invalid input: {e}", error=True)
+        if proposal is None:
+            return _result(tool_id, "\n".join(["no template: nothing asked for was made", *lines]))
+        name = f"rewrites-{len(self._rewritten) + 1}"
+        self._rewritten[name] = proposal
+        head = (f"{name}: a template of {len(proposal.parameters)} parameters for {state.backend}, made by the "
+                f"rules' code. Propose it with propose_template {{\"from_rewrites\": \"{name}\"}} (fields given "
+                "there replace its own), or edit it.")
+        return _result(tool_id, "\n".join([head, *lines, *_template_lines(proposal, state.backend)]))
 
     def _request(self) -> dict[str, Any]:
         messages = [dict(m) for m in self.messages]
@@ -602,14 +678,54 @@ def _expr(v: Any, where: str) -> str:
     return str(v)
 
 
-def _parse_proposal(args: Any, backend: str) -> TemplateProposal:
-    """A propose_template input as a proposal; ToolInputError names what is wrong."""
+def _parse_proposal(args: Any, backend: str,
+                    rewritten: dict[str, TemplateProposal] | None = None) -> TemplateProposal:
+    """A propose_template input as a proposal; ToolInputError names what is wrong. With
+    `from_rewrites`, the named apply_rewrites result, each field given replacing its own."""
     if not isinstance(args, dict):
         raise ToolInputError("the input must be an object")
+    base = None
+    if "from_rewrites" in args:
+        ref, known = args["from_rewrites"], rewritten or {}
+        base = known.get(ref) if isinstance(ref, str) else None
+        if base is None:
+            raise ToolInputError(f"`from_rewrites` must name an apply_rewrites result "
+                                 f"({', '.join(known) if known else 'there is none yet: call apply_rewrites'})")
     source = args.get("source")
+    if base is not None and source is None:
+        source = base.sources[backend]
     if not isinstance(source, str) or not source.strip():
         raise ToolInputError("`source` must be the whole template source, as a string")
     raw = args.get("parameters")
+    params = base.parameters if base is not None and raw is None else _parse_parameters(raw)
+    constraints = args.get("constraints", base.constraints if base is not None else [])
+    if not isinstance(constraints, (list, tuple)) or not all(isinstance(c, str) for c in constraints):
+        raise ToolInputError("`constraints` must be a list of expression strings")
+    launch = args.get("launch", {}) or {}
+    if not isinstance(launch, dict):
+        raise ToolInputError("`launch` must be an object with grid, block and shared_bytes")
+    dims = {"grid": base.grid, "block": base.block} if base is not None else {}
+    for key in ("grid", "block"):
+        if key in launch:
+            v = launch[key]
+            if not isinstance(v, list) or not 1 <= len(v) <= 3:
+                raise ToolInputError(f"`launch.{key}` must be a list of one to three expressions")
+            dims[key] = tuple(_expr(x, f"launch.{key}") for x in v)
+    shared = _expr(launch["shared_bytes"], "launch.shared_bytes") if "shared_bytes" in launch else \
+        (base.shared_bytes if base is not None else None)
+    summary = args.get("summary", "")
+    summary = summary if isinstance(summary, str) and summary else (base.summary if base is not None else "")
+    notes = ()
+    if base is not None:
+        changed = [k for k in ("source", "parameters", "constraints", "launch") if k in args]
+        notes = (*base.notes, f"proposed from the rules' rewrites {args['from_rewrites']}"
+                 + (f", its {', '.join(changed)} replaced" if changed else ", as they made it"))
+    return TemplateProposal(sources={backend: source}, parameters=tuple(params), constraints=tuple(constraints),
+                            grid=dims.get("grid"), block=dims.get("block"), shared_bytes=shared,
+                            summary=summary, notes=notes)
+
+
+def _parse_parameters(raw: Any) -> tuple[ParamProposal, ...]:
     if not isinstance(raw, list) or not raw:
         raise ToolInputError("`parameters` must be a non-empty list of objects with name, values and default")
     params = []
@@ -625,24 +741,142 @@ def _parse_proposal(args: Any, backend: str) -> TemplateProposal:
             raise ToolInputError(f"parameters[{i}] ({name}): `default` must be a number")
         desc = p.get("description", "")
         params.append(ParamProposal(name, tuple(values), default, desc if isinstance(desc, str) else ""))
-    constraints = args.get("constraints", [])
-    if not isinstance(constraints, list) or not all(isinstance(c, str) for c in constraints):
-        raise ToolInputError("`constraints` must be a list of expression strings")
-    launch = args.get("launch", {}) or {}
-    if not isinstance(launch, dict):
-        raise ToolInputError("`launch` must be an object with grid, block and shared_bytes")
-    dims = {}
-    for key in ("grid", "block"):
-        if key in launch:
-            v = launch[key]
-            if not isinstance(v, list) or not 1 <= len(v) <= 3:
-                raise ToolInputError(f"`launch.{key}` must be a list of one to three expressions")
-            dims[key] = tuple(_expr(x, f"launch.{key}") for x in v)
-    shared = _expr(launch["shared_bytes"], "launch.shared_bytes") if "shared_bytes" in launch else None
-    summary = args.get("summary", "")
-    return TemplateProposal(sources={backend: source}, parameters=tuple(params), constraints=tuple(constraints),
-                            grid=dims.get("grid"), block=dims.get("block"), shared_bytes=shared,
-                            summary=summary if isinstance(summary, str) else "")
+    return tuple(params)
+
+
+@dataclass(frozen=True)
+class RewriteAsk:
+    """An apply_rewrites input: the rewrites to make, the source to make them on (None: the
+    original's), the lifts to leave out and value lists to put in place of the rules' own."""
+
+    rewrites: tuple[str, ...]
+    source: str | None = None
+    leave_out: tuple[str, ...] = ()
+    values: tuple[tuple[str, tuple], ...] = ()
+
+
+def _parse_rewrites(args: Any) -> RewriteAsk:
+    """An apply_rewrites input as a RewriteAsk; ToolInputError names what is wrong."""
+    if not isinstance(args, dict):
+        raise ToolInputError("the input must be an object")
+    unknown = sorted(set(args) - {"rewrites", "source", "leave_out", "values"})
+    if unknown:
+        raise ToolInputError(f"unknown field {unknown[0]!r} (the fields: rewrites, source, leave_out, values)")
+    names = args.get("rewrites", list(REWRITE_NAMES))
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ToolInputError(f"`rewrites` must be a non-empty list of names among {', '.join(REWRITE_NAMES)}")
+    for n in names:
+        if n not in REWRITE_NAMES:
+            raise ToolInputError(f"`rewrites` names {n!r}, which is none of {', '.join(REWRITE_NAMES)}")
+    for n, before in STAGES:
+        if n in names and before and before not in names:
+            raise ToolInputError(f"{n} builds on {before}: ask for both")
+    source = args.get("source")
+    if source is not None and (not isinstance(source, str) or not source.strip()):
+        raise ToolInputError("`source` must be a whole kernel source, as a string")
+    leave = args.get("leave_out", [])
+    if not isinstance(leave, list) or not all(isinstance(n, str) for n in leave):
+        raise ToolInputError("`leave_out` must be a list of parameter names")
+    values = args.get("values", {}) or {}
+    if not isinstance(values, dict):
+        raise ToolInputError("`values` must be an object mapping parameter names to lists of numbers")
+    for k, v in values.items():
+        if not isinstance(v, list) or not v or not all(_number(x) for x in v):
+            raise ToolInputError(f"`values.{k}` must be a non-empty list of numbers")
+    return RewriteAsk(tuple(n for n in REWRITE_NAMES if n in names), source, tuple(dict.fromkeys(leave)),
+                      tuple((k, tuple(v)) for k, v in values.items()))
+
+
+def rewritten(ask: RewriteAsk, state: LoopState) -> tuple[TemplateProposal | None, list[str]]:
+    """The rules' template of the original (or of `ask.source`) for the backend in use, made by the
+    rules' own code (rules_template) with only the rewrites asked for, and lines saying what was made
+    and what was declined and why; ToolInputError for a name that is no lift or parameter of it."""
+    backend = state.backend
+    original = state.original
+    if original.parameters:
+        raise ToolInputError(f"{original.name} is already a template with {len(original.parameters)} "
+                             "parameters: the rules rewrite only kernels without them")
+    source = ask.source if ask.source is not None else original.source_for(backend)
+    if ask.source is not None:
+        try:
+            classify(source, original.entry)
+        except (KernelTreeError, ValueError) as e:
+            raise ToolInputError(f"`source` cannot be read as the kernel {original.entry}: {e}") from None
+    kernel = replace(original, sources={backend: source})
+    lift = LIFT in ask.rewrites
+    if ask.leave_out and not lift:
+        raise ToolInputError("`leave_out` names lifts, and `lift` is not among the rewrites asked for")
+    dropped = {n for n, _ in STAGES if n not in ask.rewrites} | set(ask.leave_out)
+    made = rules_template(kernel, backend, state.limits, dropped, lift=lift, left_out=NOT_ASKED)
+    applied, lifted = made.applied, made.lifted
+    stages = {r.name: r for r in applied.rewrites}
+    theirs = {p.name: r.name for r in applied.rewrites for p in r.parameters}
+    if ask.leave_out:
+        lifts = {lf.name for lf in lift_template(kernel, backend, state.limits).lifts}
+        for n in ask.leave_out:
+            if n in theirs:
+                raise ToolInputError(f"`leave_out` names {n}, a parameter of the {theirs[n]} rewrite, not a lift: "
+                                     f"leave the rewrite out of `rewrites`, or keep {n} at its default with `values`")
+            if n not in lifts:
+                raise ToolInputError(f"`leave_out` names {n}, which is no lift of this source (its lifts: "
+                                     f"{', '.join(sorted(lifts)) or 'none'})")
+    made_lines, declined = [], []
+    if lift:
+        got = [n for n in lifted.notes if n.startswith("lifted ")]
+        if lifted.proposal is not None:
+            made_lines += [f"- lift: {n}" for n in got]
+        elif ask.leave_out:
+            declined.append(f"- lift: nothing lifted with {', '.join(ask.leave_out)} left out as asked")
+        else:
+            declined.append(f"- lift: {'; '.join(n.removeprefix('nothing to lift: ') for n in lifted.notes)}")
+        if ask.leave_out and lifted.proposal is not None:
+            made_lines.append(f"- lift: {', '.join(ask.leave_out)} left out as asked")
+    reasons = {d.name: d.reason for d in applied.declined if d.reason != NOT_ASKED}
+    before = dict(STAGES)
+    for n in ask.rewrites:
+        if n == LIFT:
+            continue
+        if n in stages:
+            made_lines.append(f"- {n}: {stages[n].description}")
+        elif n in reasons:
+            declined.append(f"- {n}: {reasons[n]}")
+        else:
+            declined.append(f"- {n}: not made: it builds on {before[n]}, which was not made")
+    lines = (["made:", *made_lines] if made_lines else []) + (["declined:", *declined] if declined else [])
+    other = [n for n in lifted.notes if not n.startswith(("lifted ", "nothing to lift: "))] + applied.notes
+    lines += [f"note: {n}" for n in other]
+    proposal = made.proposal
+    if proposal is None:
+        return None, lines
+    params = {p.name: p for p in proposal.parameters}
+    for k, v in ask.values:
+        if k not in params:
+            raise ToolInputError(f"`values` names {k!r}, which is no parameter of the template the rewrites make "
+                                 f"({', '.join(params)})")
+        p = params[k]
+        params[k] = replace(p, values=tuple(sorted(set(v) | {p.default})))
+        if p.default not in v:
+            lines.append(f"note: {k}'s default {p.default} kept among its values (it reproduces the original)")
+    first = [f"{n} in {', '.join(str(x) for x in v if x in params[n].values)}"
+             for r in applied.rewrites for n, v in r.first.items() if n in params and set(v) & set(params[n].values)]
+    if first:
+        lines.append("the rules measure first: " + "; ".join(first))
+    return replace(proposal, sources={backend: proposal.sources[backend]},
+                   parameters=tuple(params.values())), lines
+
+
+def _template_lines(t: TemplateProposal, backend: str) -> list[str]:
+    """A proposal as text for the model: parameters, constraints, launch and source."""
+    out = ["parameters:"]
+    out += [f"- {p.name} in {list(p.values)} (default {p.default}): {p.description}" for p in t.parameters]
+    if t.constraints:
+        out.append("constraints: " + "; ".join(t.constraints))
+    launch = [f"{k} {list(v)}" for k, v in (("grid", t.grid), ("block", t.block)) if v is not None]
+    if t.shared_bytes is not None:
+        launch.append(f"shared_bytes {t.shared_bytes}")
+    out.append("launch: " + ("; ".join(launch) if launch else "the original's"))
+    out.append(f"source ({backend}):\n```\n{t.sources[backend]}\n```")
+    return out
 
 
 def _parse_search(args: Any, state: LoopState) -> SearchPlan:

@@ -24,7 +24,7 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
 from kerntune.engine.template import Template
 
-from . import rewrite_elementwise, rewrite_rowwise
+from . import rewrite_elementwise, rewrite_rowchains, rewrite_rowkeep, rewrite_rowwise
 from .kernel_tree import KernelAnalysis, KernelTreeError, classify, source_tokens
 
 # In order; each function sees the source the ones before it made. Add a rewrite here.
@@ -32,6 +32,15 @@ REWRITES: tuple[Callable[["RewriteContext"], "Rewrite | Declined"], ...] = (
     rewrite_elementwise.rewrite,
     rewrite_rowwise.rewrite_rowwise,
 )
+# The names of the rewrites and their stages, in the order they are made, each with the stage it
+# builds on ("" for a rewrite's first): what a caller may ask for or leave out by name.
+STAGES: tuple[tuple[str, str], ...] = (
+    (rewrite_elementwise.NAME, ""),
+    (rewrite_rowwise.NAME, ""),
+    (rewrite_rowkeep.NAME, rewrite_rowwise.NAME),
+    (rewrite_rowchains.NAME, rewrite_rowkeep.NAME),
+)
+GATE_LEFT_OUT = "left out: the gate rejected a template with it"
 
 
 @dataclass(frozen=True)
@@ -88,9 +97,10 @@ class Applied:
 def apply_rewrites(original: Template, sources: dict[str, str], primary: str, grid: tuple[str, ...],
                    block: tuple[str, ...], defaults: dict, limits: DeviceLimits,
                    dropped: frozenset[str] | set[str] = frozenset(), taken: frozenset[str] = frozenset(),
-                   rewrites: tuple = REWRITES) -> Applied:
+                   rewrites: tuple = REWRITES, left_out: str = GATE_LEFT_OUT) -> Applied:
     """The rewrites of `rewrites` that apply, made in order on every backend's source (the primary
-    backend decides; another backend whose rewrite differs is left out, with a note)."""
+    backend decides; another backend whose rewrite differs is left out, with a note); a rewrite or
+    stage named in `dropped` is declined with `left_out` as the reason."""
     out = Applied(dict(sources), grid=tuple(grid), block=tuple(block))
     defaults = dict(defaults)
     for fn in rewrites:
@@ -105,7 +115,7 @@ def apply_rewrites(original: Template, sources: dict[str, str], primary: str, gr
                         out.declined.append(stage)
                         break
                     if stage.name in dropped:
-                        out.declined.append(Declined(stage.name, "left out: the gate rejected a template with it"))
+                        out.declined.append(Declined(stage.name, left_out))
                         break
                     mine.append(stage)
                 if not mine:
@@ -161,8 +171,10 @@ def _shape(r: Rewrite) -> tuple:
 
 
 def compose(original: Template, backend: str, limits: DeviceLimits, proposal: TemplateProposal | None,
-            dropped: frozenset[str] | set[str] = frozenset()) -> tuple[TemplateProposal | None, Applied]:
-    """The lifts' proposal (None: nothing was lifted) with the rewrites that apply made on top."""
+            dropped: frozenset[str] | set[str] = frozenset(),
+            left_out: str = GATE_LEFT_OUT) -> tuple[TemplateProposal | None, Applied]:
+    """The lifts' proposal (None: nothing was lifted) with the rewrites that apply made on top
+    (those named in `dropped` declined, `left_out` saying why)."""
     if proposal is not None:
         sources, grid, block = dict(proposal.sources), proposal.grid, proposal.block
         params = list(proposal.parameters)
@@ -174,7 +186,7 @@ def compose(original: Template, backend: str, limits: DeviceLimits, proposal: Te
         return proposal, Applied(sources, grid=tuple(grid or ()), block=tuple(block or ()))
     taken = frozenset(_identifiers(sources) | set(original.problem_names) | {p.name for p in params})
     applied = apply_rewrites(original, sources, backend, tuple(grid), tuple(block),
-                             {p.name: p.default for p in params}, limits, dropped, taken)
+                             {p.name: p.default for p in params}, limits, dropped, taken, left_out=left_out)
     if not applied.rewrites:
         if proposal is not None and applied.declined:
             why = "; ".join(f"{d.name}: {d.reason}" for d in applied.declined)

@@ -19,17 +19,18 @@ import itertools
 import math
 import re
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from kerntune.engine.agent_api import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
+from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import TemplateProposal
 from kerntune.engine.template import ParamValue, Template
 
 from . import rewrite_rowwise
 from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
 from .kernel_tree import KernelTreeError, classify
-from .lift import KINDS, Lift, lift_template
-from .rewrites import Rewrite, compose
+from .lift import KINDS, Lift, Lifted, lift_template
+from .rewrites import GATE_LEFT_OUT, Applied, Rewrite, compose
 
 # What to vary first, by the bound Nsight Compute reports for the best configuration (kinds of
 # parameter as agents/lift.py names them, and "keep"): a memory-bound kernel wants fewer passes
@@ -93,17 +94,13 @@ class RulesProvider:
     def generate(self, state: LoopState, rejection: str | None) -> TemplateProposal:
         if rejection is not None:
             self._reduce(rejection)
-        lifted = lift_template(state.original, state.backend, state.limits, self.dropped)
-        proposal, applied = compose(state.original, state.backend, state.limits, lifted.proposal, self.dropped)
-        if proposal is None:  # why each lift and rewrite was left out, in one line
-            why = [n.removeprefix("nothing to lift: ") for n in lifted.notes if not n.startswith("lifted ")]
-            why += [f"no {d.name} rewrite: {d.reason}" for d in applied.declined]
+        made = rules_template(state.original, state.backend, state.limits, self.dropped)
+        proposal = made.proposal
+        if proposal is None:
             raise ProviderError(f"the rules find nothing {'left ' if self.dropped else ''}to lift or rewrite: "
-                                + "; ".join(why))
-        if lifted.proposal is None:  # rewrites alone: say why nothing was lifted
-            proposal = replace(proposal, notes=tuple(lifted.notes) + tuple(proposal.notes))
-        self.lifts = lifted.lifts
-        self.rewrites = applied.rewrites
+                                + made.why_none())
+        self.lifts = made.lifted.lifts
+        self.rewrites = made.applied.rewrites
         if self.rejected:
             proposal = replace(proposal, notes=tuple(proposal.notes) + tuple(
                 f"the {name} rewrite is left out: the gate rejected the template with it ({why})"
@@ -183,6 +180,36 @@ class RulesProvider:
         for line in text.splitlines():
             state.say(line, "tester")
         return Report(text, stop=record.best is None and state.best is None)
+
+
+@dataclass
+class RulesTemplate:
+    """The rules' template of a kernel: the proposal (None: nothing to lift or rewrite), what was
+    lifted and which rewrites were made or declined."""
+
+    proposal: TemplateProposal | None
+    lifted: Lifted
+    applied: Applied
+
+    def why_none(self) -> str:
+        """Why each lift and rewrite was left out, in one line."""
+        why = [n.removeprefix("nothing to lift: ") for n in self.lifted.notes if not n.startswith("lifted ")]
+        why += [f"no {d.name} rewrite: {d.reason}" for d in self.applied.declined]
+        return "; ".join(why)
+
+
+def rules_template(original: Template, backend: str, limits: DeviceLimits,
+                   dropped: frozenset[str] | set[str] = frozenset(), lift: bool = True,
+                   left_out: str = GATE_LEFT_OUT) -> RulesTemplate:
+    """The literals lifted (unless `lift` is false) and the rewrites the analysis proves safe made on
+    top: the one way from a kernel to the rules' template, for the rules' generator and for Claude's
+    apply_rewrites tool. Lifts and rewrites named in `dropped` are left out, `left_out` saying why."""
+    lifted = lift_template(original, backend, limits, set(dropped)) if lift else \
+        Lifted(None, [], ["literals not lifted: not asked for"])
+    proposal, applied = compose(original, backend, limits, lifted.proposal, dropped, left_out)
+    if proposal is not None and lifted.proposal is None:  # rewrites alone: say why nothing was lifted
+        proposal = replace(proposal, notes=tuple(lifted.notes) + tuple(proposal.notes))
+    return RulesTemplate(proposal, lifted, applied)
 
 
 def coarse_grid(template: Template, budget: int, first: dict | None = None) -> dict[str, tuple[ParamValue, ...]]:

@@ -21,23 +21,20 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 
 from anthropic_fake import FakeAnthropic, Reply, broken, error, text, tool  # noqa: E402
+from claude_support import KEY, client, loop_options, state, user_blocks  # noqa: E402
 
 from kerntune.agents.claude import ClaudeProvider, redact  # noqa: E402
 from kerntune.agents.pricing import cost_usd  # noqa: E402
 from kerntune.agents.rules import RulesProvider  # noqa: E402
-from kerntune.engine.agent_api import LoopState, ProviderError  # noqa: E402
-from kerntune.engine.device import DeviceLimits  # noqa: E402
-from kerntune.engine.evaluate import TimingPolicy  # noqa: E402
+from kerntune.engine.agent_api import ProviderError  # noqa: E402
 from kerntune.engine.events import AgentCall, GateChecked, LoopFinished, Note, PlanMade  # noqa: E402
 from kerntune.engine.events import SearchPlanned, TemplateProposed  # noqa: E402
-from kerntune.engine.loop import LoopOptions, TuningLoop  # noqa: E402
+from kerntune.engine.loop import TuningLoop  # noqa: E402
 from kerntune.engine.session import load_session  # noqa: E402
 from kerntune.engine.template import load_template  # noqa: E402
-from kerntune.engine.tune import TuneOptions  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-KEY = "sk-ant-api03-KERNTUNE-TEST-KEY-5f3a9c1e"
 QUICK = ["--headless", "--no-probe", "--repeats", "5", "--seed", "11"]
 
 
@@ -65,28 +62,6 @@ def proposal(spec: Path, broken: bool = False) -> dict:
 
 def search(values=(64, 256)) -> dict:
     return {"strategy": "grid", "budget": 0, "values": {"BLOCK": list(values)}, "reason": "both ends"}
-
-
-def client(fake: FakeAnthropic, **kw):
-    return anthropic.Anthropic(base_url=fake.url, api_key=KEY, **{"max_retries": 2, "timeout": 10, **kw})
-
-
-def state(spec: Path, said: list, events: list) -> LoopState:
-    t = load_template(spec)
-    return LoopState(round=1, rounds=2, backend="opencl", limits=DeviceLimits("opencl", "cpu"), problem=t.problem(),
-                     original=t, original_result=None, template=None, template_dir=None, history=(), best=None,
-                     best_round=0, sol_us=None, sol_target=0.9, budget=0, last_verdict=None,
-                     say=lambda s, r: said.append((r, s)), record=events.append, now=lambda: 1.5)
-
-
-def loop_options(tmp_path: Path, **kw) -> LoopOptions:
-    tune = TuneOptions(backend="opencl", probe=False, seed=11, session_path=tmp_path / "loop.toml",
-                       timing=TimingPolicy(min_repeats=5, max_repeats=5))
-    return LoopOptions(tune=tune, **{"rounds": 1, **kw})
-
-
-def user_blocks(request: dict) -> list:
-    return request["body"]["messages"][-1]["content"]
 
 
 # whole conversations ---------------------------------------------------------------------------
@@ -148,7 +123,8 @@ def test_a_whole_loop_through_the_cli_with_claude_and_the_key_never_shows(tmp_pa
     assert first["system"][1]["cache_control"] == {"type": "ephemeral"}
     assert "__kernel __attribute__((reqd_work_group_size(256, 1, 1)))" in first["system"][1]["text"]
     assert {t["name"] for t in first["tools"]} == {"read_kernel", "read_device_limits", "read_results",
-                                                   "read_profile", "propose_template", "run_search"}
+                                                   "read_profile", "apply_rewrites", "propose_template",
+                                                   "run_search"}
     verdict = user_blocks(fake.requests[2])[0]
     assert verdict["type"] == "tool_result" and verdict["tool_use_id"] == "toolu_01"
     assert verdict["content"].startswith("accepted:") and "reproduces the original's outputs" in verdict["content"]
