@@ -54,18 +54,25 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
             marks.append(time.perf_counter() - t0)
 
     with tempfile.TemporaryDirectory(prefix="phases-") as tmp:
-        os.environ["KERNTUNE_PROFILE"] = tmp
+        if not args.plain:
+            os.environ["KERNTUNE_PROFILE"] = tmp
         if not args.warm:
             os.environ["KERNTUNE_CACHE_DIR"] = tmp
         opts = TuneOptions(backend=args.backend, strategy=args.strategy, budget=args.budget, seed=seed,
                            problem=args.problem, probe=False, session_path=Path(tmp) / "run.toml")
         prof = cProfile.Profile()
         t0 = time.perf_counter()
-        prof.runcall(TuneRun(template, opts, [sink]).run)
+        if args.plain:
+            TuneRun(template, opts, [sink]).run()
+        else:
+            prof.runcall(TuneRun(template, opts, [sink]).run)
         wall = time.perf_counter() - t0
-        worker = [pstats.Stats(str(f)).stats for f in Path(tmp).glob("worker-*.prof")]
+        files = sorted(Path(tmp).glob("worker-*.prof"))
+        worker = [pstats.Stats(str(f)).stats for f in files]
+        if args.top and files:
+            pstats.Stats(str(files[0])).sort_stats("cumulative").print_stats(args.top)
     os.environ.pop("KERNTUNE_PROFILE", None)
-    stats = pstats.Stats(prof).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
+    stats = {} if args.plain else pstats.Stats(prof).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
     out = {"whole run": wall}
     for phase, (suffix, name) in PHASES:
         out[phase] = sum(v[3] for (f, _, n), v in stats.items() if n == name and f.endswith(suffix))
@@ -89,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=0)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--warm", action="store_true", help="keep the compile cache between runs")
+    p.add_argument("--top", type=int, default=0, help="also print the worker's N costliest functions (last run)")
+    p.add_argument("--plain", action="store_true", help="no profiler (its overhead): whole-run figures only")
     args = p.parse_args(argv)
     spec = templates.path(args.template) if not args.template.endswith(".toml") else Path(args.template)
     runs = [one_run(spec, args, seed) for seed in range(1, args.runs + 1)]
