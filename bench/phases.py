@@ -70,8 +70,12 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
         files = sorted(Path(tmp).glob("worker-*.prof"))
         worker = [pstats.Stats(str(f)).stats for f in files]
         if args.top and files:
-            pstats.Stats(str(files[0])).sort_stats("cumulative").print_stats(args.top)
+            print("the evaluation worker:")
+            pstats.Stats(str(files[0])).sort_stats(args.sort).print_stats(args.top)
     os.environ.pop("KERNTUNE_PROFILE", None)
+    if args.top and not args.plain:
+        print("the run's own process:")
+        pstats.Stats(prof).sort_stats(args.sort).print_stats(args.top)
     stats = {} if args.plain else pstats.Stats(prof).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
     out = {"whole run": wall}
     for phase, (suffix, name) in PHASES:
@@ -97,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--warm", action="store_true", help="keep the compile cache between runs")
     p.add_argument("--top", type=int, default=0, help="also print the worker's N costliest functions (last run)")
+    p.add_argument("--sort", default="cumulative", help="the order of --top: cumulative or tottime")
     p.add_argument("--plain", action="store_true", help="no profiler (its overhead): whole-run figures only")
     args = p.parse_args(argv)
     spec = templates.path(args.template) if not args.template.endswith(".toml") else Path(args.template)
