@@ -26,7 +26,7 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import TemplateProposal
 from kerntune.engine.template import ParamValue, Template
 
-from . import rewrite_rowwise
+from . import rewrite_fastmath, rewrite_rowwise
 from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
 from .kernel_tree import KernelTreeError, classify
 from .lift import KINDS, Lift, Lifted, lift_template
@@ -275,6 +275,9 @@ def analysis_line(state: LoopState) -> str:
         reason += ("; a pass carries its accumulators through an exponential from one element to the next (an "
                    "online softmax), a chain whose latency bounds it once the row is on chip: a lane can run 1, 2 or "
                    "4 independent chains of it (CHAINS), combined at the pass's end")
+    fast = rewrite_fastmath.fast_calls(state.original.source_for(state.backend), state.original.entry, state.backend)
+    if fast.sites:
+        reason += f"; FAST_MATH can switch its math calls to the hardware's fast approximations ({fast.switched()})"
     bound = cost_bound(state)
     by_cost = (f" By its cost it is {bound}-bound at this device's peaks" +
                (": fewer passes over memory and wider accesses first." if bound == "memory" else ".")) if bound else ""
