@@ -39,6 +39,7 @@ class ProfileJob:
     device: int = 0
     seed: int = 12345
     originals: Mapping[str, str] = field(default_factory=dict)
+    launches: int = 2  # ncu profiles the second; memcheck needs one
 
 
 def profile_job(job: ProfileJob, *, ncu: str | None = None, timeout: float = DEFAULT_TIMEOUT,
@@ -198,8 +199,11 @@ def consistency(ev: Any) -> str:
 
 
 # the profiled child ----------------------------------------------------------------------------
-def _run_target(job_path: str) -> int:
-    """Compile one configuration, upload inputs, launch twice. Runs under ncu."""
+def _run_target(job_path: str | None) -> int:
+    """Compile one configuration, upload inputs, launch (twice: ncu profiles the second). Runs
+    under ncu or compute-sanitizer. With no path the job comes on standard input: the child can
+    be started, and its modules loaded, before the job is known; nothing touches the device until
+    it comes."""
     from .backends import open_backend
     from .evaluate import launch_geometry
     from .inputs import arg_nbytes, make_inputs
@@ -207,7 +211,10 @@ def _run_target(job_path: str) -> int:
     from .template import Problem, parse_template
 
     try:
-        job = ProfileJob(**json.loads(Path(job_path).read_text()))
+        text = Path(job_path).read_text() if job_path is not None else sys.stdin.read()
+        if not text.strip():
+            return 0  # started ahead and not needed
+        job = ProfileJob(**json.loads(text))
         template = parse_template(job.spec_text, Path(job.spec_path), job.sources)
         problem = Problem(job.problem_name, dict(job.problem))
         backend = open_backend("cuda", job.device)
@@ -234,8 +241,8 @@ def _run_target(job_path: str) -> int:
             else:
                 backend.fill(buf, 0, nbytes)
             args.append(buf)
-        backend.launch(kernel, geo, args)  # warm-up: skipped by ncu
-        backend.launch(kernel, geo, args)  # profiled
+        for _ in range(max(1, job.launches)):  # under ncu: a warm-up, then the profiled launch
+            backend.launch(kernel, geo, args)
         backend.close()
     except Exception as e:  # reported to the parent through ncu's output, as one line
         print(f"kerntune-profile-error: {type(e).__name__}: {e}", flush=True)
@@ -246,8 +253,8 @@ def _run_target(job_path: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 2 and args[0] == "--target":
-        return _run_target(args[1])
-    print("usage: python -m kerntune.engine.profile --target JOB.json", file=sys.stderr)
+        return _run_target(args[1] if args[1] != "-" else None)
+    print("usage: python -m kerntune.engine.profile --target JOB.json|-", file=sys.stderr)
     return 2
 
 

@@ -1,8 +1,9 @@
 """compute-sanitizer memcheck on a configuration (CUDA): out-of-bounds and misaligned accesses,
 reads as well as writes, that the guard regions around every buffer cannot see.
 
-It runs the same child as the profiler (`python -m kerntune.engine.profile --target JOB`: compile
-the configuration, upload inputs, launch twice) under `compute-sanitizer --tool memcheck`, found
+It runs the same child as the profiler (`python -m kerntune.engine.profile --target -`: compile the
+configuration, upload inputs, launch once) under `compute-sanitizer --tool memcheck`, the job on
+its standard input, so that a run can start it ahead (`Memcheck`) while it tunes; found
 like ncu is: $KERNTUNE_SANITIZER, PATH, the CUDA toolkit. The reported winner is always checked
 when it is found; `tune --sanitize K` checks the K fastest. A finding demotes the configuration.
 """
@@ -12,12 +13,10 @@ from __future__ import annotations
 import json
 import re
 import sys
-import tempfile
-from dataclasses import asdict
-from pathlib import Path
+from dataclasses import asdict, replace
 from typing import Any, Mapping
 
-from .backends.cuda_toolchain import find_cuda_tool, run_cuda_tool
+from .backends.cuda_toolchain import find_cuda_tool, finish_cuda_tool, start_cuda_tool
 from .profile import job_for
 
 DEFAULT_TIMEOUT = 300.0
@@ -50,20 +49,37 @@ def parse_report(text: str) -> tuple[int, str]:
     return errors, "; ".join(parts)[:400]
 
 
-def sanitize_config(template: Any, problem: Any, config: Mapping[str, Any] | None, *, device: int = 0,
-                    tool: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> tuple[bool, str]:
-    """Run one configuration under memcheck: (clean, message). Raises SanitizeError when the tool
-    or the child cannot run."""
-    tool = tool or find_sanitizer()
-    if tool is None:
-        raise SanitizeError("compute-sanitizer was not found: install the CUDA toolkit or set KERNTUNE_SANITIZER")
-    job = job_for(template, problem, config, device)
-    with tempfile.TemporaryDirectory(prefix="kerntune-sanitize-") as tmp:
-        job_path = Path(tmp) / "job.json"
-        job_path.write_text(json.dumps(asdict(job)))
-        cmd = [tool, "--tool", "memcheck", "--error-exitcode", "99", "--print-limit", "8",
-               sys.executable, "-m", "kerntune.engine.profile", "--target", str(job_path)]
-        text, code = run_cuda_tool(cmd, "compute-sanitizer", timeout, SanitizeError)
+class Memcheck:
+    """compute-sanitizer's memcheck on a child started ahead: the tool and the child's Python
+    start, and its modules load, while the run goes on; the configuration to check is given
+    later (`check`) through the child's standard input. Until then the child touches no device.
+    One check a Memcheck; `close` ends one that was not needed."""
+
+    def __init__(self, tool: str):
+        self.tool = tool
+        self._proc = start_cuda_tool(
+            [tool, "--tool", "memcheck", "--error-exitcode", "99", "--print-limit", "8",
+             sys.executable, "-m", "kerntune.engine.profile", "--target", "-"],
+            "compute-sanitizer", SanitizeError)
+
+    def check(self, template: Any, problem: Any, config: Mapping[str, Any] | None, *, device: int = 0,
+              timeout: float = DEFAULT_TIMEOUT) -> tuple[bool, str]:
+        """Run one configuration (None: the original) under memcheck: (clean, message).
+        SanitizeError when the tool or the child cannot run it."""
+        job = replace(job_for(template, problem, config, device), launches=1)
+        text, code = finish_cuda_tool(self._proc, "compute-sanitizer", timeout, SanitizeError,
+                                      stdin=json.dumps(asdict(job)))
+        return read_memcheck(text, code)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.communicate()
+
+
+def read_memcheck(text: str, code: int) -> tuple[bool, str]:
+    """(clean, message) from memcheck's output on the profile child; SanitizeError when the child
+    failed on its own, or the tool printed no summary."""
     failed = re.search(r"^kerntune-profile-error: (.*)$", text, re.MULTILINE)
     errors, first = parse_report(text)
     if errors > 0:
@@ -73,3 +89,16 @@ def sanitize_config(template: Any, problem: Any, config: Mapping[str, Any] | Non
     if errors < 0:
         raise SanitizeError(f"compute-sanitizer printed no summary (exit code {code})")
     return True, "compute-sanitizer memcheck: 0 errors"
+
+
+def sanitize_config(template: Any, problem: Any, config: Mapping[str, Any] | None, *, device: int = 0,
+                    tool: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                    ahead: Memcheck | None = None) -> tuple[bool, str]:
+    """Run one configuration under memcheck: (clean, message). Raises SanitizeError when the tool
+    or the child cannot run. `ahead`: a Memcheck started earlier, used for this check."""
+    if ahead is None:
+        tool = tool or find_sanitizer()
+        if tool is None:
+            raise SanitizeError("compute-sanitizer was not found: install the CUDA toolkit or set KERNTUNE_SANITIZER")
+        ahead = Memcheck(tool)
+    return ahead.check(template, problem, config, device=device, timeout=timeout)

@@ -149,6 +149,7 @@ class TuneRun(Controlled):
         self.options = options
         self._shared = emitter is not None
         self.events = emitter if emitter is not None else Emitter(sinks)
+        self._ahead: Any = None  # a Memcheck started ahead for the winner's check
 
     # the run -----------------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -303,6 +304,7 @@ class TuneRun(Controlled):
         try:
             try:
                 evaluations.start()
+                self._ahead = self._memcheck_ahead(backend)
                 reason = search(strategy, evaluations, rules, progress, on_result,
                                 clock=lambda: time.monotonic() - started, interrupted=interrupted)
             except WorkerError as e:
@@ -318,6 +320,9 @@ class TuneRun(Controlled):
             best = progress.best
         finally:
             evaluations.close()
+            if self._ahead is not None:
+                self._ahead.close()
+                self._ahead = None
         profiles = []
         if opts.profile_top > 0 and not self.events.stopped:
             profiles = self._profile(template, problem, results, backend, opts.profile_top)
@@ -446,11 +451,25 @@ class TuneRun(Controlled):
         run (a str). Safe in another thread: it emits nothing."""
         from .sanitize import SanitizeError, sanitize_config
 
+        ahead, self._ahead = self._ahead, None
         try:
             config = dict(r.config) or None  # {}: the original kernel
-            return sanitize_config(template, problem, config, device=self.options.device, tool=tool)
+            return sanitize_config(template, problem, config, device=self.options.device, tool=tool, ahead=ahead)
         except SanitizeError as e:
             return f"compute-sanitizer could not check {fmt_values(r.config)}: {e}"
+
+    def _memcheck_ahead(self, backend: str):
+        """memcheck's child started now, for the winner's check when the search ends: its start
+        then costs the run nothing (CUDA, with compute-sanitizer found; None otherwise)."""
+        if backend != "cuda":
+            return None
+        from .sanitize import Memcheck, SanitizeError, find_sanitizer
+
+        tool = find_sanitizer()
+        try:
+            return Memcheck(tool) if tool is not None else None
+        except SanitizeError:
+            return None  # the check at the end says why, once
 
     def _sanitized(self, found: tuple[bool, str] | str, results: list[Result], i: int) -> bool:
         """Record memcheck's finding on results[i]; a finding demotes it. True unless it found

@@ -65,14 +65,35 @@ def run_cuda_tool(cmd: Sequence[str], name: str, timeout: float, error: type[Exc
     """Run a CUDA tool (ncu, compute-sanitizer) on a child program: (its output and the program's,
     stdout then stderr; the exit code). `error`, one line, when it cannot start or does not
     finish within `timeout` seconds. Python's warnings are kept out of the child's output."""
+    return finish_cuda_tool(start_cuda_tool(cmd, name, error), name, timeout, error)
+
+
+def start_cuda_tool(cmd: Sequence[str], name: str, error: type[Exception]) -> subprocess.Popen:
+    """Start a CUDA tool on a child program without waiting for it (`finish_cuda_tool` does);
+    its standard input is a pipe the caller may write to."""
     try:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    except subprocess.TimeoutExpired:
-        raise error(f"{name} did not finish within {timeout:.0f} s") from None
+        return subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     except OSError as e:
         raise error(f"cannot start {name}: {e}") from None
-    return proc.stdout + "\n" + proc.stderr, proc.returncode
+
+
+def finish_cuda_tool(proc: subprocess.Popen, name: str, timeout: float, error: type[Exception],
+                     stdin: str | None = None) -> tuple[str, int]:
+    """Give a started tool `stdin` (then end of input) and wait for it: (stdout then stderr, exit
+    code); `error` when it does not finish within `timeout` seconds (it is killed)."""
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise error(f"{name} did not finish within {timeout:.0f} s") from None
+    except OSError as e:  # the child's input closed early: it ended before reading it
+        proc.kill()
+        out, err = proc.communicate()
+        if proc.returncode is None:
+            raise error(f"{name} stopped: {e}") from None
+    return out + "\n" + err, proc.returncode
 
 
 def find_nvcc() -> str | None:

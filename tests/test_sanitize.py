@@ -1,0 +1,53 @@
+"""memcheck's child started ahead: the job reaches it on standard input, its answer comes back."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from kerntune import templates
+from kerntune.engine.sanitize import Memcheck, SanitizeError, sanitize_config
+from kerntune.engine.template import load_template
+
+
+def fake_sanitizer(tmp_path, summary: str) -> str:
+    """A stand-in for compute-sanitizer: runs the program after its options, then prints `summary`."""
+    path = tmp_path / "compute-sanitizer"
+    path.write_text("#!/bin/sh\nwhile [ \"${1#-}\" != \"$1\" ]; do shift; shift; done\n"
+                    f"\"$@\"\ncode=$?\necho '{summary}'\nexit $code\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_a_child_started_ahead_and_not_needed_ends_cleanly():
+    done = subprocess.run([sys.executable, "-m", "kerntune.engine.profile", "--target", "-"], input="",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_job_reaches_the_child_on_its_input_and_its_failure_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # whatever this host has: the child finds no device
+    tool = fake_sanitizer(tmp_path, "========= ERROR SUMMARY: 0 errors")
+    t = load_template(templates.path("vector_add"))
+    ahead = Memcheck(tool)
+    with pytest.raises(SanitizeError) as e:
+        ahead.check(t, t.problem(), t.default_config())
+    assert "\n" not in str(e.value) and str(e.value)
+    ahead.close()
+
+
+def test_a_finding_is_read_from_the_tools_output(tmp_path):
+    tool = fake_sanitizer(tmp_path, "========= Invalid __global__ write of size 4 bytes\n"
+                                    "=========     at kernel+0x10\n========= ERROR SUMMARY: 3 errors")
+    t = load_template(templates.path("vector_add"))
+    clean, message = sanitize_config(t, t.problem(), t.default_config(), tool=tool)
+    assert not clean and "3 errors" in message and "Invalid __global__ write" in message
+
+
+def test_closing_an_unused_child_stops_it(tmp_path):
+    ahead = Memcheck(fake_sanitizer(tmp_path, ""))
+    ahead.close()
+    assert ahead._proc.returncode is not None
