@@ -372,21 +372,26 @@ class Evaluator:
         suffix = f"{at} ({where})"
         bufs = self._device_buffers(which)
         seen = np.empty(GUARD_BYTES, dtype=np.uint8)
-        for a in self.template.arguments:
-            if not a.is_buffer or not full:
+        # every guard and every input compared on the device at once: one wait, not one a range
+        guards = [(a, side, offset) for a in self.template.arguments if a.is_buffer and full
+                  for side, offset in (("before its start", 0), ("after its end", GUARD_BYTES + bufs[a.name].nbytes))]
+        kept = [a for a in self.template.arguments
+                if full and a.is_buffer and a.role == "input" and a.name in inputs.host and a.name in inputs.device]
+        found = _first_differences(
+            self.backend, [(bufs[a.name].raw, offset, self._on_device(self._guard), 0, GUARD_BYTES) for a, _, offset in guards]
+            + [(bufs[a.name].raw, GUARD_BYTES, inputs.device[a.name], 0, bufs[a.name].nbytes) for a in kept])
+        unchanged = {a.name for a, f in zip(kept, found[len(guards):]) if f < 0}
+        for (a, side, offset), f in zip(guards, found):
+            if f < 0:
                 continue
             g = bufs[a.name]
-            for side, offset in (("before its start", 0), ("after its end", GUARD_BYTES + g.nbytes)):
-                if self.backend.first_difference(g.raw, offset, self._on_device(self._guard), 0, GUARD_BYTES) < 0:
-                    continue
-                self.backend.download(g.raw, seen, offset)
-                changed = np.flatnonzero(seen != self._guard)
-                if changed.size:
-                    raise Rejected("out_of_bounds", _out_of_bounds(a, g.nbytes, side, changed) + suffix)
+            self.backend.download(g.raw, seen, offset)
+            changed = np.flatnonzero(seen != self._guard)
+            if changed.size:
+                raise Rejected("out_of_bounds", _out_of_bounds(a, g.nbytes, side, changed) + suffix)
         for a in self.template.arguments:
             if full and a.is_buffer and a.role == "input" and a.name in inputs.host:
-                if a.name in inputs.device and self.backend.first_difference(
-                        bufs[a.name].raw, GUARD_BYTES, inputs.device[a.name], 0, bufs[a.name].nbytes) < 0:
+                if a.name in unchanged:
                     continue
                 now = np.empty_like(inputs.host[a.name])
                 self.backend.download(bufs[a.name].raw, now, GUARD_BYTES)
@@ -847,6 +852,12 @@ class Evaluator:
             return False, f"{e.status}: {e.message}"
         except (CompileError, LaunchError, ExpressionError) as e:
             return False, str(e)
+
+
+def _first_differences(backend: Backend, pairs: list[tuple[Any, int, Any, int, int]]) -> list[int]:
+    """The backend's first_difference of each pair, all at once where it can."""
+    many = getattr(backend, "first_differences", None)
+    return many(pairs) if many is not None else [backend.first_difference(*p) for p in pairs]
 
 
 @functools.lru_cache(maxsize=1)

@@ -251,8 +251,10 @@ class CUDABackend:
         self._flush_count = 0
         self._differ: CUDAKernel | None = None
         self._differ_out = None
+        self._differ_slots = 0  # answers _differ_out has room for
         self._close: dict[str, CUDAKernel] = {}
         self._close_out = None
+        self._close_start = None  # _close_init on the device, copied to _close_out before each check
         self._close_init = np.array([0, 0, 0, 0, _NO_INDEX, _NO_INDEX, 0, 0], dtype=np.uint64)
         self._events: list[Any] = []  # timing events, reused once read
         self._symbols: dict[str, str] = {}  # entry -> the cubin symbol it resolved to
@@ -357,22 +359,32 @@ class CUDABackend:
             raise LaunchError(f"device fill failed: {_one_line(e)}") from None
 
     def first_difference(self, a: Any, a_offset: int, b: Any, b_offset: int, nbytes: int) -> int:
-        if nbytes <= 0:
-            return -1
+        return self.first_differences([(a, a_offset, b, b_offset, nbytes)])[0]
+
+    def first_differences(self, pairs: Sequence[tuple[Any, int, Any, int, int]]) -> list[int]:
+        """first_difference of several pairs of ranges: one comparison launch each, queued,
+        and one read of all the answers (one wait for the device, not one a pair)."""
+        if not pairs:
+            return []
         if self._differ is None:
             self._differ = self.compile(_DIFFER_SRC, "kerntune_first_difference", {})
-            self._differ_out = self.alloc(8)
-        found = np.array([np.iinfo(np.uint64).max], dtype=np.uint64)
-        self.upload(self._differ_out, found)
-        threads, blocks = 256, min(4 * self.limits.sm_count * 8, max(1, -(-int(nbytes) // (256 * 16))))
+        if self._differ_slots < len(pairs):
+            self._differ_slots = max(len(pairs), 2 * self._differ_slots, 16)
+            self._differ_out = self.alloc(8 * self._differ_slots)
+        found = np.empty(len(pairs), dtype=np.uint64)
+        out = int(self._differ_out)
+        self.fill(out, 0xFF, 8 * len(pairs), wait=False)  # the largest index: no difference
         try:
-            self._differ.function(np.uintp(int(a) + int(a_offset)), np.uintp(int(b) + int(b_offset)),
-                                  np.uint64(nbytes), self._differ_out, block=(threads, 1, 1), grid=(blocks, 1, 1))
+            for k, (a, a_offset, b, b_offset, nbytes) in enumerate(pairs):
+                if nbytes <= 0:
+                    continue
+                blocks = min(4 * self.limits.sm_count * 8, max(1, -(-int(nbytes) // (256 * 16))))
+                self._differ.function(np.uintp(int(a) + int(a_offset)), np.uintp(int(b) + int(b_offset)),
+                                      np.uint64(nbytes), np.uintp(out + 8 * k), block=(256, 1, 1), grid=(blocks, 1, 1))
         except drv.Error as e:
             raise LaunchError(f"device comparison failed: {_one_line(e)}") from None
-        self.download(self._differ_out, found)
-        first = int(found[0])
-        return -1 if first >= nbytes else first
+        self.download(out, found)
+        return [-1 if int(f) >= int(p[4]) else int(f) for f, p in zip(found, pairs)]
 
     def compare_close(self, out: Any, out_offset: int, ref: Any, n: int, dtype: str, rtol: float,
                       atol: float) -> tuple[int, int, int, int, int, int, float]:
@@ -386,8 +398,10 @@ class CUDABackend:
             self._close[dtype] = self.compile(_CLOSE_SRC, f"kerntune_close_{dtype}", {})
         if self._close_out is None:
             self._close_out = self.alloc(self._close_init.nbytes)
+            self._close_start = self.alloc(self._close_init.nbytes)
+            self.upload(self._close_start, self._close_init)
         res = self._close_init.copy()
-        self.upload(self._close_out, res)
+        self.copy(self._close_out, self._close_start, self._close_init.nbytes, wait=False)  # queued: no wait
         threads = 256
         blocks = min(8 * self.limits.sm_count or 1024, max(1, -(-int(n) // threads)))
         if n > 0:
