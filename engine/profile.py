@@ -16,7 +16,7 @@ import json
 import re
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -201,9 +201,10 @@ def consistency(ev: Any) -> str:
 # the profiled child ----------------------------------------------------------------------------
 def _run_target(job_path: str | None) -> int:
     """Compile one configuration, upload inputs, launch (twice: ncu profiles the second). Runs
-    under ncu or compute-sanitizer. With no path the job comes on standard input: the child can
-    be started, and its modules loaded, before the job is known; nothing touches the device until
-    it comes."""
+    under ncu or compute-sanitizer. With no path the job comes on standard input in two lines:
+    the job, then which configuration (`{"config": {...}, "original": false}`), so that the child
+    can be started, its modules loaded and its inputs drawn before the configuration is known;
+    nothing touches the device until the second line comes. An empty line: not needed after all."""
     from .backends import open_backend
     from .evaluate import launch_geometry
     from .inputs import arg_nbytes, make_inputs
@@ -211,12 +212,19 @@ def _run_target(job_path: str | None) -> int:
     from .template import Problem, parse_template
 
     try:
-        text = Path(job_path).read_text() if job_path is not None else sys.stdin.read()
+        text = Path(job_path).read_text() if job_path is not None else sys.stdin.readline()
         if not text.strip():
             return 0  # started ahead and not needed
         job = ProfileJob(**json.loads(text))
         template = parse_template(job.spec_text, Path(job.spec_path), job.sources)
         problem = Problem(job.problem_name, dict(job.problem))
+        inputs = make_inputs(template, problem, job.seed)
+        if job_path is None:
+            which = sys.stdin.readline()
+            if not which.strip():
+                return 0
+            chosen = json.loads(which)
+            job = replace(job, config=dict(chosen.get("config") or {}), original=bool(chosen.get("original")))
         backend = open_backend("cuda", job.device)
         if job.original:
             source = job.originals.get("cuda") or template.original_sources.get("cuda")
@@ -228,7 +236,6 @@ def _run_target(job_path: str | None) -> int:
             kernel = backend.compile(template.source_for("cuda"), template.entry, compiler_defines(job.config),
                                      template.compile_options.get("cuda", ()))
             geo = geometry(template, job.config, problem, backend.limits)
-        inputs = make_inputs(template, problem, job.seed)
         args = []
         for a in template.arguments:
             if not a.is_buffer:

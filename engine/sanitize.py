@@ -51,24 +51,29 @@ def parse_report(text: str) -> tuple[int, str]:
 
 class Memcheck:
     """compute-sanitizer's memcheck on a child started ahead: the tool and the child's Python
-    start, and its modules load, while the run goes on; the configuration to check is given
-    later (`check`) through the child's standard input. Until then the child touches no device.
-    One check a Memcheck; `close` ends one that was not needed."""
+    start, its modules load and it draws its inputs while the run goes on; the configuration to
+    check is given later (`check`) through the child's standard input. Until then the child
+    touches no device. One check a Memcheck; `close` ends one that was not needed."""
 
-    def __init__(self, tool: str):
+    def __init__(self, tool: str, template: Any, problem: Any, device: int = 0):
         self.tool = tool
+        self._template, self._problem = template, problem
         self._proc = start_cuda_tool(
             [tool, "--tool", "memcheck", "--error-exitcode", "99", "--print-limit", "8",
              sys.executable, "-m", "kerntune.engine.profile", "--target", "-"],
             "compute-sanitizer", SanitizeError)
+        job = replace(job_for(template, problem, None, device), launches=1)
+        try:
+            self._proc.stdin.write(json.dumps(asdict(job)) + "\n")
+            self._proc.stdin.flush()
+        except OSError:
+            pass  # the child already ended: `check` reads why
 
-    def check(self, template: Any, problem: Any, config: Mapping[str, Any] | None, *, device: int = 0,
-              timeout: float = DEFAULT_TIMEOUT) -> tuple[bool, str]:
+    def check(self, config: Mapping[str, Any] | None, *, timeout: float = DEFAULT_TIMEOUT) -> tuple[bool, str]:
         """Run one configuration (None: the original) under memcheck: (clean, message).
         SanitizeError when the tool or the child cannot run it."""
-        job = replace(job_for(template, problem, config, device), launches=1)
-        text, code = finish_cuda_tool(self._proc, "compute-sanitizer", timeout, SanitizeError,
-                                      stdin=json.dumps(asdict(job)))
+        which = json.dumps({"config": dict(config or {}), "original": config is None})
+        text, code = finish_cuda_tool(self._proc, "compute-sanitizer", timeout, SanitizeError, stdin=which + "\n")
         return read_memcheck(text, code)
 
     def close(self) -> None:
@@ -95,10 +100,10 @@ def sanitize_config(template: Any, problem: Any, config: Mapping[str, Any] | Non
                     tool: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                     ahead: Memcheck | None = None) -> tuple[bool, str]:
     """Run one configuration under memcheck: (clean, message). Raises SanitizeError when the tool
-    or the child cannot run. `ahead`: a Memcheck started earlier, used for this check."""
+    or the child cannot run. `ahead`: a Memcheck started earlier for this template and problem."""
     if ahead is None:
         tool = tool or find_sanitizer()
         if tool is None:
             raise SanitizeError("compute-sanitizer was not found: install the CUDA toolkit or set KERNTUNE_SANITIZER")
-        ahead = Memcheck(tool)
-    return ahead.check(template, problem, config, device=device, timeout=timeout)
+        ahead = Memcheck(tool, template, problem, device)
+    return ahead.check(config, timeout=timeout)

@@ -304,7 +304,7 @@ class TuneRun(Controlled):
         try:
             try:
                 evaluations.start()
-                self._ahead = self._memcheck_ahead(backend)
+                self._ahead = self._memcheck_ahead(backend, template, problem)
                 reason = search(strategy, evaluations, rules, progress, on_result,
                                 clock=lambda: time.monotonic() - started, interrupted=interrupted)
             except WorkerError as e:
@@ -458,7 +458,7 @@ class TuneRun(Controlled):
         except SanitizeError as e:
             return f"compute-sanitizer could not check {fmt_values(r.config)}: {e}"
 
-    def _memcheck_ahead(self, backend: str):
+    def _memcheck_ahead(self, backend: str, template: Template, problem: Problem):
         """memcheck's child started now, for the winner's check when the search ends: its start
         then costs the run nothing (CUDA, with compute-sanitizer found; None otherwise)."""
         if backend != "cuda":
@@ -467,7 +467,7 @@ class TuneRun(Controlled):
 
         tool = find_sanitizer()
         try:
-            return Memcheck(tool) if tool is not None else None
+            return Memcheck(tool, template, problem, self.options.device) if tool is not None else None
         except SanitizeError:
             return None  # the check at the end says why, once
 

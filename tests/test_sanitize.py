@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import stat
 import subprocess
+from dataclasses import asdict
 import sys
 
 import pytest
 
 from kerntune import templates
+from kerntune.engine.profile import job_for
 from kerntune.engine.sanitize import Memcheck, SanitizeError, sanitize_config
 from kerntune.engine.template import load_template
 
@@ -23,18 +26,22 @@ def fake_sanitizer(tmp_path, summary: str) -> str:
 
 
 def test_a_child_started_ahead_and_not_needed_ends_cleanly():
-    done = subprocess.run([sys.executable, "-m", "kerntune.engine.profile", "--target", "-"], input="",
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    t = load_template(templates.path("vector_add"))
+    job = json.dumps(asdict(job_for(t, t.problem(), None)))
+    # nothing at all; or the job (its inputs drawn), then no configuration
+    for given in ("", job + "\n"):
+        done = subprocess.run([sys.executable, "-m", "kerntune.engine.profile", "--target", "-"], input=given,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
 
 
 def test_the_job_reaches_the_child_on_its_input_and_its_failure_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # whatever this host has: the child finds no device
     tool = fake_sanitizer(tmp_path, "========= ERROR SUMMARY: 0 errors")
     t = load_template(templates.path("vector_add"))
-    ahead = Memcheck(tool)
+    ahead = Memcheck(tool, t, t.problem())
     with pytest.raises(SanitizeError) as e:
-        ahead.check(t, t.problem(), t.default_config())
+        ahead.check(t.default_config())
     assert "\n" not in str(e.value) and str(e.value)
     ahead.close()
 
@@ -48,6 +55,7 @@ def test_a_finding_is_read_from_the_tools_output(tmp_path):
 
 
 def test_closing_an_unused_child_stops_it(tmp_path):
-    ahead = Memcheck(fake_sanitizer(tmp_path, ""))
+    t = load_template(templates.path("vector_add"))
+    ahead = Memcheck(fake_sanitizer(tmp_path, ""), t, t.problem())
     ahead.close()
     assert ahead._proc.returncode is not None
