@@ -28,6 +28,7 @@ GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_c
 FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
 SMALL = {"gelu": {"n": 20011}, "residual_add": {"n": 20011}, "adamw": {"n": 20011},
          "silu_mul_f32": {"tokens": 3, "d": 2050}, "silu_mul": {"tokens": 3, "d": 2050}}
+FAST_CALLS = {"adamw", "silu_mul", "silu_mul_f32"}  # their OpenCL sources call exp or sqrt: FAST_MATH comes last
 ODD_CONFIGS = ({"VEC": 4}, {"VEC": 8, "ITEMS": 2}, {"VEC": 2, "GRID": 1, "BLOCK": 64}, {"VEC": 4, "ITEMS": 4, "GRID": 4})
 
 
@@ -40,9 +41,10 @@ def templated(name: str, backend: str, limits: DeviceLimits):
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_a_naive_elementwise_kernel_is_rewritten_gated_tuned_and_reverified_on_pocl(name, tmp_path, opencl_backend):
     original, proposal, applied = templated(name, "opencl", CPU)
-    assert [r.name for r in applied.rewrites] == ["elementwise"]
-    assert [p.name for p in proposal.parameters] == ["BLOCK", "VEC", "ITEMS", "GRID"]
-    assert proposal.default_config == {"BLOCK": 256, "VEC": 1, "ITEMS": 1, "GRID": 0}
+    fast = name in FAST_CALLS
+    assert [r.name for r in applied.rewrites] == ["elementwise"] + ["fast_math"] * fast
+    assert [p.name for p in proposal.parameters] == ["BLOCK", "VEC", "ITEMS", "GRID"] + ["FAST_MATH"] * fast
+    assert proposal.default_config == {"BLOCK": 256, "VEC": 1, "ITEMS": 1, "GRID": 0, **({"FAST_MATH": 0} if fast else {})}
     assert "elementwise: " in proposal.summary and any(n.startswith("rewrote the kernel") for n in proposal.notes)
     problem = original.problem(None, SMALL[name])
     verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="opencl", device=0, problem=problem,
@@ -67,7 +69,7 @@ def test_the_default_is_the_original_token_for_token_and_the_rewrite_sits_beside
     _, proposal, _ = templated("silu_mul_f32", "opencl", CPU)
     out = proposal.sources["opencl"]
     start = src.index("__kernel")
-    kernel = src[start:src.index("\n}", start) + 2]
+    kernel = src[start:src.index("\n}", start) + 2].replace("exp(", "KT_FAST(exp, native_exp)(")  # FAST_MATH's macro
     assert "#if VEC != 1 || ITEMS != 1 || GRID != 0\n" in out
     assert out.count(kernel) == 1 and out.index("#else\n" + kernel) > out.index("#if VEC != 1")
     assert out.endswith(kernel + "\n#endif\n")
@@ -135,17 +137,21 @@ def test_a_kernel_that_is_neither_keeps_todays_template(tmp_path):
     t = load_template(d)
     lifted = lift_template(t, "opencl", CPU)
     proposal, applied = compose(t, "opencl", CPU, lifted.proposal)
-    assert applied.rewrites == [] and proposal.sources == lifted.proposal.sources
-    assert proposal.parameters == lifted.proposal.parameters and proposal.grid == lifted.proposal.grid
+    # no change to its structure: FAST_MATH alone, on its one exp call
+    assert [r.name for r in applied.rewrites] == ["fast_math"]
+    assert proposal.sources["opencl"].replace("KT_FAST(exp, native_exp)(", "exp(").endswith(
+        lifted.proposal.sources["opencl"].split("#endif\n")[-1])
+    assert proposal.parameters == lifted.proposal.parameters + applied.rewrites[0].parameters
+    assert proposal.grid == lifted.proposal.grid
     assert applied.declined[0].name == "elementwise" and "not elementwise" in applied.declined[0].reason
-    assert any(n.startswith("no rewrite applies (elementwise: the kernel is not elementwise") for n in proposal.notes)
 
 
 @pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
 @pytest.mark.parametrize("name", ["silu_mul", "gelu_bf16", "residual_add_f16", "adamw"])
 def test_the_cuda_rewrite_compiles_at_other_configurations(name):
     t, proposal, applied = templated(name, "cuda", GPU)
-    assert [p.name for p in proposal.parameters] == ["BLOCK", "VEC", "ITEMS", "GRID", "CACHE", "BOUNDS"]
+    assert [p.name for p in proposal.parameters] == ["BLOCK", "VEC", "ITEMS", "GRID", "CACHE", "BOUNDS"] + [
+        "FAST_MATH"] * (name == "silu_mul")  # expf; the others call no function with a fast form
     config = {**proposal.default_config, "VEC": 8 if name != "adamw" else 4, "ITEMS": 2, "CACHE": 1,
               "BOUNDS": 2, "GRID": random.choice((0, 4))}
     _, info, _ = cuda.compile_cubin(proposal.sources["cuda"], t.entry, {k: str(v) for k, v in config.items()},

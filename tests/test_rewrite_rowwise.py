@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from rewrite_support import preprocessed
 
 from kerntune.agents.lift import lift_template
 from kerntune.agents.rewrite_rowwise import NotRowwise, analyse, rewrite_rowwise
@@ -35,6 +35,7 @@ ROW_KERNELS = ["softmax_online", "softmax_2pass", "softmax_3pass", "layernorm", 
                "cross_entropy"]
 SMALL = {"cross_entropy": {"B": 24, "V": 300}}
 CHAINED = {"softmax_online"}
+# every row kernel here calls exp, log, sqrt or rsqrt: FAST_MATH comes last (agents/rewrite_fastmath.py)
 
 
 def templated(name: str, backend: str, limits: DeviceLimits):
@@ -51,10 +52,11 @@ def small(t):
 def test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_pocl(name, tmp_path, opencl_backend):
     original, proposal, applied = templated(name, "opencl", CPU)
     chains = ["CHAINS"] if name in CHAINED else []  # only a pass carried through an exponential is split
-    assert [r.name for r in applied.rewrites] == ["rowwise", "rowwise_keep"] + ["rowwise_chains"] * len(chains)
-    assert [p.name for p in proposal.parameters] == ["BLOCK", "LANES", "KEEP", "VEC"] + chains
+    assert [r.name for r in applied.rewrites] == ["rowwise", "rowwise_keep"] + ["rowwise_chains"] * len(chains) + [
+        "fast_math"]
+    assert [p.name for p in proposal.parameters] == ["BLOCK", "LANES", "KEEP", "VEC"] + chains + ["FAST_MATH"]
     assert proposal.default_config == {"BLOCK": int(original_launch(original, CPU)[1][0]), "LANES": 1, "KEEP": 0,
-                                       "VEC": 1, **{c: 1 for c in chains}}
+                                       "VEC": 1, **{c: 1 for c in chains}, "FAST_MATH": 0}
     assert proposal.grid[0].endswith("(BLOCK // LANES))") and proposal.block == ("BLOCK",)
     assert "LANES == 1 or LANES == BLOCK" in proposal.constraints  # OpenCL: a work-group per row
     assert "KEEP % VEC == 0" in proposal.constraints
@@ -80,14 +82,6 @@ def test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_p
     assert run.best is not None and run.winner_ok
     assert all(r.status == "ok" for r in run.results)
     assert {r.config["KEEP"] for r in run.results} == {0, 16}
-
-
-def preprocessed(source: str, defines: dict[str, int]) -> list[str]:
-    """The tokens the C preprocessor makes of a source (no includes, comments dropped)."""
-    flags = [f"-D{k}={v}" for k, v in defines.items()]
-    out = subprocess.run(["cpp", "-P", "-undef", "-nostdinc", *flags], input=source, capture_output=True, text=True,
-                         check=True).stdout
-    return re.findall(r"[A-Za-z_]\w*|\d[\w.]*|\S", out)
 
 
 @pytest.mark.skipif(shutil.which("cpp") is None, reason="needs the C preprocessor")
@@ -116,7 +110,7 @@ def test_the_rewrite_strides_the_loops_combines_the_accumulators_and_leaves_one_
     assert proposal.constraints[-4:-2] == ("LANES <= 32 or LANES == BLOCK", "BLOCK % LANES == 0")
     _, online, _ = templated("softmax_online", "cuda", GPU)
     assert "row_online_float(&maxval, &sum);" in online.sources["cuda"]
-    assert "s2 * expf(m2 - top)" in online.sources["cuda"]  # merged with the kernel's own exponential
+    assert "s2 * KT_FAST(expf, __expf)(m2 - top)" in online.sources["cuda"]  # the kernel's own exponential
 
 
 def test_without_a_lifted_block_size_rows_a_block_is_a_parameter_of_its_own(tmp_path, opencl_backend):
@@ -177,7 +171,8 @@ def test_the_online_pair_is_found_in_its_fmax_form_too():
 
 
 def test_the_registry_runs_the_row_wise_rewrite_after_the_elementwise_one():
-    assert [f.__module__.rsplit(".", 1)[-1] for f in REWRITES][-1] == "rewrite_rowwise"
+    names = [f.__module__.rsplit(".", 1)[-1] for f in REWRITES]
+    assert names.index("rewrite_rowwise") == names.index("rewrite_elementwise") + 1
     assert rewrite_rowwise in REWRITES
 
 
@@ -214,6 +209,7 @@ def test_the_rules_first_grid_offers_keeping_the_row_to_a_memory_bound_kernel_on
         spec.write_text(spec.read_text().replace('flops = "4 * N * C"', f'flops = "{flops}"'))
         t = load_template(d)
     rules = RulesProvider()
+    rules.dropped.add("fast_math")  # the row-wise stages alone: FAST_MATH would halve what the budget holds of them
     state = SimpleNamespace(original=t, backend="cuda", limits=H200, problem=t.problem("llama-t2048"), history=(),
                             best=None, budget=32, template_dir=tmp_path / "tpl", say=lambda *a: None)
     proposal = rules.generate(state, None)
@@ -232,9 +228,9 @@ def test_a_rejection_that_names_keep_drops_the_second_stage_and_keeps_the_lanes(
     state = SimpleNamespace(original=t, backend="opencl", limits=CPU)
     rules = RulesProvider()
     first = rules.generate(state, None)
-    assert [p.name for p in first.parameters] == ["BLOCK", "LANES", "KEEP", "VEC"]
+    assert [p.name for p in first.parameters] == ["BLOCK", "LANES", "KEEP", "VEC", "FAST_MATH"]
     again = rules.generate(state, "the configuration KEEP=8 failed: wrong result")
-    assert [p.name for p in again.parameters] == ["BLOCK", "LANES"]
+    assert [p.name for p in again.parameters] == ["BLOCK", "LANES", "FAST_MATH"]
     assert rules.rejected == [("rowwise_keep", "the configuration KEEP=8 failed: wrong result")]
     assert "KEEP" not in again.sources["opencl"] and "LANE_FIRST" in again.sources["opencl"]
 
@@ -285,9 +281,9 @@ def test_the_online_softmax_pass_runs_as_independent_chains_combined_by_the_lane
     verification (the test would not pass with a broken combine)."""
     _, proposal, applied = templated("softmax_online", "cuda", GPU)
     out = proposal.sources["cuda"]
-    assert applied.rewrites[-1].first == {"CHAINS": (1, 2, 4)}
+    assert next(r for r in applied.rewrites if r.name == "rowwise_chains").first == {"CHAINS": (1, 2, 4)}
     assert "float kt_ch_maxval[CHAINS];" in out and "kt_ch_sum[kt_c] = kt_c == 0 ? sum : (float)0;" in out
-    assert "kt_ch_sum[0] = (kt_ch_maxval[0] == top ? kt_ch_sum[0] : kt_ch_sum[0] * expf(kt_ch_maxval[0] - top))" in out
+    assert "kt_ch_sum[0] = (kt_ch_maxval[0] == top ? kt_ch_sum[0] : kt_ch_sum[0] * KT_FAST(expf, __expf)(kt_ch_maxval[0] - top))" in out
     assert "maxval = kt_ch_maxval[0];\n            sum = kt_ch_sum[0];" in out
     assert out.count("#if KEEP > 0 || VEC > 1 || CHAINS > 1") == 2  # the prelude and the online pass, not the output
     from kerntune.agents import rewrite_rowchains
