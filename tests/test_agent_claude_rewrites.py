@@ -69,7 +69,7 @@ def test_claude_makes_the_softmax_online_has_the_rules_spread_it_and_the_loop_tu
     bad = result_text(fake, 2, "toolu_bad")
     assert bad["is_error"] is True
     assert bad["content"] == ("invalid input: `rewrites` must be a non-empty list of names among lift, elementwise, "
-                              "rowwise, rowwise_keep, rowwise_chains")
+                              "rowwise, rowwise_keep, rowwise_chains, fast_math")
     # the rewrites made on Claude's source, and the one the analysis declines, with its reason
     made = result_text(fake, 3, "toolu_rw")
     assert "is_error" not in made and made["content"].startswith("rewrites-1: a template of 5 parameters for opencl")
@@ -114,7 +114,7 @@ def test_a_declined_rewrite_comes_back_with_its_reason_and_the_result_is_the_rul
     assert wrong["is_error"] is True and wrong["content"] == ("invalid input: `from_rewrites` must name an "
                                                               "apply_rewrites result (rewrites-1)")
     # what the rules' generator would make, for the backend in use, with Claude's one change
-    rules = rules_template(load_template(softmax), "opencl", DeviceLimits("opencl", "cpu")).proposal
+    rules = rules_template(load_template(softmax), "opencl", DeviceLimits("opencl", "cpu"), {"fast_math"}).proposal
     assert got.sources == {"opencl": rules.sources["opencl"]}
     assert got.parameters == rules.parameters and (got.grid, got.block) == (rules.grid, rules.block)
     assert got.constraints == ("LANES <= 32",)
@@ -126,7 +126,7 @@ def test_a_declined_rewrite_comes_back_with_its_reason_and_the_result_is_the_rul
     ({"leave_out": ["LANES"]}, "`leave_out` names LANES, a parameter of the rowwise rewrite, not a lift: leave the "
                                "rewrite out of `rewrites`, or keep LANES at its default with `values`"),
     ({"values": {"TILE": [1, 2]}}, "`values` names 'TILE', which is no parameter of the template the rewrites make "
-                                   "(BLOCK, LANES, KEEP, VEC)"),
+                                   "(BLOCK, LANES, KEEP, VEC, FAST_MATH)"),
     ({"source": "int x;"}, "`source` cannot be read as the kernel softmax_3pass: no __global__ or __kernel "
                            "function in the source"),
 ])
