@@ -1,14 +1,17 @@
 """How fast the dashboard takes in a session: a 10,000-event replay, as fast as it can go.
 
     python bench/tui.py [--events 10000] [--size 120x40] [--headless]
-    python bench/tui.py --sessions [--size 80x24] [--runs 5]
+    python bench/tui.py --sessions [--size 80x24] [--runs 5] [--session matmul] [--compile]
 
 --sessions: the first paint of every session in sessions/ as `kerntune replay` opens it: the time
 to load the file, from then to the dashboard's first frame painted, and to the whole session
 painted after `>` (every result a row); the median of --runs runs each, headless. The last column
 is the whole command as a user runs it: `kerntune replay SESSION --paused` started in a
 pseudo-terminal of --size, to its first frame on that terminal (start-up and imports included),
-with the CPU time it had spent by then (what it costs when other work slows the wall clock).
+with the CPU time it had spent by then (what it costs when other work slows the wall clock); its
+modules' bytecode is compiled once and kept, as an installed kerntune has it (--compile: compiled
+at every start, as in a checkout where PYTHONDONTWRITEBYTECODE is set). --session NAME times only
+the sessions whose file name contains NAME.
 
 Writes a session of N events with the real SessionWriter (the vector_add fixture's header; four
 parameters; synthetic results, about 6 % of them failures, 16 raw times each, since a real run of
@@ -32,6 +35,7 @@ import platform
 import pty
 import random
 import select
+import shutil
 import signal
 import statistics
 import struct
@@ -225,17 +229,21 @@ def first_paint(session_path: Path, size: tuple[int, int]) -> dict:
     return out
 
 
-def command_first_paint(session_path: Path, size: tuple[int, int], marker: str,
+def command_first_paint(session_path: Path, size: tuple[int, int], marker: str, bytecode_cache: Path | None = None,
                         timeout: float = 60.0) -> tuple[float, float]:
     """Seconds from starting `kerntune replay SESSION --paused` in a pseudo-terminal of `size` to its
     first frame there (the first time `marker`, the template's name in the title bar, is written),
-    and the CPU seconds (user and system) the command had spent by then."""
+    and the CPU seconds (user and system) the command had spent by then. With `bytecode_cache`,
+    Python keeps the compiled modules there, as an installed kerntune has them."""
     want = marker.encode()
     t0 = time.perf_counter()
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command on a terminal of its own
         fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
         env = {k: v for k, v in os.environ.items() if k != "KERNTUNE_HEADLESS"}
+        if bytecode_cache is not None:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(bytecode_cache)
         os.execve(sys.executable, [sys.executable, "-m", "kerntune.tui.cli", "replay", str(session_path), "--paused"],
                   {**env, "TERM": "xterm-256color"})
     seen = b""
@@ -262,21 +270,30 @@ def command_first_paint(session_path: Path, size: tuple[int, int], marker: str,
     return painted, usage.ru_utime + usage.ru_stime
 
 
-def bench_sessions(size: tuple[int, int], runs: int) -> None:
+def bench_sessions(size: tuple[int, int], runs: int, names: list[str], compile_: bool) -> None:
     print(f"first paint of every session in sessions/, headless {size[0]}x{size[1]}, median of {runs} runs, "
-          f"Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+          f"Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
+          + ("the command compiles its modules at every start" if compile_ else
+             "the command's bytecode compiled once and kept"))
     print(f"{'session':<46}{'MiB':>6}{'events':>8}{'load s':>8}{'paint s':>9}{'> all s':>9}{'rows':>7}"
           f"{'command s':>11}{'(CPU s)':>9}")
+    cache = None if compile_ else Path(tempfile.mkdtemp(prefix="kerntune-bytecode-"))
     for path in sorted((ROOT / "sessions").glob("*.toml")):
+        if names and not any(n in path.name for n in names):
+            continue
         rs = [first_paint(path, size) for _ in range(runs)]
         med = {k: statistics.median(r[k] for r in rs) for k in ("load_s", "paint_s", "end_s")}
         session = load_session(path)
         name = str(session.template.get("name", ""))[:12]
-        commands = [command_first_paint(path, size, name) for _ in range(runs)]
+        if cache is not None:  # compile once, untimed: the bytecode an install has
+            command_first_paint(path, size, name, cache)
+        commands = [command_first_paint(path, size, name, cache) for _ in range(runs)]
         command, cpu = (statistics.median(c[i] for c in commands) for i in (0, 1))
         print(f"{path.name:<46}{path.stat().st_size / 2**20:>6.1f}{len(session.events):>8d}{med['load_s']:>8.2f}"
               f"{med['paint_s']:>9.2f}{med['end_s']:>9.2f}{rs[0]['rows']:>7d}{command:>11.2f}{cpu:>9.2f}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def main() -> None:
@@ -287,10 +304,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=MAX_BATCH, help=f"events a frame takes in (default {MAX_BATCH})")
     ap.add_argument("--sessions", action="store_true", help="first paint of every session in sessions/")
     ap.add_argument("--runs", type=int, default=5, help="with --sessions: runs per session (the median)")
+    ap.add_argument("--session", action="append", default=[], metavar="NAME",
+                    help="with --sessions: only the sessions whose file name contains NAME")
+    ap.add_argument("--compile", action="store_true",
+                    help="with --sessions: the command compiles kerntune's modules at every start (keeps no "
+                         "bytecode), as PYTHONDONTWRITEBYTECODE does; by default they are compiled once and kept")
     args = ap.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
     if args.sessions:
-        bench_sessions((w, h), args.runs)
+        bench_sessions((w, h), args.runs, args.session, args.compile)
         return
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.toml"

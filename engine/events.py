@@ -7,9 +7,9 @@ render them and do not know whether they come live or from a file.
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
-from .result import Result
+from .result import Result, is_table
 
 
 @dataclass(frozen=True)
@@ -289,43 +289,75 @@ def event_from_dict(d: Mapping[str, Any]) -> Event:
     if cls is None:
         raise EventFormatError(f"unknown event kind {kind!r}")
     kw: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name not in d:
-            if f.default is MISSING and f.default_factory is MISSING:
-                raise EventFormatError(f"{kind} event lacks `{f.name}`")
+    for name, required, coerce in _FIELDS[cls]:
+        if name not in d:
+            if required:
+                raise EventFormatError(f"{kind} event lacks `{name}`")
             continue
-        v = d[f.name]
-        expected = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
         try:
-            kw[f.name] = _coerce(f.name, v, expected)
+            kw[name] = coerce(d[name])
         except (TypeError, ValueError) as e:
-            raise EventFormatError(f"{kind} event field `{f.name}`: {e}") from None
+            raise EventFormatError(f"{kind} event field `{name}`: {e}") from None
     return cls(**kw)
 
 
-def _coerce(name: str, v: Any, expected: str) -> Any:
-    if expected == "Result":
-        if not isinstance(v, Mapping):
-            raise TypeError("expected a table")
-        return Result.from_dict(v)
-    if expected.startswith("Mapping"):
-        if not isinstance(v, Mapping):
-            raise TypeError("expected a table")
-        return dict(v)
-    if expected.startswith("tuple"):
-        if not isinstance(v, list):
-            raise TypeError("expected a list")
-        return tuple(v)
-    if expected == "str":
-        if not isinstance(v, str):
-            raise TypeError("expected a string")
-        return v
-    if expected == "bool":
-        if not isinstance(v, bool):
-            raise TypeError("expected true or false")
-        return v
-    if expected in ("int", "float"):
-        if isinstance(v, bool) or not isinstance(v, _NUMBER):
-            raise TypeError("expected a number")
-        return v
+def _as_result(v: Any) -> Result:
+    if not is_table(v):
+        raise TypeError("expected a table")
+    return Result.from_dict(v)
+
+
+def _as_table(v: Any) -> dict:
+    if not is_table(v):
+        raise TypeError("expected a table")
+    return dict(v)
+
+
+def _as_list(v: Any) -> tuple:
+    if not isinstance(v, list):
+        raise TypeError("expected a list")
+    return tuple(v)
+
+
+def _as_string(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError("expected a string")
     return v
+
+
+def _as_flag(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError("expected true or false")
+    return v
+
+
+def _as_number(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError("expected a number")
+    return v
+
+
+def _coercion(expected: str) -> Callable[[Any], Any]:
+    """How a field read from a file is checked, by its annotation's text."""
+    if expected == "Result":
+        return _as_result
+    if expected.startswith("Mapping"):
+        return _as_table
+    if expected.startswith("tuple"):
+        return _as_list
+    if expected == "str":
+        return _as_string
+    if expected == "bool":
+        return _as_flag
+    if expected in ("int", "float"):
+        return _as_number
+    raise TypeError(f"no check for an event field of type {expected}")
+
+
+# Each event class's fields, worked out once: (name, required, its check).
+_FIELDS: dict[type[Event], tuple[tuple[str, bool, Callable[[Any], Any]], ...]] = {
+    cls: tuple((f.name, f.default is MISSING and f.default_factory is MISSING,
+                _coercion(f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")))
+               for f in fields(cls))
+    for cls in EVENT_TYPES.values()
+}

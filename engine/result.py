@@ -6,8 +6,8 @@ run. Results are plain data: they travel from the worker process, into sessions 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Mapping
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any, Callable, Iterable, Mapping
 
 STATUSES = (
     "ok",  # compiled, verified and timed
@@ -90,40 +90,28 @@ class Result:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Result":
         """Rebuild a result, checking the type of every field (it may come from a file)."""
-        known = {f.name: f for f in fields(cls)}
         kw: dict[str, Any] = {}
         for k, v in d.items():
-            if k not in known:
-                continue
-            kind = str(known[k].type)
-            if k == "resources":
-                if not isinstance(v, Mapping) or not all(_is_number(x) for x in v.values()):
-                    raise ValueError("resources must be a table of numbers")
-                rk = {f.name for f in fields(Resources)}
-                v = Resources(**{a: int(b) for a, b in v.items() if a in rk})
-            elif k == "config":
-                if not isinstance(v, Mapping) or not all(
-                        isinstance(x, (int, float, bool, str)) for x in v.values()):
-                    raise ValueError("config must be a table of values")
-                v = dict(v)
-            elif kind.startswith("tuple"):
-                # the types of every element at C speed: sessions hold hundreds of thousands
-                if not isinstance(v, list) or not _NUMBER_TYPES.issuperset(map(type, v)):
-                    raise ValueError(f"{k} must be a list of numbers")
-                v = tuple(v)
-            elif kind.startswith("float"):
-                if not _is_number(v):
-                    raise ValueError(f"{k} must be a number, got {v!r}")
-            elif kind == "str" and not isinstance(v, str):
-                raise ValueError(f"{k} must be a string")
-            elif kind == "bool" and not isinstance(v, bool):
-                raise ValueError(f"{k} must be true or false")
-            kw[k] = v
+            check = _CHECKS.get(k)
+            if check is not None:  # a field this kerntune does not know is left out
+                kw[k] = check(k, v)
         if "config" not in kw or "status" not in kw:
             raise ValueError("a result needs config and status")
         if kw["status"] not in STATUSES:
             raise ValueError(f"unknown status {kw['status']!r}")
-        return cls(**kw)
+        return _built(cls, _DEFAULTS, kw)
+
+
+def _built(cls: type, defaults: dict[str, Any], values: dict[str, Any]) -> Any:
+    """A frozen dataclass instance from values already checked, without its generated __init__:
+    a session holds thousands of results, and calling __init__ with twenty-odd keywords (each set
+    through object.__setattr__, as frozen classes must) was most of the cost of building one.
+    The classes built this way have no __post_init__ and no mutable defaults."""
+    obj = object.__new__(cls)
+    state = obj.__dict__
+    state.update(defaults)
+    state.update(values)
+    return obj
 
 
 def ranked(results: Iterable[Result]) -> list[Result]:
@@ -146,6 +134,84 @@ _NUMBER_TYPES = frozenset((int, float))  # exact types: a bool is not a number h
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# The checks of a result read from a file, one per field: each returns the value to keep, or raises
+# ValueError with one line. Exact types are tried first (all a file holds), the isinstance tests
+# after, so that a number of a subclass (numpy's float64) passes as before.
+
+_VALUE_TYPES = frozenset((int, float, bool, str))
+
+
+def is_table(v: Any) -> bool:
+    """Whether a value read from a file is a table: a dict, or any Mapping (tried second, as the
+    isinstance test of typing's Mapping is slow)."""
+    return type(v) is dict or isinstance(v, Mapping)
+
+
+def _check_config(k: str, v: Any) -> dict[str, Any]:
+    if not is_table(v) or not (_VALUE_TYPES.issuperset(map(type, v.values())) or all(
+            isinstance(x, (int, float, bool, str)) for x in v.values())):
+        raise ValueError("config must be a table of values")
+    return dict(v)
+
+
+def _check_resources(k: str, v: Any) -> Resources:
+    if not is_table(v) or not (_NUMBER_TYPES.issuperset(map(type, v.values())) or all(
+            _is_number(x) for x in v.values())):
+        raise ValueError("resources must be a table of numbers")
+    try:
+        counts = {a: int(b) for a, b in v.items() if a in _RESOURCE_DEFAULTS}
+    except (OverflowError, ValueError):  # infinity or NaN
+        raise ValueError("resources must be finite numbers") from None
+    return _built(Resources, _RESOURCE_DEFAULTS, counts)
+
+
+def _check_numbers(k: str, v: Any) -> tuple:
+    # the types of every element at C speed: sessions hold hundreds of thousands
+    if not isinstance(v, list) or not _NUMBER_TYPES.issuperset(map(type, v)):
+        raise ValueError(f"{k} must be a list of numbers")
+    return tuple(v)
+
+
+def _check_number(k: str, v: Any) -> Any:
+    if type(v) not in _NUMBER_TYPES and not _is_number(v):
+        raise ValueError(f"{k} must be a number, got {v!r}")
+    return v
+
+
+def _check_string(k: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"{k} must be a string")
+    return v
+
+
+def _check_flag(k: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{k} must be true or false")
+    return v
+
+
+def _check_for(name: str, kind: str) -> Callable[[str, Any], Any]:
+    """The check of a Result field, from its name and its annotation's text."""
+    if name == "resources":
+        return _check_resources
+    if name == "config":
+        return _check_config
+    if kind.startswith("tuple"):
+        return _check_numbers
+    if kind.startswith("float"):
+        return _check_number
+    if kind == "str":
+        return _check_string
+    if kind == "bool":
+        return _check_flag
+    raise TypeError(f"Result.{name}: no check for a field of type {kind}")
+
+
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {f.name: _check_for(f.name, str(f.type)) for f in fields(Result)}
+_DEFAULTS = {f.name: f.default for f in fields(Result) if f.default is not MISSING}
+_RESOURCE_DEFAULTS = {f.name: f.default for f in fields(Resources)}
 
 
 def config_key(config: Mapping[str, Any]) -> str:

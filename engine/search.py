@@ -6,6 +6,7 @@ one), never proposes one twice, and skips those already evaluated (a resumed ses
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import dataclass
@@ -129,17 +130,18 @@ def make_strategy(name: str, space: Space, *, seed: int = 0, done: Iterable[str]
 
 class _Places:
     """What the model-guided and the local search share: the space as a list, each configuration
-    known by its place in it (a look-up, not a pass over the space), the places tried so far."""
+    known by its place in it (a look-up, not a pass over the space), the places tried so far.
+
+    The places tried are a bytearray (1 for tried), not a numpy array: the local search needs no
+    numpy, and importing it was a tenth of a second of `kerntune simulate --strategy local`. The
+    model-guided search reads the same bytes as a numpy array (`ModelGuided._mask`)."""
 
     def __init__(self, space: Space, seed: int, done: Iterable[str]):
-        import numpy as np
-
-        self._np = np
         self.configs = list(space.configs)
         self.rng = random.Random(seed)
         self._at = {c: i for i, c in enumerate(self.configs)}
         self._by_key: dict[str, int] | None = None  # built only when a key is looked up
-        self._tried = np.zeros(len(self.configs), dtype=bool)
+        self._tried = bytearray(len(self.configs))
         self._tried_count = 0
         self._marked: list[int] = []  # tried places, in order
         for k in done:
@@ -158,7 +160,7 @@ class _Places:
 
     def _mark(self, i: int) -> None:
         if not self._tried[i]:
-            self._tried[i] = True
+            self._tried[i] = 1
             self._tried_count += 1
             self._marked.append(i)
 
@@ -170,8 +172,13 @@ class _Places:
             i = self.rng.randrange(n)
             if not self._tried[i]:
                 return i
-        rest = self._np.flatnonzero(~self._tried)
-        return int(rest[self.rng.randrange(rest.size)])
+        # the k-th untried place, k drawn over all of them (the places in order, as numpy's
+        # flatnonzero gave them: the same draw gives the same place)
+        k = self.rng.randrange(n - self._tried_count)
+        return next(itertools.islice(itertools.compress(range(n), self._tried.translate(_UNTRIED)), k, None))
+
+
+_UNTRIED = bytes.maketrans(b"\x00\x01", b"\x01\x00")  # the tried bytes turned into untried ones
 
 
 def _features(configs: list[Config]):
@@ -387,7 +394,10 @@ class ModelGuided(_Places):
     def __init__(self, space: Space, seed: int = 0, done: Iterable[str] = (), first: Config | None = None,
                  initial: int = 0, *, max_train: int = 512, pool: int = 8192, block: int = 16):
         super().__init__(space, seed, done)
-        np = self._np
+        import numpy as np
+
+        self._np = np
+        self._mask = np.frombuffer(self._tried, dtype=np.bool_)  # the places tried, as numpy sees them
         self.x = _features(self.configs)
         n = len(self.configs)
         self._pool_rng = np.random.default_rng(seed)
@@ -457,17 +467,17 @@ class ModelGuided(_Places):
             d2 = self._sq[:, None] + self._sq[t][None, :] - 2.0 * (self.x @ self.x[t].T)
             np.minimum(self._gap, d2.min(1), out=self._gap)
         self._gap_upto = len(self._marked)
-        gap = np.where(self._tried, -np.inf, self._gap)
+        gap = np.where(self._mask, -np.inf, self._gap)
         top = np.flatnonzero(gap >= gap.max() - 1e-12)
         return int(top[self.rng.randrange(top.size)])
 
     def _best_candidate(self) -> int:
         np = self._np
         self._sync()
-        open_ = ~self._tried[self._gp.columns]
+        open_ = ~self._mask[self._gp.columns]
         if not open_.any() and self._next is not None:
             self._feed(len(self._queue))  # the model being built scores other configurations
-            open_ = ~self._tried[self._gp.columns]
+            open_ = ~self._mask[self._gp.columns]
         if not open_.any():
             return self._random_untried()
         mean, sd, best = self._gp.predict()
@@ -549,11 +559,11 @@ class ModelGuided(_Places):
         n = len(self.configs)
         if n <= self.pool:
             return self._all
-        keep = self._tried.copy()
+        keep = self._mask.copy()
         if self._gp is not None:
             keep[self._gp.columns] = True
         rest = np.flatnonzero(~keep)
-        room = self.pool - int((~self._tried[keep]).sum())
+        room = self.pool - int((~self._mask[keep]).sum())
         if room > 0 and rest.size:
             keep[self._pool_rng.choice(rest, size=min(room, rest.size), replace=False)] = True
         return np.flatnonzero(keep)
@@ -562,7 +572,7 @@ class ModelGuided(_Places):
         """In a space larger than the pool: observations outside it, or few untried left in it."""
         if gp.columns is self._all:
             return False
-        open_in_pool = int((~self._tried[gp.columns]).sum())
+        open_in_pool = int((~self._mask[gp.columns]).sum())
         open_outside = len(self.configs) - self._tried_count - open_in_pool
         return bool(gp.missing) or (open_outside > 0 and open_in_pool < self.pool // 4)
 

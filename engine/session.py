@@ -209,10 +209,12 @@ class Session:
         cached = getattr(self, "_results", None)
         if cached is not None and cached[0] == len(self.events):
             return list(cached[1])
-        out: list[Result] = []
-        at: dict[tuple[int, str], int] = {}
-        for e in self.events:
-            if isinstance(e, ConfigEvaluated):
+        evaluated = [e for e in self.events if isinstance(e, ConfigEvaluated)]
+        out: list[Result] = [e.result for e in evaluated]
+        if any(e.replaces for e in evaluated):  # (most sessions demote nothing: no keys to make)
+            out = []
+            at: dict[tuple[int, str], int] = {}
+            for e in evaluated:
                 key = (e.index, config_key(e.result.config))
                 if e.replaces and key in at:
                     out[at[key]] = e.result
@@ -306,7 +308,7 @@ def load_session(path: str | Path) -> Session:
     complete = _complete_prefix(text)
     if complete != text:
         warnings.append(f"{p}: the last event was cut off and has been dropped")
-    with _collector_paused():
+    with collector_paused():
         try:
             data = parse_session_text(complete)
         except tomllib.TOMLDecodeError as e:
@@ -317,10 +319,14 @@ def load_session(path: str | Path) -> Session:
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Python's cycle collector paused: reading a large session builds hundreds of thousands of
     objects that all stay alive, and the collector's passes over them (each full pass over all of
-    them) would take a fifth of the time. Nothing a session builds holds a reference cycle."""
+    them) would take a fifth of the time. Nothing a session builds holds a reference cycle.
+
+    The objects read stay young for the collector until it next runs, so the first passes after
+    a large session is read still go over all of them (20 ms on matmul-2048's): work on the
+    session that follows at once (a simulation) pauses it too."""
     if not gc.isenabled():
         yield
         return
@@ -417,26 +423,41 @@ def started_events(session: Session) -> list[RunStarted]:
 # refusing what is not a number in plain decimal (JSON's numbers are all valid TOML numbers of
 # the same value). Lines with quoted keys, escapes, infinities or NaN are checked against TOML's
 # grammar and read one by one.
+#
+# Most of a large session is its raw times, arrays of numbers one item a line. The pattern takes
+# such an array as a block of number characters, commas, spaces and line ends (one character
+# class, not one step per item), and its layout is checked when its lines are joined: the array
+# "[\n    1,\n    2,\n]" becomes "[ 1, 2]", any other layout keeps a line end, and a run that
+# keeps one is checked against the strict grammar instead (one item a line, each a TOML number).
+# JSON then refuses what is not a list of numbers ("[ 1, ]", "[ 1 2]").
 
 _FAST_KEY = r'[A-Za-z0-9_-]+|"[^"\\\x00-\x1f\x7f]*"'
 _FAST_STRING = r'"(?:[^"\\\x00-\x1f\x7f]|\\[^\x00-\x1f\x7f])*"'
 _FAST_NUMBER = r'-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?'
 _FAST_NUMBERISH = r'[-+.0-9eE]+'  # checked later: by JSON, or against _FAST_NUMBER
+# an array of numbers, one a line, as a block; it starts with an item: "[\n    ,\n]" is no array
+_FAST_NUMBER_LINES = r'\[\n    [-+.0-9eE][-+.0-9eE ,\n]*\]'
 
 
-def _fast_run_pattern(number: str) -> str:
+def _fast_pairs_pattern(number: str, number_lines: bool) -> str:
+    """`key = value` lines, one after another (the last one without its line end)."""
     scalar = rf'{number}|{_FAST_STRING}|true|false|[+-]?(?:inf|nan)'
     value = (rf'{scalar}|\[(?:(?:{scalar})(?:, (?:{scalar}))*)?\]'  # an inline array
              rf'|\[\n(?:    (?:{scalar}),\n)*\]')  # an array of one item a line
-    return rf'(?:\n|(?:{_FAST_KEY}) = (?:{value})\n)+'  # `key = value` lines and blank lines
+    if number_lines:
+        value = rf'{_FAST_NUMBER_LINES}|{value}'
+    pair = rf'(?:{_FAST_KEY}) = (?:{value})'
+    return rf'{pair}(?:\n{pair})*'
 
 
+# One step of the reader: a header, a comment or a blank line, then the `key = value` lines that
+# follow it (either may be missing; a step that reads nothing is text the reader does not know).
 _FAST_LINE = re.compile(
-    rf'(?P<run>{_fast_run_pattern(_FAST_NUMBERISH)})'
+    r'(?:(?P<aot>(?:#[^\x00-\x08\x0a-\x1f\x7f]*\n|\n)*\[\[event\]\]\n)'  # with the comments and blank lines before it
     r'|\[event(?P<table>(?:\.[A-Za-z0-9_-]+)+)\]\n'
-    r'|(?P<aot>(?:#[^\x00-\x08\x0a-\x1f\x7f]*\n|\n)*\[\[event\]\]\n)'  # with the comments and blank lines before it
-    r'|#[^\x00-\x08\x0a-\x1f\x7f]*\n')
-_FAST_STRICT_RUN = re.compile(_fast_run_pattern(_FAST_NUMBER))
+    r'|#[^\x00-\x08\x0a-\x1f\x7f]*\n|\n)?'
+    rf'(?:(?P<run>{_fast_pairs_pattern(_FAST_NUMBERISH, True)})\n+)?')
+_FAST_STRICT_RUN = re.compile(_fast_pairs_pattern(_FAST_NUMBER, False))
 # one `key = value` line of a matched run, its key bare or quoted (a key holds no quote)
 _FAST_PAIR = re.compile(r'^("?)(.*?)\1 = (.*)$', re.MULTILINE)
 _FAST_ITEM = re.compile(rf'{_FAST_NUMBER}|{_FAST_STRING}|true|false|[+-]?(?:inf|nan)')
@@ -493,38 +514,14 @@ def _fast_events(text: str, pos: int) -> list[dict[str, Any]]:
     # them. The keys are a dict, or the place of a JSON object in `objects`: a run of `key = value`
     # lines in the JSON subset is one object, and all of them are decoded at once.
     steps: list[tuple[dict[str, Any], dict[str, Any] | int, int]] = []
-    objects: list[str] = []
+    objects: list[str] = []  # each object's lines, as in the text (made JSON all at once)
     end = len(text)
     while pos < end:
         m = match(text, pos)
-        if m is None:
+        if m.end() == pos:
             raise _NotFast()
         pos = m.end()
-        run = m["run"]
-        if run is not None:
-            if "[\n" in run:  # each array on one line: "[\n    1,\n    2,\n]" -> "[1, 2]" (no value holds a newline)
-                run = run.replace(",\n    ", ", ").replace("[\n    ", "[").replace(",\n]", "]").replace("[\n]", "[]")
-            body = run.strip("\n")
-            if not body:
-                continue
-            if table is None:
-                raise _NotFast()
-            while "\n\n" in body:
-                body = body.replace("\n\n", "\n")
-            lines = body.count("\n") + 1
-            if (_json_safe(body) and body[0] != '"' and '\n"' not in body
-                    and body.count(" = ") == lines):
-                # bare keys, and every " = " separates a key from its value: `k = v` lines are
-                # `"k": v` pairs, and JSON reads the values as TOML does
-                steps.append((table, len(objects), lines))
-                objects.append('{"' + body.replace(" = ", '": ').replace("\n", ', "') + "}")
-            else:
-                if _FAST_STRICT_RUN.fullmatch(run) is None:
-                    raise _NotFast()
-                pairs = _FAST_PAIR.findall(body)
-                keys = {k: _fast_array(v[1:-1]) if v[0] == "[" else _fast_scalar(v) for _, k, v in pairs}
-                steps.append((table, keys, len(pairs)))
-        elif m["aot"] is not None:
+        if m["aot"] is not None:
             table = {}
             headers = {"": table}
             events.append(table)
@@ -537,8 +534,33 @@ def _fast_events(text: str, pos: int) -> list[dict[str, Any]]:
                 raise _NotFast()
             table = headers[path] = {}
             steps.append((parent, {path.rpartition(".")[2]: table}, 1))
+        run = m["run"]
+        if run is None:
+            continue
+        if table is None:
+            raise _NotFast()
+        body = run
+        if "[\n" in body:  # arrays one item a line: "[\n    1,\n    2,\n]" -> "[ 1, 2]" (no value holds a newline)
+            body = body.replace("\n    ", " ").replace(",\n]", "]")
+        lines = body.count("\n") + 1
+        if (_json_safe(body) and body[0] != '"' and '\n"' not in body
+                and body.count(" = ") == lines):
+            # bare keys, every " = " separates a key from its value and every line end ends a
+            # value: `k = v` lines are `"k": v` pairs, and JSON reads the values as TOML does
+            steps.append((table, len(objects), lines))
+            objects.append(body)
+        else:
+            if _FAST_STRICT_RUN.fullmatch(run) is None:
+                raise _NotFast()
+            if "[\n" in run:  # each array on one line: "[\n    1,\n    2,\n]" -> "[1, 2]"
+                run = run.replace(",\n    ", ", ").replace("[\n    ", "[").replace(",\n]", "]").replace("[\n]", "[]")
+            pairs = _FAST_PAIR.findall(run)
+            keys = {k: _fast_array(v[1:-1]) if v[0] == "[" else _fast_scalar(v) for _, k, v in pairs}
+            steps.append((table, keys, len(pairs)))
     try:
-        decoded = json.loads("[" + ", ".join(objects) + "]")
+        # the separators between objects hold no " = " and no line end
+        decoded = json.loads('[{"' + '}, {"'.join(objects).replace(" = ", '": ').replace("\n", ', "') + "}]"
+                             if objects else "[]")
     except ValueError:  # something that is no number
         raise _NotFast() from None
     for table, keys, n in steps:

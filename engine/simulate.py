@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .driver import Calls, Progress, search
 from .result import Result
 from .search import StopRules, make_strategy
-from .session import Session
+from .session import Session, collector_paused
 from .space import Config, Space
 from .template import Problem
 
@@ -84,6 +84,12 @@ def simulate(session: Session, strategy: str, budget: int = 0, seed: int = 0,
              stop_within: float | None = None) -> Simulation:
     """Replay `strategy` on the session's recorded results; with `stop_within`, stop as soon as
     the best is within that fraction of the recorded best."""
+    with collector_paused():  # a replay builds no reference cycles; see collector_paused
+        return _simulate(session, strategy, budget, seed, within, stop, stop_within)
+
+
+def _simulate(session: Session, strategy: str, budget: int, seed: int, within: tuple[float, ...],
+              stop: StopRules | None, stop_within: float | None) -> Simulation:
     space, by_config = recorded_space(session)
     recorded = session.best()
     if recorded is None:

@@ -118,6 +118,7 @@ def _bad(tmp_path, text):
          "event 7"),
         (lambda t: t.replace('status = "wrong_result"', 'status = "fine"'), "unknown status 'fine'"),
         (lambda t: t.replace("median_us = 1.5\n", 'median_us = "fast"\n', 1), "event 4: config_evaluated event field `result`: median_us must be a number"),
+        (lambda t: t.replace("registers = 12\n", "registers = inf\n"), "event 4: config_evaluated event field `result`: resources must be finite numbers"),
         (lambda t: "garbage = = =\n" + t, "not a valid session file"),
     ],
 )
@@ -204,6 +205,14 @@ def _event_text(body: str) -> str:
     'text = "a = b"\nn = 1\n\n\nm = [\n    "c = d",\n]\n',  # " = " inside values
     'text = "x"\n[event.sub]\na = 1\n[event.other]\nb = 2\n[event.sub.deeper]\nc = 3\n',  # back to a table
     'inf_fraction = 0.5\ntext = "info"\n',  # inf and nan in words, not values
+    # arrays of numbers one a line, and other layouts of them
+    'text = "x"\nv = [\n    1,\n    -2.5e3,\n    0.125,\n]\nw = [\n]\n',
+    'text = "x"\nv = [\n    1,2 ,\n    3\n    ,4,\n]\n',
+    'text = "x"\nv = [\n     1,\n    2,\n]\n',
+    'text = "x"\nv = [\n    1,\n2,\n]\nw = 1\n',
+    'text = "x"\nv = [\n    1,\n\n    2,\n]\n',
+    'text = "x"\nv = [\n    1\n]\n',
+    'text = "x"\nv = [\n    +1,\n    1e5,\n    2E-3,\n    -0,\n]\n',
 ])
 def test_the_fast_reader_reads_what_tomli_w_writes_and_more(body):
     text = _event_text(body)
@@ -229,6 +238,12 @@ def test_the_fast_reader_reads_what_tomli_w_writes_and_more(body):
     'text = "control \x7f char"\n',
     "text = null\n",
     'text = "x"\nv = {"a": 1}\n',
+    "values = [\n    ,\n]\n",  # arrays of numbers one a line, broken
+    "values = [\n    1,\n    ,\n]\n",
+    "values = [\n    1 2,\n]\n",
+    "values = [\n    1,,\n]\n",
+    "values = [\n    1.,\n]\n",
+    "values = [\n    1,\n    2\n    3,\n]\n",
 ])
 def test_the_fast_reader_refuses_what_tomllib_refuses(body):
     text = _event_text(body)
@@ -254,3 +269,24 @@ def test_the_fast_reader_hands_the_rest_of_toml_to_tomllib(body):
     with pytest.raises(session_module._NotFast):
         session_module._fast_events(text, start)
     assert _ordered(parse_session_text(text)) == _ordered(tomllib.loads(text))
+
+
+_ITEMS = st.sampled_from(["1", "25", "-3", "0.5", "3e-2", "1E5", "-0", "+1", "1.", ".5", "", "1e", "01", "1 2"])
+_BETWEEN = st.sampled_from([",\n    ", ",\n    ", ", ", " ,\n    ", ",\n", "\n    ,", ",,\n    ", "\n    ", ",\n\n    "])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["[\n    ", "[\n    ", "[\n", "[\n     ", "[", "[\n\n    "]),
+       st.lists(st.tuples(_ITEMS, _BETWEEN), max_size=4),
+       st.sampled_from([",\n]", ",\n]", "\n]", "]", ",]", ",\n\n]", " ,\n]"]))
+def test_the_fast_reader_reads_arrays_of_numbers_in_any_layout_as_tomllib_does(start, items, end):
+    # an array of numbers one a line, as tomli_w writes it ("[\n    1,\n    2,\n]"), in other layouts
+    array = start + "".join(item + sep for item, sep in items[:-1]) + (items[-1][0] if items else "") + end
+    text = _event_text(f'text = "x"\nv = {array}\nw = 2\n')
+    try:
+        expected = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        with pytest.raises(tomllib.TOMLDecodeError):
+            parse_session_text(text)
+    else:
+        assert _ordered(parse_session_text(text)) == _ordered(expected)
