@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import random
+import sys
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
@@ -204,6 +206,23 @@ def _features(configs: list[Config]):
 _BLAS = None
 
 
+def _import_numpy():
+    """numpy, for the model. When the model is the first to import it, OpenBLAS starts its thread
+    pool at one thread: the model runs BLAS on one thread anyway (`_one_blas_thread`), and starting
+    the pool's other threads took 60 ms of `kerntune simulate --strategy model` on a 2-core
+    machine. The setting holds for the import only (processes started later do not inherit it);
+    one the user made is left as it is."""
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        import numpy
+        return numpy
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
+    return numpy
+
+
 def _one_blas_thread():
     """A context in which BLAS (numpy's matrix products and factorisations) runs on one thread.
 
@@ -394,9 +413,7 @@ class ModelGuided(_Places):
     def __init__(self, space: Space, seed: int = 0, done: Iterable[str] = (), first: Config | None = None,
                  initial: int = 0, *, max_train: int = 512, pool: int = 8192, block: int = 16):
         super().__init__(space, seed, done)
-        import numpy as np
-
-        self._np = np
+        np = self._np = _import_numpy()
         self._mask = np.frombuffer(self._tried, dtype=np.bool_)  # the places tried, as numpy sees them
         self.x = _features(self.configs)
         n = len(self.configs)

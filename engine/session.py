@@ -308,31 +308,41 @@ def load_session(path: str | Path) -> Session:
     complete = _complete_prefix(text)
     if complete != text:
         warnings.append(f"{p}: the last event was cut off and has been dropped")
-    with collector_paused():
-        try:
-            data = parse_session_text(complete)
-        except tomllib.TOMLDecodeError as e:
-            raise SessionError(f"{p}: not a valid session file: {e}") from None
-        except RecursionError:
-            raise SessionError(f"{p}: not a valid session file: nested too deeply") from None
-        return _validate(p, data, warnings)
+    with collector_paused(settle=True):
+        return _read(p, complete, warnings)
+
+
+def _read(p: Path, text: str, warnings: list[str]) -> Session:
+    # (a function of its own: the parsed tables are freed when it returns, before the collector
+    # runs again and would go over them)
+    try:
+        data = parse_session_text(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SessionError(f"{p}: not a valid session file: {e}") from None
+    except RecursionError:
+        raise SessionError(f"{p}: not a valid session file: nested too deeply") from None
+    return _validate(p, data, warnings)
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
+def collector_paused(settle: bool = False) -> Iterator[None]:
     """Python's cycle collector paused: reading a large session builds hundreds of thousands of
     objects that all stay alive, and the collector's passes over them (each full pass over all of
     them) would take a fifth of the time. Nothing a session builds holds a reference cycle.
 
-    The objects read stay young for the collector until it next runs, so the first passes after
-    a large session is read still go over all of them (20 ms on matmul-2048's): work on the
-    session that follows at once (a simulation) pauses it too."""
+    What is built while it is paused is young for the collector, and its next pass would go over
+    all of it (15 ms on matmul-2048's session), then the next generation's pass again. With
+    `settle`, it goes straight to the oldest generation as the collector resumes (gc.freeze then
+    gc.unfreeze: no pass over it): for objects that live as long as the session."""
     if not gc.isenabled():
         yield
         return
     gc.disable()
     try:
         yield
+        if settle:
+            gc.freeze()
+            gc.unfreeze()
     finally:
         gc.enable()
 

@@ -84,7 +84,7 @@ def simulate(session: Session, strategy: str, budget: int = 0, seed: int = 0,
              stop_within: float | None = None) -> Simulation:
     """Replay `strategy` on the session's recorded results; with `stop_within`, stop as soon as
     the best is within that fraction of the recorded best."""
-    with collector_paused():  # a replay builds no reference cycles; see collector_paused
+    with collector_paused():  # (a replay builds no reference cycles, and its objects are short-lived)
         return _simulate(session, strategy, budget, seed, within, stop, stop_within)
 
 

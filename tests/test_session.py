@@ -1,5 +1,6 @@
 """Session files: written event by event, loaded back exactly, and every bad file is one line."""
 
+import gc
 import math
 import tomllib
 from pathlib import Path
@@ -127,6 +128,17 @@ def test_malformed_sessions_give_one_line(tmp_path, mutate, expected):
     changed = mutate(text)
     assert changed != text
     assert expected in _bad(tmp_path, changed)
+
+
+def test_reading_a_session_leaves_the_cycle_collector_running_and_nothing_frozen(tmp_path):
+    load_session(write(tmp_path / "s.toml"))
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()
+    try:  # a caller that paused the collector finds it paused still
+        load_session(tmp_path / "s.toml")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_missing_and_binary_files_are_one_line(tmp_path):
