@@ -28,6 +28,7 @@ import functools
 import math
 import os
 import random
+import threading
 import time
 from collections import abc
 from concurrent.futures import ThreadPoolExecutor
@@ -127,6 +128,10 @@ class Evaluator:
         self._pools: dict[int, InputPool] = {}
         self._next = 0
         self._baseline_kernel: Any = None
+        # Without a numpy reference an input set's outputs come from running the default on the
+        # device, in the buffers of that size, and reading them back: the threads that draw sets
+        # side by side (prepare, verify_again) take turns
+        self._baseline_lock = threading.Lock()
         self.last_kernel: Any = None  # the loaded kernel `evaluate` last ran
         # Poison, guard patterns and which timed launches are checked come from the system's
         # entropy, never from the run's seed: nothing a kernel could be written against.
@@ -182,7 +187,7 @@ class Evaluator:
                 inputs.expected[a.name] = np.asarray(expected[a.name]).astype(np_dtype(a.dtype)).reshape(arg_shape(a, problem))
                 _check_finite(a, inputs.expected[a.name], inputs, problem)
         else:
-            inputs.expected = {k: v.copy() for k, v in self._baseline_outputs(inputs, which).items()}
+            inputs.expected = self._baseline_outputs(inputs, which)
         for a in outputs:
             inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a, self.scale.get(a.name, 1.0))
         return inputs
@@ -190,11 +195,13 @@ class Evaluator:
     def _baseline_outputs(self, inputs: Inputs, which: int) -> dict[str, np.ndarray]:
         """Without a numpy reference, the default configuration's outputs are the reference."""
         default = self.template.default_config()
-        if self._baseline_kernel is None:
-            self._baseline_kernel = self.backend.compile(self.source, self.template.entry,
-                                                         compiler_defines(default), self.options)
-        geo = geometry(self.template, default, self.problems[which], self.backend.limits)
-        return self._run_checked(self._baseline_kernel, geo, inputs, which, poison="nan")
+        with self._baseline_lock:
+            if self._baseline_kernel is None:
+                self._baseline_kernel = self.backend.compile(self.source, self.template.entry,
+                                                             compiler_defines(default), self.options)
+            geo = geometry(self.template, default, self.problems[which], self.backend.limits)
+            outs = self._run_checked(self._baseline_kernel, geo, inputs, which, poison="nan")
+            return {k: v.copy() for k, v in outs.items()}  # read before another thread's launch
 
     def fresh_inputs(self, which: int, seed: int) -> Inputs:
         return self._with_reference(make_inputs(self.template, self.problems[which], seed), which)
