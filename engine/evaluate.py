@@ -465,9 +465,15 @@ class Evaluator:
             self._calibration_build = _threads().submit(build, *args)
         pools = [self._pool(which) for which in range(len(self.problems))]
         n = max(2, self.verify_policy.seeds)
-        list(_threads().map(lambda job: pools[job[0]][job[1]], [(w, k) for w in range(len(pools)) for k in range(n)]))
+        list(self._side_by_side(lambda job: pools[job[0]][job[1]], [(w, k) for w in range(len(pools)) for k in range(n)]))
         for which in range(len(self.problems)):
             self._device_buffers(which)
+
+    def _side_by_side(self, fn: Callable[[Any], Any], jobs: list) -> Any:
+        """fn over jobs, in threads where drawing a set is host work only (a numpy reference);
+        without one the default runs on the device for each set, and a device context belongs
+        to the thread that made it: one after the other there."""
+        return _threads().map(fn, jobs) if self.reference is not None else map(fn, jobs)
 
     def _calibration_build_args(self) -> tuple[dict | None, tuple]:
         """The calibration's build: (the configuration, None for the original's own source; the
@@ -861,7 +867,7 @@ class Evaluator:
             # every size's new sets drawn at once, in threads, as prepare() draws the first ones
             jobs = [(which, s) for which in range(len(self.problems)) for s in seeds]
             fresh: dict[int, list[Inputs]] = {}
-            for (which, _), inputs in zip(jobs, _threads().map(lambda job: self.fresh_inputs(*job), jobs)):
+            for (which, _), inputs in zip(jobs, self._side_by_side(lambda job: self.fresh_inputs(*job), jobs)):
                 fresh.setdefault(which, []).append(inputs)
             self._check(kernel, config, lambda which: fresh[which])
             return True, ""
