@@ -1,8 +1,8 @@
 """How long `kerntune show --json` and `kerntune simulate` take on every session in sessions/.
 
-Each command runs as a fresh process (start-up and imports included), N times; the table gives
-the median in seconds, wall (CPU in brackets: user and system time), and the load average before
-and after says how quiet the machine was.
+Each command runs as a fresh process (start-up and imports included), N times, the commands taking
+turns; the table gives the median in seconds, wall (CPU in brackets: user and system time), and
+the load average before and after says how quiet the machine was.
 `--write FILE` also appends the table to FILE as a Markdown section with the machine, the date and
 the command line. `--session NAME` (again for more) times only the sessions whose file name
 contains NAME.
@@ -52,19 +52,36 @@ def command_env(bytecode_cache: Path | None) -> dict[str, str]:
     return env
 
 
-def seconds(argv: list[str], repeats: int, env: dict[str, str]) -> tuple[float, float]:
-    """The median wall time of `kerntune ARGV`, and of its CPU time (user and system): on a machine
-    shared with other work, the CPU time says what the command costs when the wall time waits."""
-    walls, cpus = [], []
+def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float] | int:
+    """The wall and CPU seconds (user and system) of one `kerntune ARGV`, or its exit status when
+    it fails (a session with no results cannot be simulated)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "kerntune.tui.cli", *argv], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return done.returncode or (wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
+
+def session_row(session: Path, repeats: int, env: dict[str, str]) -> list[str]:
+    """The session's cells: per command the median wall time and, in brackets, CPU time (on a
+    machine shared with other work, the CPU time says what the command costs when the wall time
+    waits). The commands take turns, each round running every one once, so that a spell of other
+    work on the machine weighs on all of them alike."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in COMMANDS}
+    failed: dict[str, int] = {}
     for _ in range(repeats):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "kerntune.tui.cli", *argv], check=True, stdout=subprocess.DEVNULL,
-                       env=env)
-        walls.append(time.perf_counter() - t0)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return statistics.median(walls), statistics.median(cpus)
+        for name, argv in COMMANDS.items():
+            if name not in failed:
+                got = run_once([argv[0], str(session), *argv[1:]], env)
+                if isinstance(got, int):
+                    failed[name] = got
+                else:
+                    times[name].append(got)
+    return [f"fails (exit {failed[name]})" if name in failed else
+            f"{statistics.median(w for w, _ in runs):.2f} ({statistics.median(c for _, c in runs):.2f})"
+            for name, runs in times.items()]
 
 
 def main() -> int:
@@ -82,16 +99,12 @@ def main() -> int:
     env = command_env(cache)
     try:
         if cache is not None and sessions:  # compile once, untimed: the bytecode an install has
-            for argv in COMMANDS.values():
-                seconds([argv[0], str(sessions[0]), *argv[1:]], 1, env)
+            session_row(sessions[0], 1, env)
         load_before = os.getloadavg()[0]
         head = ["session", "MB", *COMMANDS]
         rows = []
         for s in sessions:
-            row = [s.stem, f"{s.stat().st_size / 1e6:.1f}"]
-            for name, argv in COMMANDS.items():
-                wall, cpu = seconds([argv[0], str(s), *argv[1:]], args.repeats, env)
-                row.append(f"{wall:.2f} ({cpu:.2f})")
+            row = [s.stem, f"{s.stat().st_size / 1e6:.1f}", *session_row(s, args.repeats, env)]
             rows.append(row)
             print("  ".join(row), flush=True)
     finally:
@@ -105,7 +118,7 @@ def main() -> int:
     if args.write:
         with open(args.write, "a", encoding="utf-8") as f:
             f.write(f"\n## {date.today()}: `python bench/sessions.py {shlex.join(sys.argv[1:])}`\n\n"
-                    f"Median of {args.repeats} runs in seconds, wall (CPU), each a fresh `kerntune` process "
+                    f"Median of {args.repeats} rounds in seconds, wall (CPU), each command a fresh `kerntune` process "
                     f"(start-up and imports included; "
                     + ("modules compiled at every start" if args.compile else "bytecode compiled once and kept")
                     + f"), on this {os.cpu_count()}-core CPU machine "
