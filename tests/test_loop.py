@@ -1,5 +1,6 @@
 """The gate, the loop's stop rules and events, and the dependency direction of the agent loop."""
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -179,8 +180,17 @@ def test_the_loop_measures_each_configuration_of_a_template_once(tmp_path, origi
     assert len(out.rounds) == 2 and all(len(r.results) > 0 for r in out.rounds)
     # the dashboard gets the session's header in memory first, then every event of every round
     assert feed.poll().items == [HeaderRead(load_session(out.session_path).header), *events]
-    measured = [config_key(e.result.config) for e in events if isinstance(e, ConfigEvaluated) and e.result.config]
+    # a result demoted by the winner's re-check on new inputs replaces its own record: no measurement
+    evaluated = [e for e in events if isinstance(e, ConfigEvaluated) and e.result.config]
+    measured = [config_key(e.result.config) for e in evaluated if not e.replaces]
     assert len(measured) == len(set(measured)), "a configuration was measured twice"
+    assert {config_key(e.result.config) for e in evaluated if e.replaces} <= set(measured)
+    # round 2 refines around round 1's best: its grid holds configurations round 1 measured, skipped
+    planned = [e for e in events if isinstance(e, SearchPlanned)]
+    round1 = {config_key(r.config) for r in out.rounds[0].results}
+    grid2 = {config_key(dict(zip(planned[1].values, c))) for c in itertools.product(*planned[1].values.values())}
+    assert len(planned) == 2 and round1 & grid2  # the best, at least
+    assert not round1 & {config_key(r.config) for r in out.rounds[1].results}
     default = config_key(out.template.default_config())
     assert default in measured  # the default, measured in round 1, is round 2's baseline too
     assert [e.rounds for e in events if isinstance(e, LoopFinished)] == [2]
