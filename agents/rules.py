@@ -7,9 +7,13 @@
   rewrite or lift the gate named, else the last rewrite, else the riskiest lift, and notes why;
 - tuner: the whole grid when it fits the budget, else a coarse grid (every other value, the
   default and the ends kept; the values the rewrites name first, when there are rewrites, those
-  of a rewrite for memory-bound kernels only where the kernel's cost says it is one); then the
-  neighbours of the best's values, the parameters that moved the time most first, and midpoints
-  between thread counts;
+  of a rewrite for memory-bound kernels only where the kernel's cost says it is one; a switch
+  such as FAST_MATH held at its default before any other list loses a value); then the
+  neighbours of the best's values: switches not yet tried first, then the parameters the
+  profile (else the kernel's cost) points to, then those that moved the time most, and
+  midpoints between thread counts. A grid is sized by the configurations the loop would measure
+  of it: those feasible at the problem on the device and not measured before, the defaults
+  included;
 - tester: best against the original and the template's default, % of SOL, failures by status.
 """
 
@@ -20,11 +24,13 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping
 
 from kerntune.engine.agent_api import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import TemplateProposal
-from kerntune.engine.template import ParamValue, Template
+from kerntune.engine.space import infeasible_reason
+from kerntune.engine.template import Parameter, ParamValue, Problem, Template
 
 from . import rewrite_fastmath, rewrite_rowwise
 from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
@@ -45,6 +51,9 @@ BOUND_FIRST = {
 KEEP_NAME = re.compile(r"(^|_)KEEP(_|$)")  # data kept on chip between passes (agents/rewrite_rowkeep.py)
 GRID_BUDGET = 48  # configurations of the first round when the loop sets no budget
 REFINE_BUDGET = 24
+# A grid with more configurations than this is not checked one by one for feasibility: it is
+# taken to hold all of them (a budget is far smaller)
+FEASIBLE_CHECK_LIMIT = 20_000
 
 
 class RulesProvider:
@@ -82,9 +91,8 @@ class RulesProvider:
             return Plan(f"Round {state.round}: no verified result to refine around; stopping.\n{sol}", stop=True)
         around = fmt_config(state.best.config)
         tried = sum(len(r.results) for r in mine)
-        evidence, first = profile_evidence(state)
-        order = (f"the parameters the profile points to first ({', '.join(first)}), then those that moved the "
-                 "time most" if first else "those that moved the time most first")
+        evidence, _ = profile_evidence(state)
+        order = refine_order_words(state)
         return Plan(f"Round {state.round}: refine around the best so far ({around}, {us(state.best.median_us)}): "
                     f"the neighbouring values of each parameter, {order} "
                     f"({tried} configurations of this template measured so far are not repeated).\n{sol}"
@@ -137,27 +145,31 @@ class RulesProvider:
         if not mine or state.best is None:
             budget = state.budget or GRID_BUDGET
             first = self._first(template, cost_bound(state))
-            values = coarse_grid(template, budget, first)
-            size = math.prod(len(v) for v in values.values())
+            count = GridCount(template, state.problem, state.limits)
+            values = coarse_grid(template, budget, first, count)
+            held = [p.name for p in template.parameters if is_switch(p) and len(values[p.name]) < len(p.values)]
             how = "the whole grid" if all(len(values[p.name]) == len(p.values) for p in template.parameters) \
                 else "a coarse grid (every other value of the longest lists, the default kept)"
             if first:
                 how = (f"a grid of the values the rewrites name first ({', '.join(sorted(first))}) and a coarse "
                        "grid of the rest, the defaults kept")
-            return SearchPlan("grid", budget, values, f"{how}: {size} configurations")
+            if held:
+                how += f"; {', '.join(held)} at {'its' if len(held) == 1 else 'their'} default, tried on the leaders next"
+            return SearchPlan("grid", budget, values, f"{how}: {count(values)} configurations")
         budget = state.budget or REFINE_BUDGET
-        _, first = profile_evidence(state)
+        first, _ = refine_first(state)
+        count = GridCount(template, state.problem, state.limits, mine)
         # A neighbourhood measured to the last configuration is widened (values two, then three
         # places away...) until it holds something new: a round never re-proposes only what is known.
         widest = max((len(p.values) for p in template.parameters), default=1)
         for radius in range(1, widest + 1):
-            values, order = refinement(template, state.best.config, mine, budget, first, radius)
-            if unmeasured(values, mine):
+            values, order = refinement(template, state.best.config, mine, budget, first, radius, count)
+            if count(values):
                 break
-        lead = f"the profile's bound first ({', '.join(first)}), then " if first else ""
         near = "neighbours" if radius == 1 else f"values up to {radius} places from"
         return SearchPlan("grid", budget, values,
-                          f"{near} the best's values, {lead}most influential first: " + ", ".join(order))
+                          f"{near} the best's values, {refine_order_words(state)}: " + ", ".join(order)
+                          + f" ({count(values)} configurations not measured before)")
 
     def _first(self, template: Template, bound: str = "") -> dict[str, tuple]:
         """The values the applied rewrites name as worth measuring first, for this template; a
@@ -212,20 +224,68 @@ def rules_template(original: Template, backend: str, limits: DeviceLimits,
     return RulesTemplate(proposal, lifted, applied)
 
 
-def coarse_grid(template: Template, budget: int, first: dict | None = None) -> dict[str, tuple[ParamValue, ...]]:
-    """Value lists whose product fits the budget: the longest list loses a value, again and again
-    (a thread count last among equals), and each list keeps values spread over its range, the
-    default among them. A parameter in `first` starts from those values (the rewrites' choice),
-    the others from two (the default and the far end) when `first` is given."""
+class GridCount:
+    """How many configurations the loop would measure of a grid of value lists: those of their
+    product, each list with the template's default added (as the loop adds it), that are feasible
+    at the problem on the device (every one, when either is not given) and not among `measured`."""
+
+    def __init__(self, template: Template, problem: Problem | None = None, limits: DeviceLimits | None = None,
+                 measured: Iterable = ()):
+        self.template, self.problem, self.limits = template, problem, limits
+        self.names = [p.name for p in template.parameters]
+        self.defaults = template.default_config()
+        self.seen = {tuple(r.config.get(n) for n in self.names) for r in measured if r.config}
+        self._feasible: dict[tuple, bool] = {}
+
+    def __call__(self, values: Mapping[str, Iterable[ParamValue]]) -> int:
+        lists = [tuple(dict.fromkeys((*values.get(n, ()), self.defaults[n]))) for n in self.names]
+        if self.problem is None or self.limits is None or math.prod(map(len, lists)) > FEASIBLE_CHECK_LIMIT:
+            return math.prod(map(len, lists)) - sum(
+                1 for c in self.seen if all(v in x for v, x in zip(c, lists)))
+        return sum(1 for combo in itertools.product(*lists) if combo not in self.seen and self.feasible(combo))
+
+    def feasible(self, combo: tuple) -> bool:
+        if combo not in self._feasible:
+            self._feasible[combo] = infeasible_reason(self.template, dict(zip(self.names, combo)), self.problem,
+                                                      self.limits) is None
+        return self._feasible[combo]
+
+
+def product_count(values: Mapping[str, tuple]) -> int:
+    """The configurations of a grid of value lists, feasible or not."""
+    return math.prod(len(v) for v in values.values())
+
+
+def is_switch(p: Parameter) -> bool:
+    """Whether the parameter turns something on or off (FAST_MATH, a lifted USE_ flag)."""
+    return len(p.values) == 2 and param_kind(p.name, p.description) == "flag"
+
+
+def coarse_grid(template: Template, budget: int, first: dict | None = None,
+                count: Callable[[Mapping[str, tuple]], int] = product_count) -> dict[str, tuple[ParamValue, ...]]:
+    """Value lists that `count` (the product, or a GridCount) says fit the budget: a switch (on or
+    off) loses its second value first, then the longest list, again and again (a thread count
+    last among equals), and each list keeps values spread over its range, the default among
+    them. A parameter in `first` starts from those values (the rewrites' choice), the others from
+    two (the default and the far end) when `first` is given.
+
+    Switches go first because a switch's effect (fast math calls, say) is much the same whatever
+    the kernel's shape: crossed with the shape it would halve the shapes the first round can
+    measure; it is tried on the leaders in the refinement instead."""
     first = first or {}
     lists = {p.name: tuple(first[p.name]) if p.name in first else
              (spread(p.values, p.default, 2) if first else tuple(p.values)) for p in template.parameters}
     counts = {name: len(v) for name, v in lists.items()}
     threads = {p.name for p in template.parameters if p.description.startswith("threads")}
-    while math.prod(counts.values()) > budget and max(counts.values()) > 1:
-        name = max(counts, key=lambda n: (counts[n], n not in threads))
+    switches = {p.name for p in template.parameters if is_switch(p)}
+
+    def grid() -> dict[str, tuple[ParamValue, ...]]:
+        return {p.name: spread(lists[p.name], p.default, counts[p.name]) for p in template.parameters}
+
+    while max(counts.values(), default=1) > 1 and count(grid()) > budget:
+        name = max((n for n in counts if counts[n] > 1), key=lambda n: (n in switches, counts[n], n not in threads))
         counts[name] -= 1
-    return {p.name: spread(lists[p.name], p.default, counts[p.name]) for p in template.parameters}
+    return grid()
 
 
 def spread(values: tuple, default: ParamValue, k: int) -> tuple:
@@ -253,7 +313,8 @@ def param_kind(name: str, description: str = "") -> str:
         if pattern.search(upper):
             return kind
     d = description.lower()
-    for kind, words in (("threads", ("threads per block",)), ("vector", ("vector",)), ("unroll", ("unroll",))):
+    for kind, words in (("threads", ("threads per block",)), ("vector", ("vector",)), ("unroll", ("unroll",)),
+                        ("flag", ("on or off",))):
         if any(w in d for w in words):
             return kind
     return ""
@@ -310,9 +371,7 @@ def profile_evidence(state: LoopState) -> tuple[str, list[str]]:
         return "", []
     m = prof.metrics
     bound = str(m.get("bound", ""))
-    kinds = BOUND_FIRST.get(bound, ())
-    first = [p.name for k in kinds for p in state.template.parameters
-             if param_kind(p.name, p.description) == k and len(p.values) > 1]
+    first = bound_first(state.template, bound)
     stalls = ", ".join(f"{k.replace('_', ' ')}" for k in dict(m.get("stalls", {})))
     text = (f"Profile of the best (Nsight Compute): {bound}-bound; DRAM {m.get('dram_pct', 0):.0f}% of peak, "
             f"SM {m.get('sm_pct', 0):.0f}%, occupancy {m.get('achieved_occupancy_pct', 0):.0f}% of "
@@ -320,23 +379,31 @@ def profile_evidence(state: LoopState) -> tuple[str, list[str]]:
             + ".")
     if bound == "memory" and float(m.get("dram_pct", 0)) >= 90:
         text += " DRAM is near its peak: little is left to gain by tuning."
-    return text, list(dict.fromkeys(first))
+    return text, first
 
 
-def unmeasured(values: dict, results: list) -> int:
-    """How many configurations of the grid `values` no result in `results` measured."""
-    names = list(values)
-    seen = {tuple(r.config.get(n) for n in names) for r in results if r.config}
-    return sum(1 for combo in itertools.product(*values.values()) if combo not in seen)
+def bound_first(template: Template, bound: str) -> list[str]:
+    """The template's parameters of the kinds BOUND_FIRST names for a kernel of this bound."""
+    kinds = BOUND_FIRST.get(bound, ())
+    return list(dict.fromkeys(p.name for k in kinds for p in template.parameters
+                              if param_kind(p.name, p.description) == k and len(p.values) > 1))
 
 
 def refinement(template: Template, best: dict, results: list, budget: int,
-               first: list[str] | tuple[str, ...] = (), radius: int = 1) -> tuple[dict, list[str]]:
-    """Neighbours of the best's values (up to `radius` places away), parameter by parameter in
-    order of how much each moved the time (the slowest over the fastest of the best times per
-    value), while the configurations not yet measured fit the budget; the parameters in `first`
-    (the profile's choice) go before the rest."""
-    defaults = template.default_config()
+               first: list[str] | tuple[str, ...] = (), radius: int = 1,
+               count: Callable[[Mapping[str, tuple]], int] | None = None) -> tuple[dict, list[str]]:
+    """Neighbours of the best's values (up to `radius` places away), parameter by parameter, while
+    the configurations the loop would measure of the grid (`count`, by default a GridCount of
+    `results` that takes every configuration for feasible) fit the budget. Switches measured at
+    one value only go first (the first round held them at their default: nothing is known of
+    them, and a round that skipped them would leave them untried), then the parameters in
+    `first` (the profile's choice, else the kernel cost's), then the rest in order of how much
+    each moved the time (the slowest over the fastest of the best times per value).
+
+    Each list of the grid the loop searches holds the template's default too, so a parameter's
+    new values are crossed with the default of every other parameter the best moved away from:
+    a refinement holds fewer parameters than the budget over their neighbours suggests."""
+    count = count or GridCount(template, measured=results)
     effect = {}
     for p in template.parameters:
         per_value: dict = defaultdict(lambda: math.inf)
@@ -345,22 +412,39 @@ def refinement(template: Template, best: dict, results: list, budget: int,
                 per_value[r.config[p.name]] = min(per_value[r.config[p.name]], r.median_us)
         times = [t for t in per_value.values() if math.isfinite(t)]
         effect[p.name] = max(times) / min(times) if len(times) > 1 else 1.0
-    order = sorted((p.name for p in template.parameters), key=lambda n: (n not in first, -effect[n]))
+    tried = {p.name: {r.config.get(p.name) for r in results if r.config and p.name in r.config}
+             for p in template.parameters}
+    untried = {p.name for p in template.parameters if is_switch(p) and len(tried[p.name]) < 2}
+    order = sorted((p.name for p in template.parameters),
+                   key=lambda n: (n not in untried, n not in first, -effect[n]))
     values: dict[str, tuple] = {p.name: (best[p.name],) for p in template.parameters}
-
-    def size(v: dict) -> int:
-        return math.prod(len(set(x) | {defaults[n]}) for n, x in v.items())
-
-    known = sum(1 for r in results if r.config)
     used = []
     for name in order:
         p = template.parameter(name)
         trial = dict(values)
         trial[name] = neighbours(p.values, best[name], p.description.startswith("threads"), radius)
-        if size(trial) <= budget or (size(trial) <= budget + known and unmeasured(trial, results) <= budget):
+        if trial[name] != values[name] and count(trial) <= budget:
             values = trial
-            used.append(f"{name} (x{effect[name]:.2f})")
+            used.append(f"{name} (x{effect[name]:.2f})" if name not in untried else f"{name} (not yet tried)")
     return values, used
+
+
+def refine_first(state: LoopState) -> tuple[list[str], str]:
+    """The parameters a refinement varies first, and why: what the best's profile points to, else
+    (no profile) what the kernel's cost at the device's peaks points to."""
+    _, first = profile_evidence(state)
+    if first:
+        return first, "the profile"
+    bound = cost_bound(state) if state.template is not None else ""
+    first = bound_first(state.template, bound) if bound else []
+    return first, f"the kernel's cost ({bound}-bound)" if first else ""
+
+
+def refine_order_words(state: LoopState) -> str:
+    """The order in which a refinement takes up the parameters, in words."""
+    first, why = refine_first(state)
+    then = f"the parameters {why} points to ({', '.join(first)}), then " if first else ""
+    return f"switches not yet tried first, then {then}those that moved the time most"
 
 
 def neighbours(values: tuple, best: ParamValue, threads: bool, radius: int = 1) -> tuple:

@@ -11,13 +11,14 @@ from types import SimpleNamespace
 import pytest
 
 from kerntune.agents.lift import find_lifts, lift_template, values_for
-from kerntune.agents.rules import coarse_grid, neighbours, refinement, spread, unmeasured
+from kerntune.agents.rules import GridCount, RulesProvider, coarse_grid, neighbours, refinement, spread
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.events import Analysis, GateChecked, LoopFinished, LoopStarted, Note, PlanMade
 from kerntune.engine.events import RoundStarted, RunStarted, TemplateProposed, WinnerVerified
-from kerntune.engine.proposal import ParamProposal, TemplateProposal, write_template
+from kerntune.engine.proposal import ParamProposal, TemplateProposal, narrowed, write_template
 from kerntune.engine.result import config_key
 from kerntune.engine.session import load_session
+from kerntune.engine.space import build_space
 from kerntune.engine.template import load_template
 
 HERE = Path(__file__).resolve().parent
@@ -185,9 +186,9 @@ def test_a_refinement_whose_neighbourhood_is_all_measured_reaches_further(tmp_pa
     near, _ = refinement(template, best, [], 10_000)
     measured = [SimpleNamespace(config=dict(zip(near, combo)), ranked=True, median_us=1.0 + i)
                 for i, combo in enumerate(itertools.product(*near.values()))]
-    assert unmeasured(near, measured) == 0
+    assert GridCount(template, measured=measured)(near) == 0
     wider, _ = refinement(template, best, measured, 8, radius=2)
-    assert 0 < unmeasured(wider, measured) <= 8
+    assert 0 < GridCount(template, measured=measured)(wider) <= 8
 
 
 def test_the_coarse_grid_fits_the_budget_and_keeps_every_default(tmp_path):
@@ -213,6 +214,103 @@ def test_a_proposal_never_changes_what_the_kernel_is_checked_against(tmp_path):
     assert [x.values for x in template.problems] == [x.values for x in t.problems]
     assert template.cost_bytes.source == t.cost_bytes.source
     assert [e.source for e in template.baseline_block] == ["256"]
+
+
+
+# the rounds' plans: which configurations each round proposes ------------------------------------
+
+H200 = DeviceLimits("cuda", "H200", max_threads_per_block=1024, warp_size=32, sm_count=132, max_regs_per_block=65536,
+                    peak_bandwidth_gbs=4800.0, peak_gflops=60000.0)
+
+
+def rules_state(tmp_path: Path, spec: Path, backend: str, limits: DeviceLimits, problem: str | None, budget: int,
+                dropped: tuple[str, ...] = ()):
+    """The rules' template of an original and a loop state before round 1, as the loop hands it over."""
+    t = load_template(spec)
+    rules = RulesProvider()
+    rules.dropped.update(dropped)
+    state = SimpleNamespace(original=t, backend=backend, limits=limits, problem=t.problem(problem), history=(),
+                            best=None, budget=budget, template_dir=tmp_path / "tpl", best_profile=None)
+    state.template = write_template(t, rules.generate(state, None), tmp_path / "tpl", limits)
+    return rules, state
+
+
+def searched(state, values: dict, results=()) -> list[dict]:
+    """What the loop measures of a plan: the template narrowed to the plan's lists (the defaults
+    added), its configurations feasible at the problem on the device, less those measured before."""
+    seen = {config_key(r.config) for r in results}
+    space = build_space(narrowed(state.template, values), state.problem, state.limits)
+    return [c.as_dict() for c in space.configs if c.key not in seen]
+
+
+def measured(configs, time) -> list[SimpleNamespace]:
+    return [SimpleNamespace(config=c, ranked=True, median_us=time(c)) for c in configs]
+
+
+def after(state, results, budget: int):
+    """The state after rounds that measured `results`, the fastest the best."""
+    best = min(results, key=lambda r: r.median_us)
+    record = SimpleNamespace(template_dir=state.template_dir, results=tuple(results))
+    return SimpleNamespace(**{**vars(state), "history": (record,), "best": best, "budget": budget})
+
+
+KERNELS = {  # an online softmax (row-wise stages and FAST_MATH) on an H200's limits; silu_and_mul's OpenCL port
+    "softmax_online": (HERE / "data" / "naive" / "softmax_online", "cuda", H200, "llama-t2048", 32),
+    "silu_and_mul": (None, "opencl", CPU, None, 12),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_the_first_round_holds_a_switch_at_its_default_and_gives_the_budget_to_the_kernels_shape(kernel, tmp_path):
+    spec, backend, limits, problem, budget = KERNELS[kernel]
+    spec = spec or original_spec(tmp_path)
+    rules, state = rules_state(tmp_path / "with", spec, backend, limits, problem, budget)
+    plain_rules, plain = rules_state(tmp_path / "without", spec, backend, limits, problem, budget, ("fast_math",))
+    assert "FAST_MATH" in [p.name for p in state.template.parameters]
+    assert "FAST_MATH" not in [p.name for p in plain.template.parameters]
+    plan, without = rules.tune(state), plain_rules.tune(plain)
+    # FAST_MATH at its default; every other list as if the template had no FAST_MATH at all
+    assert plan.values["FAST_MATH"] == (0,) and "FAST_MATH at its default, tried on the leaders next" in plan.reason
+    assert {k: v for k, v in plan.values.items() if k != "FAST_MATH"} == dict(without.values)
+    # the budget counts what the loop will measure: the feasible configurations, the defaults included
+    configs = searched(state, plan.values)
+    assert GridCount(state.template, state.problem, limits)(plan.values) == len(configs) <= budget
+    assert f": {len(configs)} configurations" in plan.reason
+    assert sum(len(v) > 1 for v in plan.values.values()) >= 2
+    if kernel == "softmax_online":  # a warp or a block a row, the row kept or not, in 16-byte packs or not
+        assert plan.values["KEEP"] == (0, 32) and plan.values["VEC"] == (1, 4) and 1024 in plan.values["LANES"]
+
+
+def test_the_refinement_tries_an_untried_switch_on_the_leader_then_the_neighbours_of_keep_and_vec(tmp_path):
+    spec, backend, limits, problem, _ = KERNELS["softmax_online"]
+    rules, state = rules_state(tmp_path, spec, backend, limits, problem, 32)
+    leader = {"BLOCK": 1024, "LANES": 1024, "KEEP": 32, "VEC": 4, "CHAINS": 1}
+
+    def time(c):  # made up: the further from the leader, the slower; fast math a little faster
+        return 100.0 + sum(10.0 + i for i, (k, v) in enumerate(leader.items()) if c[k] != v) - 5.0 * c["FAST_MATH"]
+
+    first = measured(searched(state, rules.tune(state).values), time)
+    assert {c.config["FAST_MATH"] for c in first} == {0} and {**leader, "FAST_MATH": 0} in [c.config for c in first]
+    # round 2: FAST_MATH on the leader first; then VEC, whose neighbours the budget still holds
+    two = after(state, first, 32)
+    plan = rules.tune(two)
+    configs = searched(two, plan.values, first)
+    assert 0 < len(configs) <= 32 and GridCount(state.template, state.problem, limits, first)(plan.values) == len(configs)
+    assert {**leader, "FAST_MATH": 1} in configs and {**leader, "VEC": 2, "FAST_MATH": 0} in configs
+    assert plan.reason.startswith("neighbours the best's values, switches not yet tried first, then the parameters "
+                                  "the kernel's cost (memory-bound) points to (KEEP, LANES, VEC)")
+    assert "FAST_MATH (not yet tried)" in plan.reason
+    # round 3, FAST_MATH known (on): the neighbours of KEEP on the leader
+    second = first + measured(configs, time)
+    plan = rules.tune(after(state, second, 32))
+    configs = searched(two, plan.values, second)
+    assert 0 < len(configs) <= 32 and plan.values["KEEP"] == (16, 32, 64)
+    assert {**leader, "KEEP": 16, "FAST_MATH": 1} in configs  # (64 floats a lane do not fit 1024 threads' registers)
+    # a budget that holds them all takes FAST_MATH, KEEP and VEC in one round
+    plan = rules.tune(after(state, first, 48))
+    configs = searched(two, plan.values, first)
+    assert len(configs) <= 48 and all(c in configs for c in (
+        {**leader, "FAST_MATH": 1}, {**leader, "VEC": 2, "FAST_MATH": 0}, {**leader, "KEEP": 16, "FAST_MATH": 1}))
 
 
 # lifting guided by the analysis ----------------------------------------------------------------

@@ -191,6 +191,10 @@ def test_the_loop_measures_each_configuration_of_a_template_once(tmp_path, origi
     grid2 = {config_key(dict(zip(planned[1].values, c))) for c in itertools.product(*planned[1].values.values())}
     assert len(planned) == 2 and round1 & grid2  # the best, at least
     assert not round1 & {config_key(r.config) for r in out.rounds[1].results}
+    # FAST_MATH is held at its default in round 1 and tried on round 1's best in round 2
+    leader = dict(out.rounds[0].best.config)
+    assert planned[0].values["FAST_MATH"] == [0] and planned[1].values["FAST_MATH"] == [0, 1]
+    assert {**leader, "FAST_MATH": 1} in [dict(r.config) for r in out.rounds[1].results]
     default = config_key(out.template.default_config())
     assert default in measured  # the default, measured in round 1, is round 2's baseline too
     assert [e.rounds for e in events if isinstance(e, LoopFinished)] == [2]

@@ -5,7 +5,6 @@ sub-warp, warp and multi-warp groups; kernels that are not row-wise refused with
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 from dataclasses import replace
@@ -18,7 +17,7 @@ from rewrite_support import preprocessed
 from kerntune.agents.lift import lift_template
 from kerntune.agents.rewrite_rowwise import NotRowwise, analyse, rewrite_rowwise
 from kerntune.agents.rewrites import REWRITES, apply_rewrites, compose
-from kerntune.agents.rules import RulesProvider, analysis_line
+from kerntune.agents.rules import GridCount, RulesProvider, analysis_line
 from kerntune.engine.backends import cuda_toolchain as cuda
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.evaluate import Evaluator, TimingPolicy
@@ -208,8 +207,7 @@ def test_the_rules_first_grid_offers_keeping_the_row_to_a_memory_bound_kernel_on
         spec = d / "kernel.toml"
         spec.write_text(spec.read_text().replace('flops = "4 * N * C"', f'flops = "{flops}"'))
         t = load_template(d)
-    rules = RulesProvider()
-    rules.dropped.add("fast_math")  # the row-wise stages alone: FAST_MATH would halve what the budget holds of them
+    rules = RulesProvider()  # FAST_MATH, a switch, is held at its default: the row-wise stages take the budget
     state = SimpleNamespace(original=t, backend="cuda", limits=H200, problem=t.problem("llama-t2048"), history=(),
                             best=None, budget=32, template_dir=tmp_path / "tpl", say=lambda *a: None)
     proposal = rules.generate(state, None)
@@ -218,7 +216,7 @@ def test_the_rules_first_grid_offers_keeping_the_row_to_a_memory_bound_kernel_on
     values = plan.values
     assert ("memory-bound" in analysis_line(state)) == offered
     assert ("the values the rewrites name first" in plan.reason) == offered
-    assert math.prod(len(v) for v in values.values()) <= 32
+    assert GridCount(state.template, state.problem, H200)(values) <= 32 and values["FAST_MATH"] == (0,)
     if offered:  # a warp or a block a row, the row kept or not, in 16-byte packs or not
         assert values["KEEP"] == (0, 32) and values["VEC"] == (1, 4) and values["LANES"] == (1, 32, 1024)
 
