@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kerntune.engine.events import ConfigEvaluated, Event
+from kerntune.engine.events import ConfigEvaluated, Event, RunStarted
 from kerntune.engine.template import load_template
 from kerntune import templates
 from kerntune.engine.tune import TuneOptions, TuneRun
@@ -49,9 +49,13 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
     marks: list[float] = []
     t0 = time.perf_counter()
 
+    started: list[float] = []
+
     def sink(ev: Event) -> None:
         if isinstance(ev, ConfigEvaluated) and not ev.replaces:
             marks.append(time.perf_counter() - t0)
+        elif isinstance(ev, RunStarted) and not started:
+            started.append(time.perf_counter() - t0)
 
     with tempfile.TemporaryDirectory(prefix="phases-") as tmp:
         if not args.plain:
@@ -82,6 +86,8 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
         out[phase] = sum(v[3] for (f, _, n), v in stats.items() if n == name and f.endswith(suffix))
     for phase, (suffix, name) in WORKER_PHASES:
         out[phase] = sum(v[3] for st in worker for (f, _, n), v in st.items() if n == name and f.endswith(suffix))
+    if started:
+        out["before the search starts (device, space, session)"] = started[0]
     if len(marks) >= 2:
         out["before the first result"] = marks[0]
         out["after the last result"] = wall - marks[-1]
