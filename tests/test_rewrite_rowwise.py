@@ -75,7 +75,9 @@ def test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_p
                    {"BLOCK": 1, "LANES": 1, "KEEP": 0, "VEC": 1, "CHAINS": 4}) if chains else ():  # a lone lane
         ok, _, message = ev.reproduces_original(config, (3, 4))
         assert ok, f"{config}: {message}"
-    grid = narrowed(template, {"BLOCK": (16,), "LANES": (16,), "KEEP": (0, 16), "VEC": (4,)})
+    # FAST_MATH is tuned in tests/test_rewrite_fastmath.py; chains, where made, tuned at 4
+    grid = narrowed(template, {"BLOCK": (16,), "LANES": (16,), "KEEP": (0, 16), "VEC": (4,), "FAST_MATH": (0,),
+                               **{c: (4,) for c in chains}})
     run = TuneRun(grid, TuneOptions(backend="opencl", problem="small", overrides=SMALL.get(name, {"N": 24, "C": 300}),
                                     seed=5, timing=FAST, strategy="grid", session_path=tmp_path / "tune.toml")).run()
     assert run.best is not None and run.winner_ok
