@@ -48,7 +48,7 @@ def without_key() -> dict:
 def test_rules_loop_templates_the_original_and_ends_with_a_verified_best_at_least_as_fast(tmp_path):
     spec = original_spec(tmp_path)
     session = tmp_path / "loop.toml"
-    r = kerntune("tune", str(spec), "--agent", "rules", "--rounds", "2", "--budget", "12",
+    r = kerntune("tune", str(spec), "--agent", "rules", "--rounds", "2", "--budget", "8",
                  "--session", str(session), *QUICK)
     assert r.returncode == 0, r.stderr
     assert "agent: rules" in r.stdout and "best:" in r.stdout and "x the original" in r.stdout

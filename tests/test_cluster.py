@@ -29,11 +29,11 @@ strategy = "random"
 
 [[kernel]]
 template = "vector_add"
-sizes = [{ n = 3000 }, { n = 5001 }, { n = 40000 }]
+sizes = [{ n = 3000 }, { n = 5001 }]
 
 [[kernel]]
 template = "silu_and_mul"
-sizes = [{ tokens = 2, d = 256 }, { tokens = 3, d = 128 }, { tokens = 1, d = 512 }]
+sizes = [{ tokens = 2, d = 256 }, { tokens = 3, d = 128 }]
 """
 
 
@@ -48,7 +48,7 @@ def cluster(opencl_backend):
         c.close()
 
 
-def test_a_campaign_over_two_templates_and_three_sizes_runs_on_the_cluster(tmp_path, cluster, capsys, monkeypatch):
+def test_a_campaign_over_two_templates_and_two_sizes_each_runs_on_the_cluster(tmp_path, cluster, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     path = tmp_path / "spread.toml"
     path.write_text(CAMPAIGN)
@@ -57,7 +57,7 @@ def test_a_campaign_over_two_templates_and_three_sizes_runs_on_the_cluster(tmp_p
                  "--backend", "opencl", "--no-probe", "--repeats", "3", "--seed", "5", "--budget", "2", "--top", "1"]) == 0, \
         capsys.readouterr().out
     summary = load_summary(out)
-    assert [p["status"] for p in summary["pair"]] == ["tuned"] * 6
+    assert [p["status"] for p in summary["pair"]] == ["tuned"] * 4
     workers = {a.split("://")[-1] for a in cluster.scheduler_info["workers"]}
     devices = set()
     for p in summary["pair"]:
