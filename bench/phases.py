@@ -8,7 +8,8 @@ compile cache unless --warm, and prints a table of the median seconds of each ph
 the search from the first submission to the last result, the final checks (new inputs and
 compute-sanitizer, side by side) (and inside the
 evaluation worker, from its own profile: opening the backend, drawing inputs and references,
-calibration, evaluations, the final check); then the
+calibration, evaluations, the final check; and the steps of the worker's start as it reports
+them: its process and modules, the device, inputs and references, calibration); then the
 configurations per second end to end and from the first result to the last.
 """
 
@@ -18,13 +19,14 @@ import argparse
 import cProfile
 import os
 import pstats
+import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from kerntune.engine.events import ConfigEvaluated, Event, RunStarted
+from kerntune.engine.events import ConfigEvaluated, Event, Note, RunStarted
 from kerntune.engine.template import load_template
 from kerntune import templates
 from kerntune.engine.tune import TuneOptions, TuneRun
@@ -50,10 +52,15 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
     t0 = time.perf_counter()
 
     started: list[float] = []
+    worker_start: dict[str, float] = {}
 
     def sink(ev: Event) -> None:
         if isinstance(ev, ConfigEvaluated) and not ev.replaces:
             marks.append(time.perf_counter() - t0)
+        elif isinstance(ev, Note) and ev.source == "worker" and ": " in ev.text:
+            # "the evaluation worker was ready in T s: STEP S s, STEP S s, ..."
+            for name, s in re.findall(r"([a-z][a-z ]*?) ([0-9.]+) s", ev.text.split(": ", 1)[1]):
+                worker_start[f"worker start: {name}"] = float(s)
         elif isinstance(ev, RunStarted) and not started:
             started.append(time.perf_counter() - t0)
 
@@ -82,10 +89,11 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
         pstats.Stats(prof).sort_stats(args.sort).print_stats(args.top)
     stats = {} if args.plain else pstats.Stats(prof).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
     out = {"whole run": wall}
-    for phase, (suffix, name) in PHASES:
+    for phase, (suffix, name) in PHASES if not args.plain else ():
         out[phase] = sum(v[3] for (f, _, n), v in stats.items() if n == name and f.endswith(suffix))
-    for phase, (suffix, name) in WORKER_PHASES:
+    for phase, (suffix, name) in WORKER_PHASES if not args.plain else ():
         out[phase] = sum(v[3] for st in worker for (f, _, n), v in st.items() if n == name and f.endswith(suffix))
+    out.update(worker_start)
     if started:
         out["before the search starts (device, space, session)"] = started[0]
     if len(marks) >= 2:

@@ -353,6 +353,11 @@ class TuneRun(Controlled):
         return Workers([replace(spec, device=d) for d in devices], pool, config_timeout=opts.config_timeout)
 
     def _worker_notes(self, info: Mapping[str, Any], limits: DeviceLimits) -> None:
+        steps = {k: v for k, v in info.get("startup", {}).items() if isinstance(v, (int, float))}
+        if steps:
+            each = ", ".join(f"{name} {s:.2f} s" for name, s in steps.items())
+            self.events.note(f"the evaluation worker was ready in {sum(steps.values()):.2f} s: {each}",
+                             source="worker")
         for name, err in sorted(info.get("calibration", {}).items()):
             scale = info.get("scale", {}).get(name)
             widened = (f"; its tolerance is widened {scale:.3g}x for every configuration" if scale

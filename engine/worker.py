@@ -54,30 +54,44 @@ class WorkerSpec:
 KEEP_KERNELS = 16
 
 
-def _child(conn: Any, spec: WorkerSpec, log_path: str) -> None:
+def _child(conn: Any, spec: WorkerSpec, log_path: str, spawned: float = 0.0) -> None:
+    # `spawned`: the parent's wall clock when it started this process; the time until here is the
+    # interpreter's start and the imports (the ready message reports it with the other steps).
+    entered = time.time()
+    startup = {"process and modules": max(0.0, entered - spawned)} if spawned else {}
     # KERNTUNE_PROFILE=DIR: the child's own cProfile statistics go to DIR/worker-PID.prof when it
     # ends (bench/throughput.py --profile reads them), to see where a configuration's time goes.
     where = os.environ.get("KERNTUNE_PROFILE")
     if not where:
-        return _serve(conn, spec, log_path)
+        return _serve(conn, spec, log_path, startup)
     import cProfile
 
     prof = cProfile.Profile()
     try:
-        prof.runcall(_serve, conn, spec, log_path)
+        prof.runcall(_serve, conn, spec, log_path, startup)
     finally:
         prof.dump_stats(os.path.join(where, f"worker-{os.getpid()}.prof"))
 
 
-def _serve(conn: Any, spec: WorkerSpec, log_path: str) -> None:
+def _serve(conn: Any, spec: WorkerSpec, log_path: str, startup: dict[str, float] | None = None) -> None:
     # Compilers and drivers write to fd 2; keep it off the user's terminal (and the dashboard).
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
     warnings.simplefilter("ignore")
+    startup = dict(startup or {})
+    mark = time.perf_counter()
+
+    def step(name: str) -> None:  # seconds of each step of the start, for the run's notes
+        nonlocal mark
+        now = time.perf_counter()
+        startup[name] = now - mark
+        mark = now
+
     try:
         from .backends import open_backend
 
         backend = open_backend(spec.backend, spec.device)
+        step("device")
         if spec.peaks is not None:
             backend.limits = backend.limits.with_peaks(*spec.peaks, spread=spec.peaks_spread)
         template = parse_template(spec.spec_text, Path(spec.spec_path), spec.sources)
@@ -88,13 +102,15 @@ def _serve(conn: Any, spec: WorkerSpec, log_path: str) -> None:
         calibration = {}
         if not spec.check_only:
             ev.prepare()
+            step("inputs and references")
             calibration = ev.calibrate()
+            step("calibration")
     except Exception as e:  # reported to the parent as one line; the run cannot go on without it
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
     conn.send(("ready", {"limits": backend.limits.to_dict(), "cold_cache": ev.cold_cache,
                          "flush_bytes": backend.flush_bytes(), "calibration": calibration,
-                         "scale": dict(ev.scale)}))
+                         "scale": dict(ev.scale), "startup": startup}))
     kept: dict[str, tuple[float, Any]] = {}  # config key -> (median, loaded kernel)
     while True:
         try:
@@ -173,7 +189,8 @@ class Worker:
         WorkerError when it could not start."""
         self._starts += 1
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_child, args=(child, self.spec, self.log_path), daemon=True)
+        self._proc = self._ctx.Process(target=_child, args=(child, self.spec, self.log_path, time.time()),
+                                       daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent
