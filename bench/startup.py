@@ -6,7 +6,8 @@ Each step runs in a new Python process (as kerntune's evaluation worker and comp
 started) and is timed from outside, median of the repeats: the interpreter alone, numpy, the
 modules the evaluation worker imports, those and the device opened by kerntune's backend, and
 (CUDA) the driver's own start and a first NVRTC compile. The differences between rows are what
-each step adds.
+each step adds. The last row starts --together processes importing the worker's modules at once,
+as a run starts its compile processes and its worker.
 """
 
 from __future__ import annotations
@@ -54,10 +55,24 @@ def seconds(code: str, repeats: int) -> list[float]:
     return out
 
 
+def at_once(code: str, n: int) -> list[float]:
+    """n processes started together, each timed from its start to its end (the compile processes
+    and the evaluation worker start so, competing for the cores)."""
+    t = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(n)]
+    ends = []
+    for p in procs:
+        p.wait()
+        ends.append(time.perf_counter() - t)
+    return ends
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("cuda", "opencl"), default="cuda")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--together", type=int, default=15, help="processes started at once in the last row")
     args = p.parse_args(argv)
     steps = {k: v.format(backend=args.backend) for k, v in STEPS.items()}
     if args.backend == "cuda":
@@ -71,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} | - | failed: {e} |")
             continue
         print(f"| {name} | {statistics.median(runs):.3f} | {' '.join(f'{s:.3f}' for s in runs)} |", flush=True)
+    n = args.together
+    ends = at_once(STEPS["the worker's modules"], n)
+    print(f"| the worker's modules, {n} processes started together | {statistics.median(ends):.3f} | "
+          f"first {min(ends):.3f}, last {max(ends):.3f} |")
     return 0
 
 

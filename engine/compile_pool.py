@@ -12,25 +12,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import threading
-import time
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from typing import Mapping
 
 from .backends import CompileError
+from .compile_child import Compiled, build, warm
 from .space import compiler_defines
 from .template import ParamValue, Template
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """A binary built ahead, with what the compiler reported."""
-
-    binary: bytes
-    info: Mapping[str, int]
-    cached: bool
-    seconds: float
 
 
 def default_jobs() -> int:
@@ -38,22 +27,6 @@ def default_jobs() -> int:
     driver need (on the H200's 16 cores, 13 build 1.5x more configurations per second than 16)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores - 3 if cores >= 8 else cores - 1 if cores >= 4 else cores)
-
-
-def _build(source: str, entry: str, defines: Mapping[str, str], options: tuple, arch: str) -> Compiled:
-    """One configuration, in a pool process."""
-    from .backends.cuda_toolchain import compile_cubin  # only the CUDA path builds ahead
-
-    t0 = time.perf_counter()
-    cubin, info, cached = compile_cubin(source, entry, defines, options, arch)
-    return Compiled(cubin, info, cached, time.perf_counter() - t0)
-
-
-def _warm() -> str:
-    """Load the compiler in a pool process (its first configuration then compiles at once)."""
-    from .backends.cuda_toolchain import nvrtc_version
-
-    return nvrtc_version()
 
 
 class CompilePool:
@@ -77,7 +50,7 @@ class CompilePool:
     def warm(self) -> None:
         """Start every process now, each loading the compiler, while the run starts the rest."""
         for _ in range(self.jobs):
-            self._procs.submit(_warm)
+            self._procs.submit(warm)
 
     def submit(self, config: Mapping[str, ParamValue]) -> "Future[Compiled]":
         return self._threads.submit(self._build, compiler_defines(config))
@@ -86,7 +59,7 @@ class CompilePool:
         for attempt in range(2):
             procs = self._procs
             try:
-                return procs.submit(_build, self.source, self.template.entry, defines, self.options,
+                return procs.submit(build, self.source, self.template.entry, defines, self.options,
                                     self.arch).result()
             except BrokenProcessPool:
                 with self._lock:

@@ -1,27 +1,35 @@
-"""Input sets and their reference outputs, kept for the length of a run that starts many workers.
+"""Input sets and their reference outputs, kept on disk between workers and between runs.
 
-Every round of the agent loop starts new evaluation workers (each round's template is another
-kernel), and each worker draws its input sets from the run's seed and asks the numpy reference
-for their outputs: the same inputs every round, and so the same outputs. Within `inputs_cache()`
-(the loop holds it for its whole run) both are stored on disk:
+Every evaluation worker draws its input sets from the run's seed (several per verification size)
+and asks the numpy reference for their outputs: seconds of host work on large problems, on the
+critical path of a run's start, and the same work again in every round of the agent loop and in
+every run with the same seed. Both are stored, by default under the compile cache's root
+(`$KERNTUNE_CACHE_DIR/inputs`, ~/.cache/kerntune/inputs):
 
 - an input set under a key made of the arguments it is drawn for (dtype, role, shape, init,
-  range), the problem's sizes and the seed (`cached_inputs`);
-- a reference's outputs under a key made of the reference's own file, the problem's sizes and the
-  bytes of every input (`cached_reference`), so a cached output is only ever used for the very
-  inputs it was computed from.
+  range), the problem's sizes, the seed and the code that draws it (`cached_inputs`);
+- a reference's outputs under a key made of the reference's own file and every Python file
+  beside it, numpy's version, the problem's sizes and the bytes of every input
+  (`cached_reference`), so a cached output is only ever used for the very inputs it was computed
+  from, by the same reference.
 
-The folder is handed to the workers (separate processes) through the environment, and removed
-when the run ends. Outside such a run nothing is cached.
+What the cache holds is at most LIMIT_BYTES; past that the files used longest ago make room. A
+file that cannot be read is drawn or computed again. `KERNTUNE_INPUTS_CACHE=DIR` keeps the cache
+in DIR; `KERNTUNE_INPUTS_CACHE=off` keeps nothing between runs (the agent loop then keeps a folder
+for its own run, removed when it ends: `inputs_cache()`). The folder's name is handed to the
+workers (separate processes) through the environment.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -30,40 +38,79 @@ import numpy as np
 from .inputs import Inputs
 
 ENV = "KERNTUNE_INPUTS_CACHE"
-# The most a run's cache holds: input sets drawn once for a check on new inputs (the gate's, a
-# winner's re-check) are stored too, and never read again.
+OFF = ("off", "0", "no", "false", "none")
+# The most the cache holds: input sets drawn once for a check on new inputs (the gate's, a winner's
+# re-check) are stored too, and the ones used longest ago make room for new ones.
 LIMIT_BYTES = 4 << 30
+
+
+def cache_folder() -> Path | None:
+    """Where input sets and outputs are kept now; None when the cache is off (or cannot be made)."""
+    value = os.environ.get(ENV, "").strip()
+    if value.lower() in OFF:
+        return None
+    if value:
+        folder = Path(value)
+    else:
+        root = os.environ.get("KERNTUNE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "kerntune")
+        folder = Path(root) / "inputs"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: nothing is cached, nothing fails
+        return None
+    return folder
 
 
 @contextlib.contextmanager
 def inputs_cache() -> Iterator[Path]:
-    """A cache folder for every worker started inside the block (an enclosing block's folder when
-    there is one); removed at the end."""
-    outer = os.environ.get(ENV)
-    if outer:
-        yield Path(outer)
+    """The cache folder for every worker started inside the block: the lasting one, or with the
+    cache off, a folder for this block only, removed at its end."""
+    folder = cache_folder()
+    if folder is not None:
+        yield folder
         return
+    outer = os.environ.get(ENV)
     folder = Path(tempfile.mkdtemp(prefix="kerntune-inputs-"))
     os.environ[ENV] = str(folder)
     try:
         yield folder
     finally:
-        os.environ.pop(ENV, None)
+        if outer is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = outer
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _folder() -> Path | None:
-    folder = os.environ.get(ENV)
-    return Path(folder) if folder and Path(folder).is_dir() else None
+_folder = cache_folder
+
+
+@functools.lru_cache(maxsize=None)
+def _code_digest(path: str) -> bytes:
+    """The bytes of one source file, hashed (the code that draws or computes what is cached)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).digest()
+    except OSError:
+        return b""
+
+
+def _reference_digest(path: Path, name: str) -> bytes:
+    """The reference's own file, every Python file beside it (helpers it may import), its
+    function's name and numpy's version: any change to them is another key."""
+    h = hashlib.sha256(Path(path).read_bytes() + b"\0" + name.encode() + b"\0" + np.__version__.encode())
+    for f in sorted(Path(path).parent.glob("*.py")):
+        if f.name != Path(path).name:
+            h.update(f.name.encode() + b"\0" + _code_digest(str(f)))
+    return h.digest()
 
 
 def cached_reference(fn: Callable[..., Mapping[str, Any]], path: Path, name: str) -> Callable[..., Mapping[str, Any]]:
-    """`fn` itself outside `inputs_cache()`; inside, a function that computes each input set's
-    outputs once for the whole run."""
+    """`fn` itself with the cache off; otherwise a function that computes each input set's outputs
+    once and reads them back after."""
     folder = _folder()
     if folder is None:
         return fn
-    digest = hashlib.sha256(Path(path).read_bytes() + b"\0" + name.encode()).digest()
+    digest = _reference_digest(path, name)
 
     def reference(inputs: Mapping[str, Any], sizes: Mapping[str, int]) -> Mapping[str, Any]:
         file = folder / f"ref-{_content_key(digest, inputs, sizes)}.npz"
@@ -78,12 +125,15 @@ def cached_reference(fn: Callable[..., Mapping[str, Any]], path: Path, name: str
 
 
 def cached_inputs(make: Callable[[Any, Any, int], Any], template: Any, problem: Any, seed: int) -> Any:
-    """`make(template, problem, seed)` (inputs.make_inputs), drawn once per run: a later call for
-    the same arguments, sizes and seed reads the arrays back. Outside `inputs_cache()`, `make`."""
+    """`make(template, problem, seed)` (inputs.make_inputs), drawn once: a later call for the same
+    arguments, sizes and seed, with the same drawing code, reads the arrays back. With the cache
+    off, `make`."""
     folder = _folder()
     if folder is None:
         return make(template, problem, seed)
-    h = hashlib.sha256(repr(sorted(problem.values.items())).encode() + f"|{seed}|".encode())
+    module = sys.modules.get(getattr(make, "__module__", ""), None)
+    h = hashlib.sha256(repr(sorted(problem.values.items())).encode() + f"|{seed}|".encode()
+                       + _code_digest(str(getattr(module, "__file__", "") or "")))
     for a in template.arguments:
         if a.role in ("input", "inout", "scalar"):
             h.update(repr((a.name, a.dtype, a.role, [e.source for e in a.shape], a.value and a.value.source,
@@ -126,7 +176,7 @@ def _write(file: Path, arrays_by_name: Mapping[str, Any]) -> None:
     except (TypeError, ValueError):  # something numpy cannot lay out as bytes__ not cached
         return
     size = sum(a.nbytes for a in arrays.values())
-    if _held(file.parent) + size > LIMIT_BYTES:  # a full cache stores nothing more; what it holds still serves
+    if size > LIMIT_BYTES or not _make_room(file.parent, size):
         return
     tmp = file.with_name(f"{file.stem}.{os.getpid()}.tmp.npz")
     try:
@@ -136,14 +186,26 @@ def _write(file: Path, arrays_by_name: Mapping[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _held(folder: Path) -> int:
-    total = 0
+def _make_room(folder: Path, size: int) -> bool:
+    """Room for `size` more bytes: the files used longest ago removed until it fits (another
+    worker may be doing the same; a file gone meanwhile is simply gone)."""
+    held = []
+    now = time.time()
     for f in folder.glob("*.npz"):
         try:
-            total += f.stat().st_size
-        except OSError:  # another worker's file, renamed or removed meanwhile
-            pass
-    return total
+            st = f.stat()
+        except OSError:
+            continue
+        if ".tmp." in f.name and now - st.st_mtime < 600:
+            continue  # being written now (one a crashed worker left behind goes in time)
+        held.append((st.st_mtime, st.st_size, f))
+    total = sum(n for _, n, _ in held)
+    for _, n, f in sorted(held, key=lambda x: x[0]):
+        if total + size <= LIMIT_BYTES:
+            break
+        f.unlink(missing_ok=True)
+        total -= n
+    return total + size <= LIMIT_BYTES
 
 
 def _read(file: Path) -> dict[str, np.ndarray] | None:
@@ -151,6 +213,7 @@ def _read(file: Path) -> dict[str, np.ndarray] | None:
 
     try:
         with np.load(file, allow_pickle=False) as data:
+            os.utime(file)  # used now: the last to make room
             names = [k[len("bytes__"):] for k in data.files if k.startswith("bytes__")]
             return {n: data[f"bytes__{n}"].view(np_dtype(str(data[f"dtype__{n}"]))).reshape(tuple(data[f"shape__{n}"]))
                     for n in names}

@@ -282,6 +282,10 @@ class TuneRun(Controlled):
             if not noted and evaluations.info:
                 noted = True
                 self._worker_notes(evaluations.info, limits)
+                # memcheck's child for the winner's check, started once the worker is ready: the
+                # start (worker, compile processes) is the run's critical path, and memcheck has
+                # the whole search to get ready
+                self._ahead = self._memcheck_ahead(backend, template, problem)
 
         def on_result(config: Config, result: Result, improved: bool) -> None:
             nonlocal baseline
@@ -304,7 +308,6 @@ class TuneRun(Controlled):
         try:
             try:
                 evaluations.start()
-                self._ahead = self._memcheck_ahead(backend, template, problem)
                 reason = search(strategy, evaluations, rules, progress, on_result,
                                 clock=lambda: time.monotonic() - started, interrupted=interrupted)
             except WorkerError as e:

@@ -10,13 +10,16 @@ import math
 import multiprocessing as mp
 import os
 from collections import deque
+import pickle
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import worker_boot
 from .evaluate import Evaluator, TimingPolicy, VerifyPolicy
 from .result import Result, config_key
 from .template import Problem, parse_template
@@ -54,11 +57,16 @@ class WorkerSpec:
 KEEP_KERNELS = 16
 
 
-def _child(conn: Any, spec: WorkerSpec, log_path: str, spawned: float = 0.0) -> None:
-    # `spawned`: the parent's wall clock when it started this process; the time until here is the
-    # interpreter's start and the imports (the ready message reports it with the other steps).
-    entered = time.time()
-    startup = {"process and modules": max(0.0, entered - spawned)} if spawned else {}
+def _child(conn: Any, spec: WorkerSpec, log_path: str, spawned: float = 0.0, entered: float = 0.0,
+           opening: threading.Thread | None = None) -> None:
+    # `spawned`: the parent's wall clock when it started this process, `entered`: when the child's
+    # entry point (worker_boot.main) began, `opening`: the thread starting the device meanwhile.
+    # The ready message reports each step of the start.
+    now = time.time()
+    startup = {"process": max(0.0, entered - spawned), "modules": max(0.0, now - entered)} if spawned else {}
+    if opening is not None:
+        opening.join()
+        startup["device start, beside the modules"] = max(0.0, time.time() - now)
     # KERNTUNE_PROFILE=DIR: the child's own cProfile statistics go to DIR/worker-PID.prof when it
     # ends (bench/throughput.py --profile reads them), to see where a configuration's time goes.
     where = os.environ.get("KERNTUNE_PROFILE")
@@ -189,8 +197,9 @@ class Worker:
         WorkerError when it could not start."""
         self._starts += 1
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_child, args=(child, self.spec, self.log_path, time.time()),
-                                       daemon=True)
+        # The entry point is a light module: it starts the device before the worker's imports.
+        args = (child, self.spec.backend, self.spec.device, pickle.dumps(self.spec), self.log_path, time.time())
+        self._proc = self._ctx.Process(target=worker_boot.main, args=args, daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent

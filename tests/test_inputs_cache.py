@@ -1,5 +1,5 @@
-"""The agent loop's rounds do not draw the same inputs nor compute the same reference outputs
-again: within a run, each is made once and read back by every later worker."""
+"""Input sets and reference outputs are made once and read back: by every later worker of a run
+(the agent loop's rounds), and by later runs, unless the cache is off."""
 
 from __future__ import annotations
 
@@ -43,36 +43,56 @@ def calls(d: Path) -> list[str]:
     return f.read_text().split() if f.exists() else []
 
 
-def test_within_a_run_a_reference_runs_once_per_input_set(counted):
+def test_a_reference_runs_once_per_input_set_and_size_across_runs(counted, monkeypatch, tmp_path):
     rng = np.random.default_rng(1)
     inputs = {"a": rng.standard_normal(100, dtype=np.float32), "b": rng.standard_normal(100, dtype=np.float32), "n": 100}
+    monkeypatch.setenv(ENV, "off")
     t = load_template(counted)
     assert t.load_reference()(dict(inputs), {"n": 100})["c"].dtype == np.float32
-    assert len(calls(counted)) == 1  # outside a run: no cache
+    t.load_reference()(dict(inputs), {"n": 100})
+    assert len(calls(counted)) == 2  # the cache off: computed every time
+    monkeypatch.setenv(ENV, str(tmp_path / "lasting"))
+    first = load_template(counted).load_reference()(dict(inputs), {"n": 100})
+    again = load_template(counted).load_reference()(dict(inputs), {"n": 100})  # another worker, or run
+    assert len(calls(counted)) == 3 and np.array_equal(first["c"], again["c"])
+    other = dict(inputs, a=inputs["a"] + 1)
+    load_template(counted).load_reference()(other, {"n": 100})
+    load_template(counted).load_reference()(dict(inputs), {"n": 99})  # another size is another key
+    assert len(calls(counted)) == 5
+    # the reference's helpers beside it are part of the key: changed, the outputs are computed again
+    (counted / "helpers.py").write_text("SCALE = 2\n")
+    load_template(counted).load_reference()(dict(inputs), {"n": 100})
+    assert len(calls(counted)) == 6
+
+
+def test_with_the_cache_off_the_loop_keeps_a_folder_for_its_own_run(monkeypatch):
+    monkeypatch.setenv(ENV, "off")
     with inputs_cache() as folder:
-        first = load_template(counted).load_reference()(dict(inputs), {"n": 100})
-        again = load_template(counted).load_reference()(dict(inputs), {"n": 100})  # another worker's load
-        assert len(calls(counted)) == 2 and np.array_equal(first["c"], again["c"])
-        other = dict(inputs, a=inputs["a"] + 1)
-        load_template(counted).load_reference()(other, {"n": 100})
-        load_template(counted).load_reference()(dict(inputs), {"n": 99})  # another size is another key
-        assert len(calls(counted)) == 4
-    assert ENV not in os.environ and not folder.exists()
+        assert os.environ[ENV] == str(folder) and folder.is_dir()
+    assert os.environ[ENV] == "off" and not folder.exists()
+    monkeypatch.delenv(ENV)
+    with inputs_cache() as folder:  # by default the lasting folder, beside the compile cache's
+        assert folder == Path(os.environ["KERNTUNE_CACHE_DIR"]) / "inputs"
+    assert folder.is_dir()
 
 
-def test_a_full_cache_stores_nothing_more_and_still_answers(counted, monkeypatch):
+def test_a_full_cache_makes_room_by_dropping_what_was_used_longest_ago(counted, monkeypatch, tmp_path):
     from kerntune.engine import inputs_cache as module
 
+    monkeypatch.setenv(ENV, str(tmp_path / "c"))
     x = {"a": np.ones(64, np.float32), "b": np.ones(64, np.float32), "n": 64}
-    with inputs_cache() as folder:
-        ref = load_template(counted).load_reference()
-        ref(dict(x), {"n": 64})
-        monkeypatch.setattr(module, "LIMIT_BYTES", sum(f.stat().st_size for f in folder.iterdir()))
-        y = dict(x, a=np.full(64, 2, np.float32))
-        assert ref(y, {"n": 64})["c"][0] == 3 and ref(y, {"n": 64})["c"][0] == 3
-        assert len(list(folder.iterdir())) == 1 and len(calls(counted)) == 3  # y: computed each time
-        ref(dict(x), {"n": 64})
-        assert len(calls(counted)) == 3  # x: still read back
+    ref = load_template(counted).load_reference()
+    ref(dict(x), {"n": 64})
+    folder = tmp_path / "c"
+    monkeypatch.setattr(module, "LIMIT_BYTES", sum(f.stat().st_size for f in folder.iterdir()) + 100)
+    y = dict(x, a=np.full(64, 2, np.float32))
+    assert ref(y, {"n": 64})["c"][0] == 3 and ref(y, {"n": 64})["c"][0] == 3
+    assert len(list(folder.iterdir())) == 1 and len(calls(counted)) == 2  # y replaced x, and is read back
+    ref(dict(x), {"n": 64})
+    assert len(calls(counted)) == 3  # x: computed again
+    monkeypatch.setattr(module, "LIMIT_BYTES", 10)  # larger than the whole cache: computed, not stored
+    assert ref(dict(x, a=np.full(64, 5, np.float32)), {"n": 64})["c"][0] == 6
+    assert len(list(folder.iterdir())) == 1
 
 
 def test_cached_outputs_keep_their_dtype_bfloat16_included(counted, tmp_path):
@@ -91,7 +111,7 @@ def test_cached_outputs_keep_their_dtype_bfloat16_included(counted, tmp_path):
     assert np.array_equal(a["y"].astype(np.float32), b["y"].astype(np.float32)) and float(b["s"]) == 3.5
 
 
-def test_within_a_run_an_input_set_is_drawn_once_per_arguments_sizes_and_seed(counted):
+def test_an_input_set_is_drawn_once_per_arguments_sizes_and_seed(counted, monkeypatch):
     from kerntune.engine.inputs import make_inputs
 
     drawn = []
@@ -102,16 +122,16 @@ def test_within_a_run_an_input_set_is_drawn_once_per_arguments_sizes_and_seed(co
 
     t = load_template(counted)
     small = t.problem(None, {"n": 1000})
-    with inputs_cache():
-        first = cached_inputs(make, t, small, 7)
-        again = cached_inputs(make, load_template(counted), small, 7)  # another worker, the same run
-        assert drawn == [7]
-        assert set(again.host) == {"a", "b"} and all(np.array_equal(first.host[k], again.host[k]) for k in first.host)
-        assert again.scalars["n"] == 1000 and again.scalars["n"].dtype == np.int32
-        cached_inputs(make, t, small, 8)
-        cached_inputs(make, t, t.problem(None, {"n": 999}), 7)
-        assert drawn == [7, 8, 7]
-    cached_inputs(make, t, small, 7)  # outside a run: drawn every time
+    first = cached_inputs(make, t, small, 7)
+    again = cached_inputs(make, load_template(counted), small, 7)  # another worker, or another run
+    assert drawn == [7]
+    assert set(again.host) == {"a", "b"} and all(np.array_equal(first.host[k], again.host[k]) for k in first.host)
+    assert again.scalars["n"] == 1000 and again.scalars["n"].dtype == np.int32
+    cached_inputs(make, t, small, 8)
+    cached_inputs(make, t, t.problem(None, {"n": 999}), 7)
+    assert drawn == [7, 8, 7]
+    monkeypatch.setenv(ENV, "off")
+    cached_inputs(make, t, small, 7)  # the cache off: drawn every time
     assert drawn == [7, 8, 7, 7]
 
 

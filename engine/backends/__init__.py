@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # names for the annotations only: a compile process imports this package, and
+    # needs neither numpy nor the engine's modules (their imports are most of its start)
+    import numpy as np
 
-from ..device import DeviceLimits
-from ..result import Resources
-from ..space import Geometry
+    from ..device import DeviceLimits
+    from ..result import Resources
+    from ..space import Geometry
 
 BACKEND_NAMES = ("cuda", "opencl")
 
