@@ -1,10 +1,11 @@
 """Where one tuning run's wall time goes, phase by phase: start-up, the search, the final checks.
 
     python bench/phases.py [--template fused_add_rmsnorm] [--problem llama7b-t2048] [--backend cuda]
-                           [--strategy grid] [--budget 0] [--runs 3] [--warm]
+                           [--strategy grid] [--budget 0] [--runs 3] [--warm] [--inputs warm|cold]
 
 Runs `kerntune tune` in this process (as bench/peer.py does) under cProfile, each run from an empty
-compile cache unless --warm, and prints a table of the median seconds of each phase: the whole run,
+compile cache unless --warm, its input sets and references drawn before (by an untimed run) unless
+--inputs cold, and prints a table of the median seconds of each phase: the whole run,
 the search from the first submission to the last result, the final checks (new inputs and
 compute-sanitizer, side by side) (and inside the
 evaluation worker, from its own profile: opening the backend, drawing inputs and references,
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 from kerntune.engine.events import ConfigEvaluated, Event, Note, RunStarted
+from kerntune.engine.inputs_cache import ENV as INPUTS_ENV
 from kerntune.engine.template import load_template
 from kerntune import templates
 from kerntune.engine.tune import TuneOptions, TuneRun
@@ -117,12 +119,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=0, help="also print the worker's N costliest functions (last run)")
     p.add_argument("--sort", default="cumulative", help="the order of --top: cumulative or tottime")
     p.add_argument("--plain", action="store_true", help="no profiler (its overhead): whole-run figures only")
+    p.add_argument("--inputs", choices=("warm", "cold"), default="warm",
+                   help="input sets and references already drawn by an earlier run (warm), or drawn by each run")
     args = p.parse_args(argv)
     spec = templates.path(args.template) if not args.template.endswith(".toml") else Path(args.template)
-    runs = [one_run(spec, args, seed) for seed in range(1, args.runs + 1)]
+    with tempfile.TemporaryDirectory(prefix="phases-inputs-") as inputs:
+        # cold: every run draws its input sets and computes their references; warm: they were
+        # drawn before, as by an earlier run with the same seed (an untimed run of one configuration)
+        os.environ[INPUTS_ENV] = "off" if args.inputs == "cold" else inputs
+        if args.inputs == "warm":
+            for seed in range(1, args.runs + 1):
+                one_run(spec, argparse.Namespace(**{**vars(args), "budget": 1, "plain": True, "top": 0}), seed)
+        runs = [one_run(spec, args, seed) for seed in range(1, args.runs + 1)]
+        os.environ.pop(INPUTS_ENV, None)
     keys = list(dict.fromkeys(k for r in runs for k in r))
     print(f"{args.template} {args.problem or '(first problem)'} {args.backend} {args.strategy}, "
-          f"{args.runs} runs, {'warm' if args.warm else 'empty'} compile cache")
+          f"{args.runs} runs, {'warm' if args.warm else 'empty'} compile cache, {args.inputs} inputs")
     print(f"{'phase':<46} {'median':>8}  runs")
     for k in keys:
         vals = [r[k] for r in runs if k in r]

@@ -36,6 +36,7 @@ CUDA_STEPS = {
         "_, ctx = d.cuDevicePrimaryCtxRetain(dev)\nd.cuCtxSetCurrent(ctx)"),
     "pycuda: init and primary context": (
         "import pycuda.driver as drv\ndrv.init()\nc = drv.Device(0).retain_primary_context()\nc.push()\nc.pop()"),
+    "NVRTC: load (its version)": "from cuda.bindings import nvrtc\nnvrtc.nvrtcVersion()",
     "NVRTC: load and one small compile": (
         "from cuda.bindings import nvrtc\n"
         f"_, p = nvrtc.nvrtcCreateProgram({CUDA_KERNEL!r}.encode(), b'k.cu', 0, [], [])\n"

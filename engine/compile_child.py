@@ -1,8 +1,10 @@
 """What a compile process runs: a light module, so that a new process imports only the compiler's
-own modules (not numpy, not the engine's) before its first configuration."""
+own modules (not numpy, not the engine's) before its first configuration. `serve` is the
+process's loop (engine/children.py starts it for engine/compile_pool.py)."""
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass
 from typing import Mapping
@@ -32,3 +34,25 @@ def warm() -> str:
     from .backends.cuda_toolchain import nvrtc_version
 
     return nvrtc_version()
+
+
+def serve() -> None:
+    """Requests from the pipe, one at a time: ("warm",) or ("build", source, entry, defines,
+    options, arch). Answers ("ok", value), ("compile_error", message) or ("error", message)."""
+    from .backends import CompileError
+    from .children import connect
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run stops its compile processes itself
+    conn = connect()
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply = ("ok", warm() if request[0] == "warm" else build(*request[1:]))
+        except CompileError as e:
+            reply = ("compile_error", str(e))
+        except Exception as e:  # the compiler's own failure: that configuration's compile error
+            reply = ("error", f"{type(e).__name__}: {e}")
+        conn.send(reply)

@@ -4,20 +4,21 @@ The compilers run in a pool of processes (NVRTC compiles in the calling process 
 while it does, nvcc in a subprocess of its own), so every core builds while the worker verifies
 and times one configuration at a time. Binaries come back as bytes and are loaded by the worker.
 A compiler that crashes its process costs that configuration a compile error, never the run: the
-pool starts new processes and goes on.
+pool starts a new process and goes on. The processes are new interpreters that import only the
+compiler's modules (engine/children.py, engine/compile_child.py).
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
+import queue
 import threading
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Mapping
 
+from . import children
 from .backends import CompileError
-from .compile_child import Compiled, build, warm
+from .compile_child import Compiled
 from .space import compiler_defines
 from .template import ParamValue, Template
 
@@ -27,6 +28,33 @@ def default_jobs() -> int:
     driver need (on the H200's 16 cores, 13 build 1.5x more configurations per second than 16)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores - 3 if cores >= 8 else cores - 1 if cores >= 4 else cores)
+
+
+class _Process:
+    """One compile process (engine/compile_child.py `serve`) and its pipe."""
+
+    def __init__(self) -> None:
+        self.popen, self.conn = children.start("kerntune.engine.compile_child", "serve")
+        self.warming = False  # a ("warm",) sent whose answer is still to be read
+
+    def call(self, request: tuple) -> tuple[str, Any]:
+        """The process's answer; EOFError or OSError when it died."""
+        if self.warming:
+            self.warming = False
+            self.conn.recv()
+        self.conn.send(request)
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        """End the process (from any thread: one waiting for its answer then reads the end)."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait()
+
+    def close(self) -> None:
+        """Stop it and close the pipe: only by the thread that holds it, or for an idle one."""
+        self.stop()
+        self.conn.close()
 
 
 class CompilePool:
@@ -39,38 +67,91 @@ class CompilePool:
         self.options = tuple(template.compile_options.get("cuda", ()))
         self.jobs = jobs
         self._lock = threading.Lock()
-        self._procs = self._new_processes()
+        self._idle: queue.SimpleQueue[_Process | None] = queue.SimpleQueue()
+        self._started: list[_Process] = []
+        self._closed = False
         # Threads hand work to the processes and wait for it, so a crashed process is seen (and
-        # its configuration retried once) behind the Future the caller holds.
+        # its configuration retried once, in a new process) behind the Future the caller holds.
         self._threads = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kerntune-compile")
 
-    def _new_processes(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
+    def _new(self) -> _Process:
+        try:
+            p = _Process()
+        except OSError as e:
+            raise CompileError(f"cannot start a compile process: {e}") from None
+        self._started.append(p)
+        return p
 
     def warm(self) -> None:
         """Start every process now, each loading the compiler, while the run starts the rest."""
-        for _ in range(self.jobs):
-            self._procs.submit(warm)
+        with self._lock:
+            while len(self._started) < self.jobs and not self._closed:
+                p = self._new()
+                try:
+                    p.conn.send(("warm",))
+                    p.warming = True
+                except OSError:
+                    pass  # found when it is used
+                self._idle.put(p)
+
+    def _take(self) -> _Process:
+        with self._lock:
+            if self._closed:
+                raise CompileError("the run has ended")
+            try:
+                p = self._idle.get_nowait()
+            except queue.Empty:
+                p = self._new() if len(self._started) < self.jobs else None
+        if p is None:
+            p = self._idle.get()
+        if p is None:  # close() wakes the threads waiting for a process so
+            raise CompileError("the run has ended")
+        return p
 
     def submit(self, config: Mapping[str, ParamValue]) -> "Future[Compiled]":
         return self._threads.submit(self._build, compiler_defines(config))
 
     def _build(self, defines: Mapping[str, str]) -> Compiled:
+        request = ("build", self.source, self.template.entry, dict(defines), self.options, self.arch)
         for attempt in range(2):
-            procs = self._procs
+            p = self._take()
             try:
-                return procs.submit(build, self.source, self.template.entry, defines, self.options,
-                                    self.arch).result()
-            except BrokenProcessPool:
+                kind, value = p.call(request)
+            except (EOFError, OSError):  # the compiler took its process down: a new one, once
                 with self._lock:
-                    if self._procs is procs:
-                        procs.shutdown(wait=False, cancel_futures=True)
-                        self._procs = self._new_processes()
+                    if p in self._started:
+                        self._started.remove(p)
+                    closed = self._closed
+                p.close()
+                if closed:
+                    raise CompileError("the run has ended") from None
+                continue
+            with self._lock:
+                if self._closed:
+                    p.close()
+                else:
+                    self._idle.put(p)
+            if kind == "ok":
+                return value
+            raise CompileError(value)
         raise CompileError("the compiler crashed its process (twice) on this configuration")
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
-        self._procs.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+            started, self._started = self._started, []
+        for p in started:
+            p.stop()  # a thread waiting for its answer reads the end, and closes the pipe
+        while True:
+            try:
+                p = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            if p is not None:
+                p.close()
+        for _ in range(self.jobs):
+            self._idle.put(None)
 
 
 __all__ = ["CompilePool", "Compiled", "CompileError", "default_jobs"]

@@ -7,10 +7,10 @@ for that configuration, starts a new child when the next one comes, and goes on.
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
 from collections import deque
 import pickle
+import subprocess
 import tempfile
 import threading
 import time
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import worker_boot
+from . import children
 from .evaluate import Evaluator, TimingPolicy, VerifyPolicy
 from .result import Result, config_key
 from .template import Problem, parse_template
@@ -168,6 +168,29 @@ def _keep(kept: dict[str, tuple[float, Any]], key: str, median: float, kernel: A
         del kept[slowest]
 
 
+class _Child:
+    """The worker's process, as the parent handles it."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self.popen = popen
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        self.popen.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.returncode  # negative: the signal that ended it, as multiprocessing says
+
+
 class Worker:
     """The parent's handle on the evaluation child; restarts it after a crash or a timeout."""
 
@@ -175,7 +198,6 @@ class Worker:
         self.spec = spec
         self.config_timeout = config_timeout
         self.start_timeout = start_timeout
-        self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
         # Evaluations sent and not answered, oldest first: the parent sends the next one before it
@@ -196,12 +218,17 @@ class Worker:
         already be sent); the first call that needs an answer waits for it to be ready and raises
         WorkerError when it could not start."""
         self._starts += 1
-        parent, child = self._ctx.Pipe()
-        # The entry point is a light module: it starts the device before the worker's imports.
-        args = (child, self.spec.backend, self.spec.device, pickle.dumps(self.spec), self.log_path, time.time())
-        self._proc = self._ctx.Process(target=worker_boot.main, args=args, daemon=True)
-        self._proc.start()
-        child.close()
+        spawned = time.time()
+        # A new interpreter whose entry point is a light module (engine/worker_boot.py): it starts
+        # the device while the worker's modules load, and imports nothing of the parent's.
+        try:
+            popen, parent = children.start("kerntune.engine.worker_boot", "main")
+        except OSError as e:
+            raise WorkerError(f"cannot start the worker's process: {e}") from None
+        parent.send_bytes(pickle.dumps({"backend": self.spec.backend, "device": self.spec.device,
+                                        "spec": pickle.dumps(self.spec), "log": self.log_path,
+                                        "spawned": spawned}))
+        self._proc = _Child(popen)
         self._conn = parent
         self._starting = time.perf_counter()
         if wait:

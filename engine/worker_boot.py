@@ -1,15 +1,14 @@
-"""The evaluation worker's first moments: the device starts while the modules load.
+"""The evaluation worker's first moments: a new interpreter, the device starting while the
+modules load.
 
-A new worker process spends most of its start in two waits that do not depend on each other:
-importing numpy, pycuda and kerntune's modules (about 0.4 s on the GPU machine), and the CUDA
-driver's own start and the device's primary context (about 0.3 s). This module is the child's
-entry point and imports nothing heavy: it asks the driver for the primary context in a thread,
-through ctypes (which lets go of the interpreter during the call), and only then imports the
-worker. When pycuda opens the device afterwards, the driver has started and the context exists,
-and retaining it again is immediate.
+The worker is a new interpreter running `main` (engine/children.py), and this module imports
+nothing heavy. It reads how to start (backend, device, the worker's description as pickled bytes)
+from its pipe, asks the CUDA driver for the device's primary context in a thread, through ctypes
+(which lets go of the interpreter during the call), and only then imports the worker. When pycuda opens the device, the
+driver has started and the context exists, and retaining it again is immediate.
 
-The worker's description travels pickled as bytes and is unpickled here after the thread starts,
-since unpickling it imports the modules it refers to.
+On the GPU machine the imports take about 0.4 s and the driver's start and the context about
+0.3 s (bench/startup.py); side by side, the second costs nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import ctypes.util
 import pickle
 import threading
 import time
-from typing import Any
 
 
 def _cuda_primary_context(ordinal: int) -> None:
@@ -57,10 +55,17 @@ def start_device(backend: str, device: int) -> threading.Thread | None:
     return thread
 
 
-def main(conn: Any, backend: str, device: int, spec: bytes, log_path: str, spawned: float) -> None:
-    """The worker child: the device starting, then the worker's modules and its description."""
+def main() -> None:
+    """The worker child (engine/children.py starts it for `Worker.start`)."""
     entered = time.time()
-    opening = start_device(backend, device)
+    from .children import connect
+
+    conn = connect()
+    try:
+        boot = pickle.loads(conn.recv_bytes())  # plain values only: this imports no module
+    except (EOFError, OSError):
+        return  # the parent went away before it said how to start
+    opening = start_device(boot["backend"], boot["device"])
     from .worker import _child
 
-    _child(conn, pickle.loads(spec), log_path, spawned, entered, opening)
+    _child(conn, pickle.loads(boot["spec"]), boot["log"], boot["spawned"], entered, opening)
