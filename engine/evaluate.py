@@ -176,11 +176,19 @@ class Evaluator:
         problem = self.problems[which]
         outputs = [a for a in self.template.arguments if a.is_output]
         if self.reference is not None:
-            given = {**{k: v.copy() for k, v in inputs.host.items()}, **inputs.scalars}
-            try:
-                expected = self.reference(given, dict(problem.values))
-            except Exception as e:  # the reference is the template author's code
-                raise RuntimeError(f"the template's reference failed: {type(e).__name__}: {e}") from None
+            sizes = dict(problem.values)
+            # a set from the inputs cache: its outputs found by its name there, or computed and kept
+            stored, store = getattr(self.reference, "stored", None), getattr(self.reference, "store", None)
+            keyed = inputs.key is not None and stored is not None and store is not None
+            expected = stored(inputs.key, sizes) if keyed else None
+            if expected is None:
+                given = {**{k: v.copy() for k, v in inputs.host.items()}, **inputs.scalars}
+                try:
+                    expected = (self.reference.raw if keyed else self.reference)(given, sizes)
+                except Exception as e:  # the reference is the template author's code
+                    raise RuntimeError(f"the template's reference failed: {type(e).__name__}: {e}") from None
+                if keyed and isinstance(expected, Mapping):
+                    store(inputs.key, sizes, expected)
             for a in outputs:
                 if a.name not in expected:
                     raise RuntimeError(f"the template's reference returned no `{a.name}`")

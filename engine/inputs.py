@@ -25,6 +25,7 @@ class Inputs:
         self.expected: dict[str, np.ndarray] = {}
         self.checks: dict[str, Expected] = {}
         self.device: dict[str, Any] = {}  # pristine copies on the device, uploaded once
+        self.key: str | None = None  # its name in the inputs cache (engine/inputs_cache.py), if it has one
 
 
 def arg_shape(arg: Argument, problem: Problem) -> tuple[int, ...]:

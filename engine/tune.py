@@ -282,10 +282,6 @@ class TuneRun(Controlled):
             if not noted and evaluations.info:
                 noted = True
                 self._worker_notes(evaluations.info, limits)
-                # memcheck's child for the winner's check, started once the worker is ready: the
-                # start (worker, compile processes) is the run's critical path, and memcheck has
-                # the whole search to get ready
-                self._ahead = self._memcheck_ahead(backend, template, problem)
 
         def on_result(config: Config, result: Result, improved: bool) -> None:
             nonlocal baseline
@@ -308,6 +304,9 @@ class TuneRun(Controlled):
         try:
             try:
                 evaluations.start()
+                # memcheck's child for the winner's check, started with the worker: once the
+                # search times configurations, nothing else should start on the device
+                self._ahead = self._memcheck_ahead(backend, template, problem)
                 reason = search(strategy, evaluations, rules, progress, on_result,
                                 clock=lambda: time.monotonic() - started, interrupted=interrupted)
             except WorkerError as e:

@@ -157,3 +157,27 @@ def test_the_agent_loop_never_computes_one_input_sets_reference_twice(counted, t
     # the rounds' templates carry a copy of the reference, which writes beside itself
     made = [c for f in tmp_path.rglob("calls.txt") for c in f.read_text().split()]
     assert made and len(made) == len(set(made))  # the original's and each round's workers: once per input set
+
+
+def test_a_cached_input_sets_outputs_are_found_by_its_name_without_reading_its_bytes(counted, opencl_backend,
+                                                                                     monkeypatch):
+    from kerntune.engine import inputs_cache as module
+    from kerntune.engine.evaluate import Evaluator
+
+    t = load_template(counted)
+    problem = t.problem(None, {"n": 5000})
+    first = Evaluator(opencl_backend, t, problem, seed=4)
+    first.prepare()
+    made = len(calls(counted))
+    assert made > 0
+
+    def no_hashing(*args):
+        raise AssertionError("the inputs were hashed")
+
+    monkeypatch.setattr(module, "_content_key", no_hashing)
+    again = Evaluator(opencl_backend, load_template(counted), problem, seed=4)  # the next worker, or run
+    again.prepare()
+    assert len(calls(counted)) == made  # every output read back by the set's name
+    for which in range(len(again.problems)):
+        for a, b in zip(first._pool(which).drawn(), again._pool(which).drawn()):
+            assert a.key == b.key and np.array_equal(a.expected["c"], b.expected["c"])
