@@ -29,15 +29,16 @@ def build(source: str, entry: str, defines: Mapping[str, str], options: tuple, a
     return Compiled(cubin, info, cached, time.perf_counter() - t0)
 
 
-def warm() -> str:
-    """Load the compiler in a pool process (its first configuration then compiles at once)."""
-    from .backends.cuda_toolchain import nvrtc_version
+def warm(arch: str) -> str:
+    """Load the compiler in a pool process and build an empty kernel (its first configuration
+    then compiles at once)."""
+    from .backends.cuda_toolchain import warm_compiler
 
-    return nvrtc_version()
+    return warm_compiler(arch)
 
 
 def serve() -> None:
-    """Requests from the pipe, one at a time: ("warm",) or ("build", source, entry, defines,
+    """Requests from the pipe, one at a time: ("warm", arch) or ("build", source, entry, defines,
     options, arch). Answers ("ok", value), ("compile_error", message) or ("error", message)."""
     from .backends import CompileError
     from .children import connect
@@ -50,7 +51,7 @@ def serve() -> None:
         except (EOFError, OSError):
             return
         try:
-            reply = ("ok", warm() if request[0] == "warm" else build(*request[1:]))
+            reply = ("ok", warm(*request[1:]) if request[0] == "warm" else build(*request[1:]))
         except CompileError as e:
             reply = ("compile_error", str(e))
         except Exception as e:  # the compiler's own failure: that configuration's compile error

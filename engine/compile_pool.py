@@ -35,7 +35,7 @@ class _Process:
 
     def __init__(self) -> None:
         self.popen, self.conn = children.start("kerntune.engine.compile_child", "serve")
-        self.warming = False  # a ("warm",) sent whose answer is still to be read
+        self.warming = False  # a ("warm", arch) sent whose answer is still to be read
 
     def call(self, request: tuple) -> tuple[str, Any]:
         """The process's answer; EOFError or OSError when it died."""
@@ -83,12 +83,13 @@ class CompilePool:
         return p
 
     def warm(self) -> None:
-        """Start every process now, each loading the compiler, while the run starts the rest."""
+        """Start every process now, each loading the compiler and building an empty kernel, while
+        the run starts the rest."""
         with self._lock:
             while len(self._started) < self.jobs and not self._closed:
                 p = self._new()
                 try:
-                    p.conn.send(("warm",))
+                    p.conn.send(("warm", self.arch))
                     p.warming = True
                 except OSError:
                     pass  # found when it is used

@@ -344,6 +344,19 @@ def _run_nvrtc(source: str, defines: Mapping[str, str], options: Sequence[str], 
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+def warm_compiler(arch: str) -> str:
+    """Build one empty kernel with NVRTC, uncached: a process's first build pays for loading the
+    library and reading the toolkit's headers (0.3-0.5 s on the GPU machine), and a compile
+    process that did so at its start builds its first configuration at once. Returns what builds
+    here (`compiler_summary`)."""
+    if compiler_choice() != "nvcc" and nvrtc_version():
+        try:
+            _run_nvrtc('extern "C" __global__ void kerntune_warm() {}\n', {}, (), normalize_arch(arch))
+        except Exception:  # whatever fails here fails the first configuration too, and says so there
+            pass
+    return compiler_summary()
+
+
 # Sources (with their options) NVRTC could not build but nvcc could: later configurations of the
 # same template go to nvcc at once instead of failing NVRTC first every time.
 _NVCC_ONLY: set[str] = set()
