@@ -23,6 +23,7 @@ CUDA_KERNEL = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; 
 STEPS = {
     "interpreter": "pass",
     "numpy": "import numpy",
+    "numpy, one BLAS thread": "import os\nos.environ['OPENBLAS_NUM_THREADS'] = '1'\nimport numpy",
     "the worker's modules": "import kerntune.engine.worker",
     "the worker's modules, device opened": (
         "import kerntune.engine.worker\n"
