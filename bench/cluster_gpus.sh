@@ -9,8 +9,6 @@ GPUS=${1:-2}
 BUDGET=${2:-200}
 OUT=${3:-${OUT:-/tmp/kerntune-cluster}}
 mkdir -p "$OUT"
-# kerntune's evaluation child is a process of the Dask worker's own: workers must not be daemonic
-export DASK_DISTRIBUTED__WORKER__DAEMON=False
 python3 -m dask scheduler --port 8786 --no-dashboard > "$OUT/scheduler.log" 2>&1 &
 pids=($!)
 sleep 3

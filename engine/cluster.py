@@ -9,13 +9,12 @@ lost, and a result is delivered once, so nothing is recorded twice.
 
 A worker's device is `--device` unless the worker's environment says `KERNTUNE_DEVICE` (the
 usual set-up is a worker per GPU, each started with its own `CUDA_VISIBLE_DEVICES`, where the
-device is 0). kerntune's evaluation child is a process of its own, so the Dask workers must be
-allowed children: start them with `DASK_DISTRIBUTED__WORKER__DAEMON=False dask worker ADDRESS`.
+device is 0). kerntune's evaluation child is a new interpreter (engine/children.py), not a
+multiprocessing child, so Dask's daemonic workers may start it as they are.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import threading
 import uuid
@@ -59,10 +58,6 @@ def _local(spec: WorkerSpec, token: str, config_timeout: float) -> tuple[Worker,
         for old in _HERE.values():
             old.close()
         _HERE.clear()
-        if mp.current_process().daemon:
-            raise ClusterError("this Dask worker is a daemonic process, which cannot start kerntune's "
-                               "evaluation child: start the workers with "
-                               "DASK_DISTRIBUTED__WORKER__DAEMON=False")
         worker = Worker(replace(spec, device=device), config_timeout=config_timeout)
         worker.start()
         _HERE[token] = worker

@@ -20,7 +20,6 @@ from kerntune.engine.worker import WorkerSpec
 from kerntune.tui.cli import main
 
 distributed = pytest.importorskip("distributed")
-dask = pytest.importorskip("dask")
 
 CAMPAIGN = """
 [campaign]
@@ -39,13 +38,12 @@ sizes = [{ tokens = 2, d = 256 }, { tokens = 3, d = 128 }]
 
 @pytest.fixture
 def cluster(opencl_backend):
-    # kerntune's evaluation child is a process of the Dask worker's own: workers must not be
-    # daemonic (a worker the nanny restarts reads this again)
-    with dask.config.set({"distributed.worker.daemon": False}):
-        c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                     dashboard_address=None, silence_logs=50)
-        yield c
-        c.close()
+    # Dask's workers as they come (daemonic processes): kerntune's evaluation child is a new
+    # interpreter, which a daemonic process may start
+    c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                 dashboard_address=None, silence_logs=50)
+    yield c
+    c.close()
 
 
 def test_a_campaign_over_two_templates_and_two_sizes_each_runs_on_the_cluster(tmp_path, cluster, capsys, monkeypatch):
