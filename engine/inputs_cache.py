@@ -25,10 +25,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -113,7 +115,7 @@ def cached_reference(fn: Callable[..., Mapping[str, Any]], path: Path, name: str
     digest = _reference_digest(path, name)
 
     def reference(inputs: Mapping[str, Any], sizes: Mapping[str, int]) -> Mapping[str, Any]:
-        file = folder / f"ref-{_content_key(digest, inputs, sizes)}.npz"
+        file = folder / f"ref-{_content_key(digest, inputs, sizes)}{SUFFIX}"
         found = _read(file)
         if found is not None:
             return found
@@ -125,10 +127,10 @@ def cached_reference(fn: Callable[..., Mapping[str, Any]], path: Path, name: str
     # (the same arguments, sizes, seed, drawing code and numpy): its outputs are found by that key,
     # without reading (hashing) the inputs, the larger part of a cached set's time on large problems.
     def stored(drawn_as: str, sizes: Mapping[str, int]) -> Mapping[str, Any] | None:
-        return _read(folder / f"ref-{_drawn_key(digest, drawn_as, sizes)}.npz")
+        return _read(folder / f"ref-{_drawn_key(digest, drawn_as, sizes)}{SUFFIX}")
 
     def store(drawn_as: str, sizes: Mapping[str, int], outputs: Mapping[str, Any]) -> None:
-        _write(folder / f"ref-{_drawn_key(digest, drawn_as, sizes)}.npz", outputs)
+        _write(folder / f"ref-{_drawn_key(digest, drawn_as, sizes)}{SUFFIX}", outputs)
 
     reference.raw, reference.stored, reference.store = fn, stored, store  # type: ignore[attr-defined]
     return reference
@@ -154,7 +156,7 @@ def cached_inputs(make: Callable[[Any, Any, int], Any], template: Any, problem: 
                            a.init, a.low, a.high, a.range_exprs and [e.source for e in a.range_exprs],
                            a.inf_fraction)).encode())
     key = h.hexdigest()[:40]
-    file = folder / f"inputs-{key}.npz"
+    file = folder / f"inputs-{key}{SUFFIX}"
     found = _read(file)
     made = make(template, problem, seed) if found is None else None
     if made is not None:
@@ -181,23 +183,39 @@ def _content_key(digest: bytes, inputs: Mapping[str, Any], sizes: Mapping[str, i
     return h.hexdigest()[:40]
 
 
+# A cache file: MAGIC, the header's length (8 bytes, little-endian), the header (JSON: each array's
+# name, dtype, shape, offset and length), then the arrays' bytes, each at a multiple of ALIGN. Read
+# back memory-mapped: nothing is copied until used, and a large set costs what its uploads read.
+MAGIC = b"kerntune arrays 1\n"
+ALIGN = 64
+SUFFIX = ".arrays"
+
+
 def _write(file: Path, arrays_by_name: Mapping[str, Any]) -> None:
     """Each array's bytes, dtype and shape (numpy's own format cannot name bfloat16)."""
-    arrays: dict[str, np.ndarray] = {}
+    entries, blobs, offset = [], [], 0
     try:
         for name, value in arrays_by_name.items():
             a = np.asarray(value)
-            arrays[f"bytes__{name}"] = np.ascontiguousarray(a).view(np.uint8).reshape(-1)  # 0-d arrays too
-            arrays[f"dtype__{name}"] = np.array(str(a.dtype))
-            arrays[f"shape__{name}"] = np.array(a.shape, dtype=np.int64)
-    except (TypeError, ValueError):  # something numpy cannot lay out as bytes__ not cached
+            raw = np.ascontiguousarray(a).view(np.uint8).reshape(-1)  # 0-d arrays too
+            entries.append([name, str(a.dtype), list(a.shape), offset, int(raw.nbytes)])
+            blobs.append((offset, raw))
+            offset += -(-raw.nbytes // ALIGN) * ALIGN
+    except (TypeError, ValueError):  # something numpy cannot lay out as bytes: not cached
         return
-    size = sum(a.nbytes for a in arrays.values())
+    header = json.dumps({"arrays": entries}).encode()
+    start = -(-(len(MAGIC) + 8 + len(header)) // ALIGN) * ALIGN
+    size = start + offset
     if size > LIMIT_BYTES or not _make_room(file.parent, size):
         return
-    tmp = file.with_name(f"{file.stem}.{os.getpid()}.tmp.npz")
+    tmp = file.with_name(f"{file.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        np.savez(tmp, **arrays)
+        with open(tmp, "wb") as f:
+            f.write(MAGIC + len(header).to_bytes(8, "little") + header)
+            for at, raw in blobs:
+                f.seek(start + at)
+                f.write(memoryview(raw))
+            f.truncate(size)
         os.replace(tmp, file)  # a worker reading at the same time sees the whole file or none
     except OSError:  # a full disk costs the cache, never the run
         tmp.unlink(missing_ok=True)
@@ -208,12 +226,12 @@ def _make_room(folder: Path, size: int) -> bool:
     worker may be doing the same; a file gone meanwhile is simply gone)."""
     held = []
     now = time.time()
-    for f in folder.glob("*.npz"):
+    for f in folder.glob("*" + SUFFIX + "*"):
         try:
             st = f.stat()
         except OSError:
             continue
-        if ".tmp." in f.name and now - st.st_mtime < 600:
+        if f.name.endswith(".tmp") and now - st.st_mtime < 600:
             continue  # being written now (one a crashed worker left behind goes in time)
         held.append((st.st_mtime, st.st_size, f))
     total = sum(n for _, n, _ in held)
@@ -226,13 +244,23 @@ def _make_room(folder: Path, size: int) -> bool:
 
 
 def _read(file: Path) -> dict[str, np.ndarray] | None:
+    """The arrays of a cache file, memory-mapped read-only; None when it is missing or damaged."""
     from .template import np_dtype
 
     try:
-        with np.load(file, allow_pickle=False) as data:
-            os.utime(file)  # used now: the last to make room
-            names = [k[len("bytes__"):] for k in data.files if k.startswith("bytes__")]
-            return {n: data[f"bytes__{n}"].view(np_dtype(str(data[f"dtype__{n}"]))).reshape(tuple(data[f"shape__{n}"]))
-                    for n in names}
-    except (OSError, ValueError, KeyError, TypeError):
+        data = np.memmap(file, dtype=np.uint8, mode="r")
+        head = len(MAGIC) + 8
+        if bytes(data[:len(MAGIC)]) != MAGIC:
+            return None
+        length = int.from_bytes(bytes(data[len(MAGIC):head]), "little")
+        entries = json.loads(bytes(data[head:head + length]))["arrays"]
+        start = -(-(head + length) // ALIGN) * ALIGN
+        out = {}
+        for name, dtype, shape, offset, nbytes in entries:
+            if start + offset + nbytes > data.size:
+                return None
+            out[name] = data[start + offset:start + offset + nbytes].view(np_dtype(dtype)).reshape(tuple(shape))
+        os.utime(file)  # used now: the last to make room
+        return out
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
