@@ -145,6 +145,7 @@ class ClusterEvaluations:
         self.labels = [label for label, _ in started]
         self.info = started[0][1]
         self.capacity = AT_WORKER * len(workers)
+        self.devices = len(workers)
 
     def submit(self, config: Config) -> None:
         key = f"kerntune-eval-{self.token}-{len(self._configs)}-{uuid.uuid4().hex[:8]}"

@@ -23,6 +23,7 @@ class Evaluations(Protocol):
     """Where configurations are measured."""
 
     capacity: int  # configurations that may be submitted and not yet collected
+    # (optionally) devices measuring side by side: a strategy's lookahead is per device
 
     def submit(self, config: Config) -> None:
         """Start measuring a configuration."""
@@ -68,6 +69,16 @@ class Progress:
         return False
 
 
+def _limit(strategy, evaluations: Evaluations) -> int:
+    """How many configurations may be out at once now: the evaluations' capacity, or fewer when
+    the strategy's `lookahead` (None: no limit; per device, `devices` of the evaluations' own)
+    asks for fewer."""
+    ahead = getattr(strategy, "lookahead", None)
+    if ahead is None:
+        return evaluations.capacity
+    return max(1, min(evaluations.capacity, int(ahead) * max(1, int(getattr(evaluations, "devices", 1)))))
+
+
 def enough(rules: StopRules, evaluated: int, since_improvement: int) -> bool:
     """Whether results already coming would reach the budget or the patience."""
     return bool((rules.budget and evaluated >= rules.budget)
@@ -82,9 +93,10 @@ def search(strategy, evaluations: Evaluations, rules: StopRules, progress: Progr
     now: a user's stop) or `on_result` (called with each result and whether it is the new best;
     a reason to stop, or None) ends it; the reason.
 
-    Up to `evaluations.capacity` configurations are out at once, never more than the budget or
-    the patience could still use; once a rule says stop, those already out are still collected
-    and recorded (an interruption drops them)."""
+    Up to `evaluations.capacity` configurations are out at once (fewer while the strategy's
+    `lookahead` says so: one that learns from each result asks to be asked late), never more than
+    the budget or the patience could still use; once a rule says stop, those already out are still
+    collected and recorded (an interruption drops them)."""
     while True:
         why = interrupted()
         if why:
@@ -94,7 +106,7 @@ def search(strategy, evaluations: Evaluations, rules: StopRules, progress: Progr
                            progress.since_improvement)
         if why and not progress.in_flight:
             return why
-        while not why and progress.in_flight < evaluations.capacity and not enough(
+        while not why and progress.in_flight < _limit(strategy, evaluations) and not enough(
                 rules, progress.evaluated + progress.in_flight, progress.since_improvement + progress.in_flight):
             config = strategy.propose()
             if config is None:

@@ -403,6 +403,9 @@ class ModelGuided(_Places):
     name = "model"
 
     LENGTHS = (0.15, 0.25, 0.4, 0.7, 1.2)
+    # Configurations out at once after the start: the device's queue and a compile ahead of it
+    # (compiling takes a few times as long as measuring), not a dozen compile processes' worth.
+    WINDOW = 6
     NOISE = 1e-3
     # The length scale that best explains the most recent FIT_ROWS observations (marginal
     # likelihood) is re-chosen at every observation up to 32, then every REFIT_EVERY: by then the
@@ -411,7 +414,8 @@ class ModelGuided(_Places):
     REFIT_EVERY = 8
 
     def __init__(self, space: Space, seed: int = 0, done: Iterable[str] = (), first: Config | None = None,
-                 initial: int = 0, *, max_train: int = 512, pool: int = 8192, block: int = 16):
+                 initial: int = 0, *, max_train: int = 512, pool: int = 8192, block: int = 16,
+                 window: int = WINDOW):
         super().__init__(space, seed, done)
         np = self._np = _import_numpy()
         self._mask = np.frombuffer(self._tried, dtype=np.bool_)  # the places tried, as numpy sees them
@@ -419,6 +423,7 @@ class ModelGuided(_Places):
         n = len(self.configs)
         self._pool_rng = np.random.default_rng(seed)
         self.max_train, self.pool, self.block = max(8, max_train), max(8, pool), max(1, block)
+        self.window = max(1, window)
         self._all = np.arange(n)
         self._sq = (self.x * self.x).sum(1)
         self._gap = None  # squared distance of each configuration to the nearest tried one
@@ -456,6 +461,15 @@ class ModelGuided(_Places):
         self.obs[i] = math.log(result.median_us) if result.ranked else None
         self._ranked += result.ranked
         self._fresh.append(i)
+
+    @property
+    def lookahead(self) -> int | None:
+        """How many configurations it wants out at once (engine/driver.py): any number for its
+        start (the baseline and the space-filling design need no result), then `window`, so that
+        each proposal is made from the results of all but the last few. A run compiling ahead in
+        a dozen processes kept 28 out: with a budget of 30, every proposal was made before the
+        first result came back, and the model never chose one."""
+        return None if self._tried_count < self.initial else self.window
 
     @property
     def model_size(self) -> int:

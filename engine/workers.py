@@ -39,6 +39,7 @@ class Workers:
         self.labels = list(labels) if labels is not None else _labels(specs)
         self.pool = pool
         self.capacity = AT_DEVICE * len(self.workers) + (2 * pool.jobs if pool is not None else 0)
+        self.devices = len(self.workers)
         self._waiting: deque[tuple[Config, Future | None]] = deque()  # compiling, not yet at a device
         self._sent: list[deque[Config]] = [deque() for _ in self.workers]
         self._ready: deque[tuple[Config, Result]] = deque()  # failed to compile: no device needed

@@ -37,11 +37,13 @@ class OutOfOrder:
         self.times, self.capacity = times, capacity
         self.out: list[Config] = []
         self.most_out = 0
+        self.counts: list[int] = []  # how many were out after each submission
         self.rng = random.Random(seed)
 
     def submit(self, config: Config) -> None:
         self.out.append(config)
         self.most_out = max(self.most_out, len(self.out))
+        self.counts.append(len(self.out))
 
     def collect(self) -> tuple[Config, Result]:
         config = self.out.pop(self.rng.randrange(len(self.out)))
@@ -69,6 +71,18 @@ def test_results_in_any_order_are_each_recorded_once_and_the_budget_is_never_exc
     assert "budget" in reason
     assert len(recorded) == 13 == len(set(recorded))
     assert evaluations.most_out == min(capacity, 13)
+
+
+def test_the_model_guided_search_is_asked_for_its_design_at_once_then_late():
+    space, times = _space(600)
+    evaluations = OutOfOrder(times, capacity=28, seed=2)
+    strategy = make_strategy("model", space, seed=1)
+    search(strategy, evaluations, StopRules(budget=40), Progress(), lambda c, r, improved: None)
+    assert len(evaluations.counts) == 40
+    # its start (the baseline and a space-filling design) needs no result: all out at once
+    assert evaluations.counts[:strategy.initial] == list(range(1, strategy.initial + 1))
+    # then at most its window: each proposal is made from every result but the last few
+    assert max(evaluations.counts[strategy.initial:]) <= strategy.window < evaluations.capacity
 
 
 def test_the_space_ends_the_search_after_every_configuration_out_is_collected():
