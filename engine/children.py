@@ -39,3 +39,10 @@ def start(module: str, function: str) -> tuple[subprocess.Popen, Connection]:
 def connect() -> Connection:
     """In the child: its end of the pipe."""
     return Connection(int(sys.argv[-1]))
+
+
+def default_jobs() -> int:
+    """Compile processes: every core but those the evaluation worker, the run itself and the
+    driver need (on the H200's 16 cores, 13 build 1.5x more configurations per second than 16)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores - 3 if cores >= 8 else cores - 1 if cores >= 4 else cores)

@@ -17,17 +17,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Mapping
 
 from . import children
+from .children import default_jobs
 from .backends import CompileError
 from .compile_child import Compiled
 from .space import compiler_defines
 from .template import ParamValue, Template
-
-
-def default_jobs() -> int:
-    """Compile processes: every core but those the evaluation worker, the run itself and the
-    driver need (on the H200's 16 cores, 13 build 1.5x more configurations per second than 16)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores - 3 if cores >= 8 else cores - 1 if cores >= 4 else cores)
 
 
 class _Process:
@@ -35,13 +29,31 @@ class _Process:
 
     def __init__(self) -> None:
         self.popen, self.conn = children.start("kerntune.engine.compile_child", "serve")
-        self.warming = False  # a ("warm", arch) sent whose answer is still to be read
+        self.owed = 0  # answers to ("warm", arch) requests still to be read
+        self.warmed = ""  # the architecture it was last asked to warm for
+
+    def warm(self, arch: str) -> None:
+        """Ask it to load the compiler and build an empty kernel for `arch`; the answer is read
+        before its next request's."""
+        try:
+            self.conn.send(("warm", arch))
+        except OSError:
+            return  # found when it is used
+        self.owed += 1
+        self.warmed = arch
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Read the answers owed; whether it has none left (False after `timeout`)."""
+        while self.owed:
+            if not self.conn.poll(timeout):
+                return False
+            self.conn.recv()
+            self.owed -= 1
+        return True
 
     def call(self, request: tuple) -> tuple[str, Any]:
         """The process's answer; EOFError or OSError when it died."""
-        if self.warming:
-            self.warming = False
-            self.conn.recv()
+        self.settle()
         self.conn.send(request)
         return self.conn.recv()
 
@@ -84,15 +96,21 @@ class CompilePool:
 
     def warm(self) -> None:
         """Start every process now, each loading the compiler and building an empty kernel, while
-        the run starts the rest."""
+        the run starts the rest. Processes started ahead of the run (engine/standby.py) are taken
+        first: they have loaded the compiler already."""
+        from . import standby
+
         with self._lock:
-            while len(self._started) < self.jobs and not self._closed:
+            if self._closed:
+                return
+            for p in standby.take_compilers(self.jobs - len(self._started)):
+                self._started.append(p)
+                if p.warmed != self.arch:
+                    p.warm(self.arch)
+                self._idle.put(p)
+            while len(self._started) < self.jobs:
                 p = self._new()
-                try:
-                    p.conn.send(("warm", self.arch))
-                    p.warming = True
-                except OSError:
-                    pass  # found when it is used
+                p.warm(self.arch)
                 self._idle.put(p)
 
     def _take(self) -> _Process:

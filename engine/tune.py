@@ -356,9 +356,14 @@ class TuneRun(Controlled):
 
     def _worker_notes(self, info: Mapping[str, Any], limits: DeviceLimits) -> None:
         steps = {k: v for k, v in info.get("startup", {}).items() if isinstance(v, (int, float))}
+        ahead = {k: v for k, v in info.get("ahead", {}).items() if isinstance(v, (int, float)) and k != "waited"}
         if steps:
             each = ", ".join(f"{name} {s:.2f} s" for name, s in steps.items())
-            self.events.note(f"the evaluation worker was ready in {sum(steps.values()):.2f} s: {each}",
+            before = ""
+            if ahead:  # a spare taken (engine/standby.py): its own start came before the run's
+                before = ("; it was started ahead of the run: "
+                          + ", ".join(f"{name} {s:.2f} s" for name, s in ahead.items()))
+            self.events.note(f"the evaluation worker was ready in {sum(steps.values()):.2f} s: {each}{before}",
                              source="worker")
         for name, err in sorted(info.get("calibration", {}).items()):
             scale = info.get("scale", {}).get(name)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import children
+from . import children, standby
 from .evaluate import Evaluator, TimingPolicy, VerifyPolicy
 from .result import Result, config_key
 from .template import Problem, parse_template
@@ -57,11 +57,12 @@ class WorkerSpec:
 KEEP_KERNELS = 16
 
 
-def _child(conn: Any, spec: WorkerSpec, log_path: str, spawned: float = 0.0, entered: float = 0.0,
-           opening: threading.Thread | None = None) -> None:
+def _child(conn: Any, spec: WorkerSpec | None, log_path: str, spawned: float = 0.0, entered: float = 0.0,
+           opening: threading.Thread | None = None, standby: tuple[str, int] | None = None) -> None:
     # `spawned`: the parent's wall clock when it started this process, `entered`: when the child's
     # entry point (worker_boot.main) began, `opening`: the thread starting the device meanwhile.
-    # The ready message reports each step of the start.
+    # The ready message reports each step of the start. A spare (engine/standby.py) has no `spec`
+    # yet: `standby` is the (backend, device) it opens before a run sends its description.
     now = time.time()
     startup = {"process": max(0.0, entered - spawned), "modules": max(0.0, now - entered)} if spawned else {}
     if opening is not None:
@@ -71,17 +72,18 @@ def _child(conn: Any, spec: WorkerSpec, log_path: str, spawned: float = 0.0, ent
     # ends (bench/throughput.py --profile reads them), to see where a configuration's time goes.
     where = os.environ.get("KERNTUNE_PROFILE")
     if not where:
-        return _serve(conn, spec, log_path, startup)
+        return _serve(conn, spec, log_path, startup, standby)
     import cProfile
 
     prof = cProfile.Profile()
     try:
-        prof.runcall(_serve, conn, spec, log_path, startup)
+        prof.runcall(_serve, conn, spec, log_path, startup, standby)
     finally:
         prof.dump_stats(os.path.join(where, f"worker-{os.getpid()}.prof"))
 
 
-def _serve(conn: Any, spec: WorkerSpec, log_path: str, startup: dict[str, float] | None = None) -> None:
+def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str, float] | None = None,
+           standby: tuple[str, int] | None = None) -> None:
     # Compilers and drivers write to fd 2; keep it off the user's terminal (and the dashboard).
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
@@ -95,11 +97,18 @@ def _serve(conn: Any, spec: WorkerSpec, log_path: str, startup: dict[str, float]
         startup[name] = now - mark
         mark = now
 
+    ahead: dict[str, float] = {}
     try:
         from .backends import open_backend
 
-        backend = open_backend(spec.backend, spec.device)
-        step("device")
+        if spec is None:  # a spare: the device now, the run's description when a run takes it
+            backend, spec, ahead = _stand(conn, standby or ("auto", 0), startup)
+            if spec is None:
+                return
+            startup, mark = {}, time.perf_counter()
+        else:
+            backend = open_backend(spec.backend, spec.device)
+            step("device")
         if spec.peaks is not None:
             backend.limits = backend.limits.with_peaks(*spec.peaks, spread=spec.peaks_spread)
         template = parse_template(spec.spec_text, Path(spec.spec_path), spec.sources)
@@ -118,7 +127,7 @@ def _serve(conn: Any, spec: WorkerSpec, log_path: str, startup: dict[str, float]
         return
     conn.send(("ready", {"limits": backend.limits.to_dict(), "cold_cache": ev.cold_cache,
                          "flush_bytes": backend.flush_bytes(), "calibration": calibration,
-                         "scale": dict(ev.scale), "startup": startup}))
+                         "scale": dict(ev.scale), "startup": startup, "ahead": ahead}))
     kept: dict[str, tuple[float, Any]] = {}  # config key -> (median, loaded kernel)
     while True:
         try:
@@ -159,6 +168,32 @@ def _serve(conn: Any, spec: WorkerSpec, log_path: str, startup: dict[str, float]
         else:
             backend.close()
             return
+
+
+def _stand(conn: Any, where: tuple[str, int], startup: dict[str, float]) -> tuple[Any, WorkerSpec | None, dict]:
+    """A spare's wait: open the device (the backend `auto` chooses, where asked), say so, and read
+    the run's description. Returns the backend opened, the description (None when the program
+    ends first) and the steps of its start with the seconds it waited (the ready message's
+    `ahead`). An error opening the device goes up (the error message)."""
+    from .backends import auto_backend, open_backend
+
+    name, device = where
+    mark = time.perf_counter()
+    if name == "auto":
+        name, _ = auto_backend()
+    backend = open_backend(name, device)
+    ahead = dict(startup)
+    ahead["device"] = time.perf_counter() - mark
+    conn.send(("standby", {"backend": name, "device": device, "limits": backend.limits.to_dict(),
+                           "startup": dict(ahead)}))
+    stood = time.perf_counter()
+    try:
+        spec = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError, KeyboardInterrupt):
+        backend.close()
+        return backend, None, {}
+    ahead["waited"] = time.perf_counter() - stood
+    return backend, spec, ahead
 
 
 def _keep(kept: dict[str, tuple[float, Any]], key: str, median: float, kernel: Any) -> None:
@@ -205,6 +240,7 @@ class Worker:
         self._pending: deque[tuple] = deque()
         self._head_since = 0.0  # when the oldest pending evaluation became the one running
         self._starting = 0.0  # when a child started without waiting began, until it is ready
+        self._spare: Any = None  # the spare taken (engine/standby.py), until its start is read
         self._head_log = 0
         self.restarts = 0
         self._starts = 0
@@ -216,31 +252,61 @@ class Worker:
         """Start the child. With `wait` False this returns at once: the child opens the device,
         draws its inputs and calibrates while the caller goes on (configurations compile, and may
         already be sent); the first call that needs an answer waits for it to be ready and raises
-        WorkerError when it could not start."""
+        WorkerError when it could not start. A spare worker for this device, started ahead of the
+        run (engine/standby.py), is taken where one stands."""
         self._starts += 1
-        spawned = time.time()
-        # A new interpreter whose entry point is a light module (engine/worker_boot.py): it starts
-        # the device while the worker's modules load, and imports nothing of the parent's.
-        try:
-            popen, parent = children.start("kerntune.engine.worker_boot", "main")
-        except OSError as e:
-            raise WorkerError(f"cannot start the worker's process: {e}") from None
-        parent.send_bytes(pickle.dumps({"backend": self.spec.backend, "device": self.spec.device,
-                                        "spec": pickle.dumps(self.spec), "log": self.log_path,
-                                        "spawned": spawned}))
-        self._proc = _Child(popen)
-        self._conn = parent
+        if self._adopt():
+            if self._starts > 1:  # replaced after a crash: the next replacement starts now
+                standby.refill(self.spec.backend, self.spec.device)
+        else:
+            spawned = time.time()
+            # A new interpreter whose entry point is a light module (engine/worker_boot.py): it
+            # starts the device while the worker's modules load, and imports nothing of the parent's.
+            try:
+                popen, parent = children.start("kerntune.engine.worker_boot", "main")
+            except OSError as e:
+                raise WorkerError(f"cannot start the worker's process: {e}") from None
+            parent.send_bytes(pickle.dumps({"backend": self.spec.backend, "device": self.spec.device,
+                                            "spec": pickle.dumps(self.spec), "log": self.log_path,
+                                            "spawned": spawned}))
+            self._proc = _Child(popen)
+            self._conn = parent
         self._starting = time.perf_counter()
         if wait:
             self.wait_ready()
+
+    def _adopt(self) -> bool:
+        """Take a spare worker of this device and send it the run's description; whether one was."""
+        spare = standby.take_worker(self.spec.backend, self.spec.device)
+        if spare is None:
+            return False
+        try:
+            spare.conn.send_bytes(pickle.dumps(self.spec))
+        except OSError:
+            spare.end()
+            return False
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+        self.log_path = spare.log_path  # its stderr goes there already
+        self._proc, self._conn, self._spare = _Child(spare.popen), spare.conn, spare
+        return True
 
     def wait_ready(self) -> None:
         """Wait for a started child's first message: ready (with what it found), or why not."""
         if not self._starting:
             return
-        parent, since = self._conn, self._starting
-        self._starting = 0.0
-        if not parent.poll(max(0.0, self.start_timeout - (time.perf_counter() - since))):
+        parent, since, spare = self._conn, self._starting, self._spare
+        self._starting, self._spare = 0.0, None
+        left = lambda: max(0.0, self.start_timeout - (time.perf_counter() - since))  # noqa: E731
+        if spare is not None and not spare.wait(left()) and not spare.settled:
+            self._kill()
+            raise WorkerError(f"the worker did not start within {self.start_timeout:.0f} s")
+        if spare is not None and spare.error:
+            self._kill()
+            raise WorkerError(f"{spare.error}{self._log_tail()}")
+        if not parent.poll(left()):
             self._kill()
             raise WorkerError(f"the worker did not start within {self.start_timeout:.0f} s")
         try:
@@ -336,6 +402,8 @@ class Worker:
         """Whether `result` would return at once: an answer, a dead child or a timeout is there."""
         if not self._pending:
             return False
+        if self._spare is not None and not self._spare.settled:
+            return False  # a spare taken before it stood: its first message is not the run's
         if self._starting and self._conn is not None:
             try:
                 if not self._conn.poll(0):
@@ -417,6 +485,8 @@ class Worker:
             os.unlink(self.log_path)
         except OSError:
             pass
+        if self._starts:  # where the program keeps a spare for this device, the next run's starts now
+            standby.refill(self.spec.backend, self.spec.device)
 
     def __enter__(self) -> "Worker":
         return self

@@ -56,7 +56,9 @@ def start_device(backend: str, device: int) -> threading.Thread | None:
 
 
 def main() -> None:
-    """The worker child (engine/children.py starts it for `Worker.start`)."""
+    """The worker child (engine/children.py starts it for `Worker.start`, and for a spare worker
+    in engine/standby.py: then the boot message holds no description, which comes once a run
+    takes it)."""
     entered = time.time()
     from .children import connect
 
@@ -65,7 +67,9 @@ def main() -> None:
         boot = pickle.loads(conn.recv_bytes())  # plain values only: this imports no module
     except (EOFError, OSError):
         return  # the parent went away before it said how to start
-    opening = start_device(boot["backend"], boot["device"])
+    opening = start_device("cuda" if boot["backend"] == "auto" else boot["backend"], boot["device"])
     from .worker import _child
 
-    _child(conn, pickle.loads(boot["spec"]), boot["log"], boot["spawned"], entered, opening)
+    spec = pickle.loads(boot["spec"]) if boot.get("spec") is not None else None
+    _child(conn, spec, boot["log"], boot["spawned"], entered, opening,
+           standby=(boot["backend"], boot["device"]) if spec is None else None)

@@ -75,6 +75,9 @@ def test_a_constraint_that_never_holds_is_one_line(tmp_path, hostile_dir, capsys
     err = capsys.readouterr().err
     assert code != 0
     assert err.count("\n") == 1 and "no feasible configuration" in err and "`MODE > 100` (16)" in err
+    from kerntune.engine import standby
+
+    assert standby.standing() == (0, 0)  # the worker started ahead for the run ended with the command
 
 
 def test_a_killed_run_leaves_a_session_that_loads_and_resume_finishes_it(tmp_path):

@@ -72,3 +72,24 @@ def test_the_processes_import_neither_numpy_nor_the_engines_modules():
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_processes_started_ahead_are_the_ones_the_pool_builds_in():
+    from kerntune.engine import standby
+
+    standby.stand_down()
+    try:
+        standby.standby("cuda", 0, compile_jobs=2, arch="sm_90")  # its spare worker may fail: no device here
+        ahead = list(standby._compilers)
+        assert len(ahead) == 2 and all(p.warmed == "sm_90" for p in ahead)
+        pool = CompilePool(Template(), "sm_80", 3)
+        try:
+            pool.warm()
+            assert pool._started[:2] == ahead and len(pool._started) == 3
+            assert standby.standing()[1] == 0
+            assert all(p.warmed == "sm_80" for p in pool._started)  # warmed again for the run's device
+            assert all(f.result().binary for f in [pool.submit({"FACTOR": k}) for k in (2, 3, 4)])
+        finally:
+            pool.close()
+    finally:
+        standby.stand_down()

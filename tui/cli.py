@@ -351,10 +351,43 @@ def cmd_init(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 # the launcher's commands (tui/launch.py, which imports the engine's run machinery) -------------
 
-def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from kerntune.tui.launch import tune
+def start_ahead(args: argparse.Namespace) -> None:
+    """The evaluation worker and compile processes of the device(s) a command will tune on,
+    started now (engine/standby.py): they import their modules and open the device while this
+    process reads the template, asks the agent and builds the space, and the run takes them. A
+    spare is kept for each device while the command runs, so every run after the first (the
+    agent's rounds, a campaign's sizes) and every worker after a crash starts at once."""
+    if getattr(args, "cluster", None):
+        return  # the cluster's workers measure
+    text = (getattr(args, "devices", None) or "").strip()
+    try:
+        devices = sorted({int(d) for d in text.split(",")}) if text and text != "all" else [args.device]
+    except ValueError:
+        return  # the run says what is wrong with --devices
+    from kerntune.engine import standby
+    from kerntune.engine.children import default_jobs
 
-    return tune(args, argv)
+    # the run's own count (engine/tune.py `_compile_pool`): --compile-jobs, 1 for none
+    jobs = args.compile_jobs or max(1, default_jobs() - (len(devices) - 1))
+    for i, device in enumerate(devices):
+        standby.standby(args.backend, device, keep=True, compile_jobs=jobs if i == 0 and jobs > 1 else 0)
+
+
+def _with_spares(name: str, args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """tui/launch.py's command `name`, its spares started before it imports the engine's run."""
+    start_ahead(args)
+    try:
+        from kerntune.tui import launch
+
+        return getattr(launch, name)(args, argv)
+    finally:
+        from kerntune.engine import standby
+
+        standby.stand_down()  # what the command did not take ends with it
+
+
+def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    return _with_spares("tune", args, argv)
 
 
 def cmd_templatize(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -364,9 +397,7 @@ def cmd_templatize(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from kerntune.tui.launch import campaign
-
-    return campaign(args, argv)
+    return _with_spares("campaign", args, argv)
 
 
 def cmd_replay(args: argparse.Namespace, argv: Sequence[str]) -> int:
