@@ -26,6 +26,15 @@ Each tool compiles from nothing in every run: kerntune's cubin cache and CuPy's 
 point at new empty folders per run, and PoCL's kernel cache is off. Neither tool's clock counts
 making its input data: Kernel Tuner is handed its arrays and answer, and kerntune's input sets and
 references are drawn into its inputs cache by an untimed run before the timed ones.
+
+Before each clock starts, each tool's processes are as a program that uses it would have them:
+Kernel Tuner runs in a process that has imported it (and CuPy), opened the device (its context)
+and loaded NVRTC (one empty kernel built); kerntune runs in a process that has imported it, and
+its evaluation worker and compile processes were started ahead (engine/standby.py, as `kerntune
+tune` starts them while it reads the template): the worker has imported its modules and opened
+the device, the compile processes have loaded NVRTC. Neither has anything of the run in it: no
+template, no input data on the device, no compiled kernel. With --cold neither does any of this:
+Kernel Tuner's run starts CuPy's context and NVRTC itself, and kerntune's starts its processes.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence  # noqa: E402
 import numpy as np  # noqa: E402
 
 from kerntune import templates  # noqa: E402
+from kerntune.engine import standby  # noqa: E402
 from kerntune.engine.backends import BackendError, open_backend  # noqa: E402
 from kerntune.engine.compare import Expected, compare  # noqa: E402
 from kerntune.engine.device import DeviceLimits  # noqa: E402
@@ -343,8 +353,9 @@ def fresh_dir(variable: str) -> Iterator[None]:
 
 
 def run_kerntune(template: Template, problem: Problem, backend: str, device: int, strategy: str,
-                 budget: int, seed: int, skip: tuple[str, ...], out: Path) -> Run:
-    """A kerntune tuning run as `kerntune tune` does it: worker process, compile, verify, time."""
+                 budget: int, seed: int, skip: tuple[str, ...], out: Path, ahead: bool = False) -> Run:
+    """A kerntune tuning run as `kerntune tune` does it: worker process, compile, verify, time.
+    With `ahead`, its worker and compile processes are started before the clock, and waited for."""
     marks: dict[int, Evaluation] = {}
     t0 = time.perf_counter()
 
@@ -359,11 +370,17 @@ def run_kerntune(template: Template, problem: Problem, backend: str, device: int
                        problem=problem.name, skip=skip, probe=False,
                        session_path=out / f"kerntune-{strategy}-{seed}.toml")
     with fresh_dir("KERNTUNE_CACHE_DIR"):
+        if ahead:
+            standby.standby(backend, device)
+            if not standby.wait(300):
+                print("kerntune's worker started ahead is not ready: the run starts its own", flush=True)
         t0 = time.perf_counter()
         try:
             outcome = TuneRun(template, opts, [sink]).run()
         except TuneError as e:
             return Run("kerntune", strategy, seed, time.perf_counter() - t0, [], None, None, f"stopped: {e}")
+        finally:
+            standby.stand_down()
         wall = time.perf_counter() - t0
     best = outcome.best
     return Run("kerntune", strategy, seed, wall, [marks[i] for i in sorted(marks)],
@@ -512,6 +529,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--kt-lang", choices=("cupy", "nvcuda"), default="cupy", help="Kernel Tuner's CUDA backend")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds of the common timer")
     ap.add_argument("--seed", type=int, default=1, help="the input data's seed")
+    ap.add_argument("--cold", action="store_true",
+                    help="start nothing ahead of either tool's clock (see the notes above)")
     args = ap.parse_args(argv)
     try:
         return bench(args)
@@ -553,11 +572,45 @@ def run_kernel_tuner_apart(args: argparse.Namespace, strategy: str, budget: int,
 
 
 def _kernel_tuner_run(arguments: dict, strategy: str, budget: int, seed: int) -> Run:
-    job = _setup(argparse.Namespace(**arguments))[-1]
+    args = argparse.Namespace(**arguments)
+    job = _setup(args)[-1]
     from kernel_tuner.interface import strategy_map
 
     strategy_map[strategy].tune  # imported before the clock starts (scikit-learn's import: 3 s)
+    if not args.cold:
+        kernel_tuner_ahead(args.backend, args.kt_lang, job.platform, job.device)
     return run_kernel_tuner(job, strategy, budget, seed)
+
+
+WARM_SOURCE = 'extern "C" __global__ void peer_warm(float *x) { if (x) x[0] = 0.0f; }\n'
+
+
+def kernel_tuner_ahead(backend: str, lang: str, platform: int, device: int) -> None:
+    """Kernel Tuner's process as a program using it would have it before a run: the device's
+    context open and the compiler loaded, one empty kernel built (as kerntune's worker and compile
+    processes are started ahead). Its own kernel cache is left alone: the run compiles into a new
+    folder."""
+    if backend == "opencl":
+        import pyopencl as cl
+
+        ctx = cl.Context([cl.get_platforms()[platform].get_devices()[device]])
+        cl.Program(ctx, "__kernel void peer_warm(__global float *x) { if (x) x[0] = 0.0f; }").build()
+        return
+    if lang == "cupy":
+        import cupy as cp
+
+        with cp.cuda.Device(device):
+            cp.zeros(1, dtype=cp.float32).sum()  # the context, CuPy's memory pool
+            module = cp.RawModule(code=WARM_SOURCE)
+            module.get_function("peer_warm")  # NVRTC loads and builds
+            cp.cuda.Device(device).synchronize()
+        return
+    from cuda.bindings import driver, nvrtc
+
+    driver.cuInit(0)
+    err, prog = nvrtc.nvrtcCreateProgram(WARM_SOURCE.encode(), b"peer_warm.cu", 0, [], [])
+    nvrtc.nvrtcCompileProgram(prog, 0, [])
+    nvrtc.nvrtcDestroyProgram(prog)
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -581,6 +634,12 @@ def bench(args: argparse.Namespace) -> int:
     print(f"{template.name} {problem.label()} on {limits.name} ({backend}); Kernel Tuner "
           f"{kernel_tuner.__version__} ({lang}); {len(configs)} of {space.feasible} feasible configurations; "
           f"strategy budget {budget}, seeds 1..{args.seeds}", flush=True)
+    ahead = not args.cold
+    print("before each clock: " + ("each tool's processes started ahead (Kernel Tuner's: imported, the device's "
+                                   "context open, NVRTC loaded; kerntune's: imported, its worker and compile "
+                                   "processes started and ready)" if ahead else
+                                   "nothing started ahead (--cold): each run starts its device and compiler"),
+          flush=True)
     searches: dict[tuple[str, str], list[Run]] = {}
     # kerntune's input sets and references kept for the bench (its compile caches are new for every
     # run, and the inputs' cache lives beside them by default)
@@ -593,13 +652,13 @@ def bench(args: argparse.Namespace) -> int:
             _step(f"kerntune's input sets, seed {seed} (untimed)")
             run_kerntune(template, problem, backend, args.device, "grid", 1, seed, skip, out)
         _step("kerntune, grid")
-        ours = run_kerntune(template, problem, backend, args.device, "grid", 0, args.seed, skip, out)
+        ours = run_kerntune(template, problem, backend, args.device, "grid", 0, args.seed, skip, out, ahead)
         _step("Kernel Tuner, brute_force")
         theirs = run_kernel_tuner_apart(args, "brute_force", 0, args.seed)
         for seed in range(1, args.seeds + 1):
             _step(f"kerntune, model, seed {seed}")
             searches.setdefault(("kerntune", "model"), []).append(
-                run_kerntune(template, problem, backend, args.device, "model", budget, seed, skip, out))
+                run_kerntune(template, problem, backend, args.device, "model", budget, seed, skip, out, ahead))
             for s in strategies:
                 _step(f"Kernel Tuner, {s}, seed {seed}")
                 searches.setdefault(("Kernel Tuner", s), []).append(run_kernel_tuner_apart(args, s, budget, seed))

@@ -1,7 +1,7 @@
 """Where one tuning run's wall time goes, phase by phase: start-up, the search, the final checks.
 
     python bench/phases.py [--template fused_add_rmsnorm] [--problem llama7b-t2048] [--backend cuda]
-                           [--strategy grid] [--budget 0] [--runs 3] [--warm] [--inputs warm|cold]
+                           [--strategy grid] [--budget 0] [--runs 3] [--warm] [--inputs warm|cold] [--ahead]
 
 Runs `kerntune tune` in this process (as bench/peer.py does) under cProfile, each run from an empty
 compile cache unless --warm, its input sets and references drawn before (by an untimed run) unless
@@ -11,7 +11,10 @@ compute-sanitizer, side by side) (and inside the
 evaluation worker, from its own profile: opening the backend, drawing inputs and references,
 calibration, evaluations, the final check; and the steps of the worker's start as it reports
 them: its process and modules, the device, inputs and references, calibration); then the
-configurations per second end to end and from the first result to the last.
+configurations per second end to end and from the first result to the last. With --ahead each
+run's worker and compile processes are started before its clock (engine/standby.py, as
+`kerntune tune` starts them while it reads the template) and waited for: the clock then counts
+only what a run does once it is asked.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kerntune.engine import standby
 from kerntune.engine.events import ConfigEvaluated, Event, Note, RunStarted
 from kerntune.engine.inputs_cache import ENV as INPUTS_ENV
 from kerntune.engine.template import load_template
@@ -60,9 +64,12 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
         if isinstance(ev, ConfigEvaluated) and not ev.replaces:
             marks.append(time.perf_counter() - t0)
         elif isinstance(ev, Note) and ev.source == "worker" and ": " in ev.text:
-            # "the evaluation worker was ready in T s: STEP S s, STEP S s, ..."
-            for name, s in re.findall(r"([a-z][a-z ]*?) ([0-9.]+) s", ev.text.split(": ", 1)[1]):
-                worker_start[f"worker start: {name}"] = float(s)
+            # "the evaluation worker was ready in T s: STEP S s, STEP S s, ...[; it was started
+            # ahead of the run: STEP S s, ...]"
+            steps, _, ahead = ev.text.split(": ", 1)[1].partition("; it was started ahead of the run: ")
+            for which, text in (("worker start", steps), ("worker started ahead", ahead)):
+                for name, s in re.findall(r"([a-z][a-z ]*?) ([0-9.]+) s", text):
+                    worker_start[f"{which}: {name}"] = float(s)
         elif isinstance(ev, RunStarted) and not started:
             started.append(time.perf_counter() - t0)
 
@@ -74,12 +81,17 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
         opts = TuneOptions(backend=args.backend, strategy=args.strategy, budget=args.budget, seed=seed,
                            problem=args.problem, probe=False, session_path=Path(tmp) / "run.toml")
         prof = cProfile.Profile()
+        if args.ahead:
+            standby.standby(args.backend, 0)
+            if not standby.wait(300):
+                print("phases: the worker started ahead is not ready (the run starts its own)", file=sys.stderr)
         t0 = time.perf_counter()
         if args.plain:
             TuneRun(template, opts, [sink]).run()
         else:
             prof.runcall(TuneRun(template, opts, [sink]).run)
         wall = time.perf_counter() - t0
+        standby.stand_down()
         files = sorted(Path(tmp).glob("worker-*.prof"))
         worker = [pstats.Stats(str(f)).stats for f in files]
         if args.top and files:
@@ -121,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plain", action="store_true", help="no profiler (its overhead): whole-run figures only")
     p.add_argument("--inputs", choices=("warm", "cold"), default="warm",
                    help="input sets and references already drawn by an earlier run (warm), or drawn by each run")
+    p.add_argument("--ahead", action="store_true",
+                   help="start each run's worker and compile processes before its clock, and wait for them")
     args = p.parse_args(argv)
     spec = templates.path(args.template) if not args.template.endswith(".toml") else Path(args.template)
     with tempfile.TemporaryDirectory(prefix="phases-inputs-") as inputs:
@@ -134,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop(INPUTS_ENV, None)
     keys = list(dict.fromkeys(k for r in runs for k in r))
     print(f"{args.template} {args.problem or '(first problem)'} {args.backend} {args.strategy}, "
-          f"{args.runs} runs, {'warm' if args.warm else 'empty'} compile cache, {args.inputs} inputs")
+          f"{args.runs} runs, {'warm' if args.warm else 'empty'} compile cache, {args.inputs} inputs"
+          + (", worker and compile processes started ahead" if args.ahead else ""))
     print(f"{'phase':<46} {'median':>8}  runs")
     for k in keys:
         vals = [r[k] for r in runs if k in r]

@@ -255,10 +255,7 @@ class Worker:
         WorkerError when it could not start. A spare worker for this device, started ahead of the
         run (engine/standby.py), is taken where one stands."""
         self._starts += 1
-        if self._adopt():
-            if self._starts > 1:  # replaced after a crash: the next replacement starts now
-                standby.refill(self.spec.backend, self.spec.device)
-        else:
+        if not self._adopt():
             spawned = time.time()
             # A new interpreter whose entry point is a light module (engine/worker_boot.py): it
             # starts the device while the worker's modules load, and imports nothing of the parent's.
@@ -320,6 +317,9 @@ class Worker:
         self.info = msg[1]
         # configurations sent while it started: the oldest one's time runs from now
         self._head_since = time.perf_counter()
+        # where the program keeps a spare for this device, the one that replaces this worker after a
+        # fault starts now (once this one is ready: not in its way while it starts)
+        standby.refill(self.spec.backend, self.spec.device)
 
     def _ensure(self) -> None:
         if self._proc is None or not self._proc.is_alive():

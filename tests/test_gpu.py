@@ -76,6 +76,52 @@ def test_the_worker_comes_back_after_a_fault():
         assert w.restarts == 1
 
 
+def test_a_run_takes_the_worker_and_compile_processes_started_ahead(tmp_path):
+    from kerntune.engine import standby
+    from kerntune.engine.events import Note
+
+    standby.stand_down()
+    try:
+        standby.standby("auto", 0, compile_jobs=3)
+        assert standby.wait(120)
+        spare = standby._spares[0]
+        assert spare.info["backend"] == "cuda" and spare.info["limits"]["compute_capability"]
+        cc = spare.info["limits"]["compute_capability"].replace(".", "")
+        assert [p.warmed for p in standby._compilers] == [f"sm_{cc}"] * 3  # warmed for the device it found
+        notes = []
+        t = load_template(templates.path("silu_and_mul"))
+        opts = TuneOptions(backend="cuda", session_path=tmp_path / "s.toml", timing=QUICK, seed=1, probe=False,
+                           problem="llama7b-t128", budget=12, compile_jobs=3)
+        out = TuneRun(t, opts, [lambda ev: notes.append(ev.text) if isinstance(ev, Note) else None]).run()
+        assert standby.standing() == (0, 0)
+        assert all(r.status == "ok" for r in out.results) and out.winner_ok is True
+        assert any("started ahead of the run" in n for n in notes)
+    finally:
+        standby.stand_down()
+
+
+def test_a_kept_spare_replaces_the_worker_a_fault_took_down():
+    from kerntune.engine import standby
+
+    hostile = load_template(Path(__file__).parent / "data" / "hostile")
+    p = hostile.problem()
+    spec = WorkerSpec("cuda", 0, str(hostile.spec_path), hostile.spec_text, dict(hostile.sources), p.name,
+                      dict(p.values), 1, QUICK)
+    standby.stand_down()
+    try:
+        standby.standby("cuda", 0, compile_jobs=0, keep=True)
+        with Worker(spec, config_timeout=10) as w:
+            assert w.evaluate({"MODE": 0, "THREADS": 64}).status == "ok"
+            assert standby.wait(120) and standby.standing() == (1, 0)  # the next one, for a fault
+            spare = standby._spares[0]
+            assert w.evaluate({"MODE": 6, "THREADS": 64}).status in ("launch_error", "crashed")
+            again = w.evaluate({"MODE": 0, "THREADS": 64})
+            assert again.status == "ok", again.message
+            assert w.restarts == 1 and w._proc.popen is spare.popen and "waited" in w.info["ahead"]
+    finally:
+        standby.stand_down()
+
+
 def test_profile_top_profiles_the_leaders_with_nsight_compute(tmp_path):
     from kerntune.engine.events import ConfigProfiled
     from kerntune.engine.ncu import find_ncu
