@@ -9,6 +9,7 @@ nothing needs reading back.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os
@@ -34,7 +35,10 @@ class Expected:
     """A reference output prepared once for fast comparisons: values in the working precision,
     the tolerance of each element, and where the reference itself is NaN or infinite."""
 
-    def __init__(self, ref: np.ndarray, dtype: str, arg: Argument, scale: float = 1.0):
+    def __init__(self, ref: np.ndarray, dtype: str, arg: Argument, scale: float = 1.0,
+                 values: np.ndarray | None = None):
+        # `values`: `ref` in the working precision already (kept with the input set: a large
+        # float16 output costs more to convert than to read back)
         self.shape = ref.shape
         self.dtype = dtype
         self.device: Any = None  # `values` on the device, uploaded when a device comparison first needs it
@@ -42,12 +46,27 @@ class Expected:
         if self.exact:
             self.values = np.ascontiguousarray(ref).ravel()
             return
-        rtol, atol = TOLERANCE[dtype]
+        self._tolerance(arg, scale)
+        work = np.float64 if dtype == "float64" else np.float32
+        if values is not None and values.dtype == work and values.size == ref.size:
+            self.values = values.ravel()
+        else:
+            self.values = ref.astype(work).ravel()
+
+    def _tolerance(self, arg: Argument, scale: float) -> None:
+        rtol, atol = TOLERANCE[self.dtype]
         # `scale`: the calibration's widening of the dtype's default (never of the spec's own)
         self.rtol = arg.rtol if arg.rtol is not None else rtol * scale
         self.atol = arg.atol if arg.atol is not None else atol * scale
-        work = np.float64 if dtype == "float64" else np.float32
-        self.values = ref.astype(work).ravel()
+
+    def rescaled(self, arg: Argument, scale: float) -> "Expected":
+        """The same reference with the dtype's default tolerance widened `scale` times: its values
+        (and their copy on the device) shared, nothing converted again."""
+        other = copy.copy(self)
+        other.__dict__.pop("tol", None)  # the only cached property that depends on the tolerance
+        if not self.exact:
+            other._tolerance(arg, scale)
+        return other
 
     # Where the reference is NaN or infinite, and each element's tolerance: computed the first time
     # the host compares (a device comparison needs neither), then kept.

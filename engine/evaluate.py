@@ -33,7 +33,7 @@ import time
 from collections import abc
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -175,29 +175,45 @@ class Evaluator:
     def _with_reference(self, inputs: Inputs, which: int) -> Inputs:
         problem = self.problems[which]
         outputs = [a for a in self.template.arguments if a.is_output]
+        works: dict[str, np.ndarray] = {}  # each output in the comparisons' working precision
         if self.reference is not None:
             sizes = dict(problem.values)
-            # a set from the inputs cache: its outputs found by its name there, or computed and kept
+            # A set from the inputs cache: its outputs found by its name there, as the checks use
+            # them (in the output's dtype, and in the working precision: converting a large float16
+            # output costs more than reading it), or computed and kept so.
             stored, store = getattr(self.reference, "stored", None), getattr(self.reference, "store", None)
             keyed = inputs.key is not None and stored is not None and store is not None
-            expected = stored(inputs.key, sizes) if keyed else None
-            if expected is None:
+            name = _prepared_name(inputs.key, outputs) if keyed else ""
+            found = stored(name, sizes) if keyed else None
+            if found is not None and all(a.name in found for a in outputs):
+                for a in outputs:
+                    inputs.expected[a.name] = found[a.name].reshape(arg_shape(a, problem))
+                    if f"{a.name}.work" in found:
+                        works[a.name] = found[f"{a.name}.work"]
+            else:
                 given = {**{k: v.copy() for k, v in inputs.host.items()}, **inputs.scalars}
                 try:
                     expected = (self.reference.raw if keyed else self.reference)(given, sizes)
                 except Exception as e:  # the reference is the template author's code
                     raise RuntimeError(f"the template's reference failed: {type(e).__name__}: {e}") from None
-                if keyed and isinstance(expected, Mapping):
-                    store(inputs.key, sizes, expected)
-            for a in outputs:
-                if a.name not in expected:
-                    raise RuntimeError(f"the template's reference returned no `{a.name}`")
-                inputs.expected[a.name] = np.asarray(expected[a.name]).astype(np_dtype(a.dtype)).reshape(arg_shape(a, problem))
-                _check_finite(a, inputs.expected[a.name], inputs, problem)
+                for a in outputs:
+                    if not isinstance(expected, Mapping) or a.name not in expected:
+                        raise RuntimeError(f"the template's reference returned no `{a.name}`")
+                    inputs.expected[a.name] = (np.asarray(expected[a.name]).astype(np_dtype(a.dtype), copy=False)
+                                               .reshape(arg_shape(a, problem)))
+                    check = Expected(inputs.expected[a.name], a.dtype, a)
+                    if not check.exact:
+                        works[a.name] = check.values
+                if keyed:
+                    store(name, sizes, {**{a.name: inputs.expected[a.name] for a in outputs},
+                                        **{f"{k}.work": v for k, v in works.items()}})
         else:
             inputs.expected = self._baseline_outputs(inputs, which)
         for a in outputs:
-            inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a, self.scale.get(a.name, 1.0))
+            check = Expected(inputs.expected[a.name], a.dtype, a, self.scale.get(a.name, 1.0), values=works.get(a.name))
+            if self.reference is not None:
+                _check_finite(a, check.values, inputs, problem)
+            inputs.checks[a.name] = check
         return inputs
 
     def _baseline_outputs(self, inputs: Inputs, which: int) -> dict[str, np.ndarray]:
@@ -526,7 +542,7 @@ class Evaluator:
                     # yet); the host's, which names the worst element, where it finds an error
                     on_device = self._passes_on_device(which, a, inputs.checks[a.name])
                     err, msg = ((on_device, "") if on_device is not None else
-                                compare(a.name, outs[a.name], Expected(inputs.expected[a.name], a.dtype, a)))
+                                compare(a.name, outs[a.name], inputs.checks[a.name].rescaled(a, 1.0)))
                     if err > worst[a.name][0]:
                         at = "" if which == 0 else f" at {problem.label()}"
                         worst[a.name] = (err, f"{msg}{at}")
@@ -543,8 +559,7 @@ class Evaluator:
             for pool in self._pools.values():
                 for inputs in pool.drawn():  # sets drawn later get the widened tolerance when drawn
                     for a in outputs:
-                        inputs.checks[a.name] = Expected(inputs.expected[a.name], a.dtype, a,
-                                                         self.scale.get(a.name, 1.0))
+                        inputs.checks[a.name] = inputs.checks[a.name].rescaled(a, self.scale.get(a.name, 1.0))
         return {name: round(err, 4) for name, (err, _) in worst.items()}
 
     # the protocol ------------------------------------------------------------------------------
@@ -891,6 +906,11 @@ def _first_differences(backend: Backend, pairs: list[tuple[Any, int, Any, int, i
     return many(pairs) if many is not None else [backend.first_difference(*p) for p in pairs]
 
 
+def _prepared_name(key: str, outputs: Sequence[Argument]) -> str:
+    """The name an input set's prepared outputs are kept under: its own, and each output's dtype."""
+    return key + "|prepared|" + ",".join(f"{a.name}:{a.dtype}" for a in outputs)
+
+
 @functools.lru_cache(maxsize=1)
 def _threads() -> ThreadPoolExecutor:
     """Threads that draw input sets and their references side by side, and build the original
@@ -899,12 +919,13 @@ def _threads() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(2, min(8, cores)), thread_name_prefix="kerntune-inputs")
 
 
-def _check_finite(a: Argument, ref: np.ndarray, inputs: Inputs, problem: Problem) -> None:
+def _check_finite(a: Argument, values: np.ndarray, inputs: Inputs, problem: Problem) -> None:
     """A reference with NaN or Inf where every input is finite is an error (it would leave those
-    elements unchecked), unless the spec says the output may hold them (`nonfinite = true`)."""
+    elements unchecked), unless the spec says the output may hold them (`nonfinite = true`).
+    `values`: the output in the comparisons' working precision (Expected.values)."""
     if a.nonfinite_ok or a.dtype not in TOLERANCE:
         return
-    bad = ~np.isfinite(ref.astype(np.float32, copy=False))
+    bad = ~np.isfinite(values)
     if not bad.any():
         return
     infinite = [k for k, v in inputs.host.items() if v.dtype.kind == "f" or v.dtype.name == "bfloat16"

@@ -184,6 +184,14 @@ def _stand(conn: Any, where: tuple[str, int], startup: dict[str, float]) -> tupl
     backend = open_backend(name, device)
     ahead = dict(startup)
     ahead["device"] = time.perf_counter() - mark
+    warm = getattr(backend, "warm", None)
+    if warm is not None:  # the engine's own kernels built, the compiler loaded: nothing of a run's
+        mark = time.perf_counter()
+        try:
+            warm()
+        except Exception:  # built again, and reported, when the run needs them
+            pass
+        ahead["engine kernels"] = time.perf_counter() - mark
     conn.send(("standby", {"backend": name, "device": device, "limits": backend.limits.to_dict(),
                            "startup": dict(ahead)}))
     stood = time.perf_counter()

@@ -181,3 +181,35 @@ def test_a_cached_input_sets_outputs_are_found_by_its_name_without_reading_its_b
     for which in range(len(again.problems)):
         for a, b in zip(first._pool(which).drawn(), again._pool(which).drawn()):
             assert a.key == b.key and np.array_equal(a.expected["c"], b.expected["c"])
+
+
+def test_a_half_precision_output_is_kept_as_the_checks_use_it_and_never_converted_again(opencl_backend, monkeypatch):
+    from kerntune.engine import compare as compare_module
+    from kerntune.engine.evaluate import Evaluator
+
+    t = load_template(templates.path("fused_add_rmsnorm"))
+    problem = t.problem(None, {"tokens": 3, "d": 256})
+    first = Evaluator(opencl_backend, t, problem, seed=2)
+    first.prepare()
+    converted = []
+    real = compare_module.Expected.__init__
+
+    def counting(self, ref, dtype, arg, scale=1.0, values=None):
+        real(self, ref, dtype, arg, scale, values)
+        if values is None and not self.exact:
+            converted.append(arg.name)
+
+    monkeypatch.setattr(compare_module.Expected, "__init__", counting)
+    again = Evaluator(opencl_backend, load_template(templates.path("fused_add_rmsnorm")), problem, seed=2)
+    again.prepare()
+    assert converted == []  # each output read back in its dtype and in the working precision
+    for which in range(len(again.problems)):
+        for a, b in zip(first._pool(which).drawn(), again._pool(which).drawn()):
+            for name, check in b.checks.items():
+                assert b.expected[name].dtype == np.float16 and check.values.dtype == np.float32
+                assert np.array_equal(check.values, a.checks[name].values, equal_nan=True)
+                assert np.array_equal(check.values, b.expected[name].astype(np.float32).ravel(), equal_nan=True)
+    # the calibration's widening shares the values: nothing converted, the tolerance wider
+    check = again._pool(0).drawn()[0].checks["input"]
+    wider = check.rescaled(next(a for a in t.arguments if a.name == "input"), 3.0)
+    assert wider.values is check.values and wider.rtol == pytest.approx(3 * check.rtol) and converted == []

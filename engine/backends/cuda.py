@@ -358,6 +358,15 @@ class CUDABackend:
         except drv.Error as e:
             raise LaunchError(f"device fill failed: {_one_line(e)}") from None
 
+    def warm(self) -> None:
+        """Build the engine's own kernels (the comparisons) now, which also loads the compiler: a
+        worker started ahead of its run does this while it waits (engine/standby.py)."""
+        if self._differ is None:
+            self._differ = self.compile(_DIFFER_SRC, "kerntune_first_difference", {})
+        for dtype in CLOSE_DTYPES:
+            if dtype not in self._close:
+                self._close[dtype] = self.compile(_CLOSE_SRC, f"kerntune_close_{dtype}", {})
+
     def first_difference(self, a: Any, a_offset: int, b: Any, b_offset: int, nbytes: int) -> int:
         return self.first_differences([(a, a_offset, b, b_offset, nbytes)])[0]
 
