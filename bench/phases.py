@@ -55,6 +55,7 @@ WORKER_PHASES = (
 def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]:
     template = load_template(spec)
     marks: list[float] = []
+    timeline: list[str] = []  # the first results: when, and each one's compile, check and timing seconds
     t0 = time.perf_counter()
 
     started: list[float] = []
@@ -63,6 +64,10 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
     def sink(ev: Event) -> None:
         if isinstance(ev, ConfigEvaluated) and not ev.replaces:
             marks.append(time.perf_counter() - t0)
+            if len(timeline) < args.timeline:
+                r = ev.result
+                timeline.append(f"{marks[-1]:6.3f} s  compile {r.compile_s or 0.0:.3f}  check {r.verify_s or 0.0:.3f}  "
+                                f"time {r.time_s or 0.0:.3f}  {r.status}{' (cached)' if r.cached else ''}")
         elif isinstance(ev, Note) and ev.source == "worker" and ": " in ev.text:
             # "the evaluation worker was ready in T s: STEP S s, STEP S s, ...[; it was started
             # ahead of the run: STEP S s, ...]"
@@ -108,6 +113,9 @@ def one_run(spec: Path, args: argparse.Namespace, seed: int) -> dict[str, float]
     for phase, (suffix, name) in WORKER_PHASES if not args.plain else ():
         out[phase] = sum(v[3] for st in worker for (f, _, n), v in st.items() if n == name and f.endswith(suffix))
     out.update(worker_start)
+    if timeline:
+        print(f"the first {len(timeline)} results of run {seed} (seconds from the call):")
+        print("\n".join(f"  {line}" for line in timeline))
     if started:
         out["before the search starts (device, space, session)"] = started[0]
     if len(marks) >= 2:
@@ -133,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plain", action="store_true", help="no profiler (its overhead): whole-run figures only")
     p.add_argument("--inputs", choices=("warm", "cold"), default="warm",
                    help="input sets and references already drawn by an earlier run (warm), or drawn by each run")
+    p.add_argument("--timeline", type=int, default=0, metavar="N",
+                   help="print each run's first N results: when, and their compile, check and timing seconds")
     p.add_argument("--ahead", action="store_true",
                    help="start each run's worker and compile processes before its clock, and wait for them")
     args = p.parse_args(argv)
@@ -143,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[INPUTS_ENV] = "off" if args.inputs == "cold" else inputs
         if args.inputs == "warm":
             for seed in range(1, args.runs + 1):
-                one_run(spec, argparse.Namespace(**{**vars(args), "budget": 1, "plain": True, "top": 0}), seed)
+                one_run(spec, argparse.Namespace(**{**vars(args), "budget": 1, "plain": True, "top": 0, "timeline": 0}), seed)
         runs = [one_run(spec, args, seed) for seed in range(1, args.runs + 1)]
         os.environ.pop(INPUTS_ENV, None)
     keys = list(dict.fromkeys(k for r in runs for k in r))

@@ -14,8 +14,8 @@ A spare worker has opened the device and waits for the run's description; nothin
 in it (no template, no inputs, no compiled kernel), so each run still starts from nothing of its
 own. It holds the device's context (some memory on the device, no work). A spare nobody takes
 ends with the program (`stand_down`, at exit, or when its pipe closes). `keep=True` starts a new
-spare once a worker of that device is ready and when it ends, so the worker that replaces one a
-kernel took down, and the next run's, start at once.
+spare when a worker of that device ends, and once a replacement is ready after a kernel took one
+down, so the next run's worker, and the next replacement, start at once.
 """
 
 from __future__ import annotations
@@ -222,8 +222,8 @@ def take_compilers(n: int) -> list:
 
 
 def refill(backend: str, device: int) -> None:
-    """Once a worker of this device is ready, and when it ends: a new spare, where the program
-    asked to keep one (`standby(..., keep=True)`) and none stands."""
+    """When a worker of this device ends, or a replacement is ready: a new spare, where the
+    program asked to keep one (`standby(..., keep=True)`) and none stands."""
     with _lock:
         wanted = [k for k in _keep if k[1] == device and k[0] in (backend, "auto")]
     for b, d in wanted:

@@ -325,9 +325,10 @@ class Worker:
         self.info = msg[1]
         # configurations sent while it started: the oldest one's time runs from now
         self._head_since = time.perf_counter()
-        # where the program keeps a spare for this device, the one that replaces this worker after a
-        # fault starts now (once this one is ready: not in its way while it starts)
-        standby.refill(self.spec.backend, self.spec.device)
+        # where the program keeps a spare for this device and a kernel has taken a worker down
+        # already (it may again), the next replacement starts now, once this one is ready
+        if self.restarts:
+            standby.refill(self.spec.backend, self.spec.device)
 
     def _ensure(self) -> None:
         if self._proc is None or not self._proc.is_alive():

@@ -112,12 +112,16 @@ def test_a_kept_spare_replaces_the_worker_a_fault_took_down():
         standby.standby("cuda", 0, compile_jobs=0, keep=True)
         with Worker(spec, config_timeout=10) as w:
             assert w.evaluate({"MODE": 0, "THREADS": 64}).status == "ok"
-            assert standby.wait(120) and standby.standing() == (1, 0)  # the next one, for a fault
+            assert standby.standing() == (0, 0)  # the spare was taken, and none started yet
+            assert w.evaluate({"MODE": 6, "THREADS": 64}).status in ("launch_error", "crashed")
+            assert w.evaluate({"MODE": 0, "THREADS": 64}).status == "ok"  # a new worker, started then
+            # a kernel has taken one down: the next replacement stands ready
+            assert standby.wait(120) and standby.standing() == (1, 0)
             spare = standby._spares[0]
             assert w.evaluate({"MODE": 6, "THREADS": 64}).status in ("launch_error", "crashed")
             again = w.evaluate({"MODE": 0, "THREADS": 64})
             assert again.status == "ok", again.message
-            assert w.restarts == 1 and w._proc.popen is spare.popen and "waited" in w.info["ahead"]
+            assert w.restarts == 2 and w._proc.popen is spare.popen and "waited" in w.info["ahead"]
     finally:
         standby.stand_down()
 
