@@ -25,7 +25,8 @@ its launch overhead: 14.6 us for a kernel the common timer times at 7.0 us).
 Each tool compiles from nothing in every run: kerntune's cubin cache and CuPy's kernel cache
 point at new empty folders per run, and PoCL's kernel cache is off. Neither tool's clock counts
 making its input data: Kernel Tuner is handed its arrays and answer, and kerntune's input sets and
-references are drawn into its inputs cache by an untimed run before the timed ones.
+references (every set of its pools) are drawn into its inputs cache by an untimed run before the
+timed ones.
 
 Before each clock starts, each tool's processes are as a program that uses it would have them:
 Kernel Tuner runs in a process that has imported it (and CuPy), opened the device (its context)
@@ -77,6 +78,9 @@ from kerntune.engine.template import ParamValue, Problem, Template, TemplateErro
 from kerntune.engine.tune import TuneError, TuneOptions, TuneRun, resolve_device  # noqa: E402
 
 WITHIN = 0.03
+# configurations whose checks use every input set of a run's pools (each uses `seeds` of `pool`
+# per size, in turn): the untimed run that draws kerntune's input sets evaluates this many
+DRAWN_BY = -(-VerifyPolicy().pool // VerifyPolicy().seeds)
 # configurations each exhaustive run timed within this of its own best are timed again by the
 # common timer to find the 3% set; at most CANDIDATES of them, the fastest by their own runs
 NEAR = 0.10
@@ -651,10 +655,11 @@ def bench(args: argparse.Namespace) -> int:
         out = Path(tmp)
         # Kernel Tuner's input set and answer are made before its clock starts (`_setup`); kerntune's
         # likewise: its input sets and references for every seed a run below uses, drawn now by an
-        # untimed run of one configuration (each timed run still compiles everything)
+        # untimed run of its first configurations, whose checks use every set (each timed run still compiles
+        # everything)
         for seed in sorted({args.seed, *range(1, args.seeds + 1)}):
             _step(f"kerntune's input sets, seed {seed} (untimed)")
-            run_kerntune(template, problem, backend, args.device, "grid", 1, seed, skip, out)
+            run_kerntune(template, problem, backend, args.device, "grid", DRAWN_BY, seed, skip, out)
         _step("kerntune, grid")
         ours = run_kerntune(template, problem, backend, args.device, "grid", 0, args.seed, skip, out, ahead)
         _step("Kernel Tuner, brute_force")

@@ -31,11 +31,16 @@ import time
 from pathlib import Path
 
 from kerntune.engine import standby
+from kerntune.engine.evaluate import VerifyPolicy
 from kerntune.engine.events import ConfigEvaluated, Event, Note, RunStarted
 from kerntune.engine.inputs_cache import ENV as INPUTS_ENV
 from kerntune.engine.template import load_template
 from kerntune import templates
 from kerntune.engine.tune import TuneOptions, TuneRun
+
+# configurations whose checks use every input set of a run's pools (each uses `seeds` of `pool` per
+# size, in turn): what the untimed run that draws the input sets for --inputs warm evaluates
+DRAWN_BY = -(-VerifyPolicy().pool // VerifyPolicy().seeds)
 
 # (phase, the function whose cumulative time it is: file suffix, name)
 PHASES = (
@@ -149,11 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     spec = templates.path(args.template) if not args.template.endswith(".toml") else Path(args.template)
     with tempfile.TemporaryDirectory(prefix="phases-inputs-") as inputs:
         # cold: every run draws its input sets and computes their references; warm: they were
-        # drawn before, as by an earlier run with the same seed (an untimed run of one configuration)
+        # drawn before, as by an earlier run with the same seed (an untimed run of the first
+        # configurations, whose checks use every set)
         os.environ[INPUTS_ENV] = "off" if args.inputs == "cold" else inputs
         if args.inputs == "warm":
             for seed in range(1, args.runs + 1):
-                one_run(spec, argparse.Namespace(**{**vars(args), "budget": 1, "plain": True, "top": 0, "timeline": 0}), seed)
+                one_run(spec, argparse.Namespace(**{**vars(args), "budget": DRAWN_BY, "plain": True, "top": 0, "timeline": 0}),
+                        seed)
         runs = [one_run(spec, args, seed) for seed in range(1, args.runs + 1)]
         os.environ.pop(INPUTS_ENV, None)
     keys = list(dict.fromkeys(k for r in runs for k in r))
