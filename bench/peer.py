@@ -1,7 +1,7 @@
 """kerntune beside Kernel Tuner on one template, in one process: same space, same data, one timer.
 
     python bench/peer.py [--template silu_and_mul] [--problem llama7b-t128] [--backend cuda|opencl]
-                         [--max-configs N] [--strategy-budget N] [--seeds 3]
+                         [--max-configs N] [--strategy-budget N] [--seeds 5] [--cold]
                          [--kt-strategies bayes_opt,genetic_algorithm,random_sample] [--kt-lang cupy|nvcuda]
 
 Both tools tune the template's whole feasible space (or the same random N of it with
@@ -533,7 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-configs", type=int, default=0, help="tune the same random N of the space (0: all)")
     ap.add_argument("--strategy-budget", type=int, default=0,
                     help="evaluations for each strategy run (0: a tenth of the space, at least 30)")
-    ap.add_argument("--seeds", type=int, default=3, help="strategy runs per strategy, seeds 1..N")
+    ap.add_argument("--seeds", type=int, default=5,
+                    help="strategy runs per strategy, seeds 1..N (their median: one lucky run must not decide it)")
     ap.add_argument("--kt-strategies", default=",".join(KT_STRATEGIES))
     ap.add_argument("--kt-lang", choices=("cupy", "nvcuda"), default="cupy", help="Kernel Tuner's CUDA backend")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds of the common timer")
