@@ -91,6 +91,10 @@ class RulesProvider:
             return Plan(f"Round {state.round}: no verified result to refine around; stopping.\n{sol}", stop=True)
         around = fmt_config(state.best.config)
         tried = sum(len(r.results) for r in mine)
+        whole = {p.name: p.values for p in state.template.parameters}
+        if not GridCount(state.template, state.problem, state.limits, [x for r in mine for x in r.results])(whole):
+            return Plan(f"Round {state.round}: every feasible configuration of the template has been measured "
+                        f"({tried} of this template so far); nothing is left to refine; stopping.\n{sol}", stop=True)
         evidence, _ = profile_evidence(state)
         order = refine_order_words(state)
         return Plan(f"Round {state.round}: refine around the best so far ({around}, {us(state.best.median_us)}): "

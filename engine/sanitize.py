@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, replace
 from typing import Any, Mapping
 
-from .backends.cuda_toolchain import find_cuda_tool, finish_cuda_tool, start_cuda_tool
+from .backends.cuda_toolchain import find_cuda_tool, finish_cuda_tool, start_cuda_tool, stop_cuda_tool
 from .profile import job_for
 
 DEFAULT_TIMEOUT = 300.0
@@ -76,10 +76,10 @@ class Memcheck:
         text, code = finish_cuda_tool(self._proc, "compute-sanitizer", timeout, SanitizeError, stdin=which + "\n")
         return read_memcheck(text, code)
 
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.kill()
-        self._proc.communicate()
+    def close(self, grace: float = 5.0) -> None:
+        """End a child that was not needed: told so (an empty line), given `grace` seconds to end,
+        then ended with the tool (the tool killed alone would leave it holding the output)."""
+        stop_cuda_tool(self._proc, grace, stdin="\n")
 
 
 def read_memcheck(text: str, code: int) -> tuple[bool, str]:

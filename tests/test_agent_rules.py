@@ -492,3 +492,14 @@ def test_with_nothing_to_tune_the_rules_loop_ends_with_the_reverified_original(h
     assert isinstance(done, LoopFinished) and done.kept_original and done.best == {} and done.best_us > 0
     assert done.reason.startswith(why) and "\n" not in done.reason
     assert f"loop: finished ({why}" in " ".join(out.split())
+
+
+def test_a_template_measured_to_its_last_configuration_stops_the_loop(tmp_path):
+    rules, state = rules_state(tmp_path, original_spec(tmp_path), "opencl", CPU, None, 12)
+    every = measured(searched(state, {p.name: p.values for p in state.template.parameters}), lambda c: 1.0)
+    some, done_all = after(state, every[1:], 12), after(state, every, 12)
+    for done in (some, done_all):
+        done.round, done.rounds, done.sol_us, done.sol_target, done.original_result = 2, 3, None, 0.9, None
+    assert not rules._plan(some).stop
+    plan = rules._plan(done_all)
+    assert plan.stop and "every feasible configuration of the template has been measured" in plan.text

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
-from dataclasses import asdict
 import sys
+import threading
+import time
+from dataclasses import asdict
 
 import pytest
 
@@ -59,3 +62,24 @@ def test_closing_an_unused_child_stops_it(tmp_path):
     ahead = Memcheck(fake_sanitizer(tmp_path, ""), t, t.problem())
     ahead.close()
     assert ahead._proc.returncode is not None
+
+
+def test_closing_ends_what_the_tool_started_even_when_it_holds_the_output(tmp_path):
+    """compute-sanitizer's target can outlive the tool and keep its output open: closing must not
+    wait for it (a round with nothing new to check once hung here until the target gave up)."""
+    pidfile = tmp_path / "stray.pid"
+    path = tmp_path / "compute-sanitizer"
+    path.write_text(f"#!/bin/sh\nsleep 100000 &\necho $! > {pidfile}\nwhile [ \"${{1#-}}\" != \"$1\" ]; do shift; shift; done\n"
+                    "\"$@\"\nwait\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    t = load_template(templates.path("vector_add"))
+    ahead = Memcheck(str(path), t, t.problem())
+    closing = threading.Thread(target=ahead.close, kwargs={"grace": 0.5}, daemon=True)
+    closing.start()
+    closing.join(60)
+    assert not closing.is_alive(), "close() waited on the tool's stray child"
+    stray = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):  # killed: gone once its parent shell (killed too) is reaped by init
+            os.kill(stray, 0)
+            time.sleep(0.05)

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -70,10 +71,11 @@ def run_cuda_tool(cmd: Sequence[str], name: str, timeout: float, error: type[Exc
 
 def start_cuda_tool(cmd: Sequence[str], name: str, error: type[Exception]) -> subprocess.Popen:
     """Start a CUDA tool on a child program without waiting for it (`finish_cuda_tool` does);
-    its standard input is a pipe the caller may write to."""
+    its standard input is a pipe the caller may write to. The tool leads a process group of its
+    own, so that ending it ends the program it runs too (`stop_cuda_tool`)."""
     try:
         return subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                                text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
     except OSError as e:
         raise error(f"cannot start {name}: {e}") from None
 
@@ -85,15 +87,47 @@ def finish_cuda_tool(proc: subprocess.Popen, name: str, timeout: float, error: t
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+        stop_cuda_tool(proc)
         raise error(f"{name} did not finish within {timeout:.0f} s") from None
     except OSError as e:  # the child's input closed early: it ended before reading it
-        proc.kill()
-        out, err = proc.communicate()
+        out, err = stop_cuda_tool(proc)
         if proc.returncode is None:
             raise error(f"{name} stopped: {e}") from None
     return out + "\n" + err, proc.returncode
+
+
+def stop_cuda_tool(proc: subprocess.Popen, grace: float = 0.0, stdin: str | None = None) -> tuple[str, str]:
+    """End a started tool and everything in its process group: the program it runs, and whatever
+    that started. Killing the tool alone is not enough: compute-sanitizer's and ncu's target holds
+    the output pipes and may wait for the tool it lost, so reading to their end would never return.
+    `stdin` first (then end of input) and `grace` seconds to finish on its own. (stdout, stderr),
+    what could be read."""
+    if proc.poll() is None and (grace > 0 or stdin is not None):
+        try:
+            if stdin is not None and proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.write(stdin)
+            if proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group has ended
+    if proc.poll() is None:
+        proc.kill()
+    try:
+        return proc.communicate(timeout=10)
+    except (subprocess.TimeoutExpired, ValueError, OSError):  # something left the group and holds a pipe
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        return "", ""
 
 
 def find_nvcc() -> str | None:
