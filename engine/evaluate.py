@@ -668,10 +668,28 @@ class Evaluator:
         return True, worst, ""
 
     def _rotating(self, which: int) -> list[Inputs]:
+        """The input sets the next configuration is checked with: the pool's next ones in turn
+        (never the last configuration's), waited for where they are still being drawn ahead."""
         pool = self._pool(which)
         n = min(self.verify_policy.seeds, len(pool))
         start = self._next % len(pool)
         return [pool[(start + k) % len(pool)] for k in range(n)]
+
+    def draw_ahead(self) -> None:
+        """The rest of every verification size's pool, drawn now in other threads while the first
+        configuration is checked with the sets `prepare` drew: the next one's are ready sooner, or
+        at once (after `calibrate`, which widens the tolerance of every set drawn by then). Only
+        with a numpy reference: without one a set's reference is the default configuration's
+        launch, on this thread's device context."""
+        if self.reference is None:
+            return
+        for which in range(len(self.problems)):
+            self._pool(which).draw_ahead(_threads().submit)
+
+    def stop_drawing(self) -> None:
+        """Drop the draws ahead not started (the worker is ending)."""
+        for pool in self._pools.values():
+            pool.cancel_ahead()
 
     def evaluate(self, config: Mapping[str, ParamValue], kernel: Any = None, compile_s: float = 0.0,
                  resources: Resources | None = None, cached: bool = False, original: bool = False) -> Result:

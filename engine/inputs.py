@@ -5,7 +5,9 @@ from a seed (never zeros), the scalars evaluated, and a pool that draws each set
 from __future__ import annotations
 
 import math
+import threading
 from collections import abc
+from concurrent.futures import Future
 from typing import Any, Callable
 
 import numpy as np
@@ -88,11 +90,14 @@ def make_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
 
 
 class InputPool(abc.Sequence):
-    """A verification size's input sets, each drawn (with its reference outputs) when first used."""
+    """A verification size's input sets, each drawn (with its reference outputs) when first used,
+    or ahead of use in other threads (`draw_ahead`)."""
 
     def __init__(self, draw: Callable[[int], Inputs], size: int):
         self._draw = draw
         self._items: list[Inputs | None] = [None] * size
+        self._ahead: dict[int, Future] = {}  # sets being drawn in other threads
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -100,9 +105,34 @@ class InputPool(abc.Sequence):
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self._items)))]
+        i = i if i >= 0 else len(self._items) + i
         if self._items[i] is None:
-            self._items[i] = self._draw(i if i >= 0 else len(self._items) + i)
+            with self._lock:
+                future = self._ahead.pop(i, None)
+            # a set drawn ahead is waited for (its failure raised here, as drawing it here would)
+            self._items[i] = future.result() if future is not None and not future.cancelled() else self._draw(i)
         return self._items[i]
+
+    def ready(self, i: int) -> bool:
+        """Whether set `i` can be had without waiting: drawn, or drawn ahead and done."""
+        if self._items[i] is not None:
+            return True
+        with self._lock:
+            future = self._ahead.get(i)
+        return future is not None and future.done() and not future.cancelled() and future.exception() is None
+
+    def draw_ahead(self, submit: Callable[..., Future]) -> None:
+        """Every set not drawn yet, drawn by `submit(fn, i)` (an executor's) in other threads."""
+        with self._lock:
+            for i, item in enumerate(self._items):
+                if item is None and i not in self._ahead:
+                    self._ahead[i] = submit(self._draw, i)
+
+    def cancel_ahead(self) -> None:
+        """Drop the draws ahead that have not started."""
+        with self._lock:
+            for future in self._ahead.values():
+                future.cancel()
 
     def drawn(self) -> list[Inputs]:
         return [x for x in self._items if x is not None]

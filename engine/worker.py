@@ -122,6 +122,7 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             step("inputs and references")
             calibration = ev.calibrate()
             step("calibration")
+            ev.draw_ahead()  # the rest of each size's input sets, while the first configurations run
     except Exception as e:  # reported to the parent as one line; the run cannot go on without it
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
@@ -166,6 +167,7 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
                 ok, worst, text = False, math.inf, f"{type(e).__name__}: {e}"
             conn.send(("reproduced", ok, worst, text))
         else:
+            ev.stop_drawing()
             backend.close()
             return
 
