@@ -14,10 +14,15 @@ configuration is the original kernel token for token:
   BLOCK would rewrite the template's own parameter list);
 - the launch's block size (a literal of the spec's `block`, and the same literal in
   `__launch_bounds__` / `reqd_work_group_size` and in the grid) becomes a parameter too, the same
-  parameter as a constant above that holds the kernel's thread count.
+  parameter as a constant above that holds the kernel's thread count; in a launch of several
+  dimensions each dimension follows the constant of its value the kernel reads (a tiled
+  transpose's block is `(TILE_DIM, BLOCK_ROWS)`), and a grid that divides by that value counts
+  tiles of the parameter in every dimension (`ceil_div(height, TILE_DIM)`).
 
 Value ranges come from the device's limits; constraints keep every configuration correct (a
-parameter that divides a problem size, `d / VEC`, must divide it exactly).
+parameter that divides a problem size, `d / VEC`, must divide it exactly; a loop from 0 to one
+parameter in steps of another, `j < TILE_DIM; j += BLOCK_ROWS`, needs the step to divide it) or
+compilable (static shared arrays sized by parameters within the device's shared memory per block).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from dataclasses import dataclass, field, replace
 
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
-from kerntune.engine.template import DEVICE_NAMES, Template
+from kerntune.engine.signature import CTYPES, PACKED
+from kerntune.engine.template import DEVICE_NAMES, DTYPES, Template
 
 from .kernel_tree import (ExplicitInstantiation, KernelAnalysis, KernelTreeError, Span, analyse,
                           explicit_instantiations, source_tokens, span_of, syntax_nodes, tree_reductions)
@@ -413,6 +419,67 @@ def values_for(kind: str, default: int, limits: DeviceLimits, bare: bool = False
     return tuple(sorted(vals))
 
 
+_SHARED_WORDS = re.compile(r"(__shared__|__local|\blocal)\s*$")
+
+
+def shared_budget(source: str, names: dict[str, str]) -> str | None:
+    """`bytes of the static shared arrays <= max_shared_per_block` when any of them is sized by a
+    parameter (`__shared__ float tile[TILE_DIM][TILE_DIM + 1]`): a configuration past the limit
+    would only fail to compile. `names`: the name the code reads each parameter by, to the
+    parameter's. None when no array is sized by one, or one's size or element type is unknown."""
+    terms, sized = [], False
+    for node, text in syntax_nodes(source, ("declaration",)):
+        if not _SHARED_WORDS.search(source[max(0, node.start_byte - 40):node.start_byte]):
+            continue
+        kind = node.child_by_field_name("type")
+        words = " ".join(w for w in text(kind).split() if w not in ("const", "volatile", "unsigned")) \
+            if kind is not None else ""
+        unsigned = kind is not None and "unsigned" in text(kind).split()
+        ctype = ("unsigned " + words if unsigned and words else "unsigned" if unsigned else words)
+        size = DTYPES.get(CTYPES.get(ctype, "")) or (DTYPES[PACKED[ctype][0]] * PACKED[ctype][1]
+                                                    if ctype in PACKED else None)
+        for decl in node.children_by_field_name("declarator"):
+            dims = []
+            while decl is not None and decl.type == "array_declarator":
+                dims.append(decl.child_by_field_name("size"))
+                decl = decl.child_by_field_name("declarator")
+            if not dims:
+                continue
+            if size is None or any(d is None for d in dims):
+                return None  # an element type of unknown size, or `extern __shared__ x[]`
+            exprs = []
+            for d in dims:
+                tokens = re.findall(r"[A-Za-z_]\w*|\d+|\S", text(d))
+                if any(t[0].isalpha() or t[0] == "_" for t in tokens if t not in names):
+                    return None  # sized by a name that is not a parameter
+                sized |= any(t in names for t in tokens)
+                exprs.append("(" + " ".join(names.get(t, t) for t in tokens) + ")")
+            terms.append(" * ".join([str(size)] + exprs))
+    if not sized:
+        return None
+    return " + ".join(terms) + " <= max_shared_per_block"
+
+
+def loop_steps(source: str, names: dict[str, str], bound: str) -> list[str]:
+    """`BOUND % STEP == 0` for each loop `for (j = 0; j < BOUND; j += STEP)` over two parameters
+    (`names`: the name the code reads each by, to the parameter's): the block's rows covering a
+    tile of TILE_DIM rows BLOCK_ROWS at a time reach past the tile when the step does not divide it."""
+    out = []
+    for node, text in syntax_nodes(source, ("for_statement",)):
+        cond, update = node.child_by_field_name("condition"), node.child_by_field_name("update")
+        if cond is None or update is None or cond.type != "binary_expression" \
+                or text(cond.child_by_field_name("operator")) not in ("<", "<="):
+            continue
+        right = cond.child_by_field_name("right")
+        if right is None or right.type != "identifier" or names.get(text(right)) != bound:
+            continue
+        if update.type == "assignment_expression" and text(update.child_by_field_name("operator")) == "+=":
+            step = update.child_by_field_name("right")
+            if step is not None and step.type == "identifier" and text(step) in names and names[text(step)] != bound:
+                out.append(f"{bound} % {names[text(step)]} == 0")
+    return list(dict.fromkeys(out))
+
+
 def divisibility(source: str, name: str, sizes: dict[str, str], parameter: str | None = None) -> list[str]:
     """`p % NAME == 0` for each `scalar / NAME` (or `% NAME`) whose scalar is the problem size p;
     `parameter`, when the code reads the parameter by another name (a template parameter), names it."""
@@ -447,6 +514,7 @@ class LaunchLift:
     name: str
     literal: int
     in_grid: bool  # the grid divides by it too
+    grid_dims: tuple[int, ...] = ()  # the grid's dimensions where its literal becomes the parameter
 
 
 DIM_NAMES = ("BLOCK", "BLOCK_Y", "BLOCK_Z")
@@ -521,16 +589,23 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
         for b, src in sources.items():
             own = matched[b].get(lf.name, lf)
             constraints += divisibility(src, own.reads or own.name, sizes, lf.name)
+            constraints += loop_steps(src, {(m.reads or m.name): m.name for m in matched[b].values()}
+                                      | {lw.name: lw.name for lw in launches}, lf.name)
             names, dims = _halved(every[b], original.entry)
             if (own.reads or own.name) in names or any(lw.name == lf.name and lw.dim in dims for lw in launches):
                 constraints.append(f"is_pow2({lf.name})")  # a tree reduction halves from it
     if len(launches) > 1:
         constraints.append(" * ".join(lw.name for lw in launches) + " <= max_threads_per_block")
+    for b, src in sources.items():
+        budget = shared_budget(src, {(m.reads or m.name): m.name for m in matched[b].values()}
+                               | {lw.name: lw.name for lw in launches})
+        if budget is not None:
+            constraints.append(budget)
     new_block, new_grid = list(block), list(grid)
     for lw in launches:
         new_block[lw.dim] = _replace_literal(block[lw.dim], lw.literal, lw.name)
-        if lw.in_grid:
-            new_grid[lw.dim] = _replace_literal(grid[lw.dim], lw.literal, lw.name)
+        for d in lw.grid_dims or ((lw.dim,) if lw.in_grid else ()):
+            new_grid[d] = _replace_literal(new_grid[d], lw.literal, lw.name)
     for lf in chosen:
         notes.append(f"lifted {lf.origin} into {lf.name}")
     if not params:
@@ -599,19 +674,40 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
                 notes.append(f"the kernel's body uses {literal} itself (line {line}), as a thread count it may "
                              f"assume: the block size in dimension {'xyz'[dim]} is left alone")
                 continue
-        if dim == 0:
-            same = [lf for lf in lifts if lf.kind == "threads" and lf.default == literal]
-            name = same[0].name if same else fresh_name(DIM_NAMES[0], taken | {lf.name for lf in lifts})
-            if same:
-                notes.append(f"the launch's block of {literal} threads is {name} too: the kernel takes its thread "
-                             f"count from {same[0].origin}")
+        same = [lf for lf in lifts if lf.kind == "threads" and lf.default == literal] if dim == 0 else []
+        # a named constant of the same value that the body reads (`#define TILE_DIM 32` with a
+        # block of 32, `BLOCK_ROWS 8` with 8 in y): the kernel maps its threads by it, so the
+        # block follows it, and a grid that divides by it (the tiles) follows it too
+        named = [lf for lf in lifts if _constant(lf.key) is not None and lf.default == literal
+                 and lf.name not in {lw.name for lw in out}
+                 and (kernel is None or (lf.reads or lf.name) in _body_words(source, kernel))]
+        tied = same or named
+        if tied:
+            name = tied[0].name
+            notes.append(f"the launch's block of {literal} threads"
+                         + (f" in dimension {'xyz'[dim]}" if several else "")
+                         + f" is {name} too: the kernel takes its thread count from {tied[0].origin}")
+        elif dim == 0:
+            name = fresh_name(DIM_NAMES[0], taken | {lf.name for lf in lifts})
         else:
             name = fresh_name(DIM_NAMES[dim], taken | {lf.name for lf in lifts} | {lw.name for lw in out})
         if name in dropped:
             continue
-        in_grid = dim < len(grid) and bool(_literal_positions(grid[dim], literal))
-        out.append(LaunchLift(dim, name, literal, in_grid))
+        grid_dims = tuple(d for d, g in enumerate(grid[:3]) if (d == dim and _literal_positions(g, literal))
+                          or (named and not same and d != dim and _divides_by(g, literal)))
+        out.append(LaunchLift(dim, name, literal, dim in grid_dims, grid_dims))
     return out
+
+
+def _body_words(source: str, kernel: KernelAnalysis) -> set[str]:
+    return {w for w, sp in source_tokens(source) if kernel.body.start <= sp.start < kernel.body.end}
+
+
+def _divides_by(expr: str, literal: int) -> bool:
+    """Whether a grid expression divides a size by `literal` (`ceil_div(height, 32)`, `(n + 31) / 32`)."""
+    compact = expr.replace(" ", "")
+    return any(compact[:a].endswith("/") or re.search(r"ceil_div\([^,()]*,$", compact[:a])
+               for a, _ in _literal_positions(compact, literal))
 
 
 def _constants_holding(source: str, kernel: KernelAnalysis | None, entry: str, literal: int,

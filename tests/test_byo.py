@@ -1,4 +1,4 @@
-"""Bring your own kernel: six CUDA C++ kernels written as published code looks (tests/data/byo/),
+"""Bring your own kernel: seven CUDA C++ kernels written as published code looks (tests/data/byo/),
 each with the kernel.toml `kerntune init` wrote and its TODOs filled in (sizes, shapes, launch),
 a numpy reference, and an OpenCL twin where OpenCL has the types."""
 
@@ -27,9 +27,9 @@ def _spec(kernel: str) -> dict:
     return tomllib.loads((BYO / kernel / "kernel.toml").read_text())
 
 
-def test_there_are_six_kernels_and_five_opencl_twins():
-    assert KERNELS == ["adamw", "embedding", "gelu", "layernorm", "silu_mul_bf16", "softmax"]
-    assert TWINS == ["adamw", "embedding", "gelu", "layernorm", "softmax"]
+def test_there_are_seven_kernels_and_six_opencl_twins():
+    assert KERNELS == ["adamw", "embedding", "gelu", "layernorm", "silu_mul_bf16", "softmax", "transpose"]
+    assert TWINS == ["adamw", "embedding", "gelu", "layernorm", "softmax", "transpose"]
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
