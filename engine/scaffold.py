@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import host_launch
 from .device import DeviceLimits
 from .expressions import ExpressionError
 from .signature import INTEGER_DTYPES, IndexUse, KernelArg, KernelSignature, SignatureError, index_uses, parse_kernel
@@ -28,6 +29,43 @@ class Starter:
     text: str
     signature: KernelSignature
     todo: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReadLaunch:
+    """A kernel's launch as the file's host code makes it, over the problem names where it can be."""
+
+    grid: list[str] | None  # None: it reads something that is not a problem name
+    block: list[str] | None
+    shared: str | None
+    written: str
+    line: int
+
+
+def file_launch(sig: KernelSignature | None, problem_names: list[str]) -> ReadLaunch | None:
+    """The first `<<<...>>>` launch of the kernel in its file, read over its scalar arguments."""
+    if sig is None or not sig.launches:
+        return None
+    launch = sig.launches[0]
+    params = [a.name for a in sig.args]
+    names = set(problem_names)
+
+    def over(expr: str) -> list[str] | None:
+        got = [host_launch.over_problem(d, launch, params, names) for d in host_launch.dims(expr, launch)]
+        return None if any(g is None for g in got) or not got else got  # type: ignore[return-value]
+
+    grid = over(launch.config[0]) if launch.config else None
+    block = over(launch.config[1]) if len(launch.config) > 1 else None
+    shared = None
+    if len(launch.config) > 2:
+        s = over(launch.config[2])
+        shared = s[0] if s is not None and len(s) == 1 and s[0] != "0" else None
+    return ReadLaunch(grid, block, shared, launch.written(), launch.line)
+
+
+def _toml_list(values: list[str]) -> str:
+    """A launch list: numbers as numbers, expressions as strings."""
+    return "[" + ", ".join(v if v.isdigit() else '"' + v.replace('"', "") + '"' for v in values) + "]"
 
 
 def read_kernel(path: Path, entry: str | None = None) -> KernelSignature:
@@ -82,11 +120,20 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
         "# The original kernel's own launch, over the problem names"
         + (f" ({', '.join(problem_names)})." if problem_names else "."),
         "[launch]",
-        'grid = ["TODO"]   # blocks (work-groups), e.g. "ceil_div(n, 256)" or "tokens"',
     ]
-    todo.append("launch.grid")
+    read = file_launch(cuda, problem_names)
+    if read is not None and read.grid is not None:
+        lines.append(f"grid = {_toml_list(read.grid)}   # from the file's launch {read.written} (line {read.line})")
+    else:
+        lines.append('grid = ["TODO"]   # blocks (work-groups), e.g. "ceil_div(n, 256)" or "tokens"'
+                     + (f"; the file launches it as {read.written} (line {read.line})" if read is not None else ""))
+        todo.append("launch.grid")
     hint = cuda.block_hint if cuda is not None and cuda.block_hint else (opencl.block_hint if opencl else ())
-    if hint:
+    if read is not None and read.block is not None:
+        lines.append(f"block = {_toml_list(read.block)}   # from the file's launch")
+        if read.shared is not None:
+            lines.append(f"shared_bytes = {_toml_list([read.shared])[1:-1]}   # from the file's launch")
+    elif hint:
         dims = [d for d in hint]
         while len(dims) > 1 and dims[-1] == 1:
             dims.pop()

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator, Mapping
 
+from .host_launch import LAUNCH, HostLaunch, split_top
 from .template import TemplateError
 
 # Element types that map to kerntune dtypes; the keys are the type's words, qualifiers removed.
@@ -126,6 +127,7 @@ class KernelSignature:
     notes: tuple[str, ...] = ()  # what could not be read, one phrase each
     qualified: str = ""  # with its namespaces: "ops::gelu"
     generic_args: tuple[KernelArg, ...] = ()  # a template's arguments as declared (types `T`)
+    launches: tuple[HostLaunch, ...] = ()  # the file's host code's launches of it
 
     @property
     def is_template(self) -> bool:
@@ -177,6 +179,7 @@ class _Marks:
     local: list[int] = field(default_factory=list)
     constant: list[int] = field(default_factory=list)
     hints: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    launches: list[tuple[int, int, str]] = field(default_factory=list)  # `<<<...>>>`: start, end, what it holds
     text: bytes = b""  # the blanked source
 
     def head(self, node) -> int:
@@ -242,6 +245,9 @@ def _blank(src: bytes) -> tuple[bytes, str, _Marks]:
                 marks.constant.append(leaf.start_byte)
             out[leaf.start_byte:leaf.end_byte] = b" " * (leaf.end_byte - leaf.start_byte)
         i += 1
+    for m in LAUNCH.finditer(src):  # host code's `kernel<<<grid, block>>>(...)`: parsed as a call
+        marks.launches.append((m.start(), m.end(), m.group(1).decode("utf-8", "replace")))
+        out[m.start():m.end()] = b" " * (m.end() - m.start())
     marks.text = bytes(out)
     return marks.text, ("opencl" if opencl else "cuda"), marks
 
@@ -798,6 +804,8 @@ def parse_kernels(source: str, defines: Mapping[str, str] | None = None) -> list
         if body is None or not any(start <= o < body.start_byte for o in marks.kernels):
             continue  # not a kernel: a __device__ or host function
         kernels.append(_kernel(fn, start, template, root, dialect, marks, types, functions, memo, instantiations, notes))
+    launches = _host_launches(source.encode("utf-8"), root, marks, pre.macros)
+    kernels = [replace(k, launches=tuple(x for x in launches if x.callee == k.name)) for k in kernels]
     if root.has_error:
         bad = _first_error(root)
         if bad is not None:
@@ -805,6 +813,64 @@ def parse_kernels(source: str, defines: Mapping[str, str] | None = None) -> list
             note = f"could not parse line {line} (`{' '.join(_text(bad).split())[:60]}`)"
             kernels = [replace(k, notes=k.notes + (note,)) for k in kernels]
     return kernels
+
+
+def _host_launches(src: bytes, root, marks: _Marks, macros: Mapping[str, str]) -> list[HostLaunch]:
+    """Each `<<<...>>>` launch of the file: the kernel it launches, its arguments, and the constants
+    of the function that launches it declared before it."""
+    out = []
+    for start, end, config in marks.launches:
+        callee = re.search(rb"([A-Za-z_][\w:]*)\s*(<[^;{}()]*>)?\s*$", src[max(0, start - 300):start])
+        rest = re.match(rb"\s*\(", src[end:])
+        if callee is None or rest is None:
+            continue
+        depth, j = 0, end + rest.end() - 1
+        while j < len(src):
+            depth += {40: 1, 41: -1}.get(src[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        args = split_top(src[end + rest.end():j].decode("utf-8", "replace"))
+        fn = _enclosing_function(root, start)
+        found: dict[str, str] = {}
+        for decl in _descendants(fn, "declaration") if fn is not None else []:
+            if decl.start_byte >= start:
+                continue
+            for d in decl.children_by_field_name("declarator"):
+                if d.type != "init_declarator":
+                    continue
+                name, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+                if name is None or value is None or name.type != "identifier":
+                    continue
+                text = " ".join(_text(value).split())
+                if value.type in ("argument_list", "initializer_list"):  # dim3 grid(a, b) / grid{a, b}
+                    text = "dim3(" + text[1:-1] + ")"
+                found[_text(name)] = text
+        name = callee.group(1).decode("utf-8", "replace").split("::")[-1]
+        out.append(HostLaunch(name, tuple(split_top(config)), tuple(args), src.count(b"\n", 0, start) + 1,
+                              found, dict(macros)))
+    return out
+
+
+def _enclosing_function(root, offset: int):
+    node, found = root, None
+    while True:
+        inner = next((c for c in node.children if c.start_byte <= offset < c.end_byte), None)
+        if inner is None:
+            return found
+        if inner.type == "function_definition":
+            found = inner
+        node = inner
+
+
+def _descendants(node, kind: str) -> list:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if n.type == kind:
+            out.append(n)
+        stack.extend(reversed(n.children))
+    return out
 
 
 def _first_error(node):

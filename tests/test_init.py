@@ -408,3 +408,33 @@ def test_an_inferred_range_loads_as_an_expression_over_the_sizes(tmp_path):
     t = load_template(tmp_path / "kernel.toml")
     inp = next(a for a in t.arguments if a.name == "inp")
     assert inp.init == "randint" and inp.bounds(t.problems[0].values) == (0, 50)
+
+
+HOST = HERE / "data" / "host_launch"
+
+
+@pytest.mark.parametrize("name, grid, block", [
+    ("gelu_llmc", 'grid = ["ceil_div(N, 128)"]', "block = [128]"),
+    ("layernorm_llmc", 'grid = ["ceil_div(N * 32, 512)"]', "block = [512]"),
+    ("transpose_samples", 'grid = ["width // 32", "height // 32"]', "block = [32, 8]"),
+    ("histogram", "grid = [120]", "block = [256]"),
+])
+def test_the_launch_the_files_host_code_makes_fills_the_specs_launch(name, grid, block, tmp_path, capsys):
+    """`kernel<<<grid, block>>>(args)`: the launcher's constants, #defines and the host variables it
+    passes (by position) read over the kernel's own scalars; CEIL_DIV as ceil_div, `/` as `//`."""
+    assert main(["init", str(HOST / f"{name}.cu"), "-o", str(tmp_path / "kernel.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "could not read" not in out and "launch.grid" not in out and "launch.block" not in out, out
+    text = (tmp_path / "kernel.toml").read_text()
+    assert f"{grid}   # from the file's launch <<<" in text and f"{block}   # from the file's launch" in text
+
+
+def test_a_launch_over_what_is_not_a_problem_size_is_left_to_fill_with_the_launch_beside_it(tmp_path, capsys):
+    src = (HOST / "gelu_llmc.cu").read_text().replace("const int block_size = 128;",
+                                                      "const int block_size = pick_block(N);")
+    (tmp_path / "g.cu").write_text(src.replace("CEIL_DIV(N, block_size)", "static_cast<int>(N / 128.0)"))
+    assert main(["init", str(tmp_path / "g.cu"), "-o", str(tmp_path / "kernel.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "launch.grid" in out and "launch.block" in out
+    text = (tmp_path / "kernel.toml").read_text()
+    assert 'grid = ["TODO"]' in text and "the file launches it as <<<grid_size, block_size>>> (line 18)" in text
