@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-LAUNCH = re.compile(rb"<<<(.*?)>>>", re.DOTALL)
+LAUNCH = re.compile(rb"<<<([^;]*?)>>>")  # within one statement
 _TOKEN = re.compile(r"[A-Za-z_]\w*(?:::\w+)*|\d+[uUlL]*|<<|>>|\S")
 CEIL_DIVS = {"ceil_div", "CEIL_DIV", "cdiv", "CDIV", "div_up", "DIV_UP", "DIVUP", "divUp", "iDivUp", "ceildiv",
              "CeilDiv", "ceilDiv", "DIV_ROUND_UP", "div_round_up", "cuda::ceil_div"}
