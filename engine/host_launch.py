@@ -77,7 +77,7 @@ def dims(expr: str, launch: HostLaunch) -> list[str]:
 def over_problem(expr: str, launch: HostLaunch, params: list[str], problem_names: set[str]) -> str | None:
     """`expr` over the problem names, or None when it reads anything else."""
     by_position = {a.strip(): p for a, p in zip(launch.args, params) if re.fullmatch(r"[A-Za-z_]\w*", a.strip())}
-    text = expr
+    text = _SIZEOF.sub(_sizeof, expr)
     for _ in range(6):  # locals and macros, a few levels deep
         tokens = _TOKEN.findall(text)
         changed = False
@@ -114,11 +114,27 @@ def over_problem(expr: str, launch: HostLaunch, params: list[str], problem_names
             if t not in problem_names and t not in FUNCTIONS and t != "ceil_div":
                 return None
             result.append(t)
-        elif t in "+-*%(),":
+        elif t in ("<<", ">>") or t in "+-*%(),":
             result.append(t)
         else:
             return None
     return _tidy(" ".join(result))
+
+
+_SIZEOF = re.compile(r"sizeof\s*\(\s*([A-Za-z_][\w ]*?)\s*\)")
+
+
+def _sizeof(m: re.Match) -> str:
+    """`sizeof(float)` as 4: the element types the signature reader knows; as written otherwise."""
+    from .signature import CTYPES, PACKED
+    from .template import DTYPES
+
+    words = " ".join(w for w in m.group(1).split() if w not in ("const", "volatile"))
+    if words in CTYPES:
+        return str(DTYPES[CTYPES[words]])
+    if words in PACKED:
+        return str(DTYPES[PACKED[words][0]] * PACKED[words][1])
+    return m.group(0)
 
 
 def _tidy(text: str) -> str:

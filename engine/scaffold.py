@@ -38,6 +38,7 @@ class ReadLaunch:
     grid: list[str] | None  # None: it reads something that is not a problem name
     block: list[str] | None
     shared: str | None
+    shared_written: str  # the dynamic shared memory the file asks for, as written ("" for none)
     written: str
     line: int
 
@@ -56,11 +57,12 @@ def file_launch(sig: KernelSignature | None, problem_names: list[str]) -> ReadLa
 
     grid = over(launch.config[0]) if launch.config else None
     block = over(launch.config[1]) if len(launch.config) > 1 else None
-    shared = None
-    if len(launch.config) > 2:
-        s = over(launch.config[2])
-        shared = s[0] if s is not None and len(s) == 1 and s[0] != "0" else None
-    return ReadLaunch(grid, block, shared, launch.written(), launch.line)
+    shared, asked = None, ""
+    if len(launch.config) > 2 and launch.config[2].strip() not in ("0", "0u", "0U"):
+        asked = launch.config[2].strip()
+        s = over(asked)
+        shared = s[0] if s is not None and len(s) == 1 else None
+    return ReadLaunch(grid, block, shared, asked, launch.written(), launch.line)
 
 
 def _toml_list(values: list[str]) -> str:
@@ -133,6 +135,10 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
         lines.append(f"block = {_toml_list(read.block)}   # from the file's launch")
         if read.shared is not None:
             lines.append(f"shared_bytes = {_toml_list([read.shared])[1:-1]}   # from the file's launch")
+        elif read.shared_written:
+            lines.append(f'shared_bytes = "TODO"   # dynamic shared memory: the file\'s launch asks for '
+                         f"{read.shared_written} bytes")
+            todo.append("launch.shared_bytes")
     elif hint:
         dims = [d for d in hint]
         while len(dims) > 1 and dims[-1] == 1:

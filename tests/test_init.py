@@ -438,3 +438,18 @@ def test_a_launch_over_what_is_not_a_problem_size_is_left_to_fill_with_the_launc
     assert "launch.grid" in out and "launch.block" in out
     text = (tmp_path / "kernel.toml").read_text()
     assert 'grid = ["TODO"]' in text and "the file launches it as <<<grid_size, block_size>>> (line 18)" in text
+
+
+def test_the_dynamic_shared_memory_of_the_launch_is_read_or_left_to_fill(tmp_path, capsys):
+    kernel = ("__global__ void k(float *o, const float *x, int n) {\n  extern __shared__ float buf[];\n"
+              "  buf[threadIdx.x] = x[threadIdx.x];\n  __syncthreads();\n  o[threadIdx.x] = buf[0];\n}\n")
+    for i, (launcher, want) in enumerate((
+            ("int threads = 128; k<<<n, threads, threads * sizeof(float)>>>(o, x, n);", 'shared_bytes = "128 * 4"'),
+            ("k<<<n, 64, smem, stream>>>(o, x, n);", 'shared_bytes = "TODO"   # dynamic shared memory: the '
+                                                     "file's launch asks for smem bytes"))):
+        (tmp_path / "k.cu").write_text(kernel + "void run(float *o, const float *x, int n, int smem, "
+                                       f"cudaStream_t stream) {{ {launcher} }}\n")
+        assert main(["init", str(tmp_path / "k.cu"), "-o", str(tmp_path / f"kernel{i}.toml")]) == 0
+        out = capsys.readouterr().out
+        assert ("launch.shared_bytes" in out) == ("TODO" in want), out
+        assert want in (tmp_path / f"kernel{i}.toml").read_text()
