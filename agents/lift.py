@@ -88,6 +88,8 @@ def kind_of(name: str, value: int) -> str | None:
     upper = _snake(name).upper()
     if NEVER.search(upper):
         return None
+    if re.search(r"(^|_)TILE(_|$|\d)", upper):
+        return "tile"  # TILE_WIDTH is a tile's side, not a vector's width
     for kind, pattern in KINDS:
         if pattern.search(upper):
             if kind == "flag" and value not in (0, 1):
@@ -679,7 +681,6 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         # block of 32, `BLOCK_ROWS 8` with 8 in y): the kernel maps its threads by it, so the
         # block follows it, and a grid that divides by it (the tiles) follows it too
         named = [lf for lf in lifts if _constant(lf.key) is not None and lf.default == literal
-                 and lf.name not in {lw.name for lw in out}
                  and (kernel is None or (lf.reads or lf.name) in _body_words(source, kernel))]
         tied = same or named
         if tied:

@@ -837,6 +837,13 @@ def _host_launches(src: bytes, root, marks: _Marks, macros: Mapping[str, str]) -
             if decl.start_byte >= start:
                 continue
             for d in decl.children_by_field_name("declarator"):
+                if d.type == "function_declarator" and _words(decl.child_by_field_name("type")) == "dim3":
+                    # `dim3 block(TILE, TILE);` reads as a function declaration to the grammar
+                    params = d.child_by_field_name("parameters")
+                    inner = d.child_by_field_name("declarator")
+                    if params is not None and inner is not None and inner.type == "identifier":
+                        found[_text(inner)] = "dim3(" + " ".join(_text(params).split())[1:-1] + ")"
+                    continue
                 if d.type != "init_declarator":
                     continue
                 name, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")

@@ -70,3 +70,26 @@ def test_every_configuration_of_the_lifted_opencl_twin_transposes(tmp_path, open
     for config in configs:
         ok, _, message = ev.reproduces_original(config, (3,))
         assert ok, (config, message)
+
+
+MATMUL = Path(__file__).resolve().parent / "data" / "tiles" / "matmul"
+
+
+def test_a_square_tile_is_both_dimensions_of_the_block_and_every_tile_multiplies(tmp_path, opencl_backend):
+    for backend, limits in (("cuda", GPU), ("opencl", CPU)):
+        p = lift_template(load_template(MATMUL), backend, limits).proposal
+        assert [(q.name, q.values) for q in p.parameters] == [("TILE_WIDTH", (4, 8, 16, 32, 64))], backend
+        assert p.block == ("TILE_WIDTH", "TILE_WIDTH") and p.grid == ("N // TILE_WIDTH", "N // TILE_WIDTH")
+        assert {"N % TILE_WIDTH == 0", "TILE_WIDTH * TILE_WIDTH <= max_threads_per_block"} <= set(p.constraints)
+    t = load_template(MATMUL)
+    problem = t.problem(None, {"N": 64})
+    verdict = check_proposal(t, lift_template(t, "opencl", CPU).proposal, tmp_path / "tpl", backend="opencl",
+                             device=0, problem=problem, limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    ev = Evaluator(opencl_backend, verdict.template, verdict.template.problem(None, {"N": 64}), seed=1,
+                   timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002))
+    tiles = [c.as_dict() for c in build_space(verdict.template, problem, CPU).configs]
+    assert [c["TILE_WIDTH"] for c in tiles] == [4, 8, 16, 32, 64]
+    for config in tiles[:4]:
+        ok, _, message = ev.reproduces_original(config, (3,))
+        assert ok, (config, message)
