@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kerntune.agents.lift import lift_template, loop_steps, shared_budget
+from kerntune.engine.backends import cuda
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.evaluate import Evaluator, TimingPolicy
 from kerntune.engine.gate import check_proposal
@@ -93,3 +96,15 @@ def test_a_square_tile_is_both_dimensions_of_the_block_and_every_tile_multiplies
     for config in tiles[:4]:
         ok, _, message = ev.reproduces_original(config, (3,))
         assert ok, (config, message)
+
+
+@pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
+def test_the_lifted_cuda_tiles_compile_at_every_tile(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KERNTUNE_COMPILER", "nvcc")
+    for spec, defines in ((MATMUL, ({"TILE_WIDTH": "8"}, {"TILE_WIDTH": "32"})),
+                          (TRANSPOSE, ({"TILE_DIM": "16", "BLOCK_ROWS": "4"}, {"TILE_DIM": "64", "BLOCK_ROWS": "16"}))):
+        t = load_template(spec)
+        src = lift_template(t, "cuda", GPU).proposal.sources["cuda"]
+        for d in defines:
+            cuda.compile_cubin(src, t.entry, d, (), "sm_90")
