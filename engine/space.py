@@ -6,6 +6,8 @@ Limits known only after compiling (registers, spills) are checked in engine/eval
 
 from __future__ import annotations
 
+import re
+
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -219,9 +221,15 @@ def odd_problem(template: Template, problem: Problem, configs: Sequence[Config],
     first = template.verify_problems[0] if template.verify_problems else problem
     values = dict(first.values)
     changed = []
+    # a size the original kernel's own launch divides with `//` is covered in whole blocks only,
+    # by the original's design (a launcher's `n / 16`, no bounds check in the kernel): an odd one
+    # would fail the original, not find a tail bug. Only the original's launch (the spec's, or
+    # the one a template made from it keeps as its baseline) says so, never a template's own grid.
+    original = template.baseline_grid or (template.grid if not template.parameters else ())
+    whole = [e.source for e in original if "//" in e.source]
     for name in values:
         v = int(values[name])
-        if v < 2:
+        if v < 2 or any(re.search(rf"\b{re.escape(name)}\b", e) for e in whole):
             continue
         trial = Problem("odd", {**values, name: v - 1})
         if all(infeasible_reason(template, c.as_dict(), trial, limits) is None for c in configs):

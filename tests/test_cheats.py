@@ -4,17 +4,22 @@ final check is never reported."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from kerntune.agents.lift import lift_template
 from kerntune.engine.evaluate import POISONS, Evaluator, TimingPolicy
+from kerntune.engine.proposal import write_template
 from kerntune.engine.session import load_session
 from kerntune.engine.space import build_space, odd_problem
-from kerntune.engine.template import load_template
+from kerntune.engine.template import load_template, parse_template
 
 from cheats import CHEATS, check_statuses
 from test_cli import QUICK, kerntune
+
+DATA = Path(__file__).resolve().parent / "data"
 
 # --repeats 5 (three warm-up launches, five timed) keeps MODE 11's launches within its honest 12
 # during the evaluation: 4 verification runs, 3 warm-up, 5 timed.
@@ -105,3 +110,22 @@ def test_a_memcheck_report_reads_as_a_count_and_the_first_finding():
     assert first.startswith("Invalid __global__ write of size 4 bytes; at cheats+0x1b0; by thread (63,0,0)")
     assert parse_report("========= ERROR SUMMARY: 0 errors\n") == (0, "")
     assert parse_report("no summary at all")[0] == -1
+
+
+def test_no_odd_size_is_added_where_the_originals_own_launch_covers_whole_blocks(opencl_backend, tmp_path):
+    """The textbook tiled matmul launches `N // 16` blocks: an odd N would fail the original, so the
+    engine adds none for it; a template's own grid dividing with `//` never earns that."""
+    t = load_template(DATA / "tiles" / "matmul")
+    p = t.problem()
+    limits = opencl_backend.limits
+    assert odd_problem(t, p, build_space(t, p, limits).configs, limits) is None
+    made = write_template(t, lift_template(t, "opencl", limits).proposal, tmp_path / "tpl", limits)
+    assert [e.source for e in made.baseline_grid] == ["N // 16", "N // 16"]
+    assert odd_problem(made, p, build_space(made, p, limits).configs, limits) is None
+    # the cheats' template with a grid that drops the tail still gets its odd size
+    cheat = load_template(CHEATS)
+    text = cheat.spec_text.replace("ceil_div(n, THREADS)", "n // THREADS")
+    assert text != cheat.spec_text
+    dropped = parse_template(text, cheat.spec_path, cheat.sources)
+    q = dropped.problem()
+    assert odd_problem(dropped, q, build_space(dropped, q, limits).configs, limits).values == {"n": 4095}
