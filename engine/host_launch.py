@@ -21,6 +21,8 @@ _TOKEN = re.compile(r"[A-Za-z_]\w*(?:::\w+)*|\d+[uUlL]*|<<|>>|\S")
 CEIL_DIVS = {"ceil_div", "CEIL_DIV", "cdiv", "CDIV", "div_up", "DIV_UP", "DIVUP", "divUp", "iDivUp", "ceildiv",
              "CeilDiv", "ceilDiv", "DIV_ROUND_UP", "div_round_up", "cuda::ceil_div"}
 FUNCTIONS = {"ceil_div", "min", "max"}
+MINMAX = {f"{scope}{name}": name.lower() for scope in ("", "std::", "cuda::std::", "::")
+          for name in ("min", "max", "MIN", "MAX")}
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def over_problem(expr: str, launch: HostLaunch, params: list[str], problem_names
         changed = False
         out = []
         for t in tokens:
-            if t in problem_names or t in FUNCTIONS:
+            if t in problem_names or t in FUNCTIONS or t in MINMAX or t in CEIL_DIVS:
                 out.append(t)
             elif t in launch.locals and launch.locals[t].strip() != t and t not in by_position:
                 out.append(f"({launch.locals[t]})")
@@ -104,6 +106,8 @@ def over_problem(expr: str, launch: HostLaunch, params: list[str], problem_names
     for t in tokens:
         if t in CEIL_DIVS:
             result.append("ceil_div")
+        elif t in MINMAX:
+            result.append(MINMAX[t])
         elif re.fullmatch(r"\d+[uUlL]*", t):
             result.append(t.rstrip("uUlL"))
         elif t in ("static_cast", "int", "unsigned", "size_t", "long"):

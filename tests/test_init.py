@@ -460,3 +460,13 @@ def test_a_launch_of_whole_blocks_needs_no_odd_verification_size(capsys):
     spec = HERE / "data" / "tiles" / "matmul" / "kernel.toml"
     assert main(["init", "--check", str(spec)]) == 0, capsys.readouterr().out
     assert ": complete:" in capsys.readouterr().out
+
+
+def test_min_and_max_in_a_launch_read_in_any_of_their_spellings(tmp_path, capsys):
+    (tmp_path / "k.cu").write_text(
+        "__global__ void k(float *o, int n) { o[threadIdx.x] = 1; }\n"
+        "void run(float *o, int n) { const int threads = std::min(1024, n);\n"
+        "  k<<<MAX(1, n / threads), threads>>>(o, n); }\n")
+    assert main(["init", str(tmp_path / "k.cu"), "-o", str(tmp_path / "kernel.toml")]) == 0
+    text = (tmp_path / "kernel.toml").read_text()
+    assert 'grid = ["max(1, n // (min(1024, n)))"]' in text and 'block = ["min(1024, n)"]' in text
