@@ -421,7 +421,8 @@ def values_for(kind: str, default: int, limits: DeviceLimits, bare: bool = False
     return tuple(sorted(vals))
 
 
-_SHARED_WORDS = re.compile(r"(__shared__|__local|\blocal)\s*$")
+_SHARED_WORDS = re.compile(r"__shared__\s*$")
+_LOCAL_WORDS = re.compile(r"(__local|\blocal)\s*$")
 
 
 def shared_budget(source: str, names: dict[str, str]) -> str | None:
@@ -430,8 +431,9 @@ def shared_budget(source: str, names: dict[str, str]) -> str | None:
     would only fail to compile. `names`: the name the code reads each parameter by, to the
     parameter's. None when no array is sized by one, or one's size or element type is unknown."""
     terms, sized = [], False
+    marker = _SHARED_WORDS if "__global__" in source else _LOCAL_WORDS  # CUDA, else OpenCL
     for node, text in syntax_nodes(source, ("declaration",)):
-        if not _SHARED_WORDS.search(source[max(0, node.start_byte - 40):node.start_byte]):
+        if not marker.search(source[max(0, node.start_byte - 40):node.start_byte]):
             continue
         kind = node.child_by_field_name("type")
         words = " ".join(w for w in text(kind).split() if w not in ("const", "volatile", "unsigned")) \
