@@ -389,12 +389,15 @@ def _expression_problems(template) -> list[str]:
 
 def _verification_problems(template) -> list[str]:
     """A verification size that no power of two divides catches a kernel that skips a tail; not
-    asked of a kernel whose own launch covers whole blocks only (its grid divides with `//`, as
-    a launcher's `n / 256` does): its sizes are multiples by design."""
-    original = template.baseline_grid or (template.grid if not template.parameters else ())
-    if any("//" in e.source for e in original):  # as the engine decides (space.odd_problem)
-        return []
+    asked of a kernel whose own launch covers whole blocks only (`N // 16`, as a launcher's
+    `n / 16` without a ceiling): its sizes are multiples by design."""
+    from .space import whole_blocks_only
+
     every = template.problems + template.verify_problems
+    original = template.baseline_grid or (template.grid if not template.parameters else ())
+    if any(whole_blocks_only(e, pr.values, name) for e in original for pr in every[:1]
+           for name in pr.values):  # as the engine decides (space.odd_problem)
+        return []
     if any(any(int(v) % 2 for v in pr.values.values() if isinstance(v, int) or float(v).is_integer())
            for pr in every):
         return []

@@ -6,12 +6,10 @@ Limits known only after compiling (registers, spills) are checked in engine/eval
 
 from __future__ import annotations
 
-import re
-
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from .device import DeviceLimits
 from .expressions import ExpressionError, NonFiniteError
@@ -206,6 +204,24 @@ def infeasible_reason(template: Template, values: Mapping[str, ParamValue], prob
     return device_violation(geo, limits)
 
 
+def whole_blocks_only(grid: Any, values: Mapping[str, Any], name: str) -> bool:
+    """Whether a grid expression covers the size `name` in whole blocks only: at the size given
+    the grid divides it into blocks of some count, and one less leaves elements past the last
+    block (`N // 16` at 64 and 63: 4 and 3 blocks of 16), where a ceiling (`(N + 15) // 16`,
+    `ceil_div(N, 16)`) still covers them."""
+    if name not in grid.names:
+        return False
+    try:
+        at = int(grid.evaluate(values))
+        below = int(grid.evaluate({**values, name: int(values[name]) - 1}))
+    except (ExpressionError, TypeError, ValueError):
+        return False
+    v = int(values[name])
+    if at <= 0 or v % at:
+        return False
+    return below * (v // at) < v - 1
+
+
 def odd_problem(template: Template, problem: Problem, configs: Sequence[Config],
                 limits: DeviceLimits) -> Problem | None:
     """A verification size that catches tail bugs, when the spec lists none.
@@ -221,15 +237,15 @@ def odd_problem(template: Template, problem: Problem, configs: Sequence[Config],
     first = template.verify_problems[0] if template.verify_problems else problem
     values = dict(first.values)
     changed = []
-    # a size the original kernel's own launch divides with `//` is covered in whole blocks only,
-    # by the original's design (a launcher's `n / 16`, no bounds check in the kernel): an odd one
-    # would fail the original, not find a tail bug. Only the original's launch (the spec's, or
-    # the one a template made from it keeps as its baseline) says so, never a template's own grid.
+    # a size the original kernel's own launch covers in whole blocks only (a launcher's `n / 16`,
+    # not `(n + 15) / 16`; no bounds check in the kernel) is a multiple by the original's design:
+    # an odd one would fail the original, not find a tail bug. Only the original's launch (the
+    # spec's, or the one a template made from it keeps as its baseline) says so, never a grid a
+    # template proposes.
     original = template.baseline_grid or (template.grid if not template.parameters else ())
-    whole = [e.source for e in original if "//" in e.source]
     for name in values:
         v = int(values[name])
-        if v < 2 or any(re.search(rf"\b{re.escape(name)}\b", e) for e in whole):
+        if v < 2 or any(whole_blocks_only(e, first.values, name) for e in original):
             continue
         trial = Problem("odd", {**values, name: v - 1})
         if all(infeasible_reason(template, c.as_dict(), trial, limits) is None for c in configs):

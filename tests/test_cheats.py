@@ -129,3 +129,13 @@ def test_no_odd_size_is_added_where_the_originals_own_launch_covers_whole_blocks
     dropped = parse_template(text, cheat.spec_path, cheat.sources)
     q = dropped.problem()
     assert odd_problem(dropped, q, build_space(dropped, q, limits).configs, limits).values == {"n": 4095}
+
+
+def test_whole_blocks_are_told_from_a_ceiling():
+    from kerntune.engine.expressions import parse
+    from kerntune.engine.space import whole_blocks_only
+
+    for grid, whole in (("N // 16", True), ("(N + 16 - 1) // 16", False), ("ceil_div(N, 16)", False),
+                        ("N", False), ("64", False), ("(N // 32) * 2", True), ("max(1, N // 1024)", False)):
+        assert whole_blocks_only(parse(grid), {"N": 64}, "N") is whole, grid
+    assert not whole_blocks_only(parse("N // 16"), {"N": 64, "M": 8}, "M")
