@@ -1330,3 +1330,110 @@ def explicit_instantiations(source: str, kernel: str) -> list[ExplicitInstantiat
         out.append(ExplicitInstantiation(kernel, " ".join(_text(targs).split()), span_of(source, node, f),
                                          tuple(literals)))
     return out
+
+
+# the named kernel's view of a file ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelView:
+    """A source as the rules read it for one kernel: every function that is neither the kernel nor
+    one it calls (directly or through other functions or macros) is hidden behind a comment marker
+    that keeps its lines, so other kernels of the file (variants of the same operation, as code
+    bases publish them) never decide a rewrite or a parameter. `restore` puts the hidden text back
+    into what the rules wrote from the view."""
+
+    text: str
+    hidden: tuple[tuple[str, str], ...] = ()  # (marker as it stands in `text`, the text it hides)
+
+    def restore(self, text: str) -> str:
+        for marker, original in self.hidden:
+            if text.count(marker) != 1:
+                raise KernelTreeError("a rewrite moved text between the kernel's functions")
+            text = text.replace(marker, original)
+        return text
+
+
+def kernel_view(source: str, entry: str) -> KernelView:
+    """The view of `source` for the kernel named `entry` (`ns::k<float>` names `k`); the source as
+    it is when it holds nothing else to hide, or no kernel of that name."""
+    raw = source.encode("utf-8")
+    blanked, _, marks = _blank(raw)
+    root = _parser().parse(blanked).root_node
+    f = _File.__new__(_File)
+    f.root, f.marks = root, marks
+    fns = [fn for fn in f.functions() if not _in_class(fn)]
+    by_name: dict[str, list] = {}
+    for fn in fns:
+        by_name.setdefault(_function_name(fn), []).append(fn)
+    base = entry.split("<")[0].split("::")[-1].strip()
+    if base not in by_name:
+        return KernelView(source)
+    macros: dict[str, set[str]] = {}
+    for node in _walk_types(root, ("preproc_def", "preproc_function_def")):
+        name = node.child_by_field_name("name")
+        value = node.child_by_field_name("value")
+        if name is not None and value is not None:
+            macros.setdefault(_text(name), set()).update(w for w, _ in source_tokens(_text(value)))
+    kept, todo, seen = set(), [base], set()
+    while todo:  # the kernel, what it names, and what that names in turn
+        word = todo.pop()
+        if word in seen:
+            continue
+        seen.add(word)
+        for fn in by_name.get(word, ()):
+            kept.add(fn.start_byte)
+            todo += [_text(leaf) for leaf in _leaves(_outer(fn)) if leaf.type in _NAME_TYPES]
+        todo += list(macros.get(word, ()))
+    spans = []
+    for fn in fns:
+        if fn.start_byte in kept:
+            continue
+        node = _outer(fn)
+        start, end = marks.head(node), node.end_byte
+        while start < end and raw[start:start + 1].isspace():
+            start += 1
+        spans.append((start, end))
+    if not spans:
+        return KernelView(source)
+    out, hidden, at = [], [], 0
+    for i, (start, end) in enumerate(sorted(spans)):
+        if start < at:
+            continue  # inside a span hidden already
+        text = raw[start:end].decode("utf-8")
+        marker = f"/*kerntune:hidden:{i}*/" + "\n" * text.count("\n")
+        out += [raw[at:start].decode("utf-8"), marker]
+        hidden.append((marker, text))
+        at = end
+    out.append(raw[at:].decode("utf-8"))
+    return KernelView("".join(out), tuple(hidden))
+
+
+_NAME_TYPES = ("identifier", "field_identifier", "type_identifier", "namespace_identifier")
+
+
+def _in_class(fn) -> bool:
+    """Whether a function is a class's member, written in its body (it stays with its class)."""
+    p = fn.parent
+    while p is not None:
+        if p.type == "field_declaration_list":
+            return True
+        p = p.parent
+    return False
+
+
+def _outer(fn):
+    """A function definition with the template headers and the `extern "C"` written before it."""
+    node = fn
+    while node.parent is not None and node.parent.type in ("template_declaration", "linkage_specification") \
+            and node.parent.named_children and node.parent.named_children[-1] == node:
+        node = node.parent
+    return node
+
+
+def _walk_types(root, types: tuple[str, ...]) -> Iterator:
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            yield n
+        stack.extend(n.children)

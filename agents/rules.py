@@ -34,7 +34,7 @@ from kerntune.engine.template import Parameter, ParamValue, Problem, Template
 
 from . import rewrite_fastmath, rewrite_rowwise
 from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
-from .kernel_tree import KernelTreeError, classify
+from .kernel_tree import KernelTreeError, classify, kernel_view
 from .lift import KINDS, Lift, Lifted, lift_template
 from .rewrites import GATE_LEFT_OUT, Applied, Rewrite, compose
 
@@ -219,12 +219,23 @@ def rules_template(original: Template, backend: str, limits: DeviceLimits,
                    left_out: str = GATE_LEFT_OUT) -> RulesTemplate:
     """The literals lifted (unless `lift` is false) and the rewrites the analysis proves safe made on
     top: the one way from a kernel to the rules' template, for the rules' generator and for Claude's
-    apply_rewrites tool. Lifts and rewrites named in `dropped` are left out, `left_out` saying why."""
+    apply_rewrites tool. Lifts and rewrites named in `dropped` are left out, `left_out` saying why.
+
+    The rules read the named kernel and what it calls only (agents/kernel_tree.py's kernel_view):
+    the file's other kernels never decide a rewrite or a parameter, and are kept as written."""
+    views = {b: kernel_view(src, original.entry) for b, src in original.sources.items()}
+    original = replace(original, sources={b: v.text for b, v in views.items()})
     lifted = lift_template(original, backend, limits, set(dropped)) if lift else \
         Lifted(None, [], ["literals not lifted: not asked for"])
     proposal, applied = compose(original, backend, limits, lifted.proposal, dropped, left_out)
     if proposal is not None and lifted.proposal is None:  # rewrites alone: say why nothing was lifted
         proposal = replace(proposal, notes=tuple(lifted.notes) + tuple(proposal.notes))
+    if proposal is not None:
+        proposal = replace(proposal, sources={b: views[b].restore(src) if b in views else src
+                                              for b, src in proposal.sources.items()})
+    if lifted.proposal is not None:
+        lifted = replace(lifted, proposal=replace(lifted.proposal, sources={
+            b: views[b].restore(src) if b in views else src for b, src in lifted.proposal.sources.items()}))
     return RulesTemplate(proposal, lifted, applied)
 
 
@@ -327,7 +338,7 @@ def param_kind(name: str, description: str = "") -> str:
 def analysis_line(state: LoopState) -> str:
     """What the syntax tree says of the original kernel, and so which rewrites can apply."""
     try:
-        a = classify(state.original.source_for(state.backend), state.original.entry)
+        a = classify(kernel_source(state), state.original.entry)
     except (KernelTreeError, ValueError) as e:
         return f"Analysis: the kernel could not be read ({e}); literals only."
     what = {"elementwise": "an elementwise map: vector packs, items per thread, the grid's shape and cache "
@@ -340,7 +351,7 @@ def analysis_line(state: LoopState) -> str:
         reason += ("; a pass carries its accumulators through an exponential from one element to the next (an "
                    "online softmax), a chain whose latency bounds it once the row is on chip: a lane can run 1, 2 or "
                    "4 independent chains of it (CHAINS), combined at the pass's end")
-    fast = rewrite_fastmath.fast_calls(state.original.source_for(state.backend), state.original.entry, state.backend)
+    fast = rewrite_fastmath.fast_calls(kernel_source(state), state.original.entry, state.backend)
     if fast.sites:
         reason += f"; FAST_MATH can switch its math calls to the hardware's fast approximations ({fast.switched()})"
     bound = cost_bound(state)
@@ -349,10 +360,16 @@ def analysis_line(state: LoopState) -> str:
     return f"Analysis: {a.name} is {what}{reason}.{by_cost}"
 
 
+def kernel_source(state: LoopState) -> str:
+    """The original's source for the backend in use as the rules read it: the named kernel and what
+    it calls, the file's other functions hidden."""
+    return kernel_view(state.original.source_for(state.backend), state.original.entry).text
+
+
 def chained(state: LoopState) -> bool:
     """Whether the row-wise rewrite can split a pass carried through an exponential into chains."""
     try:
-        return rewrite_rowwise.analyse(state.original.source_for(state.backend), state.original.entry).chained
+        return rewrite_rowwise.analyse(kernel_source(state), state.original.entry).chained
     except ValueError:
         return False
 
