@@ -1,0 +1,221 @@
+"""What the rewrites for kernels whose threads cooperate share: the kernel's body as a list of
+straight-line statements under its guards, renaming and inlining in statements, a bound read
+over the spec's problem names, and the two dialects' words for ids, barriers and shared memory.
+
+The rewrites that use it (agents/rewrite_contraction.py, agents/rewrite_reduction.py) each emit
+a whole new kernel beside the original under `#if`, so the original stays token for token at the
+parameters' defaults; this module reads the original, it never edits it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kerntune.engine.proposal import ParamProposal
+
+from . import affine
+from .kernel_tree import KernelAnalysis, Span, inline, span_of, syntax_nodes
+
+THREAD_WORDS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "get_global_id", "get_local_id", "get_group_id",
+                "get_local_size", "get_num_groups", "get_global_size", "get_global_offset", "warpSize"}
+
+
+class Decline(Exception):
+    """A rewrite that does not apply; the message says why in one phrase."""
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The words a generated kernel needs, in CUDA or OpenCL."""
+
+    name: str
+    shared: str
+    barrier: str
+    local_id: str  # of dimension 0
+    group_id: tuple[str, str, str]
+    num_groups: str  # of dimension 0
+    fma: str
+
+    @staticmethod
+    def of(backend: str) -> "Dialect":
+        if backend == "cuda":
+            return Dialect("cuda", "__shared__", "__syncthreads()", "threadIdx.x",
+                           ("blockIdx.x", "blockIdx.y", "blockIdx.z"), "gridDim.x", "fmaf")
+        return Dialect("opencl", "__local", "barrier(CLK_LOCAL_MEM_FENCE)", "(int)get_local_id(0)",
+                       ("(int)get_group_id(0)", "(int)get_group_id(1)", "(int)get_group_id(2)"),
+                       "(int)get_num_groups(0)", "fma")
+
+
+@dataclass
+class Body:
+    """A kernel body read as straight-line statements: the guards around them (each a condition
+    under which the thread goes on), and the statements in order, blocks flattened."""
+
+    function: object  # the function_definition node
+    text_of: object  # node -> its text
+    guards: list[str] = field(default_factory=list)  # conditions as written, each true for a working thread
+    statements: list = field(default_factory=list)
+
+
+def body_of(source: str, a: KernelAnalysis) -> Body:
+    """The analysed kernel's body, flattened; Decline when it holds a return other than a guard's,
+    an `if` with statements after it, or an `else`."""
+    for node, text_of in syntax_nodes(source, ("function_definition",)):
+        body = node.child_by_field_name("body")
+        if body is not None and span_of(source, body) == a.body:
+            out = Body(node, text_of)
+            _flatten(body, out)
+            return out
+    raise Decline("the kernel's body cannot be found in its syntax tree")
+
+
+def _named(node) -> list:
+    return [c for c in node.named_children if c.type != "comment"]
+
+
+def _flatten(block, out: Body) -> None:
+    items = _named(block)
+    for i, s in enumerate(items):
+        if s.type == "compound_statement":
+            _flatten(s, out)
+            continue
+        if s.type == "if_statement" and s.child_by_field_name("alternative") is None:
+            cond = _condition(s, out.text_of)
+            then = s.child_by_field_name("consequence")
+            if _is_return(then):
+                out.guards.append(f"!({cond})")
+                continue
+            if i == len(items) - 1:
+                out.guards.append(cond)
+                if then.type == "compound_statement":
+                    _flatten(then, out)
+                else:
+                    out.statements.append(then)
+                continue
+        if s.type == "return_statement":
+            raise Decline("it returns other than from a guard at its top")
+        if s.type in ("if_statement", "while_statement", "do_statement", "switch_statement", "goto_statement"):
+            raise Decline(f"its body holds control flow other than one guard and loops (line "
+                          f"{s.start_point[0] + 1})")
+        out.statements.append(s)
+
+
+def _condition(if_node, text_of) -> str:
+    cond = if_node.child_by_field_name("condition")
+    inner = _named(cond)
+    return text_of(inner[0]) if cond.type == "condition_clause" and len(inner) == 1 else text_of(cond)
+
+
+def _is_return(node) -> bool:
+    if node.type == "return_statement":
+        return not _named(node)
+    return node.type == "compound_statement" and len(_named(node)) == 1 and _is_return(_named(node)[0])
+
+
+def identifiers(text: str) -> set[str]:
+    """The identifiers an expression or statement reads (called functions and field names too)."""
+    return {text_of(n) for n, text_of in syntax_nodes(text, ("identifier", "field_identifier"))} \
+        if text else set()
+
+
+def expression_names(text: str) -> set[str]:
+    """The identifiers of an expression."""
+    return {text_of(n) for n, text_of in syntax_nodes(f"auto kt_e = ({text});", ("identifier",))} - {"kt_e"}
+
+
+def reads_thread_ids(text: str) -> bool:
+    """Whether an expression reads thread or block ids or the launch's shape."""
+    return bool(expression_names(text) & THREAD_WORDS) or any(w in text for w in THREAD_WORDS)
+
+
+def substituted(node, text_of, mapping: dict[str, str]) -> str:
+    """A statement's or expression's text with the identifiers of `mapping` replaced (field names
+    and called functions never)."""
+    src = node.text
+    base = node.start_byte
+    out, pos = [], 0
+    stack, idents = [node], []
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            parent = n.parent
+            if not (parent is not None and parent.type == "call_expression"
+                    and parent.child_by_field_name("function") == n):
+                idents.append(n)
+            continue
+        if n.type == "field_expression":
+            stack.append(n.child_by_field_name("argument"))
+            continue
+        stack.extend(n.children)
+    for n in sorted(idents, key=lambda n: n.start_byte):
+        name = text_of(n)
+        if name not in mapping:
+            continue
+        out.append(src[pos:n.start_byte - base].decode("utf-8", "replace"))
+        out.append(mapping[name])
+        pos = n.end_byte - base
+    out.append(src[pos:].decode("utf-8", "replace"))
+    return "".join(out)
+
+
+def inlined(a: KernelAnalysis, text: str, rename: dict[str, str]) -> str:
+    """An expression with the kernel's single-assignment locals replaced by their initialisers and
+    the names of `rename` renamed; Decline when a local assigned more than once remains."""
+    out = inline(a, text, rename)
+    left = (expression_names(out) & (set(a.changing) | set(a.locals))) - set(rename.values())
+    if left:
+        raise Decline(f"`{' '.join(text.split())}` reads {', '.join(sorted(left))}, assigned more than once")
+    return out
+
+
+def spec_text(bound: str, scalars: dict[str, str]) -> str:
+    """A bound over the kernel's scalar arguments as an expression over the spec's problem names
+    (each scalar replaced by its value); Decline when it is anything but a sum of products."""
+    try:
+        p = affine.read(bound)
+    except affine.NotAffine as e:
+        raise Decline(str(e)) from None
+    terms = []
+    for monomial, coeff in p.terms:
+        factors = [str(coeff)] if coeff != 1 or not monomial else []
+        for n in monomial:
+            if n not in scalars:
+                raise Decline(f"the bound `{bound}` reads `{n}`, no scalar argument with a value in the spec")
+            factors.append(f"({scalars[n]})")
+        terms.append(" * ".join(factors))
+    return " + ".join(terms) or "0"
+
+
+def spec_scalars(ctx) -> dict[str, str]:
+    """Each scalar argument of the spec with a value, and that value over the problem names."""
+    return {a.name: a.value.source for a in ctx.original.arguments if a.role == "scalar" and a.value is not None}
+
+
+def defaults_block(params: list[ParamProposal] | tuple[ParamProposal, ...]) -> str:
+    """The `#ifndef NAME / #define NAME default / #endif` lines of the parameters."""
+    return "".join(f"#ifndef {p.name}\n#define {p.name} {p.default}\n#endif\n" for p in params)
+
+
+def beside(source: str, a: KernelAnalysis, switch: str, params, helpers: str, kernel: str, what: str) -> str:
+    """The source with the new kernel beside the original: `#if switch` the new one, `#else` the
+    original as written, the parameters' defaults ahead of both."""
+    original = source[a.span.start:a.span.end]
+    return (source[:a.span.start] + f"// kerntune: the {what} rewrite; its parameters' defaults give the original "
+            f"kernel\n{defaults_block(params)}#if {switch}\n{helpers}{kernel}\n#else\n{original}\n#endif"
+            + source[a.span.end:])
+
+
+def header(source: str, a: KernelAnalysis) -> str:
+    """The kernel's declaration as written, up to its body's brace."""
+    return source[a.span.start:a.body.start].rstrip()
+
+
+def pinned(ctx, switch_off: str) -> list[str]:
+    """Constraints holding the parameters made before this rewrite (the lifted block size...) at
+    their defaults while the rewrite's kernel runs: it does not read them."""
+    return [f"{switch_off} or {name} == {value!r}" for name, value in ctx.defaults.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)]
+
+
+def within(inner: Span, outer: Span) -> bool:
+    return outer.start <= inner.start and inner.end <= outer.end

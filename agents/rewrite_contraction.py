@@ -1,0 +1,495 @@
+"""The contraction rewrite: shared-memory tiles and register blocking for a kernel in which each
+thread computes one output as a sum over a shared index of products of two operands (a matrix
+product in either layout, with any epilogue: alpha/beta, a cast, a bias).
+
+What the analysis must show (else it declines with the reason):
+
+- the thread's output has two coordinates, `r` and `c`, locals made from thread and block ids,
+  each bounded by the guard (`if (r < M && c < N)` or `if (r >= M || c >= N) return;`);
+- one loop `for (k = S; k < E; ++k)` (or `<=`) whose bounds read neither coordinate, carrying one
+  accumulator updated as `acc += X * Y`, `acc = acc + X * Y` or `acc = fma(X, Y, acc)`, where the
+  factors split into an operand X that reads `r` (and `k`) but not `c`, and an operand Y that reads
+  `c` (and `k`) but not `r`; no other statement in the loop than locals feeding the update;
+- after the loop, statements that write only at indices reading both coordinates (the thread's
+  own output), and no array the operands read is written anywhere (no aliasing the analysis can
+  see; distinct buffers are the spec's promise);
+- no barrier, shared memory or atomic already (a kernel tiled by hand is left alone), no other
+  control flow than the guard.
+
+The new kernel (beside the original under `#if BK > 0`; BK = 0 is the original token for token):
+a block computes a BM x BN tile of outputs; each k-step of BK loads X over BM x BK and Y over
+BK x BN into shared memory (as the accumulator's type, out-of-range elements as zero, each
+element read along the index its operand walks contiguously, so loads coalesce); each thread
+keeps TM x TN accumulators in registers and reads TM values of X and TN of Y per k (as float4 in
+CUDA when TM or TN is a multiple of 4); the epilogue runs as written for each of the thread's
+outputs that the guard admits. The sum over k keeps its order (k ascending, one accumulator per
+output), so the result is the original's bit for bit where the compiler contracts the same way;
+the gate's calibrated tolerance covers the rest. Any size is correct: the tile loads and the
+epilogue test the guard's conditions and the loop's own condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kerntune.engine.proposal import ParamProposal
+
+from . import affine
+from .cooperate import (Decline, Dialect, beside, body_of, expression_names, header, inlined, pinned,
+                        reads_thread_ids, spec_scalars, spec_text, substituted, within)
+from .kernel_tree import span_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .rewrites import Declined, Rewrite, RewriteContext
+
+NAME = "contraction"
+SWITCH = "BK"
+FMA_CALLS = {"fmaf", "fma", "__fmaf_rn", "__fma_rn", "mad"}
+ELEMENT_BYTES = {"float": 4, "double": 8, "int": 4, "half": 2, "__half": 2, "long": 8, "unsigned": 4}
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A thread-per-output contraction, read from the kernel."""
+
+    r: str
+    c: str
+    r_type: str
+    c_type: str
+    k: str
+    k_type: str
+    start: str  # the loop's start, inlined
+    k_cond: str  # the loop's condition over `kt_k`
+    r_conds: tuple[str, ...]  # the guard's conditions on r, over `kt_r`
+    c_conds: tuple[str, ...]
+    m_spec: str  # the bound of r over the spec's problem names
+    n_spec: str
+    acc_type: str
+    acc_init: str
+    x: str  # the operand reading r, over kt_r and kt_k
+    y: str  # the operand reading c, over kt_c and kt_k
+    update: str  # "op=" ("+=", "-=") or an fma function's name
+    epilogue: tuple[str, ...]  # statements over kt_r, kt_c and kt_v (the sum)
+    x_k_fast: bool  # X's elements are contiguous along k (else along r)
+    y_k_fast: bool  # Y's along k (else along c)
+    kb_cond: str  # the loop's condition over `kt_kb`, a tile's first k
+
+
+def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+    """The contraction rewrite of the context's kernel, or why it does not apply."""
+    from .rewrites import Declined
+
+    try:
+        shape = read(ctx)
+        return _rewrite(ctx, shape)
+    except Decline as e:
+        return Declined(NAME, str(e))
+
+
+def read(ctx: "RewriteContext") -> Contraction:
+    """The contraction the kernel computes; Decline with the reason when it is none."""
+    a = ctx.analysis
+    if a.signature.is_template:
+        raise Decline("a template kernel")
+    if a.barriers or a.shared or a.atomics:
+        raise Decline("its threads already cooperate (barriers, shared memory or atomics)")
+    sums = [acc for acc in a.accumulators if acc.op == "sum"]
+    if len(sums) != 1 or len(a.accumulators) != 1:
+        raise Decline("not one sum carried across a loop" if not sums else "more than one accumulator")
+    acc = sums[0]
+    loop = a.loops[acc.loop]
+    if len(a.loops) != 1 or loop.depth:
+        raise Decline("not one loop around the sum (a loop nest)")
+    if loop.step != "1" or not loop.var or not loop.bound:
+        raise Decline(f"the loop over `{loop.var or '?'}` does not step by one to a bound")
+    body = body_of(ctx.source, a)
+    text_of = body.text_of
+    loops = [s for s in body.statements if s.type == "for_statement"]
+    if len(loops) != 1 or span_of(ctx.source, loops[0]) != loop.span:
+        raise Decline("the loop is not a statement of the kernel's body")
+    at = body.statements.index(loops[0])
+    before, after = body.statements[:at], body.statements[at + 1:]
+    for s in before:
+        if s.type != "declaration":
+            raise Decline(f"a statement before the loop that declares nothing (line {s.start_point[0] + 1})")
+    for s in after:
+        if s.type not in ("declaration", "expression_statement"):
+            raise Decline(f"a statement after the loop that is neither a declaration nor an expression (line "
+                          f"{s.start_point[0] + 1})")
+    coords = {t.name for t in a.thread_indices}
+    # the update, its product and its factors
+    update, factors = _update(loops[0], acc.var, text_of)
+    k = loop.var
+    stop = {**{name: name for name in coords}, k: k}
+    deps = []
+    for f in factors:
+        text = inlined(a, f, stop)
+        if reads_thread_ids(text):
+            raise Decline(f"the factor `{f}` reads thread ids other than through the output's coordinates")
+        deps.append((f, expression_names(text) & coords))
+    both = [f for f, d in deps if len(d) > 1]
+    if both:
+        raise Decline(f"the factor `{both[0]}` reads both of the output's coordinates")
+    used = sorted({next(iter(d)) for _, d in deps if d})
+    if len(used) != 2:
+        raise Decline("the product's factors do not read two different coordinates of the output (no "
+                      "contraction of two operands)")
+    r, c = _order(ctx, a, body, after, used)
+    x = " * ".join(f"({f})" for f, d in deps if c not in d)
+    y = " * ".join(f"({f})" for f, d in deps if c in d)
+    ren = {r: "kt_r", c: "kt_c", k: "kt_k", acc.var: "kt_v"}
+    x_text = inlined(a, x, {r: "kt_r", k: "kt_k"})
+    y_text = inlined(a, y, {c: "kt_c", k: "kt_k"})
+    for side, text in (("X", x_text), ("Y", y_text)):
+        if expression_names(text) & (coords | {acc.var}):
+            raise Decline(f"the operand {side} reads the other coordinate or the sum")
+    # bounds: the guard's conditions, each on one coordinate
+    r_conds, c_conds, m_bound, n_bound = [], [], None, None
+    scalars = spec_scalars(ctx)
+    for g in body.guards:
+        for cond, var, bound in _conditions(g, {r, c}):
+            (r_conds if var == r else c_conds).append(inlined(a, cond, {r: "kt_r", c: "kt_c"}))
+            if bound is not None and var == r:
+                m_bound = m_bound or bound
+            elif bound is not None:
+                n_bound = n_bound or bound
+    if m_bound is None or n_bound is None:
+        raise Decline(f"the guard does not bound both coordinates (`{r} < M`, `{c} < N`)")
+    for cond in r_conds + c_conds:
+        if reads_thread_ids(cond) or expression_names(cond) & (coords - {r, c}):
+            raise Decline(f"the guard's condition `{cond}` reads more than its coordinate")
+    m_spec, n_spec = (spec_text(inlined(a, b, {}), scalars) for b in (m_bound, n_bound))
+    start = inlined(a, loop.start, {})
+    k_cond = inlined(a, f"{k} {'<=' if loop.inclusive else '<'} {loop.bound}", {k: "kt_k"})
+    for text in (start, k_cond):
+        if reads_thread_ids(text) or expression_names(text) & (coords | {acc.var}):
+            raise Decline(f"the loop's bounds read the thread's coordinates (`{text}`)")
+    # the epilogue: statements over the coordinates and the sum
+    mapping = _pre_loop_values(a, before, text_of, ren)
+    epilogue = []
+    for s in after:
+        text = substituted(s, text_of, {**mapping, **ren})
+        if reads_thread_ids(text):
+            raise Decline(f"the statement after the loop reads thread ids (line {s.start_point[0] + 1})")
+        epilogue.append(" ".join(text.split()))
+    _own_outputs(ctx, a, after, {r: "kt_r", c: "kt_c"}, x_text + " " + y_text)
+    acc_type = _declared_type(before, acc.var, text_of) or "float"
+    return Contraction(
+        r, c, _declared_type(before, r, text_of) or "int", _declared_type(before, c, text_of) or "int",
+        k, _loop_type(loops[0], text_of), start, k_cond, tuple(r_conds), tuple(c_conds), m_spec, n_spec,
+        acc_type, inlined(a, acc.init, {}) if acc.init else "0", x_text, y_text, update, tuple(epilogue),
+        _fast(x_text, "kt_k", "kt_r"), _fast(y_text, "kt_k", "kt_c"),
+        inlined(a, f"{k} {'<=' if loop.inclusive else '<'} {loop.bound}", {k: "kt_kb"}))
+
+
+def _update(loop_node, acc: str, text_of) -> tuple[str, list[str]]:
+    """The update's form ("+=", "-=" or the fma function) and the factors of its product."""
+    body = loop_node.child_by_field_name("body")
+    stmts = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
+    updates = []
+    for s in stmts:
+        if s.type == "declaration":
+            continue
+        if s.type != "expression_statement":
+            raise Decline("the loop's body holds more than locals and the sum's update")
+        updates.append(s)
+    if len(updates) != 1:
+        raise Decline("the loop's body updates more than the sum")
+    e = _strip(updates[0].named_children[0])
+    if e.type != "assignment_expression" or text_of(e.child_by_field_name("left")).strip() != acc:
+        raise Decline("the loop's statement is not the sum's update")
+    op = text_of(e.child_by_field_name("operator"))
+    right = _strip(e.child_by_field_name("right"))
+    if op in ("+=", "-="):
+        return op, _factors(right, text_of)
+    if op == "=" and right.type == "binary_expression" and text_of(right.child_by_field_name("operator")) == "+":
+        lhs, rhs = right.child_by_field_name("left"), right.child_by_field_name("right")
+        if text_of(lhs).strip() == acc:
+            return "+=", _factors(_strip(rhs), text_of)
+        if text_of(rhs).strip() == acc:
+            return "+=", _factors(_strip(lhs), text_of)
+    if op == "=" and right.type == "call_expression":
+        fn = text_of(right.child_by_field_name("function"))
+        args = [x for x in right.child_by_field_name("arguments").named_children if x.type != "comment"]
+        if fn in FMA_CALLS and len(args) == 3 and text_of(args[2]).strip() == acc:
+            return fn, [text_of(args[0]), text_of(args[1])]
+    raise Decline("the sum is not updated by a product (`acc += x * y`, `acc = fma(x, y, acc)`)")
+
+
+def _strip(node):
+    while node.type == "parenthesized_expression":
+        inner = [c for c in node.named_children if c.type != "comment"]
+        if len(inner) != 1:
+            break
+        node = inner[0]
+    return node
+
+
+def _factors(node, text_of) -> list[str]:
+    node = _strip(node)
+    if node.type == "binary_expression" and text_of(node.child_by_field_name("operator")) == "*":
+        return _factors(node.child_by_field_name("left"), text_of) + \
+            _factors(node.child_by_field_name("right"), text_of)
+    return [text_of(node)]
+
+
+def _conditions(guard: str, coords: set[str]):
+    """(condition for a working thread, coordinate, bound or None) for each part of a guard; a part
+    on anything but one coordinate declines."""
+    try:
+        from .kernel_tree import syntax_nodes
+        node, text_of = syntax_nodes(f"auto kt_e = ({guard});", ("parenthesized_expression",))[0]
+    except IndexError:
+        raise Decline(f"the guard `{guard}` cannot be read") from None
+    node = _strip(node)
+    negated = False
+    if node.type == "unary_expression" and text_of(node.child_by_field_name("operator")) == "!":
+        negated, node = True, _strip(node.child_by_field_name("argument"))
+    joiner = "||" if negated else "&&"
+    parts = []
+
+    def split(n):
+        n = _strip(n)
+        if n.type == "binary_expression" and text_of(n.child_by_field_name("operator")) == joiner:
+            split(n.child_by_field_name("left"))
+            split(n.child_by_field_name("right"))
+        else:
+            parts.append(n)
+    split(node)
+    flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+    mirror = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+    for p in parts:
+        if p.type != "binary_expression" or text_of(p.child_by_field_name("operator")) not in flip:
+            raise Decline(f"the guard's part `{text_of(p)}` is not a comparison")
+        op = text_of(p.child_by_field_name("operator"))
+        left, right = text_of(p.child_by_field_name("left")).strip(), text_of(p.child_by_field_name("right")).strip()
+        if negated:
+            op = flip[op]
+        if left not in coords and right in coords:
+            left, right, op = right, left, mirror[op]
+        if left not in coords:
+            raise Decline(f"the guard's part `{text_of(p)}` bounds no coordinate of the output")
+        bound = right if op == "<" else f"{right} + 1" if op == "<=" else None
+        yield f"{left} {op} {right}", left, bound
+
+
+def _order(ctx, a, body, after, used: list[str]) -> tuple[str, str]:
+    """(r, c): c is the coordinate along which the output's index walks contiguously."""
+    stores = [x for x in a.accesses if x.write and any(within(x.span, span_of(ctx.source, s)) for s in after)]
+    for x in stores:
+        idx = inlined(a, x.index, {used[0]: "kt_0", used[1]: "kt_1"})
+        if affine.slope(idx, "kt_0", {"kt_1"}) == 1:
+            return used[1], used[0]
+    return used[0], used[1]
+
+
+def _pre_loop_values(a, before, text_of, ren: dict[str, str]) -> dict[str, str]:
+    """The locals declared before the loop, other than the sum and the coordinates, as their
+    initialisers (inlined) for the epilogue."""
+    out = {}
+    for s in before:
+        for d in s.children_by_field_name("declarator"):
+            if d.type == "init_declarator":
+                name = text_of(d.child_by_field_name("declarator")).strip()
+                if name in ren or name not in a.locals:
+                    continue
+                out[name] = "(" + inlined(a, a.locals[name], ren) + ")"
+    return out
+
+
+def _declared_type(statements, name: str, text_of) -> str | None:
+    for s in statements:
+        if s.type != "declaration":
+            continue
+        for d in s.children_by_field_name("declarator"):
+            inner = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            if inner is not None and text_of(inner).strip() == name:
+                words = [text_of(x) for x in s.children if x.type in ("primitive_type", "sized_type_specifier",
+                                                                        "type_identifier", "qualified_identifier")]
+                return " ".join(words) or None
+    return None
+
+
+def _loop_type(loop_node, text_of) -> str:
+    init = loop_node.child_by_field_name("initializer")
+    if init is not None and init.type == "declaration":
+        t = init.child_by_field_name("type")
+        if t is not None:
+            return text_of(t)
+    return "int"
+
+
+def _own_outputs(ctx, a, after, ren: dict[str, str], operands: str) -> None:
+    """Every write is after the loop, at an index reading both coordinates, into an array the
+    operands do not read."""
+    spans = [span_of(ctx.source, s) for s in after]
+    read_by_operands = expression_names(operands)
+    for x in a.accesses:
+        if not x.write:
+            continue
+        if not any(within(x.span, sp) for sp in spans):
+            raise Decline(f"`{x.array}` is written inside the loop or before it")
+        idx = expression_names(inlined(a, x.index, ren))
+        if not {"kt_r", "kt_c"} <= idx:
+            raise Decline(f"`{x.array}` is written at an index that is not the thread's own output")
+        if x.array in read_by_operands or (x.via and x.via in read_by_operands):
+            raise Decline(f"`{x.array}` is both an operand and the output")
+
+
+def _fast(operand: str, k: str, coord: str) -> bool:
+    """Whether the operand's array index walks contiguously along k (else along its coordinate)."""
+    # the operand's own subscripts, read from its text: the first array it indexes decides
+    for sub in _subscripts(operand):
+        s_k = affine.slope(sub, k, {coord})
+        s_c = affine.slope(sub, coord, {k})
+        if s_k == 1:
+            return True
+        if s_c == 1:
+            return False
+    return True
+
+
+def _subscripts(text: str) -> list[str]:
+    """The index expressions an expression reads arrays at: `x[i]`, and OpenCL's vload_half(i, x)."""
+    from .kernel_tree import syntax_nodes
+    out = []
+    for node, text_of in syntax_nodes(f"auto kt_e = ({text});", ("subscript_expression", "call_expression")):
+        if node.type == "subscript_expression":
+            idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
+            if idx is not None:
+                inner = [c for c in idx.named_children if c.type != "comment"]
+                out.append(text_of(inner[0]) if idx.type == "subscript_argument_list" and inner else text_of(idx))
+        else:
+            fn = text_of(node.child_by_field_name("function"))
+            args = [x for x in node.child_by_field_name("arguments").named_children if x.type != "comment"]
+            if fn.startswith(("vload", "vloada")) and len(args) == 2:
+                out.append(text_of(args[0]))
+    return out
+
+
+def _rewrite(ctx: "RewriteContext", s: Contraction) -> "Rewrite":
+    from .rewrites import Rewrite
+
+    d = Dialect.of(ctx.backend)
+    a = ctx.analysis
+    kernel = _kernel(header(ctx.source, a), s, d)
+    acc_bytes = ELEMENT_BYTES.get(s.acc_type.split()[-1], 4)
+    params = [
+        ParamProposal("BM", (16, 32, 64, 128, 256), 64, "rows of outputs per block (a tile)"),
+        ParamProposal("BN", (16, 32, 64, 128, 256), 64, "columns of outputs per block (a tile)"),
+        ParamProposal(SWITCH, (0, 4, 8, 16, 32), 0, "depth of each shared-memory step (0: the original kernel, "
+                                                     "no tiles)"),
+        ParamProposal("TM", (1, 2, 4, 8), 4, "rows of outputs per thread, in registers"),
+        ParamProposal("TN", (1, 2, 4, 8), 4, "columns of outputs per thread, in registers"),
+    ]
+    off = f"{SWITCH} == 0"
+    constraints = [
+        f"{off} or (BM == 64 and BN == 64 and TM == 4 and TN == 4)",  # unread by the original
+        "BM % TM == 0 and BN % TN == 0",
+        f"{off} or (BM // TM) * (BN // TN) <= max_threads_per_block",
+        f"{off} or (BM // TM) * (BN // TN) >= warp_size",
+        f"{off} or {SWITCH} * (BM + BN + 8) * {acc_bytes} <= max_shared_per_block",
+        "TM * TN <= 64",
+    ] + pinned(ctx, off)
+    grid = list(ctx.grid)
+    block = list(ctx.block)
+    tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + ["1"] * max(0, len(grid) - 2)
+    tiled_block = ["(BM // TM) * (BN // TN)"] + ["1"] * max(0, len(block) - 1)
+    if len(grid) < 2:
+        grid.append("1")
+    new_grid = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_grid + ["1"] * 3, grid))
+    new_block = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_block, block))
+    source = beside(ctx.source, a, f"{SWITCH} > 0", params, _helpers(d), kernel, NAME)
+    first = {"BM": (64, 128), "BN": (64, 128), SWITCH: (0, 8, 16), "TM": (4, 8), "TN": (4, 8)}
+    for name, value in ctx.defaults.items():
+        first[name] = (value,)
+    what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "
+            f"{'k' if s.y_k_fast else s.c}-contiguous Y: BM x BN tiles through shared memory in BK steps, TM x TN "
+            f"outputs per thread in registers, any size")
+    return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block, first=first,
+                   helps="compute")
+
+
+def _helpers(d: Dialect) -> str:
+    return ("#define KT_THREADS ((BM / TM) * (BN / TN))\n"
+            "#define KT_CEIL(a, b) (((a) + (b) - 1) / (b))\n")
+
+
+def _kernel(head: str, s: Contraction, d: Dialect) -> str:
+    cuda = d.name == "cuda"
+    T = s.acc_type
+    vec = cuda and T == "float"
+    align = "__align__(16) " if cuda else ""
+    upd = (f"kt_acc[kt_m][kt_n] {s.update} kt_a[kt_m] * kt_b[kt_n];" if s.update in ("+=", "-=")
+           else f"kt_acc[kt_m][kt_n] = {s.update}(kt_a[kt_m], kt_b[kt_n], kt_acc[kt_m][kt_n]);")
+    r_ok = " && ".join(f"({c})" for c in s.r_conds) or "1"
+    c_ok = " && ".join(f"({c})" for c in s.c_conds) or "1"
+    a_m, a_q = ("kt_i / " + SWITCH, "kt_i % " + SWITCH) if s.x_k_fast else ("kt_i % BM", "kt_i / BM")
+    b_n, b_q = ("kt_i / " + SWITCH, "kt_i % " + SWITCH) if s.y_k_fast else ("kt_i % BN", "kt_i / BN")
+    read_a = ("if (TM % 4 == 0) {\n"
+              "                for (int kt_v4 = 0; kt_v4 < TM / 4; ++kt_v4) {\n"
+              "                    const float4 kt_q4 = *reinterpret_cast<const float4 *>(&kt_as[kt_q][kt_tr * TM + 4 * kt_v4]);\n"
+              "                    kt_a[4 * kt_v4] = kt_q4.x; kt_a[4 * kt_v4 + 1] = kt_q4.y; kt_a[4 * kt_v4 + 2] = kt_q4.z; kt_a[4 * kt_v4 + 3] = kt_q4.w;\n"
+              "                }\n"
+              "            } else\n            ") if vec else ""
+    read_b = read_a.replace("TM", "TN").replace("kt_as", "kt_bs").replace("kt_tr", "kt_tc").replace("kt_a[", "kt_b[")
+    epilogue = "\n".join(f"                {st}" for st in s.epilogue)
+    return f"""{head}
+{{
+    {d.shared} {align}{T} kt_as[{SWITCH}][BM + 4];
+    {d.shared} {align}{T} kt_bs[{SWITCH}][BN + 4];
+    const int kt_t = {d.local_id};
+    const int kt_tr = kt_t / (BN / TN), kt_tc = kt_t % (BN / TN);
+    const {s.r_type} kt_r0 = ({s.r_type}){d.group_id[1]} * BM;
+    const {s.c_type} kt_c0 = ({s.c_type}){d.group_id[0]} * BN;
+    {T} kt_acc[TM][TN];
+    for (int kt_m = 0; kt_m < TM; ++kt_m)
+        for (int kt_n = 0; kt_n < TN; ++kt_n) kt_acc[kt_m][kt_n] = {s.acc_init};
+    for ({s.k_type} kt_kb = {s.start}; {s.kb_cond}; kt_kb += {SWITCH}) {{
+#pragma unroll
+        for (int kt_j = 0; kt_j < KT_CEIL(BM * {SWITCH}, KT_THREADS); ++kt_j) {{
+            const int kt_i = kt_t + kt_j * KT_THREADS;
+            if (kt_i < BM * {SWITCH}) {{
+                const int kt_m = {a_m}, kt_q = {a_q};
+                const {s.r_type} kt_r = kt_r0 + kt_m;
+                const {s.k_type} kt_k = kt_kb + kt_q;
+                kt_as[kt_q][kt_m] = ({r_ok} && ({s.k_cond})) ? ({T})({s.x}) : ({T})0;
+            }}
+        }}
+#pragma unroll
+        for (int kt_j = 0; kt_j < KT_CEIL(BN * {SWITCH}, KT_THREADS); ++kt_j) {{
+            const int kt_i = kt_t + kt_j * KT_THREADS;
+            if (kt_i < BN * {SWITCH}) {{
+                const int kt_n = {b_n}, kt_q = {b_q};
+                const {s.c_type} kt_c = kt_c0 + kt_n;
+                const {s.k_type} kt_k = kt_kb + kt_q;
+                kt_bs[kt_q][kt_n] = ({c_ok} && ({s.k_cond})) ? ({T})({s.y}) : ({T})0;
+            }}
+        }}
+        {d.barrier};
+#pragma unroll
+        for (int kt_q = 0; kt_q < {SWITCH}; ++kt_q) {{
+            {T} kt_a[TM], kt_b[TN];
+            {read_a}for (int kt_m = 0; kt_m < TM; ++kt_m) kt_a[kt_m] = kt_as[kt_q][kt_tr * TM + kt_m];
+            {read_b}for (int kt_n = 0; kt_n < TN; ++kt_n) kt_b[kt_n] = kt_bs[kt_q][kt_tc * TN + kt_n];
+#pragma unroll
+            for (int kt_m = 0; kt_m < TM; ++kt_m)
+#pragma unroll
+                for (int kt_n = 0; kt_n < TN; ++kt_n) {upd}
+        }}
+        {d.barrier};
+    }}
+#pragma unroll
+    for (int kt_m = 0; kt_m < TM; ++kt_m) {{
+#pragma unroll
+        for (int kt_n = 0; kt_n < TN; ++kt_n) {{
+            const {s.r_type} kt_r = kt_r0 + kt_tr * TM + kt_m;
+            const {s.c_type} kt_c = kt_c0 + kt_tc * TN + kt_n;
+            if ({r_ok} && {c_ok}) {{
+                {T} kt_v = kt_acc[kt_m][kt_n];
+{epilogue}
+            }}
+        }}
+    }}
+}}"""
