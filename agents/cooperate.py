@@ -55,6 +55,7 @@ class Body:
     text_of: object  # node -> its text
     guards: list[str] = field(default_factory=list)  # conditions as written, each true for a working thread
     statements: list = field(default_factory=list)
+    guard_at: list[int] = field(default_factory=list)  # for each guard, the statements before it
 
 
 def body_of(source: str, a: KernelAnalysis) -> Body:
@@ -84,20 +85,32 @@ def _flatten(block, out: Body) -> None:
             then = s.child_by_field_name("consequence")
             if _is_return(then):
                 out.guards.append(f"!({cond})")
+                out.guard_at.append(len(out.statements))
                 continue
             if i == len(items) - 1:
                 out.guards.append(cond)
+                out.guard_at.append(len(out.statements))
                 if then.type == "compound_statement":
                     _flatten(then, out)
                 else:
                     out.statements.append(then)
                 continue
-        if s.type == "return_statement":
+        if s.type == "return_statement" or (s.type == "if_statement" and _returns(s)):
             raise Decline("it returns other than from a guard at its top")
-        if s.type in ("if_statement", "while_statement", "do_statement", "switch_statement", "goto_statement"):
+        if s.type in ("while_statement", "do_statement", "switch_statement", "goto_statement"):
             raise Decline(f"its body holds control flow other than one guard and loops (line "
                           f"{s.start_point[0] + 1})")
         out.statements.append(s)
+
+
+def _returns(node) -> bool:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "return_statement":
+            return True
+        stack.extend(n.children)
+    return False
 
 
 def _condition(if_node, text_of) -> str:
@@ -128,15 +141,21 @@ def reads_thread_ids(text: str) -> bool:
     return bool(expression_names(text) & THREAD_WORDS) or any(w in text for w in THREAD_WORDS)
 
 
-def substituted(node, text_of, mapping: dict[str, str]) -> str:
+def substituted(node, text_of, mapping: dict[str, str], exprs: dict[str, str] | None = None) -> str:
     """A statement's or expression's text with the identifiers of `mapping` replaced (field names
-    and called functions never)."""
+    and called functions never), and the ids, calls and subscripts whose text (spaces left out) is a
+    key of `exprs` (`blockIdx.x`, `get_group_id(0)`, `sdata[0]`) replaced whole."""
     src = node.text
     base = node.start_byte
     out, pos = [], 0
     stack, idents = [node], []
+    exprs = exprs or {}
     while stack:
         n = stack.pop()
+        if n.type in ("field_expression", "call_expression", "subscript_expression") and \
+                "".join(text_of(n).split()) in exprs:
+            idents.append(n)
+            continue
         if n.type == "identifier":
             parent = n.parent
             if not (parent is not None and parent.type == "call_expression"
@@ -148,11 +167,12 @@ def substituted(node, text_of, mapping: dict[str, str]) -> str:
             continue
         stack.extend(n.children)
     for n in sorted(idents, key=lambda n: n.start_byte):
-        name = text_of(n)
-        if name not in mapping:
+        name = text_of(n) if n.type == "identifier" else "".join(text_of(n).split())
+        new = mapping.get(name) if n.type == "identifier" else exprs.get(name)
+        if new is None:
             continue
         out.append(src[pos:n.start_byte - base].decode("utf-8", "replace"))
-        out.append(mapping[name])
+        out.append(new)
         pos = n.end_byte - base
     out.append(src[pos:].decode("utf-8", "replace"))
     return "".join(out)
@@ -219,3 +239,78 @@ def pinned(ctx, switch_off: str) -> list[str]:
 
 def within(inner: Span, outer: Span) -> bool:
     return outer.start <= inner.start and inner.end <= outer.end
+
+
+def python_text(text: str, ids: dict[str, str]) -> str:
+    """A C integer expression as the engine's expression syntax (`&&` as `and`, `/` as `//`), the
+    ids and calls whose text (spaces left out) is a key of `ids` replaced by their values; Decline
+    for anything else (a call, a cast to a float, an array)."""
+    found = syntax_nodes(f"auto kt_e = ({text});", ("parenthesized_expression",))
+    if not found:
+        raise Decline(f"`{text}` cannot be read")
+    node, text_of = found[0]
+    return _py(node, text_of, ids)
+
+
+PY_OPS = {"&&": "and", "||": "or", "/": "//"}
+
+
+def _py(node, text_of, ids: dict[str, str]) -> str:
+    t = node.type
+    whole = "".join(text_of(node).split())
+    if whole in ids:
+        return f"({ids[whole]})"
+    if t == "number_literal":
+        digits = whole.rstrip("uUlL")
+        if digits.isdigit():
+            return digits
+    elif t in ("identifier", "true", "false"):
+        return whole
+    elif t in ("parenthesized_expression", "condition_clause"):
+        inner = _named(node)
+        if len(inner) == 1:
+            return f"({_py(inner[0], text_of, ids)})"
+    elif t == "cast_expression":
+        kind = text_of(node.child_by_field_name("type"))
+        if any(w in kind for w in ("int", "long", "size_t", "unsigned", "short")):
+            return _py(node.child_by_field_name("value"), text_of, ids)
+    elif t == "unary_expression":
+        op = text_of(node.child_by_field_name("operator"))
+        arg = _py(node.child_by_field_name("argument"), text_of, ids)
+        if op in ("-", "+", "~"):
+            return f"({op}{arg})"
+        if op == "!":
+            return f"(not {arg})"
+    elif t == "binary_expression":
+        op = text_of(node.child_by_field_name("operator"))
+        left = _py(node.child_by_field_name("left"), text_of, ids)
+        right = _py(node.child_by_field_name("right"), text_of, ids)
+        if op in ("+", "-", "*", "/", "%", "<<", ">>", "&", "|", "^", "&&", "||", "<", "<=", ">", ">=", "==", "!="):
+            return f"({left} {PY_OPS.get(op, op)} {right})"
+    elif t == "conditional_expression":
+        c, a, b = (_py(node.child_by_field_name(f), text_of, ids) for f in ("condition", "consequence", "alternative"))
+        return f"({a} if {c} else {b})"
+    raise Decline(f"`{' '.join(text_of(node).split())}` is not integer arithmetic over known values")
+
+
+def raw_text(source: str, node) -> str:
+    """A node's text as written (the CUDA and OpenCL words the syntax tree blanks included)."""
+    sp = span_of(source, node)
+    return source[sp.start:sp.end]
+
+
+def with_names(template: str, names: dict[str, str]) -> str:
+    """Generated code whose parameters are written `$NAME`, each replaced by the name it takes in
+    this template (a fresh one where the kernel's source already uses NAME)."""
+    for name in sorted(names, key=len, reverse=True):
+        template = template.replace("$" + name, names[name])
+    return template
+
+
+def fresh_names(wanted: tuple[str, ...], taken) -> dict[str, str]:
+    """A name for each parameter a rewrite adds that neither the source nor the spec uses."""
+    from .lift import fresh_name
+    out: dict[str, str] = {}
+    for name in wanted:
+        out[name] = fresh_name(name, set(taken) | set(out.values()))
+    return out

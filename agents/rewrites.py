@@ -24,7 +24,7 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
 from kerntune.engine.template import Template
 
-from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_rowchains, rewrite_rowkeep,
+from . import (rewrite_contraction, rewrite_elementwise, rewrite_reduction, rewrite_fastmath, rewrite_rowchains, rewrite_rowkeep,
                rewrite_rowwise)
 from .kernel_tree import KernelAnalysis, KernelTreeError, classify, source_tokens
 
@@ -33,6 +33,7 @@ REWRITES: tuple[Callable[["RewriteContext"], "Rewrite | Declined"], ...] = (
     rewrite_elementwise.rewrite,
     rewrite_rowwise.rewrite_rowwise,
     rewrite_contraction.rewrite,
+    rewrite_reduction.rewrite,
     rewrite_fastmath.rewrite,  # last: it switches the calls of whatever the ones before made
 )
 # The names of the rewrites and their stages, in the order they are made, each with the stage it
@@ -43,6 +44,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     (rewrite_rowkeep.NAME, rewrite_rowwise.NAME),
     (rewrite_rowchains.NAME, rewrite_rowkeep.NAME),
     (rewrite_contraction.NAME, ""),
+    (rewrite_reduction.NAME, ""),
     (rewrite_fastmath.NAME, ""),
 )
 GATE_LEFT_OUT = "left out: the gate rejected a template with it"

@@ -1,0 +1,643 @@
+"""The reduction rewrite: a block's shared-memory tree reduction restructured into loads several
+per thread, combined in registers, then across threads by warp shuffles (CUDA) or a local-memory
+tree (OpenCL), keeping what the original computes.
+
+What the analysis must show (else it declines with the reason):
+
+- a one-dimensional block of B threads (a power of two, from the launch) and one shared array;
+- first, each thread stores one value into its own slot (`s[tid] = i < n ? in[i] : 0`, or the
+  slot set to the padding and then, under `if (i < n)`, to the value, directly or through a
+  local), where `i` is the block's B elements in a run (`blockIdx.x * B + threadIdx.x` or
+  `get_global_id(0)`): read symbolically, statement by statement, into one value `i < X ? E : P`;
+- then a barrier and one loop, whose steps (simulated for every thread at B, every step's
+  condition, destination and source evaluated) combine slots pairwise with `+`, a max or a min,
+  never a slot another thread writes in the same step, ending with slot 0 holding every slot's
+  value exactly once: interleaved, interleaved without divergence or sequential addressing alike;
+- last, under `if (tid == 0)`, statements that read slot 0: either per block (they read the
+  block's index: a partial result per block, kept per block), or an atomic accumulation into a
+  fixed place (an `atomicAdd`, `atomic_add`, or a function of the file built on a compare-and-swap),
+  which any grouping of the values may feed;
+- the launch's grid is one block per B elements of the bound X (`ceil_div(X, B)`).
+
+The new kernel (beside the original; its switch at 0 is the original token for token):
+
+- per block: LANES threads (8, 16 or 32) take a block's B elements (the original's segment), each
+  B / LANES of them strided by LANES (coalesced), combine them in a register, then across the
+  lanes; lane 0 runs the original's last statements for that segment. THREADS threads per block,
+  GRID 0 a group per segment, else GRID blocks per multiprocessor striding over the segments;
+- an atomic total: GRID blocks per multiprocessor of THREADS threads stride over all the elements,
+  ITEMS loads in flight per thread, combine in registers, then across the block; one atomic per
+  block (not one per B elements).
+
+Floating-point sums are reordered: the result differs from the original's by rounding, which the
+gate's tolerance (calibrated on the original's own error against the reference) admits; a max or
+a min is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kerntune.engine.expressions import ExpressionError
+from kerntune.engine.expressions import parse as parse_expression
+from kerntune.engine.proposal import ParamProposal
+
+from . import affine
+from .cooperate import (Decline, Dialect, beside, body_of, expression_names, fresh_names, header, inlined, pinned,
+                        python_text, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted, with_names)
+from .kernel_tree import span_of, syntax_nodes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .rewrites import Declined, Rewrite, RewriteContext
+
+NAME = "reduction"
+ATOMIC_CALLS = {"sum": {"atomicAdd", "atomicAdd_block", "atomicAdd_system", "atomic_add", "atomic_fetch_add",
+                        "atomic_fetch_add_explicit", "atom_add"},
+                "max": {"atomicMax", "atomic_max", "atom_max", "atomic_fetch_max"},
+                "min": {"atomicMin", "atomic_min", "atom_min", "atomic_fetch_min"}}
+CAS_CALLS = ("atomicCAS", "atomic_cmpxchg", "atom_cmpxchg", "atomic_compare_exchange")
+MAX_CALLS, MIN_CALLS = {"fmaxf", "fmax", "max", "__hmax"}, {"fminf", "fmin", "min", "__hmin"}
+T_IDS = ("threadIdx.x", "get_local_id(0)")
+J_IDS = ("blockIdx.x", "get_group_id(0)")
+B_IDS = ("blockDim.x", "get_local_size(0)")
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A block's tree reduction, read from the kernel."""
+
+    B: int  # threads per block of the original: the elements of a segment
+    op: str  # "sum", "max" or "min"
+    combine: str  # over `$a` and `$b`
+    elem_type: str  # of the shared array
+    value: str  # an element's value over kt_i (the flat index), kt_j and kt_t
+    padding: str  # what an element out of range counts as
+    bound: str  # kernel text X: the elements are kt_i < X
+    final: tuple[str, ...]  # over kt_j (the segment) and kt_total
+    per_segment: bool  # the last statements read the segment (partials per block)
+
+
+def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+    """The reduction rewrite of the context's kernel, or why it does not apply."""
+    from .rewrites import Declined
+
+    try:
+        return _rewrite(ctx, read(ctx))
+    except Decline as e:
+        return Declined(NAME, str(e))
+
+
+def read(ctx: "RewriteContext") -> Reduction:
+    """The tree reduction the kernel computes; Decline with the reason when it is none."""
+    a = ctx.analysis
+    if a.signature.is_template:
+        raise Decline("a template kernel")
+    if not (a.shared and a.barriers):
+        raise Decline("no shared-memory tree (barriers and shared memory)")
+    B = _block_size(ctx)
+    body = body_of(ctx.source, a)
+    text_of = body.text_of
+    stmts = body.statements
+    shared = _shared_arrays(ctx, a, body)
+    if len(shared) != 1:
+        raise Decline(f"{'no' if not shared else 'more than one'} shared array")
+    S = shared[0]
+    if len(body.guards) != 1:
+        raise Decline("not one guard (`if (tid == 0)`) around the last statements")
+    final_at = body.guard_at[0]
+    barriers = [k for k, s in enumerate(stmts) if _is_barrier(ctx.source, s)]
+    loops = [k for k, s in enumerate(stmts) if s.type == "for_statement"]
+    if len(loops) != 1 or not barriers or barriers[0] + 1 != loops[0] or len(barriers) != 1 or loops[0] + 1 != final_at:
+        raise Decline("not: stores, one barrier, one loop, then the last statements under a guard")
+    ids = {**{t: "kt_t" for t in T_IDS}, **{j: "kt_j" for j in J_IDS}, **{b: str(B) for b in B_IDS},
+           "get_global_id(0)": f"(kt_j * {B} + kt_t)"}
+    env = _stores(ctx, a, stmts[:barriers[0]], text_of, S, ids)
+    if S not in env:
+        raise Decline(f"no thread stores its value into `{S}[tid]` before the barrier")
+    value, padding, bound = _guarded_value(env[S], B, ctx)
+    op, combine = _tree(ctx, stmts[loops[0]], text_of, S, env, ids, B)
+    final = tuple(_final(ctx, a, stmts[final_at:], text_of, S, env, ids, body.guards[0]))
+    per_segment = any("kt_j" in expression_names_stmt(f) for f in final)
+    if not per_segment:
+        _atomic(ctx, final, op)
+    if any(reads_thread_ids(f) or "kt_t" in expression_names_stmt(f) for f in final):
+        raise Decline("the last statements read thread ids other than the block's index")
+    _same_grid(ctx, bound, B)
+    return Reduction(B, op, combine, _shared_type(ctx, a, body, S), value, padding, bound, final, per_segment)
+
+
+def expression_names_stmt(text: str) -> set[str]:
+    return {t(n) for n, t in syntax_nodes(text, ("identifier",))}
+
+
+def _block_size(ctx) -> int:
+    env = {**ctx.limits.expression_names(), **ctx.defaults}
+    try:
+        dims = [parse_expression(str(b)).evaluate(env) for b in ctx.block]
+    except (ExpressionError, KeyError) as e:
+        raise Decline(f"the block size is not known without the problem ({e})") from None
+    if any(d != 1 for d in dims[1:]):
+        raise Decline("a block of more than one dimension")
+    B = dims[0]
+    if not isinstance(B, int) or B < 2 or B & (B - 1):
+        raise Decline(f"a block of {B} threads, not a power of two")
+    return B
+
+
+def _shared_arrays(ctx, a, body) -> list[str]:
+    out = [arg.name for arg in a.signature.args if arg.local]
+    for s in body.statements:
+        if s.type == "declaration" and any(w in _line_text(ctx.source, s).split() for w in ("__shared__", "__local",
+                                                                                             "local")):
+            for d in s.children_by_field_name("declarator"):
+                node = d
+                while node is not None and node.type not in ("identifier",):
+                    node = node.child_by_field_name("declarator")
+                if node is not None:
+                    out.append(body.text_of(node))
+    return out
+
+
+def _line_text(source: str, node) -> str:
+    """A statement's text from the start of its line: the words the syntax tree blanks
+    (`__shared__`, `__local`) stand before the node's first character."""
+    sp = span_of(source, node)
+    return source[source.rfind("\n", 0, sp.start) + 1:sp.end]
+
+
+def _shared_type(ctx, a, body, S: str) -> str:
+    for arg in a.signature.args:
+        if arg.name == S:
+            return arg.ctype
+    for s in body.statements:
+        if s.type == "declaration" and S in raw_text(ctx.source, s):
+            t = s.child_by_field_name("type")
+            if t is not None:
+                return body.text_of(t)
+    return "float"
+
+
+def _is_barrier(source: str, s) -> bool:
+    text = raw_text(source, s)
+    return s.type == "expression_statement" and any(w in text for w in ("__syncthreads", "barrier(",
+                                                                        "work_group_barrier"))
+
+
+def _target(node, text_of, S: str) -> str | None:
+    """The name a statement assigns: a local, or S for `S[<own slot>]`."""
+    if node.type == "identifier":
+        return text_of(node)
+    if node.type == "subscript_expression" and text_of(node.child_by_field_name("argument")) == S:
+        return S
+    return None
+
+
+def _assignments(node, text_of) -> list:
+    """The assignment expressions of a statement (a block of them)."""
+    if node.type == "compound_statement":
+        return [x for c in node.named_children if c.type != "comment" for x in _assignments(c, text_of)]
+    if node.type == "expression_statement" and node.named_children:
+        e = node.named_children[0]
+        if e.type == "assignment_expression":
+            return [e]
+    raise Decline(f"`{' '.join(text_of(node).split())}` is not an assignment")
+
+
+def _stores(ctx, a, stmts, text_of, S: str, ids) -> dict[str, str]:
+    """Each local's and the own slot's value after the statements before the barrier, as
+    expressions over thread ids, arguments and constants."""
+    env: dict[str, str] = {}
+
+    def value(node) -> str:
+        return substituted(node, text_of, {k: f"({v})" for k, v in env.items() if k != S}, ids)
+
+    def own_slot(target_node) -> None:
+        if target_node.type == "subscript_expression":
+            idx = target_node.child_by_field_name("indices") or target_node.child_by_field_name("index")
+            inner = [c for c in idx.named_children if c.type != "comment"] if idx is not None else []
+            text = value(inner[0]) if inner else ""
+            if python_text(text, {}) != "(kt_t)" and affine.slope(text, "kt_t") != 1 or \
+                    affine.read(text).without("kt_t").terms:
+                raise Decline(f"a thread stores into `{S}` at `{text}`, not its own slot")
+
+    for s in stmts:
+        if s.type == "declaration":
+            for d in s.children_by_field_name("declarator"):
+                if d.type == "init_declarator":
+                    env[text_of(d.child_by_field_name("declarator"))] = value(d.child_by_field_name("value"))
+            continue
+        cond = None
+        targets = s
+        if s.type == "if_statement":
+            if s.child_by_field_name("alternative") is not None:
+                raise Decline("an `else` among the stores")
+            c = s.child_by_field_name("condition")
+            cond = value([x for x in c.named_children if x.type != "comment"][0])
+            targets = s.child_by_field_name("consequence")
+        for e in _assignments(targets, text_of):
+            left = e.child_by_field_name("left")
+            name = _target(left, text_of, S)
+            op = text_of(e.child_by_field_name("operator"))
+            if name is None or op != "=":
+                raise Decline(f"`{' '.join(text_of(e).split())}` is not a store of a local or the thread's slot")
+            own_slot(left)
+            new = value(e.child_by_field_name("right"))
+            if cond is not None:
+                if name not in env:
+                    raise Decline(f"`{name}` is set under a condition only")
+                new = f"({cond}) ? ({new}) : ({env[name]})"
+            env[name] = new
+    return env
+
+
+def _guarded_value(v: str, B: int, ctx) -> tuple[str, str, str]:
+    """(value over kt_i, padding, bound X) from `cond ? E : P` with cond `kt_j * B + kt_t < X`."""
+    found = syntax_nodes(f"auto kt_e = ({v});", ("parenthesized_expression",))
+    node, text_of = found[0]
+    while node.type == "parenthesized_expression" and len([c for c in node.named_children if c.type != "comment"]) == 1:
+        node = [c for c in node.named_children if c.type != "comment"][0]
+    if node.type != "conditional_expression":
+        raise Decline("the stored value has no bound (`i < n ? x[i] : 0`): the elements past the launch are not known")
+    cond = node.child_by_field_name("condition")
+    while cond.type == "parenthesized_expression":
+        cond = [c for c in cond.named_children if c.type != "comment"][0]
+    if cond.type != "binary_expression" or text_of(cond.child_by_field_name("operator")) not in ("<", ">"):
+        raise Decline(f"the stored value's condition `{text_of(cond)}` is not `i < n`")
+    left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
+    if text_of(cond.child_by_field_name("operator")) == ">":
+        left, right = right, left
+    index, bound = text_of(left), text_of(right)
+    try:
+        p = affine.read(index, {"kt_j", "kt_t"})
+    except affine.NotAffine as e:
+        raise Decline(str(e)) from None
+    for name, val in ctx.defaults.items():
+        if isinstance(val, int) and not isinstance(val, bool):
+            p = p.substitute(name, affine.Poly.const(val))
+    if p != Poly_of(B):
+        raise Decline(f"the elements a block reads (`{index}`) are not its {B} in a run")
+    if {"kt_j", "kt_t"} & expression_names(bound) or reads_thread_ids(bound):
+        raise Decline(f"the bound `{bound}` reads thread ids")
+    # the value reads the element at the index the bound was proved on: name it by the flat index
+    e_text = text_of(node.child_by_field_name("consequence")).replace(index, "kt_i")
+    return e_text, text_of(node.child_by_field_name("alternative")), bound
+
+
+def Poly_of(B: int) -> affine.Poly:
+    return affine.Poly.name("kt_j") * affine.Poly.const(B) + affine.Poly.name("kt_t")
+
+
+def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str]:
+    """The tree's combining operator, proved by simulating every step for every thread."""
+    init = loop.child_by_field_name("initializer")
+    cond = loop.child_by_field_name("condition")
+    update = loop.child_by_field_name("update")
+    if init is None or cond is None or update is None:
+        raise Decline("the tree's loop has no start, condition or step")
+    if init.type == "declaration":
+        d = init.child_by_field_name("declarator")
+        var, start = text_of(d.child_by_field_name("declarator")), d.child_by_field_name("value")
+    elif init.type == "assignment_expression":
+        var, start = text_of(init.child_by_field_name("left")), init.child_by_field_name("right")
+    else:
+        raise Decline("the tree's loop does not start from a value")
+    consts = {k: str(v) for k, v in ctx.defaults.items() if isinstance(v, int) and not isinstance(v, bool)}
+    py_ids = {**ids, **consts}
+
+    def number(text: str, extra: dict) -> int:
+        try:
+            return parse_expression(python_text(_env_text(text, env, extra), py_ids)).evaluate(extra)
+        except (ExpressionError, KeyError) as e:
+            raise Decline(f"`{' '.join(text.split())}` cannot be evaluated ({e})") from None
+
+    s_val = number(text_of(start), {})
+    if update.type == "assignment_expression" and text_of(update.child_by_field_name("left")) == var:
+        op = text_of(update.child_by_field_name("operator"))
+        step_text = f"{var} {op[:-1]} ({text_of(update.child_by_field_name('right'))})" if op != "=" else \
+            text_of(update.child_by_field_name("right"))
+    elif update.type == "update_expression":
+        step_text = f"{var} + 1" if "++" in text_of(update) else f"{var} - 1"
+    else:
+        raise Decline("the tree's loop steps other than by an assignment")
+    body = loop.child_by_field_name("body")
+    inner = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
+    ops, combine = [], None
+    locals_: list = []
+    for st in inner:
+        if _is_barrier(ctx.source, st):
+            continue
+        if st.type == "declaration":
+            locals_.append(st)
+            continue
+        if st.type != "if_statement" or st.child_by_field_name("alternative") is not None:
+            raise Decline("the tree's step is not declarations, one `if` and a barrier")
+        ops.append(st)
+    if len(ops) != 1 or not any(_is_barrier(ctx.source, st) for st in inner):
+        raise Decline("the tree's step is not one combining `if` and a barrier")
+    step = ops[0]
+    c_node = [x for x in step.child_by_field_name("condition").named_children if x.type != "comment"][0]
+    assigns = _assignments(step.child_by_field_name("consequence"), text_of)
+    if len(assigns) != 1:
+        raise Decline("the tree's step combines more than one pair")
+    e = assigns[0]
+    left = e.child_by_field_name("left")
+    if left.type != "subscript_expression" or text_of(left.child_by_field_name("argument")) != S:
+        raise Decline(f"the tree's step does not write `{S}`")
+    dst = _index(left, text_of)
+    oper = text_of(e.child_by_field_name("operator"))
+    right = e.child_by_field_name("right")
+    src, kind = _source(right, text_of, S, oper, dst)
+    combine = {"sum": "($a) + ($b)", "max": f"{kind[1]}($a, $b)", "min": f"{kind[1]}($a, $b)"}[kind[0]]
+    local_defs = []
+    for st in locals_:
+        for d in st.children_by_field_name("declarator"):
+            if d.type == "init_declarator":
+                local_defs.append((text_of(d.child_by_field_name("declarator")), d.child_by_field_name("value")))
+    content = [1 << t for t in range(B)]
+    s_now, rounds = s_val, 0
+    while True:
+        rounds += 1
+        if rounds > 64:
+            raise Decline("the tree's loop does not end within 64 steps")
+        if not number(text_of(cond), {var: s_now}):
+            break
+        writes: dict[int, int] = {}
+        for t in range(B):
+            scope = {var: s_now, "kt_t": t}
+            local_env = {}
+            for name, val in local_defs:
+                local_env[name] = number(text_of(val), {**scope, **local_env})
+            full = {**scope, **local_env}
+            if not number(text_of(c_node), full):
+                continue
+            d_i, s_i = number(dst, full), number(src, full)
+            if not (0 <= d_i < B and 0 <= s_i < B) or d_i in writes:
+                raise Decline(f"at step {var} = {s_now} thread {t} combines slots {d_i} and {s_i}: outside the "
+                              "block or written twice")
+            writes[d_i] = s_i
+        if set(writes.values()) & set(writes):
+            raise Decline(f"at step {var} = {s_now} a slot is read while another thread writes it")
+        for d_i, s_i in writes.items():
+            if content[d_i] & content[s_i]:
+                raise Decline(f"at step {var} = {s_now} a value would be counted twice")
+            content[d_i] |= content[s_i]
+        s_now = number(step_text, {var: s_now})
+    if content[0] != (1 << B) - 1:
+        raise Decline(f"the tree does not gather all {B} slots into slot 0")
+    return kind[0], combine
+
+
+def _env_text(text: str, env, scope) -> str:
+    """An expression with the locals of `env` (not those of `scope`) replaced by their values."""
+    found = syntax_nodes(f"auto kt_e = ({text});", ("parenthesized_expression",))
+    if not found:
+        raise Decline(f"`{text}` cannot be read")
+    node, text_of = found[0]
+    return substituted(node, text_of, {k: f"({v})" for k, v in env.items() if k not in scope}, {})
+
+
+def _index(sub, text_of) -> str:
+    idx = sub.child_by_field_name("indices") or sub.child_by_field_name("index")
+    inner = [c for c in idx.named_children if c.type != "comment"]
+    return text_of(inner[0]) if inner else text_of(idx)
+
+
+def _source(right, text_of, S: str, oper: str, dst: str) -> tuple[str, tuple[str, str]]:
+    """The slot a step reads besides its destination, and its operator: ("sum", "+"), ("max", fn)."""
+    def slot(n):
+        while n.type == "parenthesized_expression":
+            n = [c for c in n.named_children if c.type != "comment"][0]
+        if n.type == "subscript_expression" and text_of(n.child_by_field_name("argument")) == S:
+            return _index(n, text_of)
+        return None
+    same = "".join(dst.split())
+    if oper == "+=":
+        src = slot(right)
+        if src is not None:
+            return src, ("sum", "+")
+    if oper == "=" and right.type == "binary_expression" and text_of(right.child_by_field_name("operator")) == "+":
+        a, b = slot(right.child_by_field_name("left")), slot(right.child_by_field_name("right"))
+        if a is not None and b is not None and "".join(a.split()) == same:
+            return b, ("sum", "+")
+        if a is not None and b is not None and "".join(b.split()) == same:
+            return a, ("sum", "+")
+    if oper == "=" and right.type == "call_expression":
+        fn = text_of(right.child_by_field_name("function"))
+        args = [x for x in right.child_by_field_name("arguments").named_children if x.type != "comment"]
+        kind = "max" if fn in MAX_CALLS else "min" if fn in MIN_CALLS else None
+        if kind and len(args) == 2:
+            a, b = slot(args[0]), slot(args[1])
+            if a is not None and b is not None and "".join(a.split()) == same:
+                return b, (kind, fn)
+            if a is not None and b is not None and "".join(b.split()) == same:
+                return a, (kind, fn)
+    raise Decline(f"the tree's step is not a sum, max or min of two slots of `{S}`")
+
+
+def _final(ctx, a, stmts, text_of, S: str, env, ids, guard: str):
+    g = python_text(_env_text(guard, env, {}), ids)
+    try:
+        only_first = all(parse_expression(g).evaluate({"kt_t": t, "kt_j": 0}) == (t == 0) for t in range(64))
+    except (ExpressionError, KeyError):
+        only_first = False
+    if not only_first:
+        raise Decline(f"the last statements run under `{guard}`, not for the block's first thread alone")
+    exprs = {**ids, f"{S}[0]": "kt_total"}
+    for s in stmts:
+        if s.type != "expression_statement":
+            raise Decline("a last statement that is not an expression")
+        text = substituted(s, text_of, {k: f"({v})" for k, v in env.items() if k != S}, exprs)
+        if S in expression_names_stmt(text):
+            raise Decline(f"a last statement reads `{S}` other than its slot 0")
+        if "$" in text:
+            raise Decline("a `$` in the kernel's code")
+        yield " ".join(text.split())
+
+
+def _atomic(ctx, final: tuple[str, ...], op: str) -> None:
+    """The last statements (not per block) are one atomic accumulation into a fixed place."""
+    if len(final) != 1:
+        raise Decline("the block's result is not combined by one atomic")
+    calls = syntax_nodes(final[0], ("call_expression",))
+    if not calls:
+        raise Decline("the block's result is written to one place by every block (not an atomic): a race")
+    node, text_of = calls[0]
+    fn = text_of(node.child_by_field_name("function"))
+    if fn in ATOMIC_CALLS[op]:
+        return
+    for f, t in syntax_nodes(ctx.source, ("function_definition",)):
+        d = f.child_by_field_name("declarator")
+        while d is not None and d.type != "function_declarator":
+            d = d.child_by_field_name("declarator")
+        if d is not None and t(d.child_by_field_name("declarator")) == fn:
+            body = raw_text(ctx.source, f)
+            if op == "sum" and any(c in body for c in CAS_CALLS) and "+" in body:
+                return
+    raise Decline(f"`{fn}` is not an atomic {op} the rules know")
+
+
+def _same_grid(ctx, bound: str, B: int) -> None:
+    """The launch's grid is one block per B elements of the bound."""
+    spec = spec_text(bound, spec_scalars(ctx))
+    device = ctx.limits.expression_names()
+    try:
+        want = parse_expression(f"ceil_div({spec}, {B})")
+        have = parse_expression(ctx.grid[0])
+    except ExpressionError as e:
+        raise Decline(f"the launch cannot be read ({e})") from None
+    for problem in (*ctx.original.problems, *ctx.original.verify_problems):
+        env = {**device, **problem.values, **ctx.defaults}
+        try:
+            if want.evaluate(env) != have.evaluate(env) or any(
+                    parse_expression(g).evaluate(env) != 1 for g in ctx.grid[1:]):
+                raise Decline(f"the grid is not one block per {B} elements of `{bound}` at {problem.label()}")
+        except (ExpressionError, KeyError) as e:
+            raise Decline(f"the launch cannot be evaluated at {problem.label()} ({e})") from None
+
+
+def _rewrite(ctx: "RewriteContext", r: Reduction) -> "Rewrite":
+    from .rewrites import Rewrite
+
+    d = Dialect.of(ctx.backend)
+    a = ctx.analysis
+    head = header(ctx.source, a)
+    names = fresh_names(("LANES", "THREADS", "GRID", "ITEMS"), ctx.taken | set(ctx.defaults))
+    spec_bound = spec_text(r.bound, spec_scalars(ctx))
+    segments = f"ceil_div({spec_bound}, {r.B})"
+    if r.per_segment:
+        switch, off = names["LANES"], f"{names['LANES']} == 0"
+        params = [ParamProposal(names["LANES"], (0, 8, 16, 32), 0, f"threads per segment of {r.B} elements "
+                                "(0: the original tree)"),
+                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block"),
+                  ParamProposal(names["GRID"], (0, 1, 2, 4, 8, 16), 0, "0: a group of LANES threads per segment; "
+                                "k: k blocks per multiprocessor, striding over the segments")]
+        constraints = [f"{switch} > 0 or ({names['THREADS']} == 256 and {names['GRID']} == 0)",
+                       f"{off} or {names['THREADS']} % {names['LANES']} == 0",
+                       f"{off} or {names['THREADS']} <= max_threads_per_block"]
+        grid0 = (f"(ceil_div({segments}, {names['THREADS']} // {names['LANES']}) if {names['GRID']} == 0 else "
+                 f"min(sm_count * {names['GRID']}, ceil_div({segments}, {names['THREADS']} // {names['LANES']}))) "
+                 f"if {switch} > 0 else ({ctx.grid[0]})")
+        kernel = _segment_kernel(head, r, d)
+        first = {names["LANES"]: (0, 16, 32), names["THREADS"]: (128, 256, 512), names["GRID"]: (0, 4)}
+        what = (f"reduction: each segment of {r.B} elements (a block's partial {r.op}) over LANES threads, combined "
+                f"in registers then across the lanes, GRID blocks per multiprocessor")
+    else:
+        switch, off = names["GRID"], f"{names['GRID']} == 0"
+        params = [ParamProposal(names["GRID"], (0, 1, 2, 4, 8, 16, 32), 0, "blocks per multiprocessor striding over "
+                                "all the elements (0: the original tree, a block per "
+                                f"{r.B} elements)"),
+                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block"),
+                  ParamProposal(names["ITEMS"], (1, 2, 4, 8), 1, "loads in flight per thread")]
+        constraints = [f"{switch} > 0 or ({names['THREADS']} == 256 and {names['ITEMS']} == 1)",
+                       f"{off} or {names['THREADS']} <= max_threads_per_block"]
+        grid0 = (f"min(sm_count * {switch}, ceil_div({spec_bound}, {names['THREADS']} * {names['ITEMS']})) "
+                 f"if {switch} > 0 else ({ctx.grid[0]})")
+        kernel = _total_kernel(head, r, d)
+        first = {names["GRID"]: (0, 2, 8), names["THREADS"]: (256, 512), names["ITEMS"]: (1, 4)}
+        what = (f"reduction: an atomic {r.op} of all the elements, GRID blocks per multiprocessor striding over them, "
+                f"ITEMS loads in flight per thread, one atomic per block")
+    constraints += pinned(ctx, off)
+    for name, value in ctx.defaults.items():
+        first[name] = (value,)
+    kernel = with_names(kernel, names)
+    block0 = f"{names['THREADS']} if {switch} > 0 else ({ctx.block[0]})"
+    grid = (grid0,) + tuple(ctx.grid[1:])
+    block = (block0,) + tuple(ctx.block[1:])
+    source = beside(ctx.source, a, f"{switch} > 0", params, "", kernel, NAME)
+    return Rewrite(NAME, source, tuple(params), what, tuple(constraints), grid, block, first=first, helps="memory")
+
+
+def _group_combine(r: Reduction, d: Dialect, width: str, var: str, scratch: str) -> str:
+    """Code combining `var` across `width` consecutive threads (a power of two), leaving the
+    group's total in `var` of every thread: shuffles in CUDA, local memory in OpenCL."""
+    c = r.combine.replace("$a", var).replace("$b", "kt_o")
+    if d.name == "cuda":
+        return (f"#pragma unroll\n        for (int kt_off = ({width}) / 2; kt_off > 0; kt_off /= 2) {{\n"
+                f"            const {r.elem_type} kt_o = __shfl_xor_sync(0xffffffffu, {var}, kt_off, {width});\n"
+                f"            {var} = {c};\n        }}")
+    return (f"{scratch}[kt_lid] = {var};\n        {d.barrier};\n"
+            f"        for (int kt_off = ({width}) / 2; kt_off > 0; kt_off /= 2) {{\n"
+            f"            if (kt_lid % ({width}) < kt_off) {{\n"
+            f"                const {r.elem_type} kt_o = {scratch}[kt_lid + kt_off];\n"
+            f"                {scratch}[kt_lid] = {r.combine.replace('$a', scratch + '[kt_lid]').replace('$b', 'kt_o')};\n"
+            f"            }}\n            {d.barrier};\n        }}\n"
+            f"        {var} = {scratch}[kt_lid - kt_lid % ({width})];\n        {d.barrier};")
+
+
+def _segment_kernel(head: str, r: Reduction, d: Dialect) -> str:
+    T = r.elem_type
+    acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_x")
+    final = "\n".join(f"                {f}" for f in r.final)
+    scratch = f"    {d.shared} {T} kt_scratch[$THREADS];\n" if d.name == "opencl" else ""
+    return f"""{head}
+{{
+{scratch}    const int kt_lid = {d.local_id};
+    const int kt_lane = kt_lid % $LANES;
+    const long kt_segments = ((long)({r.bound}) + {r.B - 1}) / {r.B};
+    const long kt_per_block = $THREADS / $LANES;
+    for (long kt_first = (long){d.group_id[0]} * kt_per_block; kt_first < kt_segments;
+         kt_first += (long){d.num_groups} * kt_per_block) {{
+        const long kt_j = kt_first + kt_lid / $LANES;
+        {T} kt_acc = ({T})({r.padding});
+        if (kt_j < kt_segments) {{
+#pragma unroll
+            for (int kt_u = 0; kt_u < {r.B} / $LANES; ++kt_u) {{
+                const int kt_t = kt_u * $LANES + kt_lane;
+                const long kt_i = kt_j * {r.B} + kt_t;
+                const {T} kt_x = (kt_i < ({r.bound})) ? ({T})({r.value}) : ({T})({r.padding});
+                kt_acc = {acc};
+            }}
+        }}
+        {_group_combine(r, d, "$LANES", "kt_acc", "kt_scratch")}
+        if (kt_j < kt_segments && kt_lane == 0) {{
+            const {T} kt_total = kt_acc;
+{final}
+        }}
+    }}
+}}"""
+
+
+def _total_kernel(head: str, r: Reduction, d: Dialect) -> str:
+    T = r.elem_type
+    acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_x")
+    final = "\n".join(f"        {f}" for f in r.final)
+    if d.name == "cuda":
+        across = (f"{_group_combine(r, d, '32', 'kt_acc', '')}\n"
+                  f"    __shared__ {T} kt_warps[32];\n"
+                  f"    if (kt_lid % 32 == 0) kt_warps[kt_lid / 32] = kt_acc;\n"
+                  f"    __syncthreads();\n"
+                  f"    if (kt_lid < 32) {{\n"
+                  f"        kt_acc = kt_lid < $THREADS / 32 ? kt_warps[kt_lid] : ({T})({r.padding});\n"
+                  f"        {_group_combine(r, d, '32', 'kt_acc', '')}\n"
+                  f"    }}")
+    else:
+        across = _group_combine(r, d, "$THREADS", "kt_acc", "kt_scratch")
+    scratch = f"    {d.shared} {T} kt_scratch[$THREADS];\n" if d.name == "opencl" else ""
+    # kt_j and kt_t name the element's block and thread in the original, for a value that reads them
+    used = expression_names(r.value)
+    ids = (f"            const long kt_j = kt_i / {r.B};\n" if "kt_j" in used else "") + \
+        (f"            const int kt_t = (int)(kt_i % {r.B});\n" if "kt_t" in used else "")
+    return f"""{head}
+{{
+{scratch}    const int kt_lid = {d.local_id};
+    const long kt_n = (long)({r.bound});
+    const long kt_stride = (long){d.num_groups} * $THREADS;
+    {T} kt_acc = ({T})({r.padding});
+    for (long kt_base = (long){d.group_id[0]} * $THREADS * $ITEMS + kt_lid; kt_base < kt_n;
+         kt_base += kt_stride * $ITEMS) {{
+#pragma unroll
+        for (int kt_u = 0; kt_u < $ITEMS; ++kt_u) {{
+            const long kt_i = kt_base + (long)kt_u * $THREADS;
+{ids}            if (kt_i < kt_n) {{
+                const {T} kt_x = ({T})({r.value});
+                kt_acc = {acc};
+            }}
+        }}
+    }}
+    {across}
+    if (kt_lid == 0) {{
+        const {T} kt_total = kt_acc;
+{final}
+    }}
+}}"""
