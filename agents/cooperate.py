@@ -314,3 +314,18 @@ def fresh_names(wanted: tuple[str, ...], taken) -> dict[str, str]:
     for name in wanted:
         out[name] = fresh_name(name, set(taken) | set(out.values()))
     return out
+
+
+def constants(ctx) -> dict[str, int]:
+    """Names of whole-number value the kernel may read: the file's `#define NAME 256` lines, and
+    the parameters made before this rewrite at their defaults (which win)."""
+    out: dict[str, int] = {}
+    for node, text_of in syntax_nodes(ctx.source, ("preproc_def",)):
+        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        if name is None or value is None:
+            continue
+        digits = text_of(value).strip().rstrip("uUlL")
+        if digits.isdigit():
+            out[text_of(name)] = int(digits)
+    out.update({k: v for k, v in ctx.defaults.items() if isinstance(v, int) and not isinstance(v, bool)})
+    return out

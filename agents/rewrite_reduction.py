@@ -44,7 +44,7 @@ from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, body_of, expression_names, fresh_names, header, inlined, pinned,
+from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names, header, inlined, pinned,
                         python_text, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted, with_names)
 from .kernel_tree import span_of, syntax_nodes
 
@@ -272,9 +272,8 @@ def _guarded_value(v: str, B: int, ctx) -> tuple[str, str, str]:
         p = affine.read(index, {"kt_j", "kt_t"})
     except affine.NotAffine as e:
         raise Decline(str(e)) from None
-    for name, val in ctx.defaults.items():
-        if isinstance(val, int) and not isinstance(val, bool):
-            p = p.substitute(name, affine.Poly.const(val))
+    for name, val in constants(ctx).items():
+        p = p.substitute(name, affine.Poly.const(val))
     if p != Poly_of(B):
         raise Decline(f"the elements a block reads (`{index}`) are not its {B} in a run")
     if {"kt_j", "kt_t"} & expression_names(bound) or reads_thread_ids(bound):
@@ -302,7 +301,7 @@ def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str]:
         var, start = text_of(init.child_by_field_name("left")), init.child_by_field_name("right")
     else:
         raise Decline("the tree's loop does not start from a value")
-    consts = {k: str(v) for k, v in ctx.defaults.items() if isinstance(v, int) and not isinstance(v, bool)}
+    consts = {k: str(v) for k, v in constants(ctx).items()}
     py_ids = {**ids, **consts}
 
     def number(text: str, extra: dict) -> int:

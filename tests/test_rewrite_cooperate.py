@@ -1,0 +1,203 @@
+"""The rewrites for kernels whose threads cooperate (agents/rewrite_contraction.py,
+agents/rewrite_reduction.py) on the naive kernels of tests/data/naive: templated by the rules,
+gated and re-verified on PoCL at other configurations, the defaults the original token for token,
+the CUDA sources compiled with nvcc at several values, and the kernels they must refuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kerntune.agents import affine
+from kerntune.agents.kernel_tree import classify
+from kerntune.agents.rewrite_contraction import read as read_contraction
+from kerntune.agents.rewrite_reduction import read as read_reduction
+from kerntune.agents.rewrites import RewriteContext
+from kerntune.agents.rules import rules_template
+from kerntune.agents.cooperate import Decline
+from kerntune.engine.backends import cuda_toolchain as cuda
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.evaluate import Evaluator, TimingPolicy
+from kerntune.engine.gate import check_proposal
+from kerntune.engine.proposal import original_launch
+from kerntune.engine.template import load_template
+from kerntune.engine.tune import TuneOptions, TuneRun
+
+NAIVE = Path(__file__).resolve().parent / "data" / "naive"
+CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_count=2, max_shared_per_block=65536)
+GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132,
+                   max_shared_per_block=49152)
+FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
+# kernel -> (the rewrite, configurations away from the defaults that must give the original's outputs)
+CASES = {
+    "matmul_naive": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 4, "TN": 2},
+                                     {"BK": 4, "BM": 16, "BN": 64, "TM": 1, "TN": 8})),
+    "matmul_coalesced": ("contraction", ({"BK": 16, "BM": 64, "BN": 16, "TM": 8, "TN": 1},)),
+    "matmul_half": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 2, "TN": 4},)),
+    "reduce_nodivergence": ("reduction", ({"LANES": 16}, {"LANES": 8, "THREADS": 64, "GRID": 1})),
+    "reduce_atomic": ("reduction", ({"GRID": 1, "THREADS_SIZE": 64, "ITEMS": 4}, {"GRID": 8})),
+}
+
+
+def context(source: str, entry: str, backend: str, limits: DeviceLimits, name: str) -> RewriteContext:
+    t = load_template(NAIVE / name)
+    grid, block = original_launch(t, limits)
+    return RewriteContext(t, backend, source, classify(source, entry), tuple(grid), tuple(block), {}, limits)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_naive_cooperating_kernel_is_rewritten_gated_and_reproduced_on_pocl(name, tmp_path, opencl_backend):
+    rewrite, configs = CASES[name]
+    original = load_template(NAIVE / name)
+    made = rules_template(original, "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == [rewrite]
+    proposal = made.proposal
+    assert any(n.startswith(f"rewrote the kernel: {rewrite}") for n in proposal.notes)
+    problem = original.problem("small", {})
+    verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="opencl", device=0, problem=problem,
+                             limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
+    for config in configs:
+        ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
+        assert ok, (config, message)
+
+
+@pytest.mark.slow
+def test_the_rules_tune_a_naive_matrix_product_and_every_configuration_verifies(tmp_path):
+    original = load_template(NAIVE / "matmul_naive")
+    verdict = check_proposal(original, rules_template(original, "opencl", CPU).proposal, tmp_path / "tpl",
+                             backend="opencl", device=0, problem=original.problem("small", {}), limits=CPU,
+                             timeout=120)
+    assert verdict.ok, verdict.reason
+    run = TuneRun(verdict.template, TuneOptions(backend="opencl", problem="small", seed=5, timing=FAST,
+                                                strategy="random", budget=5, probe=False,
+                                                session_path=tmp_path / "tune.toml")).run()
+    assert run.best is not None and run.winner_ok
+    assert all(r.status == "ok" for r in run.results), [(r.config, r.status, r.message) for r in run.results]
+
+
+def test_the_default_is_the_original_token_for_token_beside_the_tiled_kernel():
+    t = load_template(NAIVE / "matmul_half")
+    src = t.source_for("opencl")
+    out = rules_template(t, "opencl", CPU, lift=False).proposal.sources["opencl"]
+    start = src.index("__kernel")
+    kernel = src[start:src.index("\n}", start) + 2]
+    assert out.index("#if BK > 0\n") < out.index("#else\n" + kernel + "\n#endif")
+    assert "#ifndef BK\n#define BK 0\n#endif" in out
+    # the operands are read as written, with the tile's coordinates; B^T walks k contiguously
+    assert "vload_half(kt_r * K + kt_k, A)" in out and "vload_half(kt_c * K + kt_k, Bt)" in out
+    assert "const int kt_n = kt_i / BK, kt_q = kt_i % BK;" in out
+
+
+def test_the_contraction_reads_the_operands_the_bounds_and_the_epilogue():
+    src = (NAIVE / "matmul_coalesced" / "kernel.cu").read_text()
+    c = read_contraction(context(src, "sgemm_coalesced", "cuda", GPU, "matmul_coalesced"))
+    assert (c.r, c.c, c.k) == ("cRow", "cCol", "i")
+    assert (c.m_spec, c.n_spec) == ("(M)", "(N)")
+    assert c.x == "(A[kt_r * K + kt_k])" and c.y == "(B[kt_k * N + kt_c])"
+    assert c.epilogue == ("C[kt_r * N + kt_c] = alpha * kt_v + beta * C[kt_r * N + kt_c];",)
+    assert c.x_k_fast and not c.y_k_fast
+
+
+BAD_CONTRACTIONS = {
+    "loop nest": ("for (int k = 0; k < K; ++k) for (int j = 0; j < 2; ++j) s += A[r * K + k] * B[k * N + c];",
+                  "not one loop"),
+    "aliasing": ("for (int k = 0; k < K; ++k) s += C[r * K + k] * B[k * N + c];", "both an operand and the output"),
+    "one operand": ("for (int k = 0; k < K; ++k) s += A[r * K + k] * 2.0f;", "two different coordinates"),
+    "both coordinates": ("for (int k = 0; k < K; ++k) s += A[r * K + c] * B[k * N + c];", "both of the output"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONTRACTIONS))
+def test_the_contraction_refuses_what_it_cannot_prove(case):
+    loop, why = BAD_CONTRACTIONS[case]
+    src = ("__global__ void mm(const float *A, const float *B, float *C, int M, int N, int K) {\n"
+           "    int r = blockIdx.y * blockDim.y + threadIdx.y;\n    int c = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    if (r < M && c < N) {\n        float s = 0.0f;\n        " + loop + "\n"
+           "        C[r * N + c] = s;\n    }\n}\n")
+    with pytest.raises(Decline, match=why):
+        read_contraction(context(src, "mm", "cuda", GPU, "matmul_naive"))
+
+
+def test_a_tiled_matrix_product_is_left_alone():
+    src = (Path(__file__).resolve().parent.parent / "templates" / "matmul" / "baseline.cu").read_text()
+    with pytest.raises(Decline, match="already cooperate"):
+        read_contraction(context(src, "matmul", "cuda", GPU, "matmul_naive"))
+
+
+def test_the_reduction_proves_each_addressing_style_and_keeps_per_block_partials():
+    for name in ("reduce_interleaved", "reduce_nodivergence", "reduce_sequential"):
+        t = load_template(NAIVE / name)
+        for backend in ("cuda", "opencl"):
+            r = read_reduction(context(t.source_for(backend), t.entry, backend, GPU, name))
+            assert (r.B, r.op, r.per_segment, r.bound) == (256, "sum", True, "n"), (name, backend)
+            assert r.final == (f"{t.arguments[1].name}[kt_j] = kt_total;",)
+    t = load_template(NAIVE / "reduce_atomic")
+    r = read_reduction(context(t.source_for("cuda"), t.entry, "cuda", GPU, "reduce_atomic"))
+    assert not r.per_segment and r.final == ("atomicAdd(out, kt_total);",)
+
+
+TREE = """__global__ void part(const float *in, float *out, int n) {
+    __shared__ float s[256];
+    int t = threadIdx.x;
+    int i = blockIdx.x * 256 + t;
+    s[t] = i < n ? in[i] : 0.0f;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if (STEP) s[DST] += s[SRC];
+        __syncthreads();
+    }
+    if (t == 0) FINAL;
+}
+"""
+BAD_TREES = {
+    "a slot counted twice": ("t < k", "t", "t + 1", "out[blockIdx.x] = s[0]", "written twice|read while"),
+    "a slot left out": ("t < k && t > 0", "t", "t + k", "out[blockIdx.x] = s[0]", "does not gather"),
+    "every block stores one place": ("t < k", "t", "t + k", "out[0] = s[0]", "not an atomic"),
+    "outside the block": ("t < 2 * k", "t", "t + k", "out[blockIdx.x] = s[0]", "outside the block"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TREES))
+def test_the_reduction_refuses_a_tree_that_does_not_sum_every_slot_once(case):
+    step, dst, src, final, why = BAD_TREES[case]
+    code = TREE.replace("STEP", step).replace("DST", dst).replace("SRC", src).replace("FINAL", final)
+    with pytest.raises(Decline, match=why):
+        read_reduction(context(code, "part", "cuda", GPU, "reduce_nodivergence"))
+
+
+def test_affine_reads_indices_as_polynomials():
+    assert affine.slope("row * K + k", "k") == 1
+    assert affine.slope("row * K + k", "row") is None  # K moves it, not a number
+    assert affine.slope("(y - 1) * W + x + 1", "x") == 1
+    assert affine.slope("2 * s * tid", "tid", {"s"}) is None
+    assert affine.slope("4 * (t << 1)", "t") == 8
+    p = affine.read("j * 256 + t").substitute("j", affine.Poly.const(2))
+    assert p == affine.Poly.name("t") + affine.Poly.const(512)
+    with pytest.raises(affine.NotAffine):
+        affine.read("i / 2 + 1", {"i"})
+
+
+CUDA_CONFIGS = {
+    "matmul_naive": ({}, {"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8}, {"BK": 16, "BM": 64, "BN": 32, "TM": 2,
+                                                                          "TN": 1}),
+    "matmul_half": ({"BK": 32, "BM": 64, "BN": 64, "TM": 4, "TN": 4},),
+    "reduce_interleaved": ({"LANES": 32}, {"LANES": 8, "THREADS": 128, "GRID": 4}),
+    "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
+}
+
+
+@pytest.mark.skipif(cuda.find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.parametrize("name", sorted(CUDA_CONFIGS))
+def test_the_cuda_rewrites_compile_at_several_values(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path))
+    t = load_template(NAIVE / name)
+    proposal = rules_template(t, "cuda", GPU).proposal
+    src = proposal.sources["cuda"]
+    defaults = {p.name: p.default for p in proposal.parameters}
+    for config in CUDA_CONFIGS[name]:
+        cubin, info, _ = cuda.compile_cubin(src, t.entry, {k: str(v) for k, v in {**defaults, **config}.items()})
+        assert cubin and info.get("spill_stores", 0) == 0, (config, info)
