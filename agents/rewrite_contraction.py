@@ -385,7 +385,7 @@ def _rewrite(ctx: "RewriteContext", s: Contraction) -> "Rewrite":
     ]
     off = f"{SWITCH} == 0"
     constraints = [
-        f"{off} or (BM == 64 and BN == 64 and TM == 4 and TN == 4)",  # unread by the original
+        f"{SWITCH} > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4)",  # unread by the original
         "BM % TM == 0 and BN % TN == 0",
         f"{off} or (BM // TM) * (BN // TN) <= max_threads_per_block",
         f"{off} or (BM // TM) * (BN // TN) >= warp_size",

@@ -5,9 +5,15 @@
     python bench/agent_loop.py --naive all [--problem NAME] ...
     python bench/agent_loop.py --naive silu_mul,residual_add,gelu_bf16 ...
 
---naive takes kernels of tests/data/naive (as people first write them: a thread per element or
-per row), each tuned at its NAIVE_PROBLEMS size (or --problem) against the hand-written template
-NAIVE_BARS names at the same size; a kernel with no bar shows its % of SOL alone.
+--naive takes kernels of tests/data/naive (as people first write them: a thread per element, per
+row or per output of a matrix product, a shared-memory tree, a stencil), each tuned at its
+NAIVE_BARS size (or --problem) against the hand-written template NAIVE_BARS names at the same size
+(the library's templates/, or bench/bars/ for the bars written for the cooperating-thread kernels);
+a kernel with no bar shows its % of SOL alone. On CUDA, where PyTorch is installed, the vendor
+library doing the same work is timed too (cuBLAS through torch.matmul with TF32 off, torch.sum,
+torch's embedding), the L2 flushed before each run, and a second short table gives kerntune's time
+over the hand-written one's and the library's, with medians and 95% intervals (bootstrap of the
+median over each one's raw times) and the % of speed-of-light.
 
 For a library kernel: a spec without parameters is made from the library's kernel.toml (its
 arguments, sizes, cost and reference; its original's own launch; baseline.cu as the source, and
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import math
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +48,7 @@ PORTS = ROOT / "tests" / "data" / "originals"
 PROBLEMS = {"silu_and_mul": "llama7b-t2048", "fused_add_rmsnorm": "llama70b-t2048",
             "merge_attn_states": "llama7b-t4096"}
 NAIVE = ROOT / "tests" / "data" / "naive"
+BARS = ROOT / "bench" / "bars"  # hand-written bars for the cooperating-thread kernels
 # naive kernel -> (the hand-written template that is its bar, or None; the problem both run at)
 NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "silu_mul": ("silu_and_mul", "llama7b-t2048"),
@@ -60,7 +68,28 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "rmsnorm": (None, "llama-t2048"),
     "rmsnorm_half": (None, "llama-t2048"),
     "cross_entropy": (None, "llama-t2048"),
+    # threads that cooperate (agents/rewrite_contraction.py, agents/rewrite_reduction.py)
+    "matmul_naive": ("matmul", "4096"),
+    "matmul_coalesced": ("matmul", "4096"),  # the bar computes A @ B without the epilogue
+    "matmul_half": (None, "4096"),
+    "reduce_interleaved": ("block_sums", "64M"),
+    "reduce_nodivergence": ("block_sums", "64M"),
+    "reduce_sequential": ("block_sums", "64M"),
+    "reduce_atomic": ("reduce_total", "64M"),
+    "stencil5": ("stencil5_tiled", "8k"),
+    "stencil9": (None, "8k"),
+    "conv_rows": (None, "8k"),
+    "conv_cols": (None, "8k"),
+    "embedding_gather": ("gather_rows", "llama-t8192"),
 }
+# naive kernel -> the vendor library's way of doing the same work (timed through PyTorch on CUDA)
+LIBRARY = {"matmul_naive": "sgemm", "matmul_coalesced": "sgemm_epilogue", "matmul_half": "hgemm_nt",
+           "reduce_interleaved": "block_sums", "reduce_nodivergence": "block_sums",
+           "reduce_sequential": "block_sums", "reduce_atomic": "sum", "embedding_gather": "embedding"}
+LIBRARY_WORDS = {"sgemm": "cuBLAS sgemm (torch.matmul, TF32 off)",
+                 "sgemm_epilogue": "cuBLAS sgemm with alpha/beta (torch.addmm, TF32 off)",
+                 "hgemm_nt": "cuBLAS half A @ B^T (torch.matmul)", "block_sums": "torch.sum over rows of 256",
+                 "sum": "torch.sum", "embedding": "torch embedding"}
 
 
 def original_spec(kernel: str, backend: str, into: Path) -> Path | None:
@@ -114,7 +143,7 @@ def main() -> int:
     args = ap.parse_args()
     backend, limits = resolve_device(args.backend, 0)
     overrides = {k: int(v) for k, v in (s.split("=", 1) for s in args.shape)}
-    rows = []
+    rows, short = [], []
     work = Path(tempfile.mkdtemp(prefix="kerntune-loop-bench-"))
     from kerntune.engine.evaluate import TimingPolicy
 
@@ -129,8 +158,10 @@ def main() -> int:
                          [lambda ev: None]).run()
         loop_s = time.monotonic() - t0
         hb = None
+        lib = library_us(LIBRARY.get(kernel), original.problem(problem, overrides).values, backend) \
+            if args.naive else None
         if bar is not None:
-            library = load_template(templates.path(bar))
+            library = load_template(bar_path(bar))
             hand = TuneRun(library, TuneOptions(backend=backend, problem=problem, overrides=overrides, seed=7,
                                                 timing=timing, strategy="random", budget=args.template_budget,
                                                 session_path=work / f"{kernel}-hand.toml")).run()
@@ -152,6 +183,7 @@ def main() -> int:
             fmt_config(hb.config) if hb else "-",
         ])
         print(" | ".join(rows[-1]), flush=True)
+        short.append(short_row(kernel, original.problem(problem, overrides).label(), best, best.sol_us if best else None, hb, lib))
     head = ["kernel", "size", "original us", "loop us", "x original", "% SOL", "rounds", "loop s", "parameters",
             "loop config", "bar", "hand-written us", "hand / loop", "hand-written config"]
     ratios = [float(r[12]) for r in rows if r[12] != "-"]
@@ -161,12 +193,118 @@ def main() -> int:
     table = "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
                       + ["| " + " | ".join(r) + " |" for r in rows])
     print(f"\n{limits.name} ({backend})\n\n{table}")
+    brief = ""
+    if args.naive and short:
+        head2 = ["kernel", "size", "kerntune us", "hand-written us", "library us", "kerntune / hand (time)",
+                 "kerntune / library (time)", "kerntune % SOL", "library % SOL"]
+        brief = "\n".join(["| " + " | ".join(head2) + " |", "|" + "---|" * len(head2)]
+                          + ["| " + " | ".join(r) + " |" for r in short])
+        used = sorted({LIBRARY[r[0]] for r in short if r[4] != "-"})
+        brief += ("\n\nlibrary: " + "; ".join(f"{k}: {LIBRARY_WORDS[k]}" for k in used) if used else "") + \
+            "\nmedians [95% interval of the median]; a time ratio above 1 is kerntune slower"
+        print(f"\n{brief}")
     if args.md:
         what = "naive kernels" if args.naive else "the library's originals"
         args.md.write_text(f"# The rules loop on {what}, {limits.name} ({backend})\n\n"
                            f"- command: `python {' '.join(sys.argv)}`\n- date: {time.strftime('%Y-%m-%d')}\n\n"
-                           f"{table}\n")
+                           f"{table}\n" + (f"\n{brief}\n" if brief else ""))
     return 0
+
+
+def bar_path(bar: str) -> Path:
+    """A bar's template: bench/bars/ first, else the library's."""
+    return BARS / bar if (BARS / bar / "kernel.toml").is_file() else templates.path(bar)
+
+
+def median_interval(times: list[float] | tuple[float, ...], seed: int = 7) -> tuple[float, float, float]:
+    """The median of the times and a 95% interval of it (bootstrap, 1000 resamples)."""
+    import numpy as np
+
+    t = np.asarray(times, dtype=float)
+    if t.size == 0:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(t, size=(1000, t.size), replace=True), axis=1)
+    return float(np.median(t)), float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
+
+
+def fmt_interval(times) -> str:
+    if not times:
+        return "-"
+    m, lo, hi = median_interval(times)
+    return f"{m:.1f} [{lo:.1f}, {hi:.1f}]"
+
+
+def short_row(kernel: str, size: str, best, sol_us, hand, lib) -> list[str]:
+    """A row of the short table: medians with intervals, the ratios of times, % of SOL."""
+    k = statistics.median(best.times_us) if best is not None and best.times_us else None
+    h = statistics.median(hand.times_us) if hand is not None and hand.times_us else None
+    b = statistics.median(lib) if lib else None
+    return [kernel, size, fmt_interval(best.times_us if best else ()), fmt_interval(hand.times_us if hand else ()),
+            fmt_interval(lib or ()), f"{k / h:.2f}" if k and h else "-", f"{k / b:.2f}" if k and b else "-",
+            f"{100 * sol_us / k:.0f}%" if k and sol_us else "-", f"{100 * sol_us / b:.0f}%" if b and sol_us else "-"]
+
+
+def library_us(what: str | None, sizes: dict, backend: str, reps: int = 100) -> list[float] | None:
+    """Raw times (us) of the vendor library doing `what` at the sizes, through PyTorch on CUDA, the
+    L2 flushed before each run; None without CUDA, PyTorch or a library for it."""
+    if what is None or backend != "cuda":
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = "cuda"
+    if what in ("sgemm", "sgemm_epilogue", "hgemm_nt"):
+        M, N, K = sizes["M"], sizes["N"], sizes["K"]
+        dt = torch.float16 if what == "hgemm_nt" else torch.float32
+        a = torch.rand(M, K, device=dev, dtype=dt) * 2 - 1
+        b = torch.rand(N, K, device=dev, dtype=dt).t() if what == "hgemm_nt" else \
+            torch.rand(K, N, device=dev, dtype=dt) * 2 - 1
+        c = torch.rand(M, N, device=dev, dtype=dt)
+        if what == "sgemm_epilogue":
+            def fn():
+                torch.addmm(c, a, b, beta=-0.5, alpha=1.5, out=c)
+        else:
+            def fn():
+                torch.matmul(a, b, out=c)
+    elif what in ("sum", "block_sums"):
+        x = torch.randn(sizes["n"], device=dev)
+        out = torch.empty((), device=dev) if what == "sum" else torch.empty(sizes["n"] // 256, device=dev)
+        view = x if what == "sum" else x[: sizes["n"] // 256 * 256].view(-1, 256)
+
+        def fn():
+            if what == "sum":
+                torch.sum(view, out=out)
+            else:
+                torch.sum(view, dim=1, out=out)
+    elif what == "embedding":
+        table = torch.randn(sizes["vocab"], sizes["dim"], device=dev)
+        ids = torch.randint(0, sizes["vocab"], (sizes["tokens"],), device=dev)
+        out = torch.empty(sizes["tokens"], sizes["dim"], device=dev)
+
+        def fn():
+            torch.index_select(table, 0, ids, out=out)
+    else:
+        return None
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device=dev)
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    pairs = []
+    for i in range(reps):
+        flush.fill_(i & 0xFF)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        pairs.append((s, e))
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1000.0 for s, e in pairs]
 
 
 def _runs(args, backend: str, work: Path):
@@ -184,7 +322,7 @@ def _runs(args, backend: str, work: Path):
                 print(f"{name}: no {backend} source; skipped", file=sys.stderr)
                 continue
             bar, problem = NAIVE_BARS.get(name, (None, None))
-            if bar is not None and backend not in load_template(templates.path(bar)).sources:
+            if bar is not None and backend not in load_template(bar_path(bar)).sources:
                 bar = None
             copy = work / name
             shutil.copytree(d, copy)

@@ -82,7 +82,10 @@ def test_the_rules_tune_a_naive_matrix_product_and_every_configuration_verifies(
 def test_the_default_is_the_original_token_for_token_beside_the_tiled_kernel():
     t = load_template(NAIVE / "matmul_half")
     src = t.source_for("opencl")
-    out = rules_template(t, "opencl", CPU, lift=False).proposal.sources["opencl"]
+    proposal = rules_template(t, "opencl", CPU, lift=False).proposal
+    out = proposal.sources["opencl"]
+    # the tile parameters are held at their defaults while BK = 0 runs the original
+    assert "BK > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4)" in proposal.constraints
     start = src.index("__kernel")
     kernel = src[start:src.index("\n}", start) + 2]
     assert out.index("#if BK > 0\n") < out.index("#else\n" + kernel + "\n#endif")
