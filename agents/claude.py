@@ -90,10 +90,16 @@ become parameters), `elementwise` (a thread per element gains VEC packs, ITEMS p
 stride and, on CUDA, CACHE hints and launch BOUNDS), `rowwise` (a thread per row gains LANES threads \
 a row, their sums, maxima and online softmax pairs combined by shuffles or shared memory, and ROWS \
 a block), `rowwise_keep` (on rowwise: KEEP elements of the row in registers between passes, moved \
-in VEC packs) and `rowwise_chains` (on rowwise_keep: CHAINS independent chains of a pass carried \
-through an exponential). Do not write these by hand: spend your effort on what they cannot do \
-(an algorithmic change such as turning a three-pass softmax into an online one, fusing passes, \
-tiling in shared memory), pass your source to apply_rewrites to get the mechanical parameters on \
+in VEC packs), `rowwise_chains` (on rowwise_keep: CHAINS independent chains of a pass carried \
+through an exponential), `contraction` (a thread per output summing products of two operands, a \
+matrix product in either layout with any epilogue: BM x BN tiles through shared memory in BK \
+steps, BK = 0 the original, TM x TN outputs per thread in registers, any size), `reduction` (a \
+block's shared-memory tree: per-block partials over LANES threads a segment with shuffles, or an \
+atomic total striding GRID blocks per multiprocessor with ITEMS loads in flight) and `stencil` (a \
+thread per point of a 2-D grid: ITEMS consecutive rows per thread, pointers restricted). Do not \
+write these by hand: spend your effort on what they cannot do (an algorithmic change such as \
+turning a three-pass softmax into an online one, fusing passes, a halo tile in shared memory, \
+double buffering), pass your source to apply_rewrites to get the mechanical parameters on \
 top, and propose its result by reference with propose_template {"from_rewrites": "<name>"}, \
 adding or replacing only the fields you change.
 

@@ -329,3 +329,52 @@ def constants(ctx) -> dict[str, int]:
             out[text_of(name)] = int(digits)
     out.update({k: v for k, v in ctx.defaults.items() if isinstance(v, int) and not isinstance(v, bool)})
     return out
+
+
+def strip_parens(node):
+    """The expression inside any parentheses around it."""
+    while node.type == "parenthesized_expression":
+        inner = _named(node)
+        if len(inner) != 1:
+            break
+        node = inner[0]
+    return node
+
+
+def guard_parts(guard: str, coords: set[str]):
+    """(condition for a working thread, coordinate, bound or None) for each part of a guard; a part
+    on anything but one coordinate declines."""
+    try:
+        node, text_of = syntax_nodes(f"auto kt_e = ({guard});", ("parenthesized_expression",))[0]
+    except IndexError:
+        raise Decline(f"the guard `{guard}` cannot be read") from None
+    node = strip_parens(node)
+    negated = False
+    if node.type == "unary_expression" and text_of(node.child_by_field_name("operator")) == "!":
+        negated, node = True, strip_parens(node.child_by_field_name("argument"))
+    joiner = "||" if negated else "&&"
+    parts = []
+
+    def split(n):
+        n = strip_parens(n)
+        if n.type == "binary_expression" and text_of(n.child_by_field_name("operator")) == joiner:
+            split(n.child_by_field_name("left"))
+            split(n.child_by_field_name("right"))
+        else:
+            parts.append(n)
+    split(node)
+    flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+    mirror = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+    for p in parts:
+        if p.type != "binary_expression" or text_of(p.child_by_field_name("operator")) not in flip:
+            raise Decline(f"the guard's part `{text_of(p)}` is not a comparison")
+        op = text_of(p.child_by_field_name("operator"))
+        left, right = text_of(p.child_by_field_name("left")).strip(), text_of(p.child_by_field_name("right")).strip()
+        if negated:
+            op = flip[op]
+        if left not in coords and right in coords:
+            left, right, op = right, left, mirror[op]
+        if left not in coords:
+            raise Decline(f"the guard's part `{text_of(p)}` bounds no coordinate of the output")
+        bound = right if op == "<" else f"{right} + 1" if op == "<=" else None
+        yield f"{left} {op} {right}", left, bound

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, body_of, expression_names, header, inlined, pinned,
+from .cooperate import (Decline, Dialect, beside, body_of, expression_names, guard_parts, header, inlined, pinned,
+                        strip_parens,
                         reads_thread_ids, spec_scalars, spec_text, substituted, within)
 from .kernel_tree import span_of
 
@@ -148,7 +149,7 @@ def read(ctx: "RewriteContext") -> Contraction:
     r_conds, c_conds, m_bound, n_bound = [], [], None, None
     scalars = spec_scalars(ctx)
     for g in body.guards:
-        for cond, var, bound in _conditions(g, {r, c}):
+        for cond, var, bound in guard_parts(g, {r, c}):
             (r_conds if var == r else c_conds).append(inlined(a, cond, {r: "kt_r", c: "kt_c"}))
             if bound is not None and var == r:
                 m_bound = m_bound or bound
@@ -196,19 +197,19 @@ def _update(loop_node, acc: str, text_of) -> tuple[str, list[str]]:
         updates.append(s)
     if len(updates) != 1:
         raise Decline("the loop's body updates more than the sum")
-    e = _strip(updates[0].named_children[0])
+    e = strip_parens(updates[0].named_children[0])
     if e.type != "assignment_expression" or text_of(e.child_by_field_name("left")).strip() != acc:
         raise Decline("the loop's statement is not the sum's update")
     op = text_of(e.child_by_field_name("operator"))
-    right = _strip(e.child_by_field_name("right"))
+    right = strip_parens(e.child_by_field_name("right"))
     if op in ("+=", "-="):
         return op, _factors(right, text_of)
     if op == "=" and right.type == "binary_expression" and text_of(right.child_by_field_name("operator")) == "+":
         lhs, rhs = right.child_by_field_name("left"), right.child_by_field_name("right")
         if text_of(lhs).strip() == acc:
-            return "+=", _factors(_strip(rhs), text_of)
+            return "+=", _factors(strip_parens(rhs), text_of)
         if text_of(rhs).strip() == acc:
-            return "+=", _factors(_strip(lhs), text_of)
+            return "+=", _factors(strip_parens(lhs), text_of)
     if op == "=" and right.type == "call_expression":
         fn = text_of(right.child_by_field_name("function"))
         args = [x for x in right.child_by_field_name("arguments").named_children if x.type != "comment"]
@@ -217,61 +218,12 @@ def _update(loop_node, acc: str, text_of) -> tuple[str, list[str]]:
     raise Decline("the sum is not updated by a product (`acc += x * y`, `acc = fma(x, y, acc)`)")
 
 
-def _strip(node):
-    while node.type == "parenthesized_expression":
-        inner = [c for c in node.named_children if c.type != "comment"]
-        if len(inner) != 1:
-            break
-        node = inner[0]
-    return node
-
-
 def _factors(node, text_of) -> list[str]:
-    node = _strip(node)
+    node = strip_parens(node)
     if node.type == "binary_expression" and text_of(node.child_by_field_name("operator")) == "*":
         return _factors(node.child_by_field_name("left"), text_of) + \
             _factors(node.child_by_field_name("right"), text_of)
     return [text_of(node)]
-
-
-def _conditions(guard: str, coords: set[str]):
-    """(condition for a working thread, coordinate, bound or None) for each part of a guard; a part
-    on anything but one coordinate declines."""
-    try:
-        from .kernel_tree import syntax_nodes
-        node, text_of = syntax_nodes(f"auto kt_e = ({guard});", ("parenthesized_expression",))[0]
-    except IndexError:
-        raise Decline(f"the guard `{guard}` cannot be read") from None
-    node = _strip(node)
-    negated = False
-    if node.type == "unary_expression" and text_of(node.child_by_field_name("operator")) == "!":
-        negated, node = True, _strip(node.child_by_field_name("argument"))
-    joiner = "||" if negated else "&&"
-    parts = []
-
-    def split(n):
-        n = _strip(n)
-        if n.type == "binary_expression" and text_of(n.child_by_field_name("operator")) == joiner:
-            split(n.child_by_field_name("left"))
-            split(n.child_by_field_name("right"))
-        else:
-            parts.append(n)
-    split(node)
-    flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
-    mirror = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
-    for p in parts:
-        if p.type != "binary_expression" or text_of(p.child_by_field_name("operator")) not in flip:
-            raise Decline(f"the guard's part `{text_of(p)}` is not a comparison")
-        op = text_of(p.child_by_field_name("operator"))
-        left, right = text_of(p.child_by_field_name("left")).strip(), text_of(p.child_by_field_name("right")).strip()
-        if negated:
-            op = flip[op]
-        if left not in coords and right in coords:
-            left, right, op = right, left, mirror[op]
-        if left not in coords:
-            raise Decline(f"the guard's part `{text_of(p)}` bounds no coordinate of the output")
-        bound = right if op == "<" else f"{right} + 1" if op == "<=" else None
-        yield f"{left} {op} {right}", left, bound
 
 
 def _order(ctx, a, body, after, used: list[str]) -> tuple[str, str]:

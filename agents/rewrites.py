@@ -24,8 +24,8 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
 from kerntune.engine.template import Template
 
-from . import (rewrite_contraction, rewrite_elementwise, rewrite_reduction, rewrite_fastmath, rewrite_rowchains, rewrite_rowkeep,
-               rewrite_rowwise)
+from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_reduction, rewrite_rowchains,
+               rewrite_rowkeep, rewrite_rowwise, rewrite_stencil)
 from .kernel_tree import KernelAnalysis, KernelTreeError, classify, source_tokens
 
 # In order; each function sees the source the ones before it made. Add a rewrite here.
@@ -34,6 +34,7 @@ REWRITES: tuple[Callable[["RewriteContext"], "Rewrite | Declined"], ...] = (
     rewrite_rowwise.rewrite_rowwise,
     rewrite_contraction.rewrite,
     rewrite_reduction.rewrite,
+    rewrite_stencil.rewrite,
     rewrite_fastmath.rewrite,  # last: it switches the calls of whatever the ones before made
 )
 # The names of the rewrites and their stages, in the order they are made, each with the stage it
@@ -45,6 +46,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     (rewrite_rowchains.NAME, rewrite_rowkeep.NAME),
     (rewrite_contraction.NAME, ""),
     (rewrite_reduction.NAME, ""),
+    (rewrite_stencil.NAME, ""),
     (rewrite_fastmath.NAME, ""),
 )
 GATE_LEFT_OUT = "left out: the gate rejected a template with it"

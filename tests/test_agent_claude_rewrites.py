@@ -69,7 +69,8 @@ def test_claude_makes_the_softmax_online_has_the_rules_spread_it_and_the_loop_tu
     bad = result_text(fake, 2, "toolu_bad")
     assert bad["is_error"] is True
     assert bad["content"] == ("invalid input: `rewrites` must be a non-empty list of names among lift, elementwise, "
-                              "rowwise, rowwise_keep, rowwise_chains, fast_math")
+                              "rowwise, rowwise_keep, rowwise_chains, contraction, reduction, stencil, "
+                                  "fast_math")
     # the rewrites made on Claude's source, and the one the analysis declines, with its reason
     made = result_text(fake, 3, "toolu_rw")
     assert "is_error" not in made and made["content"].startswith("rewrites-1: a template of 5 parameters for opencl")

@@ -37,6 +37,8 @@ CASES = {
     "matmul_half": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 2, "TN": 4},)),
     "reduce_nodivergence": ("reduction", ({"LANES": 16}, {"LANES": 8, "THREADS": 64, "GRID": 1})),
     "reduce_atomic": ("reduction", ({"GRID": 1, "THREADS_SIZE": 64, "ITEMS": 4}, {"GRID": 8})),
+    "stencil5": ("stencil", ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 8, "BLOCK_Y": 2})),
+    "conv_cols": ("stencil", ({"ITEMS": 8},)),
 }
 
 
@@ -190,6 +192,7 @@ CUDA_CONFIGS = {
     "matmul_half": ({"BK": 32, "BM": 64, "BN": 64, "TM": 4, "TN": 4},),
     "reduce_interleaved": ({"LANES": 32}, {"LANES": 8, "THREADS": 128, "GRID": 4}),
     "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
+    "stencil9": ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 64}),
 }
 
 
@@ -204,3 +207,18 @@ def test_the_cuda_rewrites_compile_at_several_values(name, tmp_path, monkeypatch
     for config in CUDA_CONFIGS[name]:
         cubin, info, _ = cuda.compile_cubin(src, t.entry, {k: str(v) for k, v in {**defaults, **config}.items()})
         assert cubin and info.get("spill_stores", 0) == 0, (config, info)
+
+
+def test_the_stencil_runs_the_body_as_written_for_several_rows_and_refuses_other_thread_ids():
+    t = load_template(NAIVE / "stencil9")
+    src = t.source_for("cuda")
+    out = rules_template(t, "cuda", GPU, lift=False).proposal.sources["cuda"]
+    assert "static __device__ __forceinline__ void kt_point(const float * __restrict__ in, const float * " \
+           "__restrict__ w, float * __restrict__ out, int H, int W, const int kt_x, const int kt_y)" in out
+    assert "int x = kt_x;" in out and "int y = kt_y;" in out
+    body = src[src.index("if (x < W && y < H)"):src.rindex("}")]
+    assert out.count(body) == 2  # the point function's and the original's, as written
+    other = src.replace("if (x < W && y < H) {", "if (x < W && y < H && threadIdx.x > 0) {")
+    from kerntune.agents.rewrite_stencil import rewrite as stencil
+    declined = stencil(context(other, "stencil9", "cuda", GPU, "stencil9"))
+    assert "other than through its two coordinates" in declined.reason
