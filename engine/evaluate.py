@@ -739,6 +739,18 @@ class Evaluator:
             return replace(base, status=e.status, message=e.message, time_s=time.perf_counter() - t0)
         return self._timed(replace(base, time_s=time.perf_counter() - t0), times)
 
+    def measure_again(self, result: Result, kernel: Any) -> Result:
+        """Time again a configuration `evaluate` has just verified and timed, in its loaded
+        module (its timed launches checked as always): the result with the new times."""
+        t0 = time.perf_counter()
+        try:
+            times = self.measure(kernel, self._geometry(result.config, self.problem))
+        except LaunchError as e:
+            return replace(result, status="launch_error", message=f"while timing again: {e}")
+        except Rejected as e:
+            return replace(result, status=e.status, message=e.message)
+        return self._timed(replace(result, time_s=result.time_s + time.perf_counter() - t0), times)
+
     def measure(self, kernel: Any, geo: Geometry) -> list[float]:
         """Warm up, size the repetition count from the warm-up, then time with flushes.
 

@@ -105,6 +105,46 @@ class RunFinished(Event):
     best_us: float = 0.0
 
 
+@dataclass(frozen=True)
+class LeadersRetimed(Event):
+    """The leaders and the original timed together at the end of a run, interleaved round by
+    round (engine/retime.py): per configuration its paired median time, its speedup over the
+    original (the median of per-round ratios) with a 95% interval, and whether it is tied with
+    the fastest; `chosen` is the one reported, `reason` why. Indices point into `configs`; -1
+    where there is none."""
+
+    kind: ClassVar[str] = "leaders_retimed"
+    configs: tuple[Mapping[str, Any], ...] = ()
+    median_us: tuple[float, ...] = ()
+    speedup: tuple[float, ...] = ()
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+    tied: tuple[bool, ...] = ()
+    same_program: tuple[float, ...] = ()  # a group number per configuration (0: none): same binary
+    fastest: int = -1
+    chosen: int = -1
+    original: int = -1
+    reason: str = ""
+    rounds: int = 0
+    quiet_rounds: int = 0
+    launches: int = 0
+    disturbances: str = ""  # what disturbed the rounds, "" when they were quiet
+
+    @property
+    def valid(self) -> bool:
+        """Whether the lists agree and the indices point into them (a file may hold anything)."""
+        n = len(self.configs)
+        lists = (self.median_us, self.speedup, self.low, self.high, self.tied)
+        return (n > 0 and all(len(x) == n for x in lists) and 0 <= self.chosen < n and 0 <= self.fastest < n
+                and -1 <= self.original < n)
+
+    def tied_with_chosen(self) -> list[Mapping[str, Any]]:
+        """The configurations reported tied with the chosen one (the chosen one left out)."""
+        if not self.valid or not self.tied[self.chosen]:
+            return []
+        return [c for i, c in enumerate(self.configs) if self.tied[i] and i != self.chosen]
+
+
 # The agent loop's events (engine/loop.py): rounds of plan -> template -> tune -> test -> analyse.
 # A loop session holds these around the tuning runs' own events, one RunStarted ... RunFinished
 # per round.
@@ -255,7 +295,7 @@ class ConfigProfiled(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (RunStarted, SpaceBuilt, Note, ConfigEvaluated, BestImproved, WinnerVerified, ConfigSanitized,
-                RunFinished,
+                LeadersRetimed, RunFinished,
                 LoopStarted, RoundStarted, PlanMade, TemplateProposed, GateChecked, SearchPlanned,
                 Analysis, AgentCall, LoopFinished, ConfigProfiled)
 }
@@ -319,6 +359,29 @@ def _as_list(v: Any) -> tuple:
     return tuple(v)
 
 
+def _as_tables(v: Any) -> tuple:
+    """A list of configurations: tables of numbers, flags and strings."""
+    items = _as_list(v)
+    for t in items:
+        if not is_table(t) or not all(isinstance(x, (int, float, bool, str)) for x in t.values()):
+            raise TypeError("expected a list of tables of values")
+    return tuple(dict(t) for t in items)
+
+
+def _as_numbers(v: Any) -> tuple:
+    items = _as_list(v)
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in items):
+        raise TypeError("expected a list of numbers")
+    return items
+
+
+def _as_flags(v: Any) -> tuple:
+    items = _as_list(v)
+    if not all(isinstance(x, bool) for x in items):
+        raise TypeError("expected a list of true or false")
+    return items
+
+
 def _as_string(v: Any) -> str:
     if not isinstance(v, str):
         raise TypeError("expected a string")
@@ -343,6 +406,12 @@ def _coercion(expected: str) -> Callable[[Any], Any]:
         return _as_result
     if expected.startswith("Mapping"):
         return _as_table
+    if expected.startswith("tuple[Mapping"):
+        return _as_tables
+    if expected.startswith("tuple[float"):
+        return _as_numbers
+    if expected.startswith("tuple[bool"):
+        return _as_flags
     if expected.startswith("tuple"):
         return _as_list
     if expected == "str":

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
+from .certificate import load_certificate
+
 if TYPE_CHECKING:  # types only: the header module sits below the template and the space
     from .device import DeviceLimits
     from .space import Space
@@ -97,9 +99,13 @@ def run_header(template: "Template", backend: str, problem: "Problem", limits: "
     source = template.source_for(backend)
     if original_source is None:
         original_source = template.original_sources.get(backend, source)
+    device = limits.to_dict()
+    cert = load_certificate(limits.backend, limits.name, limits.driver)
+    if cert is not None:  # `kerntune selftest` on this device and driver: what it proved, and when
+        device["selftest"] = cert
     return new_header(
         command=options.command,
-        device=limits.to_dict(),
+        device=device,
         template={
             "name": template.name,
             "description": template.description,

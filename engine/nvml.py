@@ -144,6 +144,32 @@ def telemetry(index: int = 0) -> Telemetry:
     )
 
 
+@dataclass(frozen=True)
+class Quick:
+    """What a measurement watch reads every tenth of a second: the SM clock, the clock event
+    reasons, and the processes with a context on the device (None when NVML cannot list them)."""
+
+    sm_clock_mhz: int
+    reasons: tuple[str, ...]
+    pids: tuple[int, ...] | None
+
+
+def telemetry_reader(index: int = 0):
+    """A function that reads `Quick` of device `index` (NVMLUnavailable here when it cannot)."""
+    nv, h = _handle(index)
+    reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nv, "nvmlDeviceGetCurrentClocksThrottleReasons")
+    procs_fn = getattr(nv, "nvmlDeviceGetComputeRunningProcesses", None)
+
+    def read() -> Quick:
+        procs = _try(procs_fn, h, default=None) if procs_fn is not None else None
+        return Quick(sm_clock_mhz=int(_try(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)),
+                     reasons=reasons(int(_try(reasons_fn, h))),
+                     pids=tuple(int(p.pid) for p in procs) if procs is not None else None)
+
+    return read
+
+
 def reasons(bits: int) -> tuple[str, ...]:
     """Names of the clock event reasons set in an NVML bit mask."""
     return tuple(name for bit, name in REASONS.items() if bits & bit)

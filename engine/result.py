@@ -62,6 +62,9 @@ class Result:
     cached: bool = False  # the binary came from the compile cache
     # The device that measured it, in runs over several ("cuda:1", "host/cuda:0"); "" with one.
     device: str = ""
+    # What disturbed its measurement even after it was measured again (other processes, a clock
+    # that dropped, above its speed of light, a large spread: engine/disturb.py); "" when quiet.
+    disturbed: str = ""
 
     @property
     def ranked(self) -> bool:
@@ -76,7 +79,7 @@ class Result:
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if v is None or (f.name == "device" and not v):  # one device: nothing to say
+            if v is None or (f.name in ("device", "disturbed") and not v):  # nothing to say
                 continue
             if f.name == "resources":
                 v = asdict(v)

@@ -23,7 +23,8 @@ from typing import Any, Iterator, Mapping
 
 import tomli_w
 
-from .events import ConfigEvaluated, Note, Event, EventFormatError, RunFinished, RunStarted, event_from_dict, event_to_dict
+from .events import (ConfigEvaluated, Event, EventFormatError, LeadersRetimed, Note, RunFinished, RunStarted,
+                     event_from_dict, event_to_dict)
 from .header import FORMAT, HEADER_TABLES, VERSION, SessionHeader, new_header, tool_version  # noqa: F401
 from .result import FAILED, Result, config_key, fastest
 
@@ -238,7 +239,22 @@ class Session:
         return None
 
     def best(self) -> Result | None:
+        """The reported best: the configuration the leaders' paired re-timing chose (the original
+        or the simplest among those tied with the fastest), else the fastest."""
+        lead = self.leaders()
+        if lead is not None:
+            key = config_key(lead.configs[lead.chosen])
+            chosen = next((r for r in reversed(self.results()) if config_key(r.config) == key), None)
+            if chosen is not None and chosen.ranked:
+                return chosen
         return fastest(self.results())
+
+    def leaders(self) -> LeadersRetimed | None:
+        """The last paired re-timing of the leaders, when the session has one that holds together."""
+        for e in reversed(self.events):
+            if isinstance(e, LeadersRetimed):
+                return e if e.valid else None
+        return None
 
     def finished(self) -> RunFinished | None:
         for e in reversed(self.events):
@@ -276,11 +292,24 @@ class Session:
         }
         if best is not None:
             out["best"] = {"config": dict(best.config), "median_us": best.median_us,
-                           "sol_fraction": best.sol_fraction, "spread": best.spread}
+                           "sol_fraction": best.sol_fraction, "spread": best.spread,
+                           "tied": [], "speedup_interval": None}
+            if best.disturbed:
+                out["best"]["disturbed"] = best.disturbed
         if base is not None and base.median_us is not None:
             out["baseline"] = {"config": dict(base.config), "median_us": base.median_us, "status": base.status}
             if best is not None and best.median_us:
                 out["speedup"] = base.median_us / best.median_us
+        lead = self.leaders()
+        if best is not None and lead is not None and config_key(lead.configs[lead.chosen]) == config_key(best.config):
+            c = lead.chosen
+            out["best"].update(tied=[dict(x) for x in lead.tied_with_chosen()], paired_us=lead.median_us[c],
+                               chosen_because=lead.reason, paired_rounds=lead.rounds)
+            if lead.original >= 0:
+                out["best"]["speedup_interval"] = [lead.low[c], lead.high[c]]
+                out["speedup"] = lead.speedup[c]
+            if lead.disturbances:
+                out["best"]["disturbances"] = lead.disturbances
         fin = self.finished()
         if fin is not None:
             out["finished"] = {"reason": fin.reason}

@@ -25,12 +25,14 @@ from .events import (
     BestImproved,
     ConfigEvaluated,
     ConfigSanitized,
+    LeadersRetimed,
     RunFinished,
     RunStarted,
     SpaceBuilt,
     WinnerVerified,
 )
 from .result import FAILED, Result, config_key, fastest, ranked
+from .retime import BUDGET_S, ROUNDS, PairedRequest, leaders, verdict
 from .search import Seeded, StopRules, make_strategy
 from .session import Session, SessionWriter, default_path, load_session, lock_session
 from .sol import load_peaks
@@ -315,6 +317,9 @@ class TuneRun(Controlled):
             best = progress.best
             if best is not None and not self.events.stopped:
                 best, winner_ok = self._final_check(evaluations, results, template, problem, backend)
+                if best is not None and winner_ok and not self.events.stopped:
+                    best = self._paired(evaluations, results, best, baseline, default, template)
+                    winner_ok = best is not None
                 if best is not None and winner_ok and len(getattr(evaluations, "labels", ())) > 1:
                     self._retime(evaluations, best)
         except KeyboardInterrupt:
@@ -399,6 +404,62 @@ class TuneRun(Controlled):
         if failed:
             text += f"; not timed again: {', '.join(failed)}"
         self.events.note(text, source="devices")
+
+    def _paired(self, evaluations, results: list[Result], winner: Result, baseline: Result | None,
+                default: Config, template: Template) -> Result | None:
+        """The leaders and the original timed together (engine/retime.py); the configuration to
+        report: the winner, or the one the paired times choose among those tied with the fastest
+        (checked again on new inputs first when it is not the winner). One event records it all."""
+        paired = getattr(evaluations, "paired", None)
+        original = baseline if baseline is not None and baseline.ranked else None
+        others = [r for r in ranked(results) if r is not winner]
+        lead = leaders([winner] + others, original)
+        if len(lead) < 2:
+            return winner
+        if paired is None:
+            self.events.note("the leaders were not timed again together (a cluster measures them apart): "
+                             "speedups come from each configuration's own timing")
+            return winner
+        request = PairedRequest(tuple(dict(r.config) for r in lead), tuple(float(r.median_us or 0.0) for r in lead),
+                                rounds=ROUNDS, budget_s=min(BUDGET_S, 10 * self.options.timing.target_s))
+        reply = paired(request, Config.of(winner.config))
+        if "error" in reply:
+            self.events.note(f"the leaders could not be timed again together ({reply['error']}): speedups "
+                             "come from each configuration's own timing")
+            return winner
+        at = {config_key(r.config): i for i, r in enumerate(results)}
+        for key, message in reply.get("failed", {}).items():
+            if key in at:
+                status, text = split_status(message)
+                self._demote(results, at[key], status, text)
+        v = verdict(request.configs, reply.get("times", {}), default.key if original is not None else None,
+                    template.default_config(), {p.name: list(p.values) for p in template.parameters},
+                    reply.get("quiet", []), reply.get("digests", {}), int(reply.get("launches", 0)))
+        if winner is not results[at[config_key(winner.config)]]:  # demoted in the paired rounds
+            winner = next((r for r in ranked(results)), None) if v is None else None
+        if v is None:
+            return winner
+        chosen = results[at[config_key(v.configs[v.chosen])]]
+        if winner is None or config_key(chosen.config) != config_key(winner.config):
+            seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
+            ok, msg = evaluations.verify_again(Config.of(chosen.config), seeds)
+            self.events.emit(WinnerVerified(self.events.now(), dict(chosen.config), ok, msg, seeds))
+            if not ok:
+                status, text = split_status(msg)
+                self._demote(results, at[config_key(chosen.config)], status,
+                             f"failed its final check on new inputs: {text}")
+                return winner
+        disturbances = str(reply.get("summary", ""))
+        groups = {i: n + 1 for n, g in enumerate(v.identical) for i in g}
+        self.events.emit(LeadersRetimed(
+            self.events.now(), v.configs, v.median_us, v.speedup, v.low, v.high, v.tied,
+            tuple(float(groups.get(i, 0)) for i in range(len(v.configs))), v.fastest, v.chosen, v.original,
+            v.reason, v.rounds, v.quiet_rounds, v.launches, disturbances))
+        if v.quiet_rounds < v.rounds:
+            self.events.note(f"no quiet measurement could be had: {v.rounds - v.quiet_rounds} of {v.rounds} "
+                             f"paired rounds were disturbed ({disturbances}); ties are judged on them all",
+                             source="disturbance")
+        return chosen
 
     def _final_check(self, worker, results: list[Result], template: Template, problem: Problem,
                      backend: str) -> tuple[Result | None, bool]:

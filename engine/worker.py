@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import children, standby
+from . import children, disturb, retime, standby
 from .evaluate import Evaluator, TimingPolicy, VerifyPolicy
 from .result import Result, config_key
 from .template import Problem, parse_template
@@ -130,17 +130,22 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
                          "flush_bytes": backend.flush_bytes(), "calibration": calibration,
                          "scale": dict(ev.scale), "startup": startup, "ahead": ahead}))
     kept: dict[str, tuple[float, Any]] = {}  # config key -> (median, loaded kernel)
+    watch = disturb.watch_for(backend, spec.device) if not spec.check_only else None
+    steady = disturb.Steadier(watch)
     while True:
         try:
             msg = conn.recv()
         except (EOFError, KeyboardInterrupt):
+            if watch is not None:
+                watch.close()
             return
         if msg[0] == "eval":
             config, built = msg[1], msg[2] if len(msg) > 2 else None
+            t0 = time.monotonic()
+            kernel = None
             if built is None:
                 result = ev.evaluate(config)
-                if result.ranked:
-                    _keep(kept, config_key(config), float(result.median_us), ev.last_kernel)
+                kernel = ev.last_kernel
             else:
                 binary, info, cached, seconds = built
                 try:
@@ -149,8 +154,10 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
                     result = Result(config=config, status="compile_error", message=str(e), compile_s=seconds)
                 else:
                     result = ev.evaluate(config, kernel=kernel, compile_s=seconds, cached=cached)
-                    if result.ranked:
-                        _keep(kept, config_key(config), float(result.median_us), kernel)
+            # measured again when disturbed, above its speed of light or spread out (engine/disturb.py)
+            result = steady.settle(result, t0, lambda r: ev.measure_again(r, kernel))
+            if result.ranked:
+                _keep(kept, config_key(config), float(result.median_us), kernel)
             # a fault leaves a CUDA context unusable: this worker ends, the next one starts fresh
             ending = result.status == "launch_error" and backend.name == "cuda"
             conn.send(("result", result.to_dict(), ending))
@@ -160,6 +167,13 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             held = kept.get(config_key(msg[1]))
             ok, text = ev.verify_again(msg[1], tuple(msg[2]), kernel=held[1] if held else None)
             conn.send(("verified", ok, text))
+        elif msg[0] == "paired":  # the leaders and the original timed together (engine/retime.py)
+            try:
+                reply = retime.paired_rounds(ev, msg[1], {k: v[1] for k, v in kept.items()},
+                                             watch.during if watch is not None else None)
+            except Exception as e:  # the rounds' own failure: the run keeps its per-configuration times
+                reply = {"error": f"{type(e).__name__}: {e}"}
+            conn.send(("paired", reply))
         elif msg[0] == "reproduce":
             try:
                 ok, worst, text = ev.reproduces_original(msg[1], tuple(msg[2]))
@@ -471,6 +485,16 @@ class Worker:
         if kind == "crashed":
             return False, f"crashed: {payload}"
         return bool(payload[1]), str(payload[2])
+
+    def paired(self, request: "retime.PairedRequest") -> dict:
+        """The leaders and the original timed together, round-robin (engine/retime.py): the
+        worker's plain-data answer, or {"error": text}."""
+        kind, payload = self._call(("paired", request))
+        if kind == "timeout":
+            return {"error": f"the paired re-timing did not end within {self.config_timeout:.0f} s"}
+        if kind == "crashed":
+            return {"error": str(payload)}
+        return dict(payload[1])
 
     def reproduces_original(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> tuple[bool, float, str]:
         """Whether `config` gives the original kernel's outputs on fresh inputs from `seeds` (the

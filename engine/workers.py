@@ -160,6 +160,12 @@ class Workers:
         self.started()
         return self.worker_for(config).verify_again(config.as_dict(), seeds)
 
+    def paired(self, request, where: Config) -> dict:
+        """The leaders and the original timed together on the device that measured `where` (the
+        fastest): engine/retime.py's rounds, as the worker answers them."""
+        self.started()
+        return self.worker_for(where).paired(request)
+
     def retime(self, config: Config) -> list[tuple[str, Result]]:
         """`config` measured again on every device, all at once: (device, result) each."""
         self.started()

@@ -141,10 +141,13 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for line in summary.get("calibration", []):
         print(line)
     if summary["speedup"]:
+        interval = summary["best"].get("speedup_interval")
+        within = f" (95% interval {interval[0]:.2f}-{interval[1]:.2f}, paired)" if interval else ""
         print(f"best {fmt_num(summary['best']['median_us'])} us, {fmt_ratio(summary['speedup'])} the default "
-              "configuration")
+              f"configuration{within}")
     out.results = session.results()
     out.baseline = session.baseline()
+    out.leaders = session.leaders()
     out.finish(show_failed=args.failed)
     return 0
 
@@ -269,6 +272,26 @@ def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return 1
     print(f"saved to {cache_dir() / 'peaks.toml'}")
     return 0
+
+
+def cmd_selftest(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """The protocol on this device: hostile kernels caught, twin programs tied; the certificate
+    is cached and recorded in later sessions' headers."""
+    from kerntune.engine.certificate import certificate_file
+    from kerntune.engine.selftest import run_selftest
+    from kerntune.tui.text import TextRenderer
+
+    sinks = [TextRenderer(verbose=True)] if args.verbose else []
+    verdict, cert = run_selftest(args.backend, args.device, sinks)
+    print(f"{cert['device']} ({cert['backend']}{', ' + cert['driver'] if cert['driver'] else ''}): "
+          f"caught {cert['caught']} of {cert['hostile']}, ties found {cert['ties']} of {cert['twins']} "
+          f"in {cert['seconds']:.0f} s")
+    for line in verdict.missed:
+        print(f"missed: {line}")
+    if verdict.ties < verdict.twins:
+        print(verdict.tie_text)
+    print(f"saved to {certificate_file()}: later sessions on this device record it")
+    return 0 if verdict.passed else EXIT_FAILED
 
 
 def cmd_profile(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -426,6 +449,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Sequence[str]], int]] = {
     "kt-export": cmd_kt_export,
     "profile": cmd_profile,
     "probe": cmd_probe,
+    "selftest": cmd_selftest,
 }
 
 if __name__ == "__main__":  # pragma: no cover

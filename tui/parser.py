@@ -223,6 +223,12 @@ def _probe(pr: argparse.ArgumentParser) -> None:
     pr.add_argument("--refresh", action="store_true", help="measure again even when a measurement is cached")
 
 
+def _selftest(st: argparse.ArgumentParser) -> None:
+    st.add_argument("--backend", choices=_backends(), default="auto")
+    st.add_argument("--device", type=int, default=0)
+    st.add_argument("-v", "--verbose", action="store_true", help="print the run's lines as it goes")
+
+
 # name, help, arguments; in the order `kerntune --help` lists them
 COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
     ("list", "built-in templates with their parameters and problem sizes", _none),
@@ -239,6 +245,7 @@ COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]
     ("kt-export", "write a session as a Kernel Tuner cache file (JSON)", _kt_export),
     ("profile", "Nsight Compute metrics for configurations of a CUDA session", _profile),
     ("probe", "measure and cache a device's bandwidth and arithmetic peak", _probe),
+    ("selftest", "run built-in hostile kernels and twin programs through the protocol on this device", _selftest),
 )
 
 

@@ -20,6 +20,7 @@ from kerntune.engine.events import (
     ConfigEvaluated,
     ConfigProfiled,
     Event,
+    LeadersRetimed,
     LoopFinished,
     RunFinished,
     RunStarted,
@@ -30,7 +31,7 @@ from kerntune.engine.events import (
 from kerntune.engine.result import Result, config_key
 
 from .columns import COLUMN, FILTER_NAMES, speedup_over
-from .words import Words, describe, fmt_config, fmt_value
+from .words import Words, describe, fmt_config, fmt_value, tie_marks
 
 # Parts of the screen that an update can touch; widgets repaint only what is dirty.
 PANELS = ("title", "device", "plan", "diff", "board", "progress")
@@ -141,6 +142,8 @@ class DashboardState:
         self.events = 0
         self.finished: RunFinished | None = None
         self.winner: WinnerVerified | None = None
+        self.leaders: LeadersRetimed | None = None  # the paired re-timing's verdict, once there is one
+        self.marks: dict[str, str] = {}  # config key -> "*" (reported) or "=" (tied with it)
         self.profiles: dict[str, ConfigProfiled] = {}  # Nsight Compute readings, by config key
         self.devices: dict[str, DeviceProgress] = {}  # by label, in runs over several devices
         self.error: str | None = None
@@ -207,6 +210,9 @@ class DashboardState:
             self.dirty.add("progress")
         elif isinstance(item, WinnerVerified):
             self.winner = item
+            self.dirty.update(("board", "progress"))
+        elif isinstance(item, LeadersRetimed):
+            self.leaders, self.marks = item, tie_marks(item)
             self.dirty.update(("board", "progress"))
         elif isinstance(item, RunFinished):
             self.finished = item

@@ -23,6 +23,7 @@ from kerntune.engine.events import (
     ConfigProfiled,
     Event,
     GateChecked,
+    LeadersRetimed,
     PlanMade,
     SpaceBuilt,
 )
@@ -30,15 +31,25 @@ from kerntune.engine.result import Result, config_key, ranked
 
 from .columns import Column, csv_columns, several_devices, text_columns
 from .numbers import fmt_num, fmt_speedup
-from .words import describe, fmt_config, fmt_params, fmt_value  # noqa: F401 (fmt_config: the command line's too)
+from .words import describe, fmt_config, fmt_params, fmt_value, leaders_text, tie_marks  # noqa: F401 (fmt_config: the command line's too)
+
+
+def tie_legend(leaders: LeadersRetimed | None) -> str:
+    """The line under a leaderboard with marks: what they mean, and the verdict."""
+    if leaders is None or not leaders.valid:
+        return ""
+    tied = " = tied with it;" if leaders.tied_with_chosen() else ""
+    return f"* reported;{tied} {leaders_text(leaders)}"
 
 
 def _board_order(results: Iterable[Result], limit: int | None = None,
-                failed: bool = False) -> list[tuple[str, Result]]:
+                failed: bool = False, marks: Mapping[str, str] | None = None) -> list[tuple[str, Result]]:
     """(rank, result) as the leaderboard lists them: ranked results fastest first (the first
-    `limit`), then suspect ones (`!`), then with `failed` every unverified one (`x`)."""
+    `limit`), then suspect ones (`!`), then with `failed` every unverified one (`x`); `marks`
+    (tie_marks) follow a rank."""
     results = list(results)
-    rows = [(str(i + 1), r) for i, r in enumerate(ranked(results)[:limit])]
+    marks = marks or {}
+    rows = [(f"{i + 1}{marks.get(config_key(r.config), '')}", r) for i, r in enumerate(ranked(results)[:limit])]
     rows += [("!", r) for r in results if r.status == "suspect"]
     if failed:
         rows += [("x", r) for r in results if not r.verified]
@@ -50,13 +61,13 @@ def _base_us(baseline: Result | None) -> float | None:
 
 
 def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: int = 15,
-                     failed: bool = False) -> list[list[str]]:
+                     failed: bool = False, marks: Mapping[str, str] | None = None) -> list[list[str]]:
     """Rows of the leaderboard: ranked results fastest first, then suspect ones, then failures;
     with a device column when they come from more than one device (`headers` names the columns)."""
     results = list(results)
     base = _base_us(baseline)
     columns = text_columns(several_devices(results))
-    return [_row(rank, r, base, columns) for rank, r in _board_order(results, limit, failed)]
+    return [_row(rank, r, base, columns) for rank, r in _board_order(results, limit, failed, marks)]
 
 
 def headers(several: bool = False) -> list[str]:
@@ -100,12 +111,12 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
 
 
 def leaderboard_table(results: Iterable[Result], baseline: Result | None, title: str = "",
-                      limit: int = 15, failed: bool = False) -> Table:
+                      limit: int = 15, failed: bool = False, marks: Mapping[str, str] | None = None) -> Table:
     results = list(results)
     table = Table(title=title or None, title_justify="left", header_style="bold")
     for h in headers(several_devices(results)):
         table.add_column(h, justify="left" if h in _LEFT else "right", overflow="fold")
-    for row in leaderboard_rows(results, baseline, limit, failed):
+    for row in leaderboard_rows(results, baseline, limit, failed, marks):
         table.add_row(*row)
     return table
 
@@ -134,6 +145,7 @@ class TextRenderer:
         self.default_key: str | None = None
         self.feasible = 0
         self.best: Result | None = None
+        self.leaders: LeadersRetimed | None = None  # the paired re-timing's verdict, once there is one
         self._t0 = time.monotonic()
         self._line = False
 
@@ -160,6 +172,8 @@ class TextRenderer:
                 self._progress()
         elif isinstance(ev, BestImproved):
             self.best = next((r for r in reversed(self.results) if r.config == ev.config), self.best)
+        elif isinstance(ev, LeadersRetimed):
+            self.leaders = ev
         words = describe(ev)
         if words is not None and not isinstance(ev, _QUIET) and not (isinstance(ev, GateChecked) and ev.ok):
             self._print(words.line())
@@ -190,7 +204,11 @@ class TextRenderer:
         if self._line:
             self.out.write("\n")
             self._line = False
-        self.console.print(leaderboard_table(self.results, self.baseline, title, failed=show_failed))
+        self.console.print(leaderboard_table(self.results, self.baseline, title, failed=show_failed,
+                                             marks=tie_marks(self.leaders)))
+        legend = tie_legend(self.leaders)
+        if legend:
+            self.console.print(legend, markup=False)
 
 
 # campaigns and served sizes (engine/campaign.py): the summary it writes, as a table --------------

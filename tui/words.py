@@ -14,6 +14,8 @@ from typing import Any, Mapping
 from kerntune.engine import events
 from kerntune.engine.events import AgentCall, Event
 
+from kerntune.engine.result import config_key
+
 from .numbers import fmt_us
 
 
@@ -89,6 +91,8 @@ def _run_words(ev: Event) -> Words | None:
         verdict = f"passed{seeds}" if ev.ok else f"FAILED{seeds}: {ev.message}"
         return Words("engine", f"winner re-verified on new inputs: winner {fmt_params(ev.config)} {verdict}",
                      "good" if ev.ok else "error")
+    if isinstance(ev, events.LeadersRetimed):
+        return Words("engine", leaders_text(ev), "best")
     if isinstance(ev, events.RunFinished):
         return Words("engine", f"finished ({ev.reason}): {ev.evaluated} evaluated, {ev.verified} verified", "info")
     if isinstance(ev, events.ConfigProfiled):
@@ -99,6 +103,35 @@ def _run_words(ev: Event) -> Words | None:
 
         return Words("profiler", f"{rank}{fmt_config(ev.config)}: {ProfileMetrics.from_dict(ev.metrics).summary()}")
     return None
+
+
+def tie_marks(leaders: "events.LeadersRetimed | None") -> dict[str, str]:
+    """Marks after a rank from the leaders' paired re-timing: `*` the configuration reported,
+    `=` one tied with it (the paired times cannot tell them apart)."""
+    if leaders is None or not leaders.valid:
+        return {}
+    marks = {config_key(c): "=" for c in leaders.tied_with_chosen()}
+    marks[config_key(leaders.configs[leaders.chosen])] = "*"
+    return marks
+
+
+def leaders_text(ev: "events.LeadersRetimed") -> str:
+    """The paired re-timing's verdict in one line: what is reported, its speedup over the
+    original with its interval, and what it is tied with."""
+    if not ev.valid:
+        return "the leaders were timed again together, but the record does not hold together"
+    c = ev.chosen
+    what = fmt_params(ev.configs[c]) if c != ev.original else f"the original ({fmt_params(ev.configs[c])})"
+    speed = ""
+    if ev.original >= 0 and c != ev.original:
+        speed = f", {ev.speedup[c]:.2f}x the original (95% interval {ev.low[c]:.2f}-{ev.high[c]:.2f})"
+    tied = ev.tied_with_chosen()
+    ties = f"; tied with {'; '.join(fmt_params(x) for x in tied)}" if tied else ""
+    same = [i for i, g in enumerate(ev.same_program) if g and ev.same_program[c] == g and i != c]
+    if same:
+        ties += f"; {', '.join(fmt_params(ev.configs[i]) for i in same)} build the same program"
+    return (f"leaders timed together ({len(ev.configs)} configurations, {_plural(ev.rounds, 'paired round')} "
+            f"of {ev.launches} launches): {what} {fmt_us(ev.median_us[c])} us{speed}{ties}; {ev.reason}")
 
 
 def _loop_words(ev: Event) -> Words | None:

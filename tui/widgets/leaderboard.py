@@ -90,7 +90,8 @@ def all_cells(state: DashboardState, key: str, names: Mapping[str, str]) -> dict
     best = rank == 1
     failed = not r.verified
     out: dict[str, Cell] = {
-        "rank": (str(rank) if rank else ("!" if r.status == "suspect" else "x"), "bold" if best else "dim"),
+        "rank": (f"{rank}{state.marks.get(key, '')}" if rank else ("!" if r.status == "suspect" else "x"),
+                 "bold" if best or key in state.marks else "dim"),
     }
     for name in state.parameters:
         out[f"param:{name}"] = (fmt_value(r.config.get(name, "")), "dim" if failed else "")
@@ -282,7 +283,7 @@ class Leaderboard(Vertical):
         state = self.state
         e = state.entries[key]
         w = state.winner
-        depends = (e.seq, state.rank(key), state.baseline_us, id(w), len(state.parameters))
+        depends = (e.seq, state.rank(key), state.baseline_us, id(w), len(state.parameters), id(state.leaders))
         cached = self._cells.get(key)
         if cached is not None and cached[0] == depends:
             return cached[1]
@@ -395,6 +396,9 @@ class Leaderboard(Vertical):
     def _titles(self) -> None:
         state, view = self.state, self.view
         title = f"Leaderboard · {state.ranked_count} ranked"
+        tied = sum(1 for m in state.marks.values() if m == "=")
+        if tied:
+            title += f" · * reported, tied with {tied} (=)"
         if state.suspect:
             title += f" · {len(state.suspect)} suspect"
         if state.failed_count:

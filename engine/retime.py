@@ -1,0 +1,318 @@
+"""Paired, interleaved re-timing of the leaders with the original, and the verdict it supports.
+
+Each configuration's own timing is careful, but two configurations timed a minute apart were not
+timed under the same conditions: a clock that moved, another process, a warmer device. At the end
+of a run the leaders (the fastest, every configuration whose timing interval overlaps it, at
+least the three fastest) and the original (the template's default configuration) are timed again
+together, in the worker: in each round every one of them is timed in turn, in an order drawn anew
+each round, on the same inputs, each with the protocol's own timing (engine/evaluate.py `measure`:
+the cache flushed, the outputs poisoned and timed launches checked), so a re-timing launch looks
+to a kernel exactly like any other.
+
+What each round gives is a ratio per configuration (the original's time over its time, in that
+round), and the verdict comes from the ratios, never from times taken apart:
+
+- a speedup is the median of its per-round ratios, with a 95% interval from their order
+  statistics (the binomial interval of the median: no assumption about the shape of the noise);
+- a configuration is *tied* with the fastest when the interval of its per-round ratio to the
+  fastest reaches within MARGIN of 1 (the two cannot be told apart); programs built to the same
+  binary are tied whatever their times;
+- among tied configurations the one reported is the original when it is among them, else the
+  simplest: the fewest parameters changed from the default, then the smallest steps along the
+  parameters' value lists, then the configuration's text; the same choice on every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
+
+from .result import Result, config_key
+
+# Rounds of the paired re-timing, and the fewest that give a 95% interval of the median (with 6,
+# the smallest and the largest ratio hold the median with 96.9% confidence).
+ROUNDS = 10
+MIN_ROUNDS = 6
+# Configurations re-timed besides the original: the fastest three at least, at most this many.
+TOP = 3
+MAX_LEADERS = 6
+# Two configurations whose paired ratio may be within this fraction of 1 are not told apart.
+MARGIN = 0.02
+# Device time the re-timing spends, spread over its rounds and configurations (seconds), and the
+# launches timed per configuration in a round (their median is the round's time).
+BUDGET_S = 0.5
+MIN_LAUNCHES = 3
+MAX_LAUNCHES = 25
+CONFIDENCE = 0.95
+
+
+# the statistics -------------------------------------------------------------------------------
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(low, median, high): the median of `values` with the order statistics' interval that holds
+    the true median with at least `confidence` (the widest, min to max, when there are too few)."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("no values")
+    mid = xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    k = _rank(n, confidence)
+    return xs[k - 1], mid, xs[n - k]
+
+
+def _rank(n: int, confidence: float) -> int:
+    """The largest k (1-based) such that [x(k), x(n+1-k)] holds the median with `confidence`."""
+    k, below = 1, 0.0  # below: P(Binomial(n, 1/2) <= k - 1)
+    while True:
+        below += math.comb(n, k - 1) / 2.0**n
+        if 1 - 2 * below < confidence or k + 1 > (n + 1) // 2:
+            return k
+        k += 1
+
+
+def ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
+    """Per-round ratios of two configurations' times (rounds where either has no time are left out)."""
+    return [a / b for a, b in zip(numerators, denominators) if a > 0 and b > 0]
+
+
+def simplicity(config: Mapping[str, Any], default: Mapping[str, Any],
+               values: Mapping[str, Sequence[Any]]) -> tuple:
+    """How far a configuration is from the default, smallest first: the number of parameters
+    changed, then the steps along each parameter's value list, then its text (so that the order
+    is total and the same on every run)."""
+    changed = sum(1 for k, v in config.items() if default.get(k) != v)
+    steps = 0
+    for k, v in config.items():
+        listed = list(values.get(k, ()))
+        if v in listed and default.get(k) in listed:
+            steps += abs(listed.index(v) - listed.index(default[k]))
+        elif default.get(k) != v:
+            steps += 1
+    return changed, steps, config_key(config)
+
+
+# which configurations are re-timed --------------------------------------------------------------
+
+def timing_interval(r: Result) -> tuple[float, float]:
+    """A result's own interval of its median time, from its raw times."""
+    if len(r.times_us) >= 2:
+        low, _, high = median_interval(r.times_us)
+        return low, high
+    return r.median_us or 0.0, r.median_us or 0.0
+
+
+def leaders(ranked: Sequence[Result], original: Result | None) -> list[Result]:
+    """The configurations to re-time, fastest first: the fastest, every one whose interval overlaps
+    the fastest's, at least the TOP fastest, at most MAX_LEADERS; then the original when it is
+    not among them."""
+    if not ranked:
+        return [original] if original is not None else []
+    _, best_high = timing_interval(ranked[0])
+    chosen = [r for i, r in enumerate(ranked) if i < TOP or timing_interval(r)[0] <= best_high][:MAX_LEADERS]
+    if original is not None and all(config_key(r.config) != config_key(original.config) for r in chosen):
+        chosen.append(original)
+    return chosen
+
+
+# in the worker --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PairedRequest:
+    """What the worker is asked to re-time: configurations (the original among them), their
+    estimated times (to size the launches), rounds and the device time to spend."""
+
+    configs: tuple[Mapping[str, Any], ...]
+    estimates_us: tuple[float, ...]
+    rounds: int = ROUNDS
+    budget_s: float = BUDGET_S
+
+
+def launches_per_round(estimates_us: Sequence[float], rounds: int, budget_s: float) -> int:
+    """Timed launches of each configuration in each round, from the device time to spend."""
+    per_round = max(sum(max(e, 1e-3) for e in estimates_us), 1e-3)
+    n = int(budget_s * 1e6 / (rounds * per_round))
+    return max(MIN_LAUNCHES, min(MAX_LAUNCHES, n))
+
+
+def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
+                  disturbed: Callable[[float, float], str] | None = None) -> dict[str, Any]:
+    """Time the request's configurations round-robin, in the worker.
+
+    `ev` is the worker's Evaluator, `held` the loaded kernels by configuration key (the modules
+    they were timed in; the others are compiled again), `disturbed(t0, t1)` says what disturbed
+    the device between two moments ("" when nothing did). Each round times every configuration
+    in a new random order with the protocol's own timing (`ev.measure`) at a fixed launch count.
+    Rounds run until `rounds` quiet ones or twice as many in all. Returns plain data:
+    {"times": {key: [per-round median us]}, "quiet": [bool per round], "disturbances": [str],
+     "failed": {key: "status: message"}, "digests": {key: hex}, "launches": n}."""
+    from .backends import CompileError, LaunchError
+    from .expressions import ExpressionError
+    from .evaluate import Rejected, launch_geometry
+
+    configs = [dict(c) for c in request.configs]
+    keys = [config_key(c) for c in configs]
+    failed: dict[str, str] = {}
+    kernels: dict[str, tuple[Any, Any]] = {}
+    digests: dict[str, str] = {}
+    build = getattr(ev.backend, "build", None)  # a backend whose binaries say what was built
+    for key, config in zip(keys, configs):
+        try:
+            geo = launch_geometry(ev.template, config, ev.problem, ev.backend.limits)
+            kernel = held.get(key)
+            if kernel is None:
+                kernel = ev.compile(config)
+            kernels[key] = (kernel, geo)
+            if build is not None:
+                digests[key] = program_digest(build(ev.source, ev.template.entry, _defines(config), ev.options)[0])
+        except (CompileError, LaunchError, ExpressionError) as e:
+            failed[key] = f"compile_error: {e}"
+    n = launches_per_round(request.estimates_us, request.rounds, request.budget_s)
+    policy = replace(ev.timing, warmup=1, min_repeats=n, max_repeats=n, precision=0.0)
+    rng = random.Random(random.SystemRandom().randrange(1 << 62))
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    quiet: list[bool] = []
+    disturbances: list[str] = []
+    saved = ev.timing
+    ev.timing = policy
+    started = time.monotonic()
+    try:
+        while sum(quiet) < request.rounds and len(quiet) < 2 * request.rounds:
+            order = [k for k in keys if k in kernels and k not in failed]
+            if not order:
+                break
+            rng.shuffle(order)
+            t0 = time.monotonic()
+            this: dict[str, float] = {}
+            for key in order:
+                kernel, geo = kernels[key]
+                try:
+                    measured = ev.measure(kernel, geo)
+                except Rejected as e:
+                    failed[key] = f"{e.status}: {e.message} (while re-timed with the leaders)"
+                    continue
+                except LaunchError as e:
+                    failed[key] = f"launch_error: {e} (while re-timed with the leaders)"
+                    continue
+                this[key] = _median(measured)
+            why = disturbed(t0, time.monotonic()) if disturbed is not None else ""
+            quiet.append(not why)
+            disturbances.append(why)
+            for key in keys:
+                times[key].append(this.get(key, 0.0))
+    finally:
+        ev.timing = saved
+    # a configuration that failed keeps no times: it is not part of the verdict
+    summary = disturbed(started, time.monotonic()) if disturbed is not None and not all(quiet) else ""
+    return {"times": {k: v for k, v in times.items() if k not in failed}, "quiet": quiet,
+            "disturbances": disturbances, "summary": summary, "failed": failed, "digests": digests,
+            "launches": n}
+
+
+def _defines(config: Mapping[str, Any]) -> dict[str, str]:
+    from .space import compiler_defines
+
+    return compiler_defines(config)
+
+
+def program_digest(binary: bytes) -> str:
+    """A short digest of a compiled program: equal digests, the same program."""
+    return hashlib.sha256(binary).hexdigest()[:16]
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+# the verdict ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the paired times say: each re-timed configuration's paired median time, its speedup
+    over the original with a 95% interval, whether it is tied with the fastest; which one is
+    reported and why."""
+
+    configs: tuple[Mapping[str, Any], ...]
+    median_us: tuple[float, ...]
+    speedup: tuple[float, ...]  # over the original, the median of per-round ratios (0: no original)
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    tied: tuple[bool, ...]  # cannot be told apart from the fastest (the fastest included)
+    fastest: int
+    chosen: int
+    original: int  # -1: the original was not re-timed
+    reason: str
+    rounds: int
+    quiet_rounds: int
+    launches: int
+    identical: tuple[tuple[int, ...], ...] = ()  # groups of configurations built to the same program
+
+
+def verdict(configs: Sequence[Mapping[str, Any]], times: Mapping[str, Sequence[float]], original_key: str | None,
+            default: Mapping[str, Any], values: Mapping[str, Sequence[Any]], quiet: Sequence[bool],
+            digests: Mapping[str, str] | None = None, launches: int = 0) -> Verdict | None:
+    """The verdict from the worker's paired times (`paired_rounds`); None when fewer than two
+    configurations have times."""
+    keep_quiet = sum(quiet) >= MIN_ROUNDS
+    rows = [i for i, q in enumerate(quiet) if q or not keep_quiet]
+    timed = [(dict(c), [times[config_key(c)][i] for i in rows]) for c in configs if config_key(c) in times]
+    timed = [(c, t) for c, t in timed if t and all(x > 0 for x in t)]
+    if len(timed) < 2:
+        return None
+    keys = [config_key(c) for c, _ in timed]
+    medians = [_median(t) for _, t in timed]
+    orig = keys.index(original_key) if original_key in keys else -1
+    # the fastest by paired times: the one whose per-round ratio to every other is smallest in median
+    fastest = min(range(len(timed)), key=lambda i: (medians[i], keys[i]))
+    best_times = timed[fastest][1]
+    digests = digests or {}
+    tied = []
+    for i, (_, t) in enumerate(timed):
+        if i == fastest:
+            tied.append(True)
+            continue
+        same = digests.get(keys[i]) is not None and digests.get(keys[i]) == digests.get(keys[fastest])
+        low, _, _ = median_interval(ratios(t, best_times))
+        tied.append(same or low <= 1 + MARGIN)
+    speedup, lows, highs = [], [], []
+    for i, (_, t) in enumerate(timed):
+        if orig < 0:
+            speedup.append(0.0), lows.append(0.0), highs.append(0.0)
+            continue
+        if i == orig:
+            speedup.append(1.0), lows.append(1.0), highs.append(1.0)
+            continue
+        lo, mid, hi = median_interval(ratios(timed[orig][1], t))
+        speedup.append(mid), lows.append(lo), highs.append(hi)
+    group = [i for i, t in enumerate(tied) if t]
+    if orig >= 0 and tied[orig]:
+        chosen = orig
+    else:
+        chosen = min(group, key=lambda i: simplicity(timed[i][0], default, values))
+    reason = _reason(len(group), chosen, fastest, orig)
+    same: dict[str, list[int]] = {}
+    for i, k in enumerate(keys):
+        if k in digests:
+            same.setdefault(digests[k], []).append(i)
+    identical = tuple(tuple(g) for g in same.values() if len(g) > 1)
+    return Verdict(tuple(c for c, _ in timed), tuple(medians), tuple(speedup), tuple(lows), tuple(highs),
+                   tuple(tied), fastest, chosen, orig, reason, len(rows), sum(quiet), launches, identical)
+
+
+def _reason(tied: int, chosen: int, fastest: int, orig: int) -> str:
+    if tied == 1:
+        return "the fastest in paired times, told apart from every other"
+    others = f"{tied - 1} other{'s' if tied > 2 else ''}"
+    if chosen == orig:
+        return (f"tied with {others} (paired times within {MARGIN:.0%} at 95% confidence): the original is "
+                "among them, and is reported")
+    if chosen == fastest:
+        return (f"tied with {others} (paired times within {MARGIN:.0%} at 95% confidence); reported as the "
+                "simplest of them (fewest parameters changed from the default)")
+    return (f"tied with the fastest and {tied - 2} more (paired times within {MARGIN:.0%} at 95% confidence); "
+            "reported as the simplest of them (fewest parameters changed from the default)")
