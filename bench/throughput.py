@@ -2,6 +2,7 @@
 parallel compilation and without it, in the same run.
 
     python bench/throughput.py [--problem llama7b-t128] [--sequential-budget 60]
+    python bench/throughput.py --backend opencl --problem llama7b-t128 --sequential-budget 30   # PoCL
 
 Each mode starts from an empty compile cache, so every configuration is really compiled.
 """
@@ -23,14 +24,14 @@ from kerntune.engine.template import load_template
 from kerntune.engine.tune import TuneOptions, TuneRun
 
 
-def run(problem: str, jobs: int, budget: int, profile: bool = False) -> dict:
+def run(problem: str, jobs: int, budget: int, profile: bool = False, backend: str = "cuda") -> dict:
     t = load_template(templates.path("silu_and_mul"))
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out, \
             tempfile.TemporaryDirectory() as prof_dir:
         os.environ["KERNTUNE_CACHE_DIR"] = cache
         if profile:
             os.environ["KERNTUNE_PROFILE"] = prof_dir
-        opts = TuneOptions(backend="cuda", strategy="grid", problem=problem, budget=budget, seed=1,
+        opts = TuneOptions(backend=backend, strategy="grid", problem=problem, budget=budget, seed=1,
                            session_path=Path(out) / "s.toml", probe=False, compile_jobs=jobs)
         prof = cProfile.Profile() if profile else None
         t0 = time.perf_counter()
@@ -68,16 +69,22 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=0, help="parallel mode: 0 = the whole grid")
     ap.add_argument("--sequential-budget", type=int, default=60)
     ap.add_argument("--profile", action="store_true", help="print where the parallel run's time went")
+    ap.add_argument("--backend", choices=("cuda", "opencl"), default="cuda",
+                    help="opencl: the sequential mode alone (nothing compiles ahead there)")
     args = ap.parse_args()
-    rows = [run(args.problem, args.jobs, args.budget, args.profile), run(args.problem, 1, args.sequential_budget)]
-    print(f"silu_and_mul {args.problem}, CUDA backend, empty compile cache per mode")
+    if args.backend == "opencl":
+        rows = [run(args.problem, 1, args.sequential_budget, args.profile, backend="opencl")]
+    else:
+        rows = [run(args.problem, args.jobs, args.budget, args.profile), run(args.problem, 1, args.sequential_budget)]
+    print(f"silu_and_mul {args.problem}, {args.backend} backend, empty compile cache per mode")
     print(f"{'mode':<24}{'configs':>8}{'ok':>6}{'wall s':>9}{'configs/s':>11}"
           f"{'compile s':>11}{'verify s':>10}{'time s':>8}{'best us':>9}")
     for r in rows:
         print(f"{r['mode']:<24}{r['configs']:>8}{r['ok']:>6}{r['wall']:>9.1f}{r['rate']:>11.2f}"
               f"{r['compile']:>11.3f}{r['verify']:>10.3f}{r['time']:>8.3f}{r['best']:>9.2f}")
-    print(f"parallel / sequential rate: {rows[0]['rate'] / rows[1]['rate']:.1f}x "
-          "(compile, verify, time: medians per configuration)")
+    if len(rows) > 1:
+        print(f"parallel / sequential rate: {rows[0]['rate'] / rows[1]['rate']:.1f}x "
+              "(compile, verify, time: medians per configuration)")
 
 
 if __name__ == "__main__":

@@ -65,13 +65,15 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
 
 
 def _rank(n: int, confidence: float) -> int:
-    """The largest k (1-based) such that [x(k), x(n+1-k)] holds the median with `confidence`."""
-    k, below = 1, 0.0  # below: P(Binomial(n, 1/2) <= k - 1)
-    while True:
-        below += math.comb(n, k - 1) / 2.0**n
-        if 1 - 2 * below < confidence or k + 1 > (n + 1) // 2:
-            return k
-        k += 1
+    """The largest k (1-based) such that [x(k), x(n+1-k)] holds the median with `confidence`
+    (1 when even the smallest and the largest do not)."""
+    k, below = 1, 0.5**n  # below: P(Binomial(n, 1/2) <= k - 1)
+    while k + 1 <= (n + 1) // 2:
+        wider = below + math.comb(n, k) * 0.5**n  # P(B <= k): [x(k+1), x(n-k)] misses twice that
+        if 1 - 2 * wider < confidence:
+            break
+        k, below = k + 1, wider
+    return k
 
 
 def ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:

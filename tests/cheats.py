@@ -19,7 +19,9 @@ EXPECTED = {
     8: ("out_of_bounds", "before its start of `c`"),
     9: ("wrote_input", "input `a`"),
     10: ("wrong_result", "odd:n=4095"),
-    11: ("wrong_result", "failed its final check"),
+    # caught by whichever later check of its launches comes first: the final check, or a timed
+    # launch of a measurement taken again (engine/disturb.py: disturbed, spread out)
+    11: ("wrong_result", ("failed its final check", "timed launch")),
 }
 
 
@@ -32,7 +34,8 @@ def check_statuses(results) -> None:
             assert r.status == "ok", r.message
             continue
         status, words = EXPECTED[mode]
-        assert (r.status, words in r.message) == (status, True), (mode, r.status, r.message)
+        said = any(w in r.message for w in words) if isinstance(words, tuple) else words in r.message
+        assert (r.status, said) == (status, True), (mode, r.status, r.message)
         assert not r.ranked
         seen[mode] = r.status
     assert set(seen) == set(EXPECTED)

@@ -34,7 +34,8 @@ def test_every_cheat_is_caught_and_the_honest_winner_is_reported(tmp_path):
     summary = s.summary()
     assert summary["best"]["config"]["MODE"] == 0
     assert summary["failed"] == {"wrong_result": 8, "out_of_bounds": 2, "wrote_input": 1}
-    assert "demoted MODE=11" in r.stdout and "verifying also at n=4095" in r.stdout
+    late = next(x for x in s.results() if x.config["MODE"] == 11)
+    assert ("demoted MODE=11" in r.stdout or "timed launch" in late.message) and "verifying also at n=4095" in r.stdout
     shown = json.loads(kerntune("show", str(session), "--json").stdout)
     assert shown["best"]["config"]["MODE"] == 0 and shown["failed"]["wrong_result"] == 8
     finished = s.finished()
@@ -50,7 +51,9 @@ def test_a_run_whose_every_winner_fails_its_final_check_reports_none_and_fails(t
     session = tmp_path / "s.toml"
     r = kerntune("tune", str(d), "--session", str(session), *QUICK)
     assert r.returncode != 0
-    assert "no configuration passed its final check" in r.stdout + r.stderr
+    # the final check catches it, or a timed launch of a measurement taken again before it
+    assert ("no configuration passed its final check" in r.stdout + r.stderr
+            or "no configuration was verified" in r.stderr)
     s = load_session(session)
     assert s.best() is None and s.summary()["best"] is None
     assert [x.status for x in s.results()] == ["wrong_result"]

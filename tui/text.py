@@ -42,6 +42,16 @@ def tie_legend(leaders: LeadersRetimed | None) -> str:
     return f"* reported;{tied} {leaders_text(leaders)}"
 
 
+def disturbed_legend(results: Iterable[Result]) -> str:
+    """The line under a leaderboard whose ranked results include some measured during a
+    disturbance (`~`): how many, and the first one's cause."""
+    hit = [r for r in results if r.verified and r.disturbed]
+    if not hit:
+        return ""
+    return (f"~ measured again and still disturbed ({len(hit)} configuration{'s' if len(hit) != 1 else ''}; "
+            f"{fmt_params(hit[0].config)}: {hit[0].disturbed}): these times are less certain")
+
+
 def _board_order(results: Iterable[Result], limit: int | None = None,
                 failed: bool = False, marks: Mapping[str, str] | None = None) -> list[tuple[str, Result]]:
     """(rank, result) as the leaderboard lists them: ranked results fastest first (the first
@@ -81,6 +91,8 @@ def _row(rank: str, r: Result, base: float | None, columns: tuple[Column, ...]) 
         cell = c.text(c.value(r, base))  # type: ignore[misc]
         if c.key == "status" and r.message and not r.verified:  # no message column: it follows the status
             cell = f"{cell}: {r.message}"
+        elif c.key == "status" and r.disturbed:  # measured again and still disturbed: said, not hidden
+            cell = f"{cell} ~"
         cells.append(cell)
     return cells
 
@@ -206,9 +218,9 @@ class TextRenderer:
             self._line = False
         self.console.print(leaderboard_table(self.results, self.baseline, title, failed=show_failed,
                                              marks=tie_marks(self.leaders)))
-        legend = tie_legend(self.leaders)
-        if legend:
-            self.console.print(legend, markup=False)
+        for legend in (tie_legend(self.leaders), disturbed_legend(self.results)):
+            if legend:
+                self.console.print(legend, markup=False)
 
 
 # campaigns and served sizes (engine/campaign.py): the summary it writes, as a table --------------

@@ -15,6 +15,8 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from kerntune.engine.certificate import certificate_line
+from kerntune.engine.certificate import checked as checked_certificate
 from kerntune.engine.device import DeviceLimits, describe
 from kerntune.engine.nvml import Telemetry
 
@@ -150,6 +152,16 @@ def readings_renderable(readings: Mapping[str, Reading]) -> Group:
     return Group(DeviceRows(("NVML", "SM clock", "power", "temp", "util"), rows), *throttled, *unread)
 
 
+def selftest_text(cert: Any) -> Text:
+    """The header's selftest certificate in words: green when everything was caught and every
+    tie found, red when not."""
+    checked = checked_certificate(cert)
+    if checked is None:
+        return Text("a record that does not read as a selftest's", "dim")
+    whole = checked["caught"] == checked["hostile"] and checked["ties"] == checked["twins"]
+    return Text(certificate_line(checked), "green" if whole else "bold red")
+
+
 def _shows_devices(state: DashboardState | None, readings: Mapping[str, Reading]) -> bool:
     """Whether the panel shows a table of devices: results from several, or several read."""
     return len(readings) > 1 or (state is not None and state.several_devices)
@@ -180,6 +192,8 @@ def device_renderable(device: Mapping[str, Any], telemetry: Telemetry | None, no
         if label in ("backend", "name", "driver", "compute capability"):
             continue
         grid.add_row(label, value)
+    if "selftest" in device:  # `kerntune selftest` was run on this device and driver
+        grid.add_row("selftest", selftest_text(device.get("selftest")))
     parts: list = [head, Text(" · ".join(sub), style="dim")]
     if several:
         if state is not None and state.devices:

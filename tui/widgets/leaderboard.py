@@ -107,6 +107,9 @@ def all_cells(state: DashboardState, key: str, names: Mapping[str, str]) -> dict
         text = out["status"][0]
         out["status"] = (text + " ✓", "bold green") if w.ok else (text + " ✗ re-check", "bold red")
     out["message"] = (first_line(r.message)[:MESSAGE_MAX], "red" if failed else "dim")
+    if r.disturbed and not failed:  # measured again during a disturbance and still disturbed
+        out["status"] = (out["status"][0] + " ~", "yellow")
+        out["message"] = (f"disturbed: {r.disturbed}"[:MESSAGE_MAX], "yellow")
     return out
 
 

@@ -1,0 +1,148 @@
+"""The leaders' paired re-timing: its statistics, the tie verdict and the choice among tied
+configurations, the record in the session, and identical programs tuned under load."""
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kerntune.engine.events import LeadersRetimed, event_from_dict, event_to_dict, EventFormatError
+from kerntune.engine.retime import (MARGIN, leaders, launches_per_round, median_interval, simplicity,
+                                    verdict)
+from kerntune.engine.result import Result, config_key
+from kerntune.engine.session import load_session
+from kerntune.engine.selftest import SPEC
+
+from test_cli import QUICK, kerntune
+
+DEFAULT = {"B": 64, "V": 1}
+VALUES = {"B": [32, 64, 128, 256], "V": [1, 2, 4]}
+
+
+def _noisy(base: float, n: int, rng: random.Random, noise: float = 0.05) -> list[float]:
+    return [base * (1 + rng.uniform(-noise, noise)) for _ in range(n)]
+
+
+def test_the_median_interval_takes_the_order_statistics_that_hold_95_percent():
+    xs = list(range(1, 11))  # 10 rounds: x(2) and x(9) hold the median with 97.9%
+    assert median_interval(xs) == (2, 5.5, 9)
+    assert median_interval([3, 1, 2, 6, 5, 4]) == (1, 3.5, 6)  # 6 rounds: min and max (96.9%)
+    low, mid, high = median_interval(list(range(100)))
+    assert 38 <= low < mid < high <= 61
+
+
+def test_a_real_speedup_is_told_apart_and_its_interval_holds_it():
+    rng = random.Random(1)
+    fast, orig = {"B": 256, "V": 4}, DEFAULT
+    times = {config_key(fast): _noisy(100.0, 10, rng), config_key(orig): _noisy(150.0, 10, rng)}
+    v = verdict([fast, orig], times, config_key(orig), DEFAULT, VALUES, [True] * 10)
+    assert v.configs[v.chosen] == fast and v.tied == (True, False)
+    assert v.low[v.chosen] <= 1.5 <= v.high[v.chosen] and v.low[v.chosen] > 1.3
+
+
+def test_configurations_that_cannot_be_told_apart_are_tied_and_the_original_is_reported():
+    rng = random.Random(2)
+    configs = [{"B": 256, "V": 4}, {"B": 128, "V": 2}, DEFAULT]
+    times = {config_key(c): _noisy(100.0, 20, rng, 0.3) for c in configs}
+    v = verdict(configs, times, config_key(DEFAULT), DEFAULT, VALUES, [False] * 20)
+    assert all(v.tied) and v.configs[v.chosen] == DEFAULT
+    assert (v.low[v.chosen], v.high[v.chosen]) == (1.0, 1.0) and "original" in v.reason
+    assert v.quiet_rounds == 0 and v.rounds == 20  # no quiet rounds: judged on them all
+
+
+def test_among_tied_configurations_the_simplest_is_reported_whatever_their_order():
+    rng = random.Random(3)
+    near, far, orig = {"B": 128, "V": 1}, {"B": 256, "V": 4}, DEFAULT
+    times = {config_key(near): _noisy(100.0, 10, rng, 0.01), config_key(far): _noisy(100.0, 10, rng, 0.01),
+             config_key(orig): _noisy(200.0, 10, rng, 0.01)}
+    chosen = set()
+    for configs in ([near, far, orig], [far, orig, near], [orig, far, near]):
+        v = verdict(configs, times, config_key(orig), DEFAULT, VALUES, [True] * 10)
+        assert sorted(map(config_key, (c for c, t in zip(v.configs, v.tied) if t))) == sorted(
+            [config_key(near), config_key(far)])
+        chosen.add(config_key(v.configs[v.chosen]))
+    assert chosen == {config_key(near)}
+    assert simplicity(near, DEFAULT, VALUES) < simplicity(far, DEFAULT, VALUES)
+
+
+def test_a_difference_beyond_the_margin_with_a_tight_interval_is_not_a_tie():
+    rng = random.Random(4)
+    a, b, orig = {"B": 128, "V": 1}, {"B": 256, "V": 4}, DEFAULT
+    slower = 1 + 3 * MARGIN
+    times = {config_key(a): _noisy(100.0, 10, rng, 0.005), config_key(b): _noisy(100.0 * slower, 10, rng, 0.005),
+             config_key(orig): _noisy(200.0, 10, rng, 0.005)}
+    v = verdict([a, b, orig], times, config_key(orig), DEFAULT, VALUES, [True] * 10)
+    assert v.tied == (True, False, False) and v.configs[v.chosen] == a
+
+
+def test_programs_built_to_the_same_binary_are_tied_whatever_their_times():
+    a, b = {"B": 128, "V": 1}, {"B": 256, "V": 1}
+    times = {config_key(a): [100.0] * 8, config_key(b): [130.0] * 8}
+    v = verdict([a, b], times, None, DEFAULT, VALUES, [True] * 8, digests={config_key(a): "x", config_key(b): "x"})
+    assert v.tied == (True, True) and v.identical == ((0, 1),) and v.original == -1
+
+
+def test_the_leaders_are_the_fastest_every_overlapping_one_and_the_original():
+    def r(config, times):
+        return Result(config=config, status="ok", times_us=tuple(times), median_us=sorted(times)[len(times) // 2])
+    best = r({"B": 1}, [10, 10.1, 10.2, 10.3, 10.4, 10.5, 10.6, 10.7, 10.8, 10.9])
+    close = r({"B": 2}, [10.8, 10.9, 11.0, 11.1, 11.2, 11.3, 11.4, 11.5, 11.6, 11.7])
+    far = [r({"B": k}, [20 + k] * 10) for k in range(3, 10)]
+    orig = r({"B": 0}, [50] * 10)
+    chosen = leaders([best, close] + far, orig)
+    assert [c.config["B"] for c in chosen] == [1, 2, 3, 0]  # the top 3 (one overlaps), then the original
+    assert launches_per_round([10.0, 10.0], rounds=10, budget_s=0.5) == 25
+    assert launches_per_round([1e5], rounds=10, budget_s=0.5) == 3
+
+
+def test_a_leaders_record_reads_back_and_one_that_does_not_hold_together_is_refused():
+    ev = LeadersRetimed(1.0, ({"B": 1}, {"B": 2}), (10.0, 11.0), (1.1, 1.0), (1.0, 1.0), (1.2, 1.0), (True, True),
+                        (0.0, 0.0), 0, 1, 1, "tied", 10, 10, 5, "")
+    back = event_from_dict(event_to_dict(ev))
+    assert back == ev and back.valid and back.tied_with_chosen() == [{"B": 1}]
+    broken = event_to_dict(ev) | {"chosen": 7}
+    assert not event_from_dict(broken).valid
+    with pytest.raises(EventFormatError):
+        event_from_dict(event_to_dict(ev) | {"tied": ["yes", True]})
+    with pytest.raises(EventFormatError):
+        event_from_dict(event_to_dict(ev) | {"configs": [{"B": [1]}]})
+
+
+@pytest.fixture
+def twins(tmp_path):
+    """The selftest's honest kernel alone: TWIN, which the source never reads, builds three
+    identical programs."""
+    d = tmp_path / "twins"
+    shutil.copytree(SPEC.parent, d)
+    spec = d / "kernel.toml"
+    text = spec.read_text().replace("values = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]", "values = [0]")
+    spec.write_text(text)
+    return d
+
+
+def test_identical_programs_tuned_while_another_process_loads_a_core_are_all_tied(twins, tmp_path):
+    session = tmp_path / "twins.toml"
+    load = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+    try:
+        r = kerntune("tune", str(twins), "--session", str(session), *QUICK)
+    finally:
+        load.kill()
+        load.wait()
+    assert r.returncode == 0, r.stderr
+    s = load_session(session)
+    lead = s.leaders()
+    assert lead is not None and all(lead.tied) and len(lead.configs) == 3
+    summary = json.loads(kerntune("show", str(session), "--json").stdout)
+    best = summary["best"]
+    assert best["config"] == {"MODE": 0, "TWIN": 0}  # the original, among the tied
+    assert sorted(t["TWIN"] for t in best["tied"]) == [1, 2]
+    low, high = best["speedup_interval"]
+    assert low <= 1.0 <= high
+    marks = {line.split()[1] for line in r.stdout.splitlines() if line.startswith("│")}
+    assert {m[-1] for m in marks if m[0].isdigit()} == {"*", "="}  # the reported row and the two tied
+    shown = kerntune("show", str(session)).stdout
+    assert "* reported; = tied with it" in shown and "tied with" in shown
