@@ -32,8 +32,8 @@ PERIOD = 0.1
 OTHERS_CORES = 0.5  # other processes using this many cores disturb a measurement on the CPU
 CLOCK_DROP = 0.85  # a clock below this fraction of the highest seen in the run
 SPREAD_LIMIT = 0.25  # (p75 - p25) / median: a timing this spread out is measured again
-AGAIN = 2  # measurements more, at most, of a configuration measured during a disturbance
-BUSY_STREAK = 5
+AGAIN = 1  # measurements more, at most, of a configuration measured during a disturbance
+BUSY_STREAK = 3
 BUSY_PROBE = 10
 # NVML clock event reasons that slow the GPU for reasons outside the kernel
 GPU_REASONS = ("hardware slowdown", "software thermal", "hardware thermal", "power brake")

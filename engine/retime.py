@@ -39,7 +39,7 @@ ROUNDS = 10
 MIN_ROUNDS = 6
 # Configurations re-timed besides the original: the fastest three at least, at most this many.
 TOP = 3
-MAX_LEADERS = 6
+MAX_LEADERS = 8
 # Two configurations whose paired ratio may be within this fraction of 1 are not told apart.
 MARGIN = 0.02
 # Device time the re-timing spends, spread over its rounds and configurations (seconds), and the
@@ -108,13 +108,18 @@ def timing_interval(r: Result) -> tuple[float, float]:
 
 
 def leaders(ranked: Sequence[Result], original: Result | None) -> list[Result]:
-    """The configurations to re-time, fastest first: the fastest, every one whose interval overlaps
-    the fastest's, at least the TOP fastest, at most MAX_LEADERS; then the original when it is
-    not among them."""
+    """The configurations to re-time, fastest first: the fastest, every one that its own timing
+    cannot show slower (its interval, or its fastest launch, reaches the fastest's interval: a
+    disturbance only ever adds time), at least the TOP fastest, at most MAX_LEADERS; then the
+    original when it is not among them."""
     if not ranked:
         return [original] if original is not None else []
     _, best_high = timing_interval(ranked[0])
-    chosen = [r for i, r in enumerate(ranked) if i < TOP or timing_interval(r)[0] <= best_high][:MAX_LEADERS]
+
+    def close(r: Result) -> bool:
+        return timing_interval(r)[0] <= best_high or (r.min_us is not None and r.min_us <= best_high)
+
+    chosen = [r for i, r in enumerate(ranked) if i < TOP or close(r)][:MAX_LEADERS]
     if original is not None and all(config_key(r.config) != config_key(original.config) for r in chosen):
         chosen.append(original)
     return chosen
@@ -172,7 +177,9 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
                 digests[key] = program_digest(build(ev.source, ev.template.entry, _defines(config), ev.options)[0])
         except (CompileError, LaunchError, ExpressionError) as e:
             failed[key] = f"compile_error: {e}"
-    n = launches_per_round(request.estimates_us, request.rounds, request.budget_s)
+    # never more a round than the run's own timing takes in all (`--repeats N` fixes that)
+    n = min(launches_per_round(request.estimates_us, request.rounds, request.budget_s),
+            max(MIN_LAUNCHES, ev.timing.max_repeats))
     policy = replace(ev.timing, warmup=1, min_repeats=n, max_repeats=n, precision=0.0)
     rng = random.Random(random.SystemRandom().randrange(1 << 62))
     times: dict[str, list[float]] = {k: [] for k in keys}

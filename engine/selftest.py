@@ -59,13 +59,15 @@ class Verdict:
     ties: int
     twins: int
     tie_text: str
+    same_program: int = 0  # twins found built to the same binary as the original (CUDA's cubins)
 
     @property
     def passed(self) -> bool:
         return not self.missed and self.ties == self.twins
 
 
-def judge(results: Sequence[Any], tied: Sequence[Mapping[str, Any]], chosen: Mapping[str, Any] | None) -> Verdict:
+def judge(results: Sequence[Any], tied: Sequence[Mapping[str, Any]], chosen: Mapping[str, Any] | None,
+          same: Sequence[Mapping[str, Any]] = ()) -> Verdict:
     """Each hostile MODE caught with one of its statuses, never ranked; each twin tied with the
     configuration reported (the original, when the twins are found tied)."""
     by_mode: dict[int, Any] = {}
@@ -87,7 +89,8 @@ def judge(results: Sequence[Any], tied: Sequence[Mapping[str, Any]], chosen: Map
     ties = sum(1 for k in twin_keys if k in group and original in group)
     text = (f"the twins (TWIN={', '.join(map(str, TWINS))}) and the original were reported tied" if ties == len(TWINS)
             else f"only {ties} of the twins were found tied with the original")
-    return Verdict(tuple(caught), tuple(missed), ties, len(TWINS), text)
+    built_alike = sum(1 for k in twin_keys if k in {config_key(c) for c in same})
+    return Verdict(tuple(caught), tuple(missed), ties, len(TWINS), text, built_alike)
 
 
 def run_selftest(backend: str = "auto", device: int = 0, sinks: Sequence[Callable] = (),
@@ -104,7 +107,11 @@ def run_selftest(backend: str = "auto", device: int = 0, sinks: Sequence[Callabl
     lead = session.leaders()
     tied = lead.tied_with_chosen() if lead is not None else []
     chosen = lead.configs[lead.chosen] if lead is not None else None
-    verdict = judge(session.results(), tied, chosen)
+    same = []
+    if lead is not None and lead.valid and len(lead.same_program) == len(lead.configs) and lead.same_program[lead.chosen]:
+        group = lead.same_program[lead.chosen]
+        same = [c for i, c in enumerate(lead.configs) if lead.same_program[i] == group and i != lead.chosen]
+    verdict = judge(session.results(), tied, chosen, same)
     limits = outcome.limits
     cert = {"caught": len(verdict.caught), "hostile": len(HOSTILE), "ties": verdict.ties, "twins": verdict.twins,
             "missed": list(verdict.missed), "backend": limits.backend, "device": limits.name,

@@ -25,6 +25,7 @@ import tomli_w
 
 from .events import (ConfigEvaluated, Event, EventFormatError, LeadersRetimed, Note, RunFinished, RunStarted,
                      event_from_dict, event_to_dict)
+from .certificate import checked as checked_certificate
 from .header import FORMAT, HEADER_TABLES, VERSION, SessionHeader, new_header, tool_version  # noqa: F401
 from .result import FAILED, Result, config_key, fastest
 
@@ -289,6 +290,8 @@ class Session:
             "finished": None,
             "warnings": list(self.warnings),
             "calibration": [e.text for e in self.events if isinstance(e, Note) and e.source == "calibration"],
+            # `kerntune selftest` on the device and driver, as the header recorded it (None: never run)
+            "selftest": checked_certificate(self.device.get("selftest")),
         }
         if best is not None:
             out["best"] = {"config": dict(best.config), "median_us": best.median_us,

@@ -314,6 +314,7 @@ class TuneRun(Controlled):
             except WorkerError as e:
                 raise TuneError(f"cannot start the evaluation worker: {e}") from None
             worker_notes()
+            self._disturbed_note(results)
             best = progress.best
             if best is not None and not self.events.stopped:
                 best, winner_ok = self._final_check(evaluations, results, template, problem, backend)
@@ -405,6 +406,15 @@ class TuneRun(Controlled):
             text += f"; not timed again: {', '.join(failed)}"
         self.events.note(text, source="devices")
 
+    def _disturbed_note(self, results: list[Result]) -> None:
+        """One line when configurations stayed disturbed after they were measured again."""
+        hit = [r for r in results if r.verified and r.disturbed]
+        if hit:
+            self.events.note(f"{len(hit)} of {sum(1 for r in results if r.verified)} verified configurations were "
+                             f"measured during a disturbance even after measuring again (first: "
+                             f"{fmt_values(hit[0].config) or 'the original'}: {hit[0].disturbed}); their times "
+                             "are marked ~", source="disturbance")
+
     def _paired(self, evaluations, results: list[Result], winner: Result, baseline: Result | None,
                 default: Config, template: Template) -> Result | None:
         """The leaders and the original timed together (engine/retime.py); the configuration to
@@ -439,15 +449,19 @@ class TuneRun(Controlled):
             winner = next((r for r in ranked(results)), None) if v is None else None
         if v is None:
             return winner
-        chosen = results[at[config_key(v.configs[v.chosen])]]
+        key = config_key(v.configs[v.chosen])
+        # the original may be an earlier round's result (the agent loop measures it once)
+        chosen = results[at[key]] if key in at else original
+        if chosen is None:
+            return winner
         if winner is None or config_key(chosen.config) != config_key(winner.config):
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
             ok, msg = evaluations.verify_again(Config.of(chosen.config), seeds)
             self.events.emit(WinnerVerified(self.events.now(), dict(chosen.config), ok, msg, seeds))
             if not ok:
                 status, text = split_status(msg)
-                self._demote(results, at[config_key(chosen.config)], status,
-                             f"failed its final check on new inputs: {text}")
+                if key in at:
+                    self._demote(results, at[key], status, f"failed its final check on new inputs: {text}")
                 return winner
         disturbances = str(reply.get("summary", ""))
         groups = {i: n + 1 for n, g in enumerate(v.identical) for i in g}

@@ -135,6 +135,11 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out = TextRenderer()
     print(f"session {summary['id']} ({summary['created']}): {summary['template']} on {summary['device']} "
           f"({summary['backend']}), problem {fmt_config(summary['problem'])}")
+    from kerntune.engine.certificate import certificate_line, checked
+
+    cert = checked(session.device.get("selftest"))
+    if cert is not None:
+        print(f"selftest of this device and driver: {certificate_line(cert)}")
     failed = ", ".join(f"{k} {v}" for k, v in summary["failed"].items()) or "none"
     print(f"evaluated {summary['evaluated']} of {summary['feasible']} feasible; verified {summary['verified']}; "
           f"failed: {failed}")
@@ -290,6 +295,8 @@ def cmd_selftest(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"missed: {line}")
     if verdict.ties < verdict.twins:
         print(verdict.tie_text)
+    if verdict.same_program:
+        print(f"{verdict.same_program} of the twins were found built to the same program as the original")
     print(f"saved to {certificate_file()}: later sessions on this device record it")
     return 0 if verdict.passed else EXIT_FAILED
 
