@@ -118,5 +118,8 @@ def run_selftest(backend: str = "auto", device: int = 0, sinks: Sequence[Callabl
             "driver": limits.driver, "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "seconds": round(time.monotonic() - start, 1), "tool_version": tool_version()}
     if save:
-        save_certificate(cert)
+        try:
+            save_certificate(cert)
+        except OSError as e:  # the verdict stands; only its record is lost
+            cert["unsaved"] = f"{e.strerror or e}"
     return verdict, cert

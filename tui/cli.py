@@ -297,7 +297,10 @@ def cmd_selftest(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(verdict.tie_text)
     if verdict.same_program:
         print(f"{verdict.same_program} of the twins were found built to the same program as the original")
-    print(f"saved to {certificate_file()}: later sessions on this device record it")
+    if "unsaved" in cert:
+        print(f"could not save to {certificate_file()}: {cert['unsaved']}")
+    else:
+        print(f"saved to {certificate_file()}: later sessions on this device record it")
     return 0 if verdict.passed else EXIT_FAILED
 
 
