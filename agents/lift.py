@@ -610,6 +610,17 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
         new_block[lw.dim] = _replace_literal(block[lw.dim], lw.literal, lw.name)
         for d in lw.grid_dims or ((lw.dim,) if lw.in_grid else ()):
             new_grid[d] = _replace_literal(new_grid[d], lw.literal, lw.name)
+    # dynamic shared memory sized by the block (`256 * 4` for a float a thread) follows its parameter
+    shared = original.shared_bytes.source if original.shared_bytes is not None else None
+    literals = [lw.literal for lw in launches]
+    for lw in launches:
+        if shared is not None and literals.count(lw.literal) == 1:
+            shared = _replace_literal(shared, lw.literal, lw.name)
+    if shared is not None and original.shared_bytes is not None and shared != original.shared_bytes.source:
+        notes.append(f"the launch's dynamic shared memory `{original.shared_bytes.source}` follows the block size: "
+                     f"`{shared}`")
+    else:
+        shared = None
     for lf in chosen:
         notes.append(f"lifted {lf.origin} into {lf.name}")
     if not params:
@@ -621,6 +632,7 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
         constraints=tuple(dict.fromkeys(constraints)),
         grid=tuple(new_grid),
         block=tuple(new_block),
+        shared_bytes=shared,
         summary=(f"rules: {len(params)} literal{'s' if len(params) != 1 else ''} lifted into "
                  f"parameter{'s' if len(params) != 1 else ''} ({', '.join(p.name for p in params)})"),
         notes=tuple(notes),

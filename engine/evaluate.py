@@ -44,7 +44,7 @@ from .inputs import InputPool, Inputs, arg_nbytes, arg_shape, make_inputs
 from .inputs_cache import cached_inputs
 from .result import Resources, Result
 from .sol import SUSPECT_MARGIN, sol_time_us
-from .space import Geometry, compiler_defines, geometry
+from .space import Geometry, compiler_defines, environment, geometry
 from .template import Argument, ParamValue, Problem, Template, np_dtype
 
 # Output types the device checks against the tolerance itself (backends with `compare_close`);
@@ -1060,5 +1060,8 @@ def launch_geometry(template: Template, config: Mapping[str, ParamValue] | None,
         return geometry(t, t.default_config(), problem, limits)
     dims = [[int(e.evaluate(problem.values)) for e in exprs] for exprs in (t.baseline_grid, t.baseline_block)]
     pad = [tuple((d + [1, 1, 1])[:3]) for d in dims]
-    return Geometry(pad[0], pad[1])
+    # the dynamic shared memory the template declares, at the defaults (which reproduce the original)
+    shared = 0 if t.shared_bytes is None else \
+        int(t.shared_bytes.evaluate(environment(t, t.default_config(), problem, limits)))
+    return Geometry(pad[0], pad[1], shared, t.shared_bytes is not None)
 

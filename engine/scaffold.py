@@ -133,12 +133,6 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
     hint = cuda.block_hint if cuda is not None and cuda.block_hint else (opencl.block_hint if opencl else ())
     if read is not None and read.block is not None:
         lines.append(f"block = {_toml_list(read.block)}   # from the file's launch")
-        if read.shared is not None:
-            lines.append(f"shared_bytes = {_toml_list([read.shared])[1:-1]}   # from the file's launch")
-        elif read.shared_written:
-            lines.append(f'shared_bytes = "TODO"   # dynamic shared memory: the file\'s launch asks for '
-                         f"{read.shared_written} bytes")
-            todo.append("launch.shared_bytes")
     elif hint:
         dims = [d for d in hint]
         while len(dims) > 1 and dims[-1] == 1:
@@ -147,14 +141,26 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
     else:
         lines.append('block = ["TODO"]  # threads per block (work-group size), e.g. 256')
         todo.append("launch.block")
+    # dynamic shared memory: every launch of the kernel carries it (CUDA's launch argument, an
+    # OpenCL `__local` pointer argument the engine passes where the kernel declares it)
+    declared = next((s.dynamic_shared for s in (cuda, opencl) if s is not None and s.dynamic_shared), "")
+    if read is not None and read.shared is not None:
+        lines.append(f"shared_bytes = {_toml_list([read.shared])[1:-1]}   # from the file's launch")
+    elif read is not None and read.shared_written:
+        lines.append(f'shared_bytes = "TODO"   # dynamic shared memory: the file\'s launch {read.written} '
+                     f"(line {read.line}) asks for {read.shared_written} bytes")
+        todo.append("launch.shared_bytes")
+    elif declared:
+        lines.append(f'shared_bytes = "TODO"   # bytes of dynamic shared memory a block gets: the kernel declares '
+                     f'`{declared}`, e.g. "256 * 4" for a float a thread')
+        todo.append("launch.shared_bytes")
     for a in args:
+        if a.local:
+            lines += ["", f"# `__local {a.ctype} *{a.name}` is workspace of launch.shared_bytes bytes: kerntune passes it "
+                          "where the kernel declares it (no [[arg]] for it)"]
+            continue
         lines += ["", "[[arg]]", f'name = "{a.name}"']
         dtype = a.dtype
-        if a.local:
-            lines.append(f'dtype = "TODO"   # `__local {a.ctype} *` is workspace: declare it through '
-                         "launch.shared_bytes instead, and remove this argument")
-            todo.append(f"arg.{a.name}")
-            continue
         if dtype is None:
             lines.append(f'dtype = "TODO"   # `{a.ctype}` has no dtype here: one of {", ".join(DTYPES)}')
             todo.append(f"arg.{a.name}.dtype")
@@ -260,6 +266,7 @@ def check_spec(path: Path) -> str:
             problems.append(str(e).removeprefix(f"{p}: "))
     if template is not None:
         problems += _expression_problems(template)
+        problems += _shared_problems(template)
         if not problems:
             problems += _verification_problems(template)
             problems += _reference_problems(template)
@@ -384,6 +391,23 @@ def _expression_problems(template) -> list[str]:
             template.cost_bytes.evaluate(problem.values)
         except ExpressionError as e:
             out.append(f"at problem {problem.label()}: {e}")
+    return out
+
+
+def _shared_problems(template) -> list[str]:
+    """A kernel that declares dynamic shared memory (`extern __shared__`, a `__local` pointer
+    argument) with no launch.shared_bytes to size it: every launch would run it without any."""
+    if template.shared_bytes is not None:
+        return []
+    out = []
+    for backend, source in sorted(template.sources.items()):
+        try:
+            sig = parse_kernel(source, template.entry)
+        except TemplateError:
+            continue
+        if sig.dynamic_shared:
+            out.append(f"the {backend} kernel declares dynamic shared memory (`{sig.dynamic_shared}`): "
+                       "launch.shared_bytes must say how many bytes a block gets")
     return out
 
 

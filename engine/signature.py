@@ -128,6 +128,9 @@ class KernelSignature:
     qualified: str = ""  # with its namespaces: "ops::gelu"
     generic_args: tuple[KernelArg, ...] = ()  # a template's arguments as declared (types `T`)
     launches: tuple[HostLaunch, ...] = ()  # the file's host code's launches of it
+    # the dynamic shared memory it declares, as written: `extern __shared__ float s[]` in its body
+    # or outside every kernel (CUDA), a `__local` pointer argument (OpenCL); "" for none
+    dynamic_shared: str = ""
 
     @property
     def is_template(self) -> bool:
@@ -177,6 +180,7 @@ class _Marks:
 
     kernels: list[int] = field(default_factory=list)  # offsets of __global__ / __kernel
     local: list[int] = field(default_factory=list)
+    shared: list[int] = field(default_factory=list)  # offsets of __shared__
     constant: list[int] = field(default_factory=list)
     hints: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
     launches: list[tuple[int, int, str]] = field(default_factory=list)  # `<<<...>>>`: start, end, what it holds
@@ -243,6 +247,8 @@ def _blank(src: bytes) -> tuple[bytes, str, _Marks]:
                 marks.local.append(leaf.start_byte)
             elif w in _CONSTANT_WORDS:
                 marks.constant.append(leaf.start_byte)
+            elif w == "__shared__":
+                marks.shared.append(leaf.start_byte)
             out[leaf.start_byte:leaf.end_byte] = b" " * (leaf.end_byte - leaf.start_byte)
         i += 1
     for m in LAUNCH.finditer(src):  # host code's `kernel<<<grid, block>>>(...)`: parsed as a call
@@ -797,6 +803,7 @@ def parse_kernels(source: str, defines: Mapping[str, str] | None = None) -> list
             instantiations.append(item)
     notes = list(dict.fromkeys(pre.notes))
     kernels = []
+    bodies: list[tuple[int, int]] = []
     memo: dict = {}
     for fn, template in found:
         body = fn.child_by_field_name("body")
@@ -804,6 +811,16 @@ def parse_kernels(source: str, defines: Mapping[str, str] | None = None) -> list
         if body is None or not any(start <= o < body.start_byte for o in marks.kernels):
             continue  # not a kernel: a __device__ or host function
         kernels.append(_kernel(fn, start, template, root, dialect, marks, types, functions, memo, instantiations, notes))
+        bodies.append((body.start_byte, body.end_byte))
+    shared = _extern_shared(source.encode("utf-8"), root, marks)
+    for i, k in enumerate(kernels):
+        start, end = bodies[i]
+        words = _reached_words(functions, start, end, root)
+        mine = [text for at, name, text in shared
+                if start <= at < end or not any(a <= at < b for a, b in bodies) and name in words]
+        local = [a for a in k.args if a.local]
+        dynamic = mine[0] if mine else (f"__local {local[0].ctype} *{local[0].name}" if local else "")
+        kernels[i] = replace(k, dynamic_shared=dynamic)
     launches = _host_launches(source.encode("utf-8"), root, marks, pre.macros)
     kernels = [replace(k, launches=tuple(x for x in launches if x.callee == k.name)) for k in kernels]
     if root.has_error:
@@ -813,6 +830,45 @@ def parse_kernels(source: str, defines: Mapping[str, str] | None = None) -> list
             note = f"could not parse line {line} (`{' '.join(_text(bad).split())[:60]}`)"
             kernels = [replace(k, notes=k.notes + (note,)) for k in kernels]
     return kernels
+
+
+def _extern_shared(src: bytes, root, marks: _Marks) -> list[tuple[int, str, str]]:
+    """Each `extern __shared__` declaration of the file (dynamic shared memory): where, the name it
+    declares, and its text."""
+    out = []
+    for at in marks.shared:
+        node = root.descendant_for_byte_range(at, at)
+        while node is not None and node.type != "declaration":
+            node = node.parent
+        if node is None or node.start_byte > at:
+            continue
+        if any(c.type == "storage_class_specifier" and _text(c) == "extern" for c in node.children):
+            text = src[at:node.end_byte].decode("utf-8", "replace")
+            start = src.rfind(b"extern", node.start_byte, at + 1)
+            if start >= 0:
+                text = src[start:node.end_byte].decode("utf-8", "replace")
+            d = node.child_by_field_name("declarator")
+            while d is not None and d.type != "identifier":
+                d = d.child_by_field_name("declarator")
+            out.append((at, _text(d), " ".join(text.split())))
+    return out
+
+
+def _reached_words(functions: Mapping[str, object], start: int, end: int, root) -> set[str]:
+    """The identifiers of the body at start..end and of the functions it calls, transitively."""
+    body = root.descendant_for_byte_range(start, end - 1)
+    words: set[str] = set()
+    todo, seen = [body], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node.start_byte in seen:
+            continue
+        seen.add(node.start_byte)
+        for leaf in _leaves(node):
+            if leaf.type == "identifier" and _text(leaf) not in words:
+                words.add(_text(leaf))
+                todo.append(functions.get(_text(leaf)))
+    return words
 
 
 def _host_launches(src: bytes, root, marks: _Marks, macros: Mapping[str, str]) -> list[HostLaunch]:

@@ -446,7 +446,8 @@ def test_the_dynamic_shared_memory_of_the_launch_is_read_or_left_to_fill(tmp_pat
     for i, (launcher, want) in enumerate((
             ("int threads = 128; k<<<n, threads, threads * sizeof(float)>>>(o, x, n);", 'shared_bytes = "128 * 4"'),
             ("k<<<n, 64, smem, stream>>>(o, x, n);", 'shared_bytes = "TODO"   # dynamic shared memory: the '
-                                                     "file's launch asks for smem bytes"))):
+                                                     "file's launch <<<n, 64, smem, stream>>> (line 7) asks for "
+                                                     "smem bytes"))):
         (tmp_path / "k.cu").write_text(kernel + "void run(float *o, const float *x, int n, int smem, "
                                        f"cudaStream_t stream) {{ {launcher} }}\n")
         assert main(["init", str(tmp_path / "k.cu"), "-o", str(tmp_path / f"kernel{i}.toml")]) == 0

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..device import DeviceLimits
 from ..result import Resources
+from ..signature import SignatureError, parse_kernels
 from ..space import Geometry
 from . import BackendError, CompileError, chosen_device, count_devices, compile_message, DeviceInfo, LaunchError
 
@@ -107,6 +108,18 @@ def find_kernel(program: Any, entry: str) -> Any:
         raise CompileError(f"cannot create kernel {entry!r}: {str(e).strip().splitlines()[0]}") from None
 
 
+def local_arguments(source: str, entry: str, defines: Mapping[str, str] | None = None) -> tuple[int, ...]:
+    """The positions of the kernel's `__local` pointer arguments (the dynamic local memory the
+    spec's `launch.shared_bytes` sizes), read from its signature; () when it cannot be read."""
+    try:
+        kernels = parse_kernels(source, defines)
+    except SignatureError:
+        return ()
+    name = entry.split("<")[0].split("::")[-1]
+    sig = next((k for k in kernels if k.name == name), None)
+    return tuple(i for i, a in enumerate(sig.args) if a.local) if sig is not None else ()
+
+
 class OpenCLBackend:
     """Compile, launch and time OpenCL kernels on one device."""
 
@@ -123,6 +136,7 @@ class OpenCLBackend:
         self._flush_buf = None
         self._flush_kernel = None
         self._flush_count = 0
+        self._local_args: dict[int, tuple[int, ...]] = {}  # kernel -> positions of its `__local` pointers
 
     # compile -----------------------------------------------------------------------------------
     def compile(self, source: str, entry: str, defines: Mapping[str, str],
@@ -134,7 +148,9 @@ class OpenCLBackend:
                 program = cl.Program(self.ctx, source).build(options=opts)
         except cl.Error as e:
             raise CompileError(compile_message(_first_errors(str(e)), _build_log(str(e)))) from None
-        return find_kernel(program, entry)
+        kernel = find_kernel(program, entry)
+        self._local_args[kernel.int_ptr] = local_arguments(source, entry, defines)
+        return kernel
 
     def resources(self, kernel: Any) -> Resources:
         info = cl.kernel_work_group_info
@@ -212,7 +228,11 @@ class OpenCLBackend:
     def _enqueue(self, kernel: Any, geo: Geometry, args: Sequence[Any]) -> Any:
         global_size = tuple(g * b for g, b in zip(geo.grid, geo.block))
         if geo.dynamic_shared:
-            args = [*args, cl.LocalMemory(max(int(geo.shared_bytes), 16))]
+            args = list(args)
+            local = cl.LocalMemory(max(int(geo.shared_bytes), 16))
+            # each `__local` pointer argument where the kernel declares it (the last when unread)
+            for at in self._local_args.get(kernel.int_ptr) or (len(args),):
+                args.insert(min(at, len(args)), local)
         try:
             kernel.set_args(*args)
             return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, geo.block)
