@@ -188,7 +188,8 @@ def _show_source(session: Any, rank: int) -> int:
         raise UsageError(f"--config {rank}: {session.path} ranks {state.ranked_count} configurations")
     try:
         text = config_source(session.header, state.entries[key].result, rank=rank, ranked=state.ranked_count,
-                             baseline_us=state.baseline_us, session_path=session.path)
+                             baseline_us=state.baseline_us, session_path=session.path,
+                             template=state.template_of(key))
     except ExportError as e:
         raise UsageError(f"{session.path}: {e}") from None
     sys.stdout.write(text)

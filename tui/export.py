@@ -136,14 +136,18 @@ SOURCE_SUFFIX = {"cuda": ".cu", "opencl": ".cl"}
 
 def config_source(header: Mapping[str, Any], result: Result, *, rank: int | None = None,
                   ranked: int | None = None, baseline_us: float | None = None,
-                  session_path: Path | str | None = None) -> str:
-    """A configuration as one standalone source file: a comment with where it came from, its
-    launch geometry (grid, block, dynamic shared bytes) and compiler options, the configuration's
-    `#define` lines, then the template's source (whose `#ifndef` defaults they override)."""
-    template = _mapping(header.get("template"))
+                  session_path: Path | str | None = None, template: Mapping[str, Any] | None = None) -> str:
+    """A configuration as one standalone source file, the program that was measured: a comment
+    with where it came from, its launch geometry (grid, block, dynamic shared bytes) and compiler
+    options, the configuration's `#define` lines, then the source of the template it was measured
+    with (`template`, as DashboardState.template_of gives it; the header's by default), whose
+    `#ifndef` defaults they override. The original kernel (no configuration) is its own source
+    at its own launch."""
+    template = _mapping(template if template is not None else header.get("template"))
     device = _mapping(header.get("device"))
     backend = str(template.get("backend") or device.get("backend") or "")
-    source = template.get("source")
+    original = not result.config
+    source = template.get("original_source") or template.get("source") if original else template.get("source")
     if not isinstance(source, str) or not source.strip():
         raise ExportError("the session holds no template source")
     spec = _spec(template)
@@ -160,7 +164,7 @@ def config_source(header: Mapping[str, Any], result: Result, *, rank: int | None
         figures.append(f"{100 * result.sol_fraction:.1f}% of speed-of-light")
     if baseline_us and result.median_us:
         figures.append(f"{baseline_us / result.median_us:.2f}x the default configuration")
-    grid, block, shared = _geometry(spec, problem, device, result)
+    grid, block, shared = _geometry(spec, problem, device, result, original)
     unit = ("work-groups", "work-items") if backend == "opencl" else ("blocks", "threads")
     lines = [f"/* kerntune: {name}, {where}" + (f" ({', '.join(figures)})" if figures else ""),
              f" * problem {_comment(' '.join(f'{k}={v}' for k, v in problem.items())) or '-'} on "
@@ -168,7 +172,7 @@ def config_source(header: Mapping[str, Any], result: Result, *, rank: int | None
     if grid and block:
         lines.append(f" * launch: grid {_dims(grid)} {unit[0]}, block {_dims(block)} {unit[1]}, "
                      f"{shared if shared is not None else '?'} bytes of dynamic shared memory"
-                     + (" (a trailing __local argument)" if backend == "opencl" and shared else ""))
+                     + (" (at each __local pointer argument)" if backend == "opencl" and shared else ""))
     else:
         lines.append(" * launch: unknown (the session does not record it for this configuration)")
     lines.append(f" * compile: {_comment(' '.join(compile_command(backend, spec, device)))}"
@@ -232,9 +236,11 @@ def _problem_of(header: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _geometry(spec: Mapping[str, Any], problem: Mapping[str, Any], device: Mapping[str, Any],
-              result: Result) -> tuple[Sequence[int], Sequence[int], int | None]:
-    """Grid and block as recorded (else from the template's launch expressions) and the dynamic
-    shared bytes from its `shared_bytes` expression; evaluated by kerntune's expression reader."""
+              result: Result, original: bool = False) -> tuple[Sequence[int], Sequence[int], int | None]:
+    """Grid and block as recorded (else from the template's launch expressions; the original's
+    from its baseline launch when the spec keeps one) and the dynamic shared bytes from its
+    `shared_bytes` expression (the original's at the defaults); evaluated by kerntune's
+    expression reader."""
     from kerntune.engine.device import DeviceLimits
     from kerntune.engine.expressions import ExpressionError, evaluate
 
@@ -245,7 +251,11 @@ def _geometry(spec: Mapping[str, Any], problem: Mapping[str, Any], device: Mappi
     except (TypeError, ValueError, KeyError):
         pass
     env.update(problem)
+    params = spec.get("param") if isinstance(spec.get("param"), list) else []
+    env.update({p["name"]: p["default"] for p in params if isinstance(p, Mapping) and "name" in p and "default" in p})
     env.update(result.config)
+    if original and isinstance(launch.get("baseline_block"), list):
+        launch = {**launch, "grid": launch.get("baseline_grid"), "block": launch["baseline_block"]}
 
     def dims(key: str) -> tuple[int, ...]:
         exprs = launch.get(key)

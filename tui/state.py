@@ -20,6 +20,7 @@ from kerntune.engine.events import (
     ConfigEvaluated,
     ConfigProfiled,
     Event,
+    GateChecked,
     LeadersRetimed,
     LoopFinished,
     RunFinished,
@@ -60,6 +61,9 @@ class Entry:
     index: int
     result: Result
     text: str  # lower-case text that filters match against
+    # the template it was measured with, in an agent loop's session (source, spec, backend of the
+    # proposal the gate passed); None: the session's own template (the original row: its original)
+    template: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -127,6 +131,8 @@ class DashboardState:
         self.default_config: dict[str, Any] = {}
         self.cost_usd = 0.0  # spent on model calls in an agent loop
         self.entries: dict[str, Entry] = {}
+        self._proposals: dict[tuple[int, int], Mapping[str, Any]] = {}  # an agent loop's, by (round, attempt)
+        self._measuring: Mapping[str, Any] | None = None  # the proposal the gate passed last
         self._ranked: list[tuple[float, int, str]] = []  # (median, seq, key), fastest first
         self.suspect: list[str] = []
         self.failed: list[str] = []
@@ -225,7 +231,13 @@ class DashboardState:
             original = template.get("original_source", template.get("source", ""))
             template.update(source=item.source, original_source=original, backend=item.backend)
             self.header = {**self.header, "template": template}
+            self._proposals[(item.round, item.attempt)] = {
+                "name": template.get("name", ""), "entry": template.get("entry", ""), "source": item.source,
+                "spec": item.spec, "backend": item.backend, "original_source": original}
             self.dirty.add("diff")
+        elif isinstance(item, GateChecked):
+            if item.ok and (item.round, item.attempt) in self._proposals:
+                self._measuring = self._proposals[(item.round, item.attempt)]
         elif isinstance(item, AgentCall):
             self.cost_usd += item.cost_usd
         elif isinstance(item, ConfigProfiled):
@@ -257,7 +269,9 @@ class DashboardState:
             self._forget(old)
         self._seq += 1
         text = " ".join((fmt_config(r.config), r.status, r.message, r.device)).lower()
-        entry = Entry(key, self._seq, ev.index, r, text)
+        measured_with = old.template if ev.replaces and old is not None else \
+            (self._measuring if r.config else None)
+        entry = Entry(key, self._seq, ev.index, r, text, measured_with)
         self.entries[key] = entry
         if r.ranked:
             bisect.insort(self._ranked, (float(r.median_us), entry.seq, key))
@@ -364,6 +378,22 @@ class DashboardState:
 
     def speedup(self, r: Result) -> float | None:
         return speedup_over(self.baseline_us, r)
+
+    def template_of(self, key: str) -> Mapping[str, Any]:
+        """The template a configuration was measured with, as the session header names a template
+        (name, entry, backend, spec, source, original_source): in an agent loop's session the
+        proposal the gate passed before it; else the session's own."""
+        e = self.entries.get(key)
+        own = self.header.get("template") if isinstance(self.header.get("template"), Mapping) else {}
+        if e is None or e.template is None:
+            return {**own, "source": self._first_source(own)}
+        return {**own, **e.template}
+
+    def _first_source(self, own: Mapping[str, Any]) -> Any:
+        """The session's own template source (a loop's proposals replace it in the header for the
+        diff panel; the first proposal kept it as the original)."""
+        first = next(iter(self._proposals.values()), None)
+        return first["original_source"] if first is not None else own.get("source")
 
     def ranked_key(self, rank: int) -> str | None:
         """The configuration ranked `rank` (1: the fastest verified), or None past the last."""
