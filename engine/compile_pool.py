@@ -76,7 +76,7 @@ class CompilePool:
         self.template = template
         self.arch = arch
         self.source = template.source_for("cuda")
-        self.options = tuple(template.compile_options.get("cuda", ()))
+        self.options = template.options_for("cuda")
         self.jobs = jobs
         self._lock = threading.Lock()
         self._idle: queue.SimpleQueue[_Process | None] = queue.SimpleQueue()

@@ -120,7 +120,7 @@ class Evaluator:
         self.verify_policy = verify
         self.seed = seed
         self.source = template.source_for(backend.name)
-        self.options = template.compile_options.get(backend.name, ())
+        self.options = template.options_for(backend.name)
         self.reference = reference if reference is not None else template.load_reference()
         self.problems = (problem,) + tuple(template.verify_problems) + tuple(extra_problems)
         self._buffers: dict[int, dict[str, _Guarded]] = {}

@@ -230,11 +230,11 @@ def _run_target(job_path: str | None) -> int:
             source = job.originals.get("cuda") or template.original_sources.get("cuda")
             if source is None:
                 raise RuntimeError("the template has no original CUDA source")
-            kernel = backend.compile(source, template.entry, {}, template.compile_options.get("cuda", ()))
+            kernel = backend.compile(source, template.entry, {}, template.options_for("cuda"))
             geo = launch_geometry(template, None, problem, backend.limits)
         else:
             kernel = backend.compile(template.source_for("cuda"), template.entry, compiler_defines(job.config),
-                                     template.compile_options.get("cuda", ()))
+                                     template.options_for("cuda"))
             geo = geometry(template, job.config, problem, backend.limits)
         args = []
         for a in template.arguments:

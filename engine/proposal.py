@@ -93,10 +93,14 @@ def compose_spec(original: Template, proposal: TemplateProposal, limits: DeviceL
             ref += f":{original.reference_function}"
         kernel["reference"] = ref
     kernel.pop("options", None)
-    if original.compile_options:
-        kernel["options"] = {b: list(o) for b, o in original.compile_options.items() if b in backends}
-        if not kernel["options"]:
-            kernel.pop("options")
+    kernel.pop("absolute_includes", None)
+    # the template is written elsewhere: the original's include folders (its source's own first)
+    # go with it as absolute paths, which the spec then says it takes
+    options = {b: list(original.options_for(b)) for b in backends if original.options_for(b)}
+    if options:
+        kernel["options"] = options
+        if any(o.startswith("-I") for opts in options.values() for o in opts):
+            kernel["absolute_includes"] = True
     data["kernel"] = kernel
     data["param"] = [
         {k: v for k, v in (("name", p.name), ("description", p.description), ("values", list(p.values)),

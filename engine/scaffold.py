@@ -72,7 +72,7 @@ def _toml_list(values: list[str]) -> str:
 
 def read_kernel(path: Path, entry: str | None = None) -> KernelSignature:
     """The kernel in a source file; SignatureError (one line) when there is none."""
-    return parse_kernel(read_text_file(path, SignatureError), entry, str(path))
+    return parse_kernel(read_text_file(path, SignatureError), entry, str(path), folders=(path.resolve().parent,))
 
 
 def merged_args(cuda: KernelSignature | None, opencl: KernelSignature | None) -> tuple[KernelArg, ...]:
@@ -317,10 +317,12 @@ def _compile_problems(p: Path, data: Mapping) -> list[str]:
             out.append(f"cannot read {fname!r}: {getattr(e, 'strerror', None) or e}")
             continue
         try:
+            # the source's own folder first, as the engine compiles it (engine/template.py's options_for)
+            opts = (f"-I{(p.parent / fname).resolve().parent}", *options.get(backend, ()))
             if backend == "cuda" and cuda_backend.find_nvcc() is not None:
-                cuda_backend.compile_cubin(source, entry, defines, options.get("cuda", ()), "sm_90")
+                cuda_backend.compile_cubin(source, entry, defines, opts, "sm_90")
             elif backend == "opencl":
-                _opencl().compile(source, entry, defines, options.get("opencl", ()))
+                _opencl().compile(source, entry, defines, opts)
         except CompileError as e:
             out.append(f"{fname} ({backend}): {str(e).splitlines()[0]}")
         except BackendError:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from .host_launch import LAUNCH, HostLaunch, split_top
 from .template import TemplateError
@@ -773,24 +774,23 @@ def _qualified(node, root) -> str:
     return "::".join(reversed(parts))
 
 
-def parse_kernels(source: str, defines: Mapping[str, str] | None = None) -> list[KernelSignature]:
-    """Every kernel defined in the source, in order, with the types its typedefs and explicit
-    instantiations give; never raises on source it cannot fully read (see `notes`)."""
+def parse_kernels(source: str, defines: Mapping[str, str] | None = None,
+                  folders: Sequence[Path] = ()) -> list[KernelSignature]:
+    """Every kernel defined in the source, in order, with the types its typedefs (and those of the
+    headers it includes with `#include "..."`, found in `folders`) and explicit instantiations
+    give; never raises on source it cannot fully read (see `notes`)."""
     blanked, dialect, marks = _blank(source.encode("utf-8"))
     tree = _parser().parse(blanked)
     root = tree.root_node
     pre = _Pre(defines or {})
     functions = _functions(root)
-    types: dict[str, str] = {}
+    types: dict[str, str] = included_types(source, folders, defines) if folders else {}
     found: list[tuple[object, object]] = []  # (function_definition, enclosing template_declaration)
     instantiations = []
     for item in _active(root, pre):
         t = item.type
         if t == "preproc_def":
-            value = item.child_by_field_name("value")
-            words = _text(value).split() if value is not None else []
-            if words and " ".join(words) in CTYPES | PACKED:  # `#define floatX float`: a type
-                types[_text(item.child_by_field_name("name"))] = " ".join(words)
+            _type_macro(item, types)
         elif t in ("type_definition", "alias_declaration"):
             _typedef(item, types)
         elif t == "function_definition":
@@ -982,22 +982,72 @@ def _kernel(fn, head, template, root, dialect, marks, types, functions, memo, in
 
 
 def typedefs(source: str, defines: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`typedef TYPE NAME;` and `using NAME = TYPE;` of the branches the file selects: NAME -> TYPE's words."""
+    """`typedef TYPE NAME;`, `using NAME = TYPE;` and `#define NAME TYPE` of the branches the file
+    selects: NAME -> TYPE's words."""
     blanked, _, _ = _blank(source.encode("utf-8"))
     root = _parser().parse(blanked).root_node
     types: dict[str, str] = {}
     for item in _active(root, _Pre(defines or {})):
         if item.type in ("type_definition", "alias_declaration"):
             _typedef(item, types)
+        elif item.type == "preproc_def":
+            _type_macro(item, types)
+    return types
+
+
+def _type_macro(item, types: dict[str, str]) -> None:
+    value = item.child_by_field_name("value")
+    words = _text(value).split() if value is not None else []
+    if words and " ".join(words) in CTYPES | PACKED:  # `#define floatX float`: a type
+        types[_text(item.child_by_field_name("name"))] = " ".join(words)
+
+
+INCLUDE_DEPTH = 8
+INCLUDE_BYTES = 4 << 20  # a header larger than this is not read for its types
+
+
+def included_types(source: str, folders: Sequence[Path], defines: Mapping[str, str] | None = None,
+                   depth: int = INCLUDE_DEPTH, seen: set[Path] | None = None) -> dict[str, str]:
+    """The types (typedefs, `using`, `#define NAME TYPE`) of the headers the source includes with
+    `#include "..."`, each looked for in `folders` in order (the including file's folder first),
+    and of the headers they include in turn; a header not found is skipped."""
+    seen = set() if seen is None else seen
+    types: dict[str, str] = {}
+    if depth <= 0:
+        return types
+    root = _parser().parse(source.encode("utf-8")).root_node
+    for node in _walk(root):
+        if node.type != "preproc_include":
+            continue
+        path = node.child_by_field_name("path")
+        if path is None or path.type != "string_literal":
+            continue
+        name = _text(path)[1:-1]
+        for folder in folders:
+            found = (Path(folder) / name)
+            try:
+                if not found.is_file() or found.stat().st_size > INCLUDE_BYTES:
+                    continue
+                found = found.resolve()
+                if found in seen:
+                    break
+                seen.add(found)
+                text = found.read_text(encoding="utf-8", errors="replace")
+            except (OSError, ValueError):
+                continue
+            types.update(included_types(text, [found.parent, *folders], defines, depth - 1, seen))
+            types.update(typedefs(text, defines))
+            break
     return types
 
 
 def parse_kernel(source: str, entry: str | None = None, where: str = "source",
-                 defines: Mapping[str, str] | None = None) -> KernelSignature:
-    """The kernel named `entry` (plain, qualified or with its template arguments), or the first.
+                 defines: Mapping[str, str] | None = None, folders: Sequence[Path] = ()) -> KernelSignature:
+    """The kernel named `entry` (plain, qualified or with its template arguments), or the first;
+    the headers the source includes are looked for in `folders` for their types.
 
     A template kernel with no explicit instantiation is an error naming the instantiation to add."""
-    kernels = parse_kernels(source, defines)
+    kernels = parse_kernels(source, defines, folders)
     if not kernels:
         raise SignatureError(f"{where}: no __global__ or __kernel function found")
     chosen = kernels[0]

@@ -172,6 +172,14 @@ class Template:
     # names of `[[problem]]` entries the kernel serves (a prefill and a decode size, say): tuned
     # each, then one general configuration chosen across them (engine/campaign.py)
     serves: tuple[str, ...] = ()
+    # each backend's source folder (absolute): searched first for the source's `#include "..."`
+    source_folders: Mapping[str, str] = field(default_factory=dict)
+
+    def options_for(self, backend: str) -> tuple[str, ...]:
+        """The compiler options a backend's source is built with: its own folder as the first
+        include folder (the compile runs elsewhere, from a string), then the spec's options."""
+        own = self.source_folders.get(backend)
+        return tuple(dict.fromkeys(((f"-I{own}",) if own else ()) + tuple(self.compile_options.get(backend, ()))))
 
     @property
     def problem_names(self) -> tuple[str, ...]:
@@ -347,11 +355,13 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
     if not source_files:
         raise s.fail("kernel.sources", "at least one of cuda, opencl")
     loaded: dict[str, str] = {}
+    folders: dict[str, Path] = {}  # each source's own folder: searched first for its #include "..."
     for backend, fname in source_files.items():
         if backend not in BACKENDS:
             raise s.fail(f"kernel.sources.{backend}", f"a backend name ({', '.join(BACKENDS)})", backend)
         if not isinstance(fname, str):
             raise s.fail(f"kernel.sources.{backend}", "a file name", fname)
+        folders[backend] = _beside(s, directory, fname, f"kernel.sources.{backend}").parent.resolve()
         if sources is not None and backend in sources:
             loaded[backend] = sources[backend]
             continue
@@ -489,6 +499,7 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         forbid_spills=forbid_spills,
         compile_options=options,
         serves=serves,
+        source_folders={b: str(f) for b, f in folders.items()},
     )
 
 

@@ -28,3 +28,23 @@ def one_line_error(capsys, argv: list[str], code: int = 2) -> str:
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     return err
+
+
+QUICK = ["--headless", "--no-probe", "--repeats", "5", "--seed", "11"]
+
+
+def rules_round(spec: Path, backend: str, tmp_path: Path, capsys, budget: int = 3):
+    """One round of the rules loop on `spec`: its session and its gate verdicts, every one of which
+    must have passed, with a configuration of the template verified."""
+    from kerntune.engine.events import GateChecked
+    from kerntune.engine.session import load_session
+
+    session = tmp_path / "s.toml"
+    assert main(["tune", str(spec), "--agent", "rules", "--rounds", "1", "--budget", str(budget),
+                 "--backend", backend, "--session", str(session), *QUICK]) == 0
+    out = capsys.readouterr().out
+    s = load_session(session)
+    gates = [e for e in s.events if isinstance(e, GateChecked)]
+    assert gates and all(g.ok for g in gates), out
+    assert any(r.verified and r.config for r in s.results()), out
+    return s, gates

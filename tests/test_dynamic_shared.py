@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_support import rules_round
 
 from kerntune.engine.backends.opencl import local_arguments
 from kerntune.engine.evaluate import launch_geometry
@@ -18,7 +19,6 @@ from kerntune.tui.cli import main
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "dynshared"
-QUICK = ["--headless", "--no-probe", "--repeats", "5", "--seed", "11"]
 
 
 def test_the_kernels_declare_their_dynamic_shared_memory_and_the_local_pointer_is_placed_where_declared():
@@ -42,18 +42,10 @@ def test_the_original_launch_of_a_template_carries_its_shared_bytes(tmp_path):
     assert geo.block == (256, 1, 1) and geo.shared_bytes == 1024 and geo.dynamic_shared
 
 
-def tune_row_sum(backend: str, tmp_path: Path, capsys) -> tuple:
-    """The rules loop on the row sum, one round: its session and the gate's verdict (which must pass)."""
-    session = tmp_path / "s.toml"
-    assert main(["tune", str(DATA / "kernel.toml"), "--agent", "rules", "--rounds", "1", "--budget", "3",
-                 "--backend", backend, "--session", str(session), *QUICK]) == 0
-    out = capsys.readouterr().out
-    s = load_session(session)
-    gate = [e for e in s.events if isinstance(e, GateChecked)]
-    assert gate and gate[0].ok, out
-    runs = [r for r in s.results() if r.config]
-    assert any(r.verified and r.config["BLOCK"] != 256 for r in runs), [(r.config, r.message) for r in runs]
-    return s, gate[0]
+def tune_row_sum(backend: str, tmp_path: Path, capsys):
+    s, gates = rules_round(DATA / "kernel.toml", backend, tmp_path, capsys)
+    assert any(r.verified and r.config and r.config["BLOCK"] != 256 for r in s.results())
+    return s, gates[0]
 
 
 def test_the_rules_loop_runs_a_dynamic_local_memory_kernel_through_the_gate_on_opencl(tmp_path, capsys):
