@@ -129,6 +129,10 @@ class KernelSignature:
     qualified: str = ""  # with its namespaces: "ops::gelu"
     generic_args: tuple[KernelArg, ...] = ()  # a template's arguments as declared (types `T`)
     launches: tuple[HostLaunch, ...] = ()  # the file's host code's launches of it
+    # its parameter declarations as written (default arguments left out), for an instantiation
+    parameters_written: tuple[str, ...] = ()
+    # the explicit instantiation `parse_kernel` wrote for an entry the file does not instantiate
+    added_instantiation: str = ""
     # the dynamic shared memory it declares, as written: `extern __shared__ float s[]` in its body
     # or outside every kernel (CUDA), a `__local` pointer argument (OpenCL); "" for none
     dynamic_shared: str = ""
@@ -139,8 +143,9 @@ class KernelSignature:
 
     @property
     def entry(self) -> str:
-        """The name that loads it: the plain name, or its instantiation when it has several."""
-        if len(self.instantiations) > 1:
+        """The name that loads it: the plain name, or for a template its instantiation
+        (`reduce0<float>`: the name alone matches no kernel the compiler emits by that text)."""
+        if self.instantiations and self.instantiations[0].text:
             return self.name + self.instantiations[0].text
         return self.name
 
@@ -743,6 +748,8 @@ def _instantiation(node, params: tuple[str, ...], kernel_args: list[KernelArg],
     if decl is None:
         return None
     target = decl.child_by_field_name("declarator")
+    while target is not None and target.type == "qualified_identifier":  # `ns::k<float>` written outside ns
+        target = target.child_by_field_name("name")
     name = _callee(target)
     values: dict[str, str] = {}
     if target is not None and target.type == "template_function":
@@ -812,6 +819,7 @@ def parse_kernels(source: str, defines: Mapping[str, str] | None = None,
             continue  # not a kernel: a __device__ or host function
         kernels.append(_kernel(fn, start, template, root, dialect, marks, types, functions, memo, instantiations, notes))
         bodies.append((body.start_byte, body.end_byte))
+        kernels[-1] = replace(kernels[-1], parameters_written=_parameters_written(source.encode("utf-8"), fn))
     shared = _extern_shared(source.encode("utf-8"), root, marks)
     for i, k in enumerate(kernels):
         start, end = bodies[i]
@@ -830,6 +838,62 @@ def parse_kernels(source: str, defines: Mapping[str, str] | None = None,
             note = f"could not parse line {line} (`{' '.join(_text(bad).split())[:60]}`)"
             kernels = [replace(k, notes=k.notes + (note,)) for k in kernels]
     return kernels
+
+
+def _parameters_written(src: bytes, fn) -> tuple[str, ...]:
+    """A function's parameter declarations as the file writes them, default arguments left out."""
+    decl = _function_declarator(fn)
+    plist = decl.child_by_field_name("parameters") if decl is not None else None
+    out = []
+    for p in plist.named_children if plist is not None else []:
+        if p.type not in ("parameter_declaration", "optional_parameter_declaration"):
+            continue
+        end = p.end_byte
+        default = p.child_by_field_name("default_value")
+        if default is not None:
+            end = src.rfind(b"=", p.start_byte, default.start_byte)
+        out.append(" ".join(src[p.start_byte:end].decode("utf-8", "replace").split()))
+    return tuple(out)
+
+
+def _template_arguments(text: str) -> list[str]:
+    """`<float, Vec<int, 4>, 128>` -> ["float", "Vec<int, 4>", "128"]: split at the top level."""
+    inner, parts, depth, cur = text.strip()[1:-1], [], 0, ""
+    for ch in inner:
+        depth += {"<": 1, "(": 1, "[": 1, ">": -1, ")": -1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [p for p in [*parts, cur.strip()] if p]
+
+
+def _substituted(text: str, values: Mapping[str, str]) -> str:
+    """A parameter declaration with the template's parameter names replaced by their arguments,
+    token by token (read from the declaration's syntax tree)."""
+    wrapped = f"void kt_f({text});".encode("utf-8")
+    spans = [(leaf.start_byte, leaf.end_byte, values[_text(leaf)]) for leaf in _leaves(_parser().parse(wrapped).root_node)
+             if leaf.type in ("identifier", "type_identifier") and _text(leaf) in values]
+    out = wrapped
+    for a, b, v in reversed(spans):
+        out = out[:a] + v.encode("utf-8") + out[b:]
+    return out.decode("utf-8")[len("void kt_f("):-2]
+
+
+def _instantiation_for(sig: KernelSignature, entry: str, where: str) -> KernelSignature:
+    """A template kernel instantiated as `entry` names it (`ns::k<float, 128>`) where the file has
+    no such explicit instantiation: the declaration to add is kept in `added_instantiation`."""
+    args = _template_arguments(entry[entry.index("<"):])
+    if len(args) != len(sig.template_params):
+        raise SignatureError(f"{where}: {entry} gives {len(args)} template argument{'s' if len(args) != 1 else ''}; "
+                             f"{sig.name} takes {len(sig.template_params)} ({', '.join(sig.template_params)})")
+    values = dict(zip(sig.template_params, args))
+    inst = Instantiation("<" + ", ".join(args) + ">",
+                         tuple((p, CUDA_SPELLING.get(v, v)) for p, v in values.items()))
+    params = ", ".join(_substituted(p, values) for p in sig.parameters_written)
+    line = f"template __global__ void {sig.qualified or sig.name}{inst.text}({params});"
+    return replace(sig, instantiations=(inst,), added_instantiation=line).instantiate(inst)
 
 
 def _extern_shared(src: bytes, root, marks: _Marks) -> list[tuple[int, str, str]]:
@@ -1063,6 +1127,8 @@ def parse_kernel(source: str, entry: str | None = None, where: str = "source",
             if inst:
                 chosen = replace(chosen, instantiations=(inst[0],) + tuple(
                     i for i in chosen.instantiations if i is not inst[0])).instantiate(inst[0])
+            elif chosen.is_template and chosen.dialect == "cuda":
+                chosen = _instantiation_for(chosen, entry, where)
     if chosen.is_template and not any(i.text for i in chosen.instantiations):
         raise SignatureError(f"{where}: kernel {chosen.name} is a template with no explicit instantiation; "
                              f"add one after it, e.g. `{_suggest(chosen)}`")
@@ -1110,14 +1176,22 @@ def index_uses(sig: KernelSignature) -> dict[str, IndexUse]:
     root = _parser().parse(("void __kerntune_body() {" + sig.body + "}").encode("utf-8")).root_node
     nodes = list(_walk(root))
     carries: dict[str, str] = {}  # a local -> the index array whose loaded value it holds
+    into: dict[str, str] = {}  # a local pointer -> the argument it points into (`ids + b * T`)
+
+    def array(e) -> str:
+        """The pointer argument an identifier is, or a local pointer into ("" when neither)."""
+        if e is None or e.type != "identifier":
+            return ""
+        name = _text(e)
+        return name if name in buffers else into.get(name, "")
 
     def source(e) -> str:
         """The index array whose value the expression is ("" when none)."""
         while e is not None:
             t = e.type
             if t == "subscript_expression":
-                arg = e.child_by_field_name("argument")
-                return _text(arg) if arg is not None and arg.type == "identifier" and _text(arg) in ints else ""
+                got = array(e.child_by_field_name("argument"))
+                return got if got in ints else ""
             if t == "identifier":
                 return carries.get(_text(e), "")
             if t == "cast_expression":
@@ -1126,7 +1200,8 @@ def index_uses(sig: KernelSignature) -> dict[str, IndexUse]:
                 e = e.named_children[-1] if e.named_children else None
             elif t == "pointer_expression" and _text(e.child_by_field_name("operator")) == "*":
                 inner = e.child_by_field_name("argument")
-                return _pointer_into(inner, ints)
+                got = _pointer_into(inner, ints) or array(inner)
+                return got if got in ints else ""
             elif t == "call_expression" and _callee(e.child_by_field_name("function")) in _LOADS + tuple(_CASTS):
                 args = e.child_by_field_name("arguments").named_children
                 if not args:
@@ -1138,24 +1213,32 @@ def index_uses(sig: KernelSignature) -> dict[str, IndexUse]:
                 return ""
         return ""
 
+    indexed: dict[str, str] = {}
     for _ in range(3):  # locals holding a loaded index, through a chain of assignments
         for n in nodes:
             if n.type == "init_declarator":
                 name, pointer, _ = _declarator_name(n.child_by_field_name("declarator"))
-                got = source(n.child_by_field_name("value"))
+                value = n.child_by_field_name("value")
+                got = source(value)
                 if name and not pointer and got:
                     carries[name] = got
+                elif name and pointer and value is not None:
+                    base = _pointer_into(value, buffers | set(into))
+                    if base:
+                        into[name] = into.get(base, base)
+                        for sub in _walk(value):  # `table + ids[t] * C`: the index moves the pointer
+                            idx = source(sub)
+                            if idx and idx != into[name]:
+                                indexed.setdefault(idx, into[name])
             elif n.type == "assignment_expression" and _text(n.child_by_field_name("operator")) == "=":
                 left = n.child_by_field_name("left")
                 got = source(n.child_by_field_name("right"))
                 if left is not None and left.type == "identifier" and got:
                     carries[_text(left)] = got
-    indexed: dict[str, str] = {}
     bounds: dict[str, str] = {}
     for n in nodes:
         if n.type == "subscript_expression":
-            arg = n.child_by_field_name("argument")
-            target = _text(arg) if arg is not None and arg.type == "identifier" else ""
+            target = array(n.child_by_field_name("argument"))
             index = n.child_by_field_name("indices") or n.child_by_field_name("index")
             if target in buffers and index is not None:
                 for sub in _walk(index):

@@ -361,8 +361,22 @@ def cmd_init(args: argparse.Namespace, argv: Sequence[str]) -> int:
     refuse_overwrite(spec, args.force)
     sources: dict[str, str] = {}
     copied = []
+    written = []
     for backend, path in (("cuda", cuda_path), ("opencl", cl_path)):
         if path is None:
+            continue
+        sig = cuda if backend == "cuda" else opencl
+        if sig is not None and sig.added_instantiation:
+            # a template kernel the file does not instantiate as the entry names it (its launcher is
+            # elsewhere, or it lives in a header): a source of its own adds the instantiation
+            name = f"{path.stem}_{sig.name}.cu"
+            spec.parent.mkdir(parents=True, exist_ok=True)
+            refuse_overwrite(spec.parent / name, args.force)
+            (spec.parent / name).write_text(
+                path.read_text(encoding="utf-8") + "\n// kerntune init: the explicit instantiation the entry names (the file "
+                "has none)\n" + sig.added_instantiation + "\n", encoding="utf-8")
+            written.append(name)
+            sources[backend] = name
             continue
         # sources sit beside the spec: a spec elsewhere gets its own copy
         if path.resolve().parent != spec.resolve().parent:
@@ -376,7 +390,8 @@ def cmd_init(args: argparse.Namespace, argv: Sequence[str]) -> int:
     sig = starter.signature
     roles = ", ".join(f"{a.name} {a.role}" for a in sig.args)
     print(f"wrote {spec} for {sig.name}: {len(sig.args)} arguments ({roles})"
-          + (f"; copied {', '.join(copied)} beside it" if copied else ""))
+          + (f"; copied {', '.join(copied)} beside it" if copied else "")
+          + (f"; wrote {', '.join(written)} beside it with the instantiation {sig.entry}" if written else ""))
     if sig.notes:
         print(f"could not read: {'; '.join(sig.notes)} (the rest is written)")
     print(f"to fill in: {', '.join(starter.todo)}; then: kerntune init --check {spec}")
