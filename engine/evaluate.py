@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .backends import GUARD_BYTES, Backend, CompileError, LaunchError
+from .backends import GUARD_BYTES, Backend, CompileError, ConstantArg, LaunchError
 from .compare import TOLERANCE, Expected, compare
 from .expressions import ExpressionError
 from .inputs import InputPool, Inputs, arg_nbytes, arg_shape, make_inputs
@@ -244,7 +244,8 @@ class Evaluator:
 
     def _args(self, which: int, inputs: Inputs) -> list[Any]:
         bufs = self._device_buffers(which)
-        return [bufs[a.name].view if a.is_buffer else inputs.scalars[a.name] for a in self.template.arguments]
+        return [(ConstantArg(a.name, bufs[a.name].view, bufs[a.name].nbytes) if a.constant else bufs[a.name].view)
+                if a.is_buffer else inputs.scalars[a.name] for a in self.template.arguments]
 
     def _arm_guards(self) -> None:
         """Write the guard pattern around every buffer, at every verification size."""

@@ -205,7 +205,7 @@ def _run_target(job_path: str | None) -> int:
     the job, then which configuration (`{"config": {...}, "original": false}`), so that the child
     can be started, its modules loaded and its inputs drawn before the configuration is known;
     nothing touches the device until the second line comes. An empty line: not needed after all."""
-    from .backends import open_backend
+    from .backends import ConstantArg, open_backend
     from .evaluate import launch_geometry
     from .inputs import arg_nbytes, make_inputs
     from .space import compiler_defines, geometry
@@ -247,7 +247,7 @@ def _run_target(job_path: str | None) -> int:
                 backend.upload(buf, inputs.host[a.name])
             else:
                 backend.fill(buf, 0, nbytes)
-            args.append(buf)
+            args.append(ConstantArg(a.name, buf, nbytes) if a.constant else buf)
         for _ in range(max(1, job.launches)):  # under ncu: a warm-up, then the profiled launch
             backend.launch(kernel, geo, args)
         backend.close()

@@ -111,6 +111,9 @@ class Argument:
     range_exprs: tuple[Expression, Expression] | None = None
     # the reference may hold NaN or Inf for this output although the inputs are finite
     nonfinite_ok: bool = False
+    # an input in constant memory: CUDA a `__constant__` array of the file by this name, filled
+    # before each launch (no kernel argument); OpenCL a `__constant` pointer argument
+    constant: bool = False
 
     def bounds(self, values: Mapping[str, Any]) -> tuple[float, float]:
         """The range inputs are drawn from, at a problem's sizes."""
@@ -660,7 +663,7 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
     out: list[Argument] = []
     seen: set[str] = set()
     keys = {"name", "dtype", "role", "shape", "value", "init", "range", "rtol", "atol", "inf_fraction",
-            "nonfinite"}
+            "nonfinite", "constant"}
     for i, item in enumerate(raw):
         name, where = _named_table(s, "arg", i, item, keys, seen)
         dtype = s.string(item, "dtype", where)
@@ -706,6 +709,10 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
         nonfinite = item.get("nonfinite", False)
         if not isinstance(nonfinite, bool):
             raise s.fail(f"{where}.nonfinite", "true or false", nonfinite)
+        constant = item.get("constant", False)
+        if not isinstance(constant, bool) or constant and role != "input":
+            raise s.fail(f"{where}.constant", "true or false, true only for an input (a __constant__ array "
+                                              "the host fills)", constant)
         tols = {}
         for t in ("rtol", "atol"):
             if t in item:
@@ -719,7 +726,7 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
             raise s.fail(f"{where}.inf_fraction", "a fraction in [0, 1) of a float argument", inf_fraction)
         out.append(Argument(name, dtype, role, shape, value, init, low, high, **tols,
                             inf_fraction=float(inf_fraction), range_exprs=range_exprs,
-                            nonfinite_ok=nonfinite))
+                            nonfinite_ok=nonfinite, constant=constant))
     if not any(a.is_output for a in out):
         raise s.fail("arg", "at least one argument with role output or inout")
     return tuple(out)

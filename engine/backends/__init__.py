@@ -29,6 +29,17 @@ class CompileError(RuntimeError):
     """The source did not compile; the message holds the compiler's first error lines."""
 
 
+@dataclass(frozen=True)
+class ConstantArg:
+    """An input the kernel reads from constant memory, in a launch's argument list: on CUDA a
+    `__constant__` variable of the file by this name, filled from `buffer` before each launch (not
+    a kernel argument); on OpenCL a `__constant` pointer argument, the buffer itself."""
+
+    name: str
+    buffer: Any
+    nbytes: int
+
+
 class LaunchError(RuntimeError):
     """The kernel could not be launched or failed while running."""
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..device import DeviceLimits
 from ..result import Resources
 from ..space import Geometry
-from . import BackendError, CompileError, chosen_device, count_devices, DeviceInfo, LaunchError
+from . import BackendError, CompileError, ConstantArg, chosen_device, count_devices, DeviceInfo, LaunchError
 from .cuda_symbols import resolve_entry
 
 try:
@@ -259,6 +259,7 @@ class CUDABackend:
         self._events: list[Any] = []  # timing events, reused once read
         self._symbols: dict[str, str] = {}  # entry -> the cubin symbol it resolved to
         self._argbuf: tuple[Any, Any] | None = None  # (args, packed) of the latest timed launches
+        self._split: tuple[Any, Any] | None = None  # (args, args without constant-memory inputs)
 
     # compile -----------------------------------------------------------------------------------
     def compile(self, source: str, entry: str, defines: Mapping[str, str],
@@ -438,8 +439,35 @@ class CUDABackend:
             raise LaunchError(f"download failed: {_one_line(e)}") from None
 
     # run ---------------------------------------------------------------------------------------
+    def _constants(self, kernel: CUDAKernel, args: Sequence[Any]) -> Sequence[Any]:
+        """The launch's arguments with its constant-memory inputs taken out, each copied into the
+        module's `__constant__` variable of its name first (cuModuleGetGlobal, then a copy)."""
+        if not any(isinstance(a, ConstantArg) for a in args):
+            return args
+        for a in args:
+            if isinstance(a, ConstantArg):
+                ptr, size = self._global(kernel, a.name)
+                if a.nbytes > size:
+                    raise LaunchError(f"`{a.name}` holds {a.nbytes} bytes; the kernel's __constant__ {a.name} "
+                                      f"has room for {size}")
+                drv.memcpy_dtod(ptr, int(a.buffer), a.nbytes)
+        if self._split is None or self._split[0] is not args:
+            self._split = (args, [a for a in args if not isinstance(a, ConstantArg)])
+        return self._split[1]
+
+    def _global(self, kernel: CUDAKernel, name: str) -> tuple[Any, int]:
+        """A `__constant__` variable of the kernel's module by its name as written (`ns::table`
+        by its mangled symbol)."""
+        parts = name.split("::")
+        symbol = name if len(parts) == 1 else "_ZN" + "".join(f"{len(p)}{p}" for p in parts) + "E"
+        try:
+            return kernel.module.get_global(symbol)
+        except drv.Error as e:
+            raise LaunchError(f"the kernel's module has no __constant__ variable {name!r}: {_one_line(e)}") from None
+
     def _enqueue(self, kernel: CUDAKernel, geo: Geometry, args: Sequence[Any]) -> None:
         try:
+            args = self._constants(kernel, args)
             self._allow_shared(kernel, geo.shared_bytes)
             kernel.function(*args, block=tuple(geo.block), grid=tuple(geo.grid),
                             shared=int(geo.shared_bytes))
@@ -479,6 +507,7 @@ class CUDABackend:
         try:
             if flush:
                 self._flush()
+            args = self._constants(kernel, args)
             start, end = self._events.pop() if self._events else (drv.Event(), drv.Event())
             start.record()
             if self._argbuf is None or self._argbuf[0] is not args:

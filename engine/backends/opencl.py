@@ -13,7 +13,7 @@ from ..device import DeviceLimits
 from ..result import Resources
 from ..signature import SignatureError, parse_kernels
 from ..space import Geometry
-from . import BackendError, CompileError, chosen_device, count_devices, compile_message, DeviceInfo, LaunchError
+from . import BackendError, CompileError, ConstantArg, chosen_device, count_devices, compile_message, DeviceInfo, LaunchError
 
 try:
     import pyopencl as cl
@@ -227,8 +227,8 @@ class OpenCLBackend:
     # run ---------------------------------------------------------------------------------------
     def _enqueue(self, kernel: Any, geo: Geometry, args: Sequence[Any]) -> Any:
         global_size = tuple(g * b for g, b in zip(geo.grid, geo.block))
+        args = [a.buffer if isinstance(a, ConstantArg) else a for a in args]  # a `__constant` pointer
         if geo.dynamic_shared:
-            args = list(args)
             local = cl.LocalMemory(max(int(geo.shared_bytes), 16))
             # each `__local` pointer argument where the kernel declares it (the last when unread)
             for at in self._local_args.get(kernel.int_ptr) or (len(args),):
