@@ -830,7 +830,8 @@ def _words(t: Template) -> set[str]:
 
 def fresh_name(name: str, taken: set[str] | frozenset[str]) -> str:
     """`name`, or a variant of it that `taken` does not hold."""
-    for candidate in (name, f"{name}_SIZE", f"KT_{name}"):
+    sized = () if name.endswith(("_SIZE", "SIZE")) else (f"{name}_SIZE",)  # never VEC_SIZE_SIZE
+    for candidate in (name, *sized, f"KT_{name}"):
         if candidate not in taken:
             return candidate
     n = 2

@@ -34,6 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .rewrites import Declined, Rewrite, RewriteContext
 
 NAME = "fast_math"
+# compiler options that already make every math call its fast form: FAST_MATH would change nothing
+FAST_OPTIONS = {"--use_fast_math", "-use_fast_math", "-cl-fast-relaxed-math", "-cl-unsafe-math-optimizations"}
 CUDA_FAST = {"expf": "__expf", "logf": "__logf", "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf",
              "cosf": "__cosf", "tanf": "__tanf", "powf": "__powf", "exp10f": "__exp10f"}
 OPENCL_FAST = {n: f"native_{n}" for n in ("exp", "log", "exp2", "log2", "exp10", "log10", "sin", "cos", "tan",
@@ -232,10 +234,18 @@ def _kind(node, types: dict, functions: dict) -> str | None:
     return None
 
 
+def built_fast(template, backend: str) -> str:
+    """The option the spec builds the backend's source with that makes math fast already, or ''."""
+    return next((o for o in template.compile_options.get(backend, ()) if o in FAST_OPTIONS), "")
+
+
 def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
     """FAST_MATH over the context's source, or why the kernel has nothing for it."""
     from .rewrites import Declined, Rewrite
 
+    fast = built_fast(ctx.original, ctx.backend)
+    if fast:
+        return Declined(NAME, f"the spec already builds with {fast}: its math calls take their fast forms")
     calls = fast_calls(ctx.source, ctx.original.entry, ctx.backend)
     taken = set(ctx.taken) | set(ctx.defaults) | {w for w, _ in source_tokens(ctx.source)}
     param, macro = _fresh("FAST_MATH", taken), _fresh("KT_FAST", taken)

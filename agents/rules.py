@@ -352,7 +352,7 @@ def analysis_line(state: LoopState) -> str:
                    "online softmax), a chain whose latency bounds it once the row is on chip: a lane can run 1, 2 or "
                    "4 independent chains of it (CHAINS), combined at the pass's end")
     fast = rewrite_fastmath.fast_calls(kernel_source(state), state.original.entry, state.backend)
-    if fast.sites:
+    if fast.sites and not rewrite_fastmath.built_fast(state.original, state.backend):
         reason += f"; FAST_MATH can switch its math calls to the hardware's fast approximations ({fast.switched()})"
     bound = cost_bound(state)
     by_cost = (f" By its cost it is {bound}-bound at this device's peaks" +

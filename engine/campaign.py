@@ -135,7 +135,7 @@ def run_job(job: Job, options: TuneOptions, sinks: Sequence[Sink] = ()) -> PairR
 
 def _finished(session: Session) -> bool:
     done = session.finished()
-    return done is not None and done.reason not in CUT
+    return done is not None and done.reason not in CUT and not done.reason.startswith("cut:")
 
 
 def _measure(template: Template, job: Job, options: TuneOptions, previous: Session | None,

@@ -10,12 +10,29 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from .events import Event, Note
 from .session import SessionWriter
 
 Sink = Callable[[Event], None]
+
+_EMITTERS: "weakref.WeakSet[Emitter]" = weakref.WeakSet()  # the runs of this process, for `cut`
+
+
+class RunCut(KeyboardInterrupt):
+    """The run was cut from outside (SIGTERM, SIGHUP): raised in the main thread like Ctrl-C's
+    KeyboardInterrupt, so that every child ends with the run; its text is the reason the session
+    records."""
+
+
+def cut(reason: str) -> None:
+    """Stop every run of this process (the agent loop's next round does not start), then raise
+    RunCut in the caller (a signal handler, in the main thread)."""
+    for em in list(_EMITTERS):
+        em.stop(reason)
+    raise RunCut(reason)
 
 
 @runtime_checkable
@@ -38,6 +55,8 @@ class Emitter:
         self._running = threading.Event()
         self._running.set()
         self.stop_reason = "stopped"
+        self._said: set[tuple[str, str]] = set()
+        _EMITTERS.add(self)
 
     # the clock and the events ------------------------------------------------------------------
     def now(self) -> float:
@@ -57,7 +76,13 @@ class Emitter:
         for sink in self.sinks:
             sink(ev)
 
-    def note(self, text: str, source: str = "engine") -> None:
+    def note(self, text: str, source: str = "engine", once: bool = False) -> None:
+        """A line of the run's own; with `once`, a line said before (by an earlier run of the same
+        agent loop, which calibrates again) is not said again."""
+        if once:
+            if (source, text) in self._said:
+                return
+            self._said.add((source, text))
         self.emit(Note(self.now(), text, source))
 
     # the controls ------------------------------------------------------------------------------

@@ -371,8 +371,7 @@ class TuningLoop(Controlled):
                 self.note(f"template accepted: {len(proposal.parameters)} parameters "
                           f"({', '.join(p.name for p in proposal.parameters)}), written to {directory}", "gate")
                 return ""
-            self.note(f"template rejected: {verdict.reason}", "gate")
-            rejection = verdict.reason
+            rejection = verdict.reason  # the GateChecked event says it: no note of its own
         return f"no proposed template passed the gate (last: {_first_line(rejection or '')})"
 
 

@@ -227,9 +227,9 @@ def _run_target(job_path: str | None) -> int:
             job = replace(job, config=dict(chosen.get("config") or {}), original=bool(chosen.get("original")))
         backend = open_backend("cuda", job.device)
         if job.original:
-            source = job.originals.get("cuda") or template.original_sources.get("cuda")
-            if source is None:
-                raise RuntimeError("the template has no original CUDA source")
+            # a spec with no baseline file is its own original (the agent loop's, with no
+            # parameters): its source as written, no defines
+            source = job.originals.get("cuda") or template.original_sources.get("cuda") or template.source_for("cuda")
             kernel = backend.compile(source, template.entry, {}, template.options_for("cuda"))
             geo = launch_geometry(template, None, problem, backend.limits)
         else:

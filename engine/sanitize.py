@@ -19,7 +19,10 @@ from typing import Any, Mapping
 from .backends.cuda_toolchain import find_cuda_tool, finish_cuda_tool, start_cuda_tool, stop_cuda_tool
 from .profile import job_for
 
-DEFAULT_TIMEOUT = 300.0
+# memcheck runs a kernel tens to hundreds of times slower than the device: a configuration is
+# checked at the smallest of the spec's sizes (its odd verification sizes are there for tails and
+# edges, what memcheck looks for), and given this long at most
+DEFAULT_TIMEOUT = 120.0
 
 
 class SanitizeError(RuntimeError):
@@ -57,6 +60,7 @@ class Memcheck:
 
     def __init__(self, tool: str, template: Any, problem: Any, device: int = 0):
         self.tool = tool
+        problem = memcheck_problem(template, problem)
         self._template, self._problem = template, problem
         self._proc = start_cuda_tool(
             [tool, "--tool", "memcheck", "--error-exitcode", "99", "--print-limit", "8",
@@ -94,6 +98,21 @@ def read_memcheck(text: str, code: int) -> tuple[bool, str]:
     if errors < 0:
         raise SanitizeError(f"compute-sanitizer printed no summary (exit code {code})")
     return True, "compute-sanitizer memcheck: 0 errors"
+
+
+def memcheck_problem(template: Any, problem: Any) -> Any:
+    """The size memcheck runs a configuration at: the smallest of the tuned size and the spec's
+    verification sizes (by the elements of its buffers), where every configuration is verified."""
+    from .expressions import ExpressionError
+    from .inputs import arg_nbytes
+
+    def size(p: Any) -> float:
+        try:
+            return sum(arg_nbytes(a, p) for a in template.arguments if a.is_buffer)
+        except (ExpressionError, ValueError, TypeError, ZeroDivisionError):  # a size it cannot give
+            return float("inf")
+
+    return min((problem, *getattr(template, "verify_problems", ())), key=size)
 
 
 def sanitize_config(template: Any, problem: Any, config: Mapping[str, Any] | None, *, device: int = 0,

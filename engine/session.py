@@ -23,8 +23,8 @@ from typing import Any, Iterator, Mapping
 
 import tomli_w
 
-from .events import (ConfigEvaluated, Event, EventFormatError, LeadersRetimed, Note, RunFinished, RunStarted,
-                     event_from_dict, event_to_dict)
+from .events import (ConfigEvaluated, Event, EventFormatError, LeadersRetimed, LoopFinished, LoopStarted, Note,
+                     RunFinished, RunStarted, event_from_dict, event_to_dict)
 from .certificate import checked as checked_certificate
 from .header import FORMAT, HEADER_TABLES, VERSION, SessionHeader, new_header, tool_version  # noqa: F401
 from .result import FAILED, Result, config_key, fastest
@@ -37,6 +37,10 @@ else:  # pragma: no cover
 _EVENT_HEADER = re.compile(r"^\[\[event\]\]\s*$", re.MULTILINE)
 # Each event ends with this comment line: an event without it was cut off mid-write.
 END_MARK = "# end\n"
+
+
+# a session whose run (or agent loop) started and never finished: its process was killed
+CUT = "cut: the session ends before its run finished (the process was killed)"
 
 
 class SessionError(ValueError):
@@ -258,10 +262,19 @@ class Session:
         return None
 
     def finished(self) -> RunFinished | None:
-        for e in reversed(self.events):
-            if isinstance(e, RunFinished):
-                return e
-        return None
+        """How the session's run ended: its last RunFinished; a run (or agent loop) that started
+        and never finished was cut (its process killed): a RunFinished saying so; None before any."""
+        started = [i for i, e in enumerate(self.events) if isinstance(e, (RunStarted, LoopStarted))]
+        done = [i for i, e in enumerate(self.events) if isinstance(e, RunFinished)]
+        loop_open = any(isinstance(e, LoopStarted) for e in self.events) and \
+            not any(isinstance(e, LoopFinished) for e in self.events)
+        last = self.events[done[-1]] if done else None
+        if started and (not done or done[-1] < started[-1] or loop_open):
+            if isinstance(last, RunFinished) and last.reason.startswith(("cut:", "interrupted")):
+                return last
+            results = self.results()
+            return RunFinished(self.events[-1].t, CUT, len(results), sum(1 for r in results if r.verified))
+        return last
 
     def summary(self) -> dict[str, Any]:
         """The facts `kerntune show --json` prints."""
@@ -289,7 +302,9 @@ class Session:
             "speedup": None,
             "finished": None,
             "warnings": list(self.warnings),
-            "calibration": [e.text for e in self.events if isinstance(e, Note) and e.source == "calibration"],
+            # each run of a session (an agent loop's original and rounds) calibrates: a line once
+            "calibration": list(dict.fromkeys(e.text for e in self.events
+                                              if isinstance(e, Note) and e.source == "calibration")),
             # `kerntune selftest` on the device and driver, as the header recorded it (None: never run)
             "selftest": checked_certificate(self.device.get("selftest")),
         }

@@ -61,7 +61,8 @@ _CUDA_WORDS = {"__global__", "__device__", "__host__", "__forceinline__", "__noi
 _OPENCL_WORDS = {"__kernel", "kernel", "__global", "global", "__local", "local", "__constant", "constant",
                  "__private", "private", "__read_only", "read_only", "__write_only", "write_only"}
 _WITH_PARENS = {"__launch_bounds__", "__cluster_dims__", "__maxnreg__", "__attribute__", "__declspec",
-                "__align__", "__builtin_align__"}
+                "__align__", "__builtin_align__",
+                "KERNTUNE_PRAGMA"}  # the rules' own `#pragma unroll N` through _Pragma (agents/lift.py)
 _KERNEL_WORDS = {"__global__", "__kernel", "kernel"}
 _LOCAL_WORDS = {"__local", "local"}
 _CONSTANT_WORDS = {"__constant", "constant"}

@@ -323,8 +323,8 @@ class TuneRun(Controlled):
                     winner_ok = best is not None
                 if best is not None and winner_ok and len(getattr(evaluations, "labels", ())) > 1:
                     self._retime(evaluations, best)
-        except KeyboardInterrupt:
-            reason = "interrupted"
+        except KeyboardInterrupt as e:
+            reason = str(e) or "interrupted"  # RunCut's reason (a signal) or Ctrl-C
             best = progress.best
         finally:
             evaluations.close()
@@ -376,7 +376,7 @@ class TuneRun(Controlled):
             widened = (f"; its tolerance is widened {scale:.3g}x for every configuration" if scale
                        else "; the default tolerance holds")
             self.events.note(f"tolerance of `{name}`: the original kernel's worst error is "
-                             f"{err:.3g}x the default{widened}", source="calibration")
+                             f"{err:.3g}x the default{widened}", source="calibration", once=True)
         if not info.get("cold_cache", True):
             flush = info.get("flush_bytes", 0) / 2**20
             self.events.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "

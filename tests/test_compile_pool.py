@@ -21,6 +21,10 @@ class Template:  # the part of a Template the pool reads
     compile_options = {"cuda": ()}
 
     @staticmethod
+    def options_for(backend):
+        return ()
+
+    @staticmethod
     def source_for(backend):
         return SOURCE
 

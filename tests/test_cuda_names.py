@@ -114,6 +114,10 @@ def test_compile_and_the_compile_pool_find_a_cpp_kernel_and_its_ptxas_figures(cu
         compile_options = {"cuda": ()}
 
         @staticmethod
+        def options_for(backend):
+            return ()
+
+        @staticmethod
         def source_for(backend):
             return CPP
 

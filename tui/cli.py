@@ -10,12 +10,13 @@ Every command exits non-zero with one clear line on bad input, never a traceback
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from kerntune.tui.errors import EXIT_BAD_INPUT, EXIT_FAILED, UsageError, one_line, print_error
+from kerntune.tui.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, UsageError, one_line, print_error
 from kerntune.tui.parser import build_parser, command_of
 
 
@@ -29,7 +30,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             build_parser().print_help()
             return EXIT_BAD_INPUT
-        return COMMANDS[args.command](args, argv)
+        with _cut_by_signals() as was_cut:
+            status = COMMANDS[args.command](args, argv)
+        if was_cut:  # the run stopped for the signal and ended well: still a cut run
+            print_error(was_cut[0])
+            return EXIT_INTERRUPTED
+        return status
     except BaseException as e:  # noqa: B036 (what is not one line, --help's exit among them, goes on up)
         said = one_line(e)
         if said is None:
@@ -38,6 +44,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         if line:
             print_error(line)
         return status
+
+
+CUT_BY = {"SIGTERM": "cut: the run was terminated (SIGTERM)", "SIGHUP": "cut: the terminal hung up (SIGHUP)"}
+
+
+@contextlib.contextmanager
+def _cut_by_signals():
+    """While a command runs, SIGTERM and SIGHUP cut it as Ctrl-C does: the run stops, records why
+    in its session, and ends every child it started (workers, compute-sanitizer, the profiler).
+    Yields a list that holds the reason once a signal came."""
+    import signal
+    import threading
+
+    from kerntune.engine.emitter import cut
+
+    was_cut: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield was_cut
+        return
+
+    def handler(reason: str) -> None:
+        was_cut.append(reason)
+        cut(reason)
+
+    before = {}
+    for name, reason in CUT_BY.items():
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            before[sig] = signal.signal(sig, lambda _s, _f, reason=reason: handler(reason))
+    try:
+        yield was_cut
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def refuse_overwrite(path: Path, force: bool) -> None:
@@ -141,7 +181,9 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if cert is not None:
         print(f"selftest of this device and driver: {certificate_line(cert)}")
     failed = ", ".join(f"{k} {v}" for k, v in summary["failed"].items()) or "none"
-    print(f"evaluated {summary['evaluated']} of {summary['feasible']} feasible; verified {summary['verified']}; "
+    # an agent loop's session has no one space (each round searches its own): no "of N feasible"
+    of = f" of {summary['feasible']} feasible" if summary["feasible"] else ""
+    print(f"evaluated {summary['evaluated']}{of}; verified {summary['verified']}; "
           f"failed: {failed}")
     for line in summary.get("calibration", []):
         print(line)

@@ -54,7 +54,7 @@ def one_line(e: BaseException) -> tuple[int, str] | None:
     if isinstance(e, _loaded(FAILED)):
         return EXIT_FAILED, str(e)
     if isinstance(e, KeyboardInterrupt):
-        return EXIT_INTERRUPTED, "interrupted"
+        return EXIT_INTERRUPTED, str(e) or "interrupted"  # a signal's cut says which
     if isinstance(e, BrokenPipeError):  # the reader went away (`| head`): nothing to tell it
         return EXIT_FAILED, ""
     if isinstance(e, OSError):

@@ -16,6 +16,7 @@ version: a cubin never outlives the toolkit that built it.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import glob
 import hashlib
@@ -69,15 +70,40 @@ def run_cuda_tool(cmd: Sequence[str], name: str, timeout: float, error: type[Exc
     return finish_cuda_tool(start_cuda_tool(cmd, name, error), name, timeout, error)
 
 
+# the tools started and not yet ended: each leads a process group of its own, which no signal to
+# the run's group reaches, so the run ends them itself when it ends (`end_cuda_tools`)
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
 def start_cuda_tool(cmd: Sequence[str], name: str, error: type[Exception]) -> subprocess.Popen:
     """Start a CUDA tool on a child program without waiting for it (`finish_cuda_tool` does);
     its standard input is a pipe the caller may write to. The tool leads a process group of its
     own, so that ending it ends the program it runs too (`stop_cuda_tool`)."""
     try:
-        return subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
     except OSError as e:
         raise error(f"cannot start {name}: {e}") from None
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
+    return proc
+
+
+def end_cuda_tools() -> None:
+    """End every tool still running, and what it runs (at exit, and when the run is cut)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+        _LIVE.clear()
+    for proc in live:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+atexit.register(end_cuda_tools)
 
 
 def finish_cuda_tool(proc: subprocess.Popen, name: str, timeout: float, error: type[Exception],
@@ -89,10 +115,15 @@ def finish_cuda_tool(proc: subprocess.Popen, name: str, timeout: float, error: t
     except subprocess.TimeoutExpired:
         stop_cuda_tool(proc)
         raise error(f"{name} did not finish within {timeout:.0f} s") from None
+    except BaseException:  # the run is cut (a signal, Ctrl-C) while the tool runs: it ends with it
+        stop_cuda_tool(proc)
+        raise
     except OSError as e:  # the child's input closed early: it ended before reading it
         out, err = stop_cuda_tool(proc)
         if proc.returncode is None:
             raise error(f"{name} stopped: {e}") from None
+    with _LIVE_LOCK:
+        _LIVE.discard(proc)
     return out + "\n" + err, proc.returncode
 
 
@@ -120,6 +151,8 @@ def stop_cuda_tool(proc: subprocess.Popen, grace: float = 0.0, stdin: str | None
         pass  # the group has ended
     if proc.poll() is None:
         proc.kill()
+    with _LIVE_LOCK:
+        _LIVE.discard(proc)
     try:
         return proc.communicate(timeout=10)
     except (subprocess.TimeoutExpired, ValueError, OSError):  # something left the group and holds a pipe

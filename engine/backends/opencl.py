@@ -99,6 +99,9 @@ def find_kernel(program: Any, entry: str) -> Any:
         names = [n for n in program.get_info(cl.program_info.KERNEL_NAMES).split(";") if n]
     except cl.Error:
         names = []
+    plain = entry.split("<")[0].split("::")[-1].strip()  # a CUDA twin's `ns::k<float>`: OpenCL's `k`
+    if entry not in names and plain in names:
+        entry = plain
     if entry not in names:
         raise CompileError(f"the program has no kernel named {entry!r}"
                            + (f"; it has {', '.join(names)}" if names else ""))
