@@ -98,6 +98,10 @@ def round_analysis(state: LoopState, record: RoundRecord) -> str:
         lines.append("The fastest configuration failed its re-check on new inputs: this round has no result.")
     else:
         lines.append("No configuration was verified this round.")
+    mine = [*results, *(r for rec in state.history if rec.template_dir == state.template_dir
+                        and rec is not record for r in rec.results)]
+    for line in never_verified(state, mine):
+        lines.append(line)
     if suspect:
         lines.append(f"{len(suspect)} configuration(s) measured faster than the speed of light: flagged "
                      "suspect, not ranked (a broken measurement or cost model, not a win).")
@@ -106,6 +110,22 @@ def round_analysis(state: LoopState, record: RoundRecord) -> str:
                      f"({us(state.best.median_us)}).")
     lines.append(sol_line(state))
     return "\n".join(lines)
+
+
+def never_verified(state: LoopState, results: Sequence[Result]) -> list[str]:
+    """A line for each parameter of the template none of whose values but the default verified
+    in any configuration measured with it (a knob that is wrong for this kernel, as lifted)."""
+    if state.template is None:
+        return []
+    out = []
+    for p in state.template.parameters:
+        other = [r for r in results if r.config and p.name in r.config and r.config[p.name] != p.default]
+        if other and not any(r.verified for r in other):
+            tried = sorted({r.config[p.name] for r in other}, key=lambda v: (str(type(v)), v))
+            out.append(f"{p.name}: none of its values but the default {p.default} verified "
+                       f"({len(other)} configuration(s) with {', '.join(map(str, tried))}, "
+                       f"failures: {failures(other)}): as lifted it is no knob of this kernel.")
+    return out
 
 
 def _default_result(state: LoopState, results: Sequence[Result]) -> Result | None:

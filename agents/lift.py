@@ -675,6 +675,15 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         if kernel is not None and dim not in kernel.launch_dims:
             if dim > 0:
                 continue
+        # a buffer whose size counts blocks (a partial result a block) would keep the original's
+        # size while the block changes: the spec's shapes hold problem sizes only, so it stays
+        counting = [a.name for a in original.arguments for e in a.shape if _literal_positions(e.source, literal)]
+        if counting:
+            notes.append(f"the shape of `{counting[0]}` holds the block's {literal}: the block size in dimension "
+                         f"{'xyz'[dim]} is left alone (a shape cannot follow a parameter), and so is a thread "
+                         "count of that value")
+            lifts[:] = [lf for lf in lifts if not (lf.kind == "threads" and lf.default == literal)]
+            continue
         held = _constants_holding(source, kernel, original.entry, literal, lifts)
         if held:
             notes.append(f"the kernel takes {literal} threads from {held}: the block size in dimension "
@@ -768,9 +777,11 @@ def _launch_edits(source: str, launches: list[LaunchLift], kernel: KernelAnalysi
 
 
 def _dim_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:
-    """Thread counts of one dimension of a launch of several: powers of two to 1024."""
+    """Thread counts of one dimension of a launch of several: powers of two to 1024, within a
+    factor of 8 of the default, and 1 always (a block one thread wide in a dimension: a row of
+    threads of the other)."""
     vals = {1 << k for k in range(0, 11) if 1 << k <= limits.max_threads_per_block} | {default}
-    return tuple(sorted(v for v in vals if v >= max(1, default // 8) and v <= default * 8))
+    return tuple(sorted(v for v in vals if v == 1 or max(1, default // 8) <= v <= default * 8))
 
 
 def _as_is(t: Template) -> TemplateProposal:

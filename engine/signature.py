@@ -144,9 +144,11 @@ class KernelSignature:
 
     @property
     def entry(self) -> str:
-        """The name that loads it: the plain name, or for a template its instantiation
-        (`reduce0<float>`: the name alone matches no kernel the compiler emits by that text)."""
-        if self.instantiations and self.instantiations[0].text:
+        """The name that loads it: the plain name (a template's one instantiation: its template
+        arguments can then become parameters), or its instantiation where the name alone may
+        name several kernels: several instantiations, or host code launching it (each launch
+        instantiates its own)."""
+        if len(self.instantiations) > 1 or self.launches and self.instantiations and self.instantiations[0].text:
             return self.name + self.instantiations[0].text
         return self.name
 

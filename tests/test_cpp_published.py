@@ -24,13 +24,13 @@ def filled(text: str, **values: str) -> str:
 def test_init_writes_the_instantiation_the_entry_names_for_a_template_in_a_header(tmp_path, capsys):
     shutil.copyfile(DATA / "ops.cuh", tmp_path / "ops.cuh")
     assert main(["init", str(tmp_path / "ops.cuh"), "--entry", "ops::scale_rows<float, 256>"]) == 0
-    assert "wrote ops_scale_rows.cu beside it" in capsys.readouterr().out
+    assert "wrote ops_scale_rows.cu beside it with the instantiation scale_rows<float, 256>" in capsys.readouterr().out
     source = (tmp_path / "ops_scale_rows.cu").read_text()
     assert source.startswith((DATA / "ops.cuh").read_text())
     assert source.rstrip().endswith("template __global__ void ops::scale_rows<float, 256>(float* __restrict__ out, "
                                     "const float* __restrict__ x, float factor, int n);")
     text = (tmp_path / "kernel.toml").read_text()
-    assert 'entry = "scale_rows<float, 256>"' in text and 'sources = { cuda = "ops_scale_rows.cu" }' in text
+    assert 'entry = "scale_rows"' in text and 'sources = { cuda = "ops_scale_rows.cu" }' in text
     assert 'name = "out"\ndtype = "float32"' in text and 'name = "x"\ndtype = "float32"' in text
     # with the wrong number of template arguments: one line naming what the kernel takes
     assert main(["init", str(tmp_path / "ops.cuh"), "--entry", "ops::scale_rows<float>", "-o",
@@ -54,9 +54,13 @@ def test_the_written_instantiation_compiles_and_the_spec_checks_complete(tmp_pat
 
 
 def test_a_namespace_qualified_instantiation_outside_the_namespace_is_read_and_is_the_entry():
-    sig = parse_kernel((DATA / "reduce.cu").read_text())
+    source = (DATA / "reduce.cu").read_text()
+    sig = parse_kernel(source)
+    # host code launches it: the name alone may name several kernels, the entry is the instantiation
     assert sig.entry == "reduce0<float>" and [a.ctype for a in sig.args] == ["float", "float", "int"]
     assert sig.dynamic_shared == "extern __shared__ float partial[];"
+    alone = parse_kernel(source[:source.index("// its launcher")])
+    assert alone.entry == "reduce0"  # one instantiation and no launch: its arguments can become parameters
 
 
 def test_a_type_from_an_included_header_and_an_index_array_through_a_local_pointer(tmp_path, capsys):

@@ -433,7 +433,8 @@ def cmd_init(args: argparse.Namespace, argv: Sequence[str]) -> int:
     roles = ", ".join(f"{a.name} {a.role}" for a in sig.args)
     print(f"wrote {spec} for {sig.name}: {len(sig.args)} arguments ({roles})"
           + (f"; copied {', '.join(copied)} beside it" if copied else "")
-          + (f"; wrote {', '.join(written)} beside it with the instantiation {sig.entry}" if written else ""))
+          + (f"; wrote {', '.join(written)} beside it with the instantiation {sig.name}{sig.instantiations[0].text}"
+             if written else ""))
     if sig.notes:
         print(f"could not read: {'; '.join(sig.notes)} (the rest is written)")
     print(f"to fill in: {', '.join(starter.todo)}; then: kerntune init --check {spec}")
