@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from . import host_launch
 from .device import DeviceLimits
 from .expressions import ExpressionError
-from .signature import INTEGER_DTYPES, IndexUse, KernelArg, KernelSignature, SignatureError, index_uses, parse_kernel
+from .signature import CTYPES, INTEGER_DTYPES, IndexUse, KernelArg, KernelSignature, SignatureError, index_uses, parse_kernel
 from .template import DTYPES, NAME_RE, TemplateError, load_template, read_text_file, read_toml_file
 
 TODO = "TODO"
@@ -186,6 +186,25 @@ def starter_spec(sources: dict[str, str], cuda: KernelSignature | None,
             lines += index_range(indices[a.name])
             if not indices[a.name].bound:
                 todo.append(f"arg.{a.name}.range")
+    for name, ctype, size in (cuda.constants if cuda is not None else ()):
+        # a __constant__ array the host fills: an input kerntune fills before each launch
+        if name in {a.name for a in args}:
+            continue  # an OpenCL twin's `__constant` pointer of that name: one [[arg]] for both
+        lines += ["", "[[arg]]", f'name = "{name}"']
+        dtype = CTYPES.get(ctype)
+        if dtype is None:
+            lines.append(f'dtype = "TODO"   # `{ctype}` has no dtype here: one of {", ".join(DTYPES)}')
+            todo.append(f"arg.{name}.dtype")
+        else:
+            lines.append(f'dtype = "{dtype}"')
+        lines.append('role = "input"')
+        if size.isdigit():
+            lines.append(f"shape = [{size}]")
+        else:
+            lines.append(f'shape = ["TODO"]  # the elements of `__constant__ {ctype} {name}[{size}]`')
+            todo.append(f"arg.{name}.shape")
+        lines.append("constant = true   # a __constant__ array of the file that the host fills: kerntune fills it "
+                     "before each launch")
     lines += ["", "# The sizes to tune for; add a [[problem]] table for each."]
     lines += ["[[problem]]", 'name = "TODO"']
     todo.append("problem")

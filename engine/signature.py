@@ -134,6 +134,9 @@ class KernelSignature:
     parameters_written: tuple[str, ...] = ()
     # the explicit instantiation `parse_kernel` wrote for an entry the file does not instantiate
     added_instantiation: str = ""
+    # the file's `__constant__` arrays it reads that the host fills (no initializer): (name, element
+    # type's words, element count as written)
+    constants: tuple[tuple[str, str, str], ...] = ()
     # the dynamic shared memory it declares, as written: `extern __shared__ float s[]` in its body
     # or outside every kernel (CUDA), a `__local` pointer argument (OpenCL); "" for none
     dynamic_shared: str = ""
@@ -190,6 +193,7 @@ class _Marks:
     kernels: list[int] = field(default_factory=list)  # offsets of __global__ / __kernel
     local: list[int] = field(default_factory=list)
     shared: list[int] = field(default_factory=list)  # offsets of __shared__
+    cuda_constant: list[int] = field(default_factory=list)  # offsets of __constant__
     constant: list[int] = field(default_factory=list)
     hints: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
     launches: list[tuple[int, int, str]] = field(default_factory=list)  # `<<<...>>>`: start, end, what it holds
@@ -258,6 +262,8 @@ def _blank(src: bytes) -> tuple[bytes, str, _Marks]:
                 marks.constant.append(leaf.start_byte)
             elif w == "__shared__":
                 marks.shared.append(leaf.start_byte)
+            elif w == "__constant__":
+                marks.cuda_constant.append(leaf.start_byte)
             out[leaf.start_byte:leaf.end_byte] = b" " * (leaf.end_byte - leaf.start_byte)
         i += 1
     for m in LAUNCH.finditer(src):  # host code's `kernel<<<grid, block>>>(...)`: parsed as a call
@@ -824,6 +830,7 @@ def parse_kernels(source: str, defines: Mapping[str, str] | None = None,
         bodies.append((body.start_byte, body.end_byte))
         kernels[-1] = replace(kernels[-1], parameters_written=_parameters_written(source.encode("utf-8"), fn))
     shared = _extern_shared(source.encode("utf-8"), root, marks)
+    host_filled = _constant_arrays(root, marks, bodies, types)
     for i, k in enumerate(kernels):
         start, end = bodies[i]
         words = _reached_words(functions, start, end, root)
@@ -831,7 +838,8 @@ def parse_kernels(source: str, defines: Mapping[str, str] | None = None,
                 if start <= at < end or not any(a <= at < b for a, b in bodies) and name in words]
         local = [a for a in k.args if a.local]
         dynamic = mine[0] if mine else (f"__local {local[0].ctype} *{local[0].name}" if local else "")
-        kernels[i] = replace(k, dynamic_shared=dynamic)
+        constants = tuple(c for at, c in host_filled if c[0] in words)
+        kernels[i] = replace(k, dynamic_shared=dynamic, constants=constants)
     launches = _host_launches(source.encode("utf-8"), root, marks, pre.macros)
     kernels = [replace(k, launches=tuple(x for x in launches if x.callee == k.name)) for k in kernels]
     if root.has_error:
@@ -897,6 +905,32 @@ def _instantiation_for(sig: KernelSignature, entry: str, where: str) -> KernelSi
     params = ", ".join(_substituted(p, values) for p in sig.parameters_written)
     line = f"template __global__ void {sig.qualified or sig.name}{inst.text}({params});"
     return replace(sig, instantiations=(inst,), added_instantiation=line).instantiate(inst)
+
+
+def _constant_arrays(root, marks: _Marks, bodies: list[tuple[int, int]],
+                     types: Mapping[str, str]) -> list[tuple[int, tuple[str, str, str]]]:
+    """The file's `__constant__` arrays outside every kernel with no initializer (the host fills
+    them, `cudaMemcpyToSymbol`): where, and (name, element type's words, element count)."""
+    out = []
+    for at in marks.cuda_constant:
+        if any(a <= at < b for a, b in bodies):
+            continue
+        first = at  # the word is blanked: the declaration starts at the next word
+        while first < len(marks.text) and marks.text[first:first + 1].isspace():
+            first += 1
+        node = root.descendant_for_byte_range(first, first)
+        while node is not None and node.type != "declaration":
+            node = node.parent
+        if node is None:
+            continue
+        d = node.child_by_field_name("declarator")
+        if d is None or d.type != "array_declarator":
+            continue  # a scalar, or one with an initializer (init_declarator): not the host's
+        name = d.child_by_field_name("declarator")
+        size = d.child_by_field_name("size")
+        ctype = _words(node.child_by_field_name("type"))
+        out.append((at, (_text(name), types.get(ctype, ctype), " ".join(_text(size).split()) if size else "")))
+    return out
 
 
 def _extern_shared(src: bytes, root, marks: _Marks) -> list[tuple[int, str, str]]:

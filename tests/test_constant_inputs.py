@@ -27,6 +27,14 @@ def test_a_constant_input_is_declared_and_verified_on_opencl(tmp_path, capsys):
     tune_poly("opencl", tmp_path, capsys)
 
 
+def test_init_declares_the_constant_array_a_kernel_reads(tmp_path, capsys):
+    (tmp_path / "poly.cu").write_text((DATA / "poly.cu").read_text())
+    assert main(["init", str(tmp_path / "poly.cu")]) == 0
+    capsys.readouterr()
+    text = (tmp_path / "kernel.toml").read_text()
+    assert 'name = "coeffs"\ndtype = "float32"\nrole = "input"\nshape = [8]\nconstant = true' in text
+
+
 def test_only_an_input_can_be_constant(tmp_path):
     for name in ("kernel.toml", "poly.cu", "poly.cl", "reference.py"):
         (tmp_path / name).write_text((DATA / name).read_text())
