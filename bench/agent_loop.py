@@ -76,6 +76,7 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "reduce_nodivergence": ("block_sums", "64M"),
     "reduce_sequential": ("block_sums", "64M"),
     "reduce_atomic": ("reduce_total", "64M"),
+    "reduce_firstadd": (None, "64M"),
     "stencil5": ("stencil5_tiled", "8k"),
     "stencil9": (None, "8k"),
     "conv_rows": (None, "8k"),

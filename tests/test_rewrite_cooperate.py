@@ -37,6 +37,7 @@ CASES = {
     "matmul_half": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 2, "TN": 4},)),
     "reduce_nodivergence": ("reduction", ({"LANES": 16}, {"LANES": 8, "THREADS": 64, "GRID": 1})),
     "reduce_atomic": ("reduction", ({"GRID": 1, "THREADS_SIZE": 64, "ITEMS": 4}, {"GRID": 8})),
+    "reduce_firstadd": ("reduction", ({"LANES": 32, "THREADS": 64, "GRID": 1},)),
     "stencil5": ("stencil", ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 8, "BLOCK_Y": 2})),
     "conv_cols": ("stencil", ({"ITEMS": 8},)),
 }
@@ -143,6 +144,10 @@ def test_the_reduction_proves_each_addressing_style_and_keeps_per_block_partials
     t = load_template(NAIVE / "reduce_atomic")
     r = read_reduction(context(t.source_for("cuda"), t.entry, "cuda", GPU, "reduce_atomic"))
     assert not r.per_segment and r.final == ("atomicAdd(out, kt_total);",)
+    # two elements a thread at the load: the value read as written, a segment of 2 x 256 elements
+    t = load_template(NAIVE / "reduce_firstadd")
+    r = read_reduction(context(t.source_for("cuda"), t.entry, "cuda", GPU, "reduce_firstadd"))
+    assert (r.flat, r.per, r.bound, r.B) == (False, 2, "n", 256)
 
 
 TREE = """__global__ void part(const float *in, float *out, int n) {
@@ -193,6 +198,7 @@ CUDA_CONFIGS = {
     "reduce_interleaved": ({"LANES": 32}, {"LANES": 8, "THREADS": 128, "GRID": 4}),
     "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
     "stencil9": ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 64}),
+    "reduce_firstadd": ({"LANES": 16}, {"LANES": 8, "THREADS": 1024, "GRID": 2}),
 }
 
 
