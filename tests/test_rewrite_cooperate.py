@@ -31,7 +31,7 @@ GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_c
 FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
 # kernel -> (the rewrite, configurations away from the defaults that must give the original's outputs)
 CASES = {
-    "matmul_naive": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 4, "TN": 2},
+    "matmul_naive": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 4, "TN": 2, "STAGES": 2},
                                      {"BK": 4, "BM": 16, "BN": 64, "TM": 1, "TN": 8})),
     "matmul_coalesced": ("contraction", ({"BK": 16, "BM": 64, "BN": 16, "TM": 8, "TN": 1},)),
     "matmul_half": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 2, "TN": 4},)),
@@ -88,14 +88,14 @@ def test_the_default_is_the_original_token_for_token_beside_the_tiled_kernel():
     proposal = rules_template(t, "opencl", CPU, lift=False).proposal
     out = proposal.sources["opencl"]
     # the tile parameters are held at their defaults while BK = 0 runs the original
-    assert "BK > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4)" in proposal.constraints
+    assert "BK > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1)" in proposal.constraints
     start = src.index("__kernel")
     kernel = src[start:src.index("\n}", start) + 2]
     assert out.index("#if BK > 0\n") < out.index("#else\n" + kernel + "\n#endif")
     assert "#ifndef BK\n#define BK 0\n#endif" in out
     # the operands are read as written, with the tile's coordinates; B^T walks k contiguously
     assert "vload_half(kt_r * K + kt_k, A)" in out and "vload_half(kt_c * K + kt_k, Bt)" in out
-    assert "const int kt_n = kt_i / BK, kt_q = kt_i % BK;" in out
+    assert "kt_bs[kt_i % BK][kt_i / BK] = kt_rb[kt_j];" in out  # B^T read along k, stored by column
 
 
 def test_the_contraction_reads_the_operands_the_bounds_and_the_epilogue():
@@ -192,9 +192,9 @@ def test_affine_reads_indices_as_polynomials():
 
 
 CUDA_CONFIGS = {
-    "matmul_naive": ({}, {"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8}, {"BK": 16, "BM": 64, "BN": 32, "TM": 2,
+    "matmul_naive": ({}, {"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2}, {"BK": 16, "BM": 64, "BN": 32, "TM": 2,
                                                                           "TN": 1}),
-    "matmul_half": ({"BK": 32, "BM": 64, "BN": 64, "TM": 4, "TN": 4},),
+    "matmul_half": ({"BK": 32, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "STAGES": 2},),
     "reduce_interleaved": ({"LANES": 32}, {"LANES": 8, "THREADS": 128, "GRID": 4}),
     "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
     "stencil9": ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 64}),
