@@ -228,3 +228,36 @@ def test_the_stencil_runs_the_body_as_written_for_several_rows_and_refuses_other
     from kerntune.agents.rewrite_stencil import rewrite as stencil
     declined = stencil(context(other, "stencil9", "cuda", GPU, "stencil9"))
     assert "other than through its two coordinates" in declined.reason
+
+
+GPU_KERNELS = ("matmul_naive", "matmul_coalesced", "matmul_half", "reduce_interleaved", "reduce_nodivergence",
+               "reduce_sequential", "reduce_firstadd", "reduce_atomic", "stencil5", "stencil9", "conv_rows",
+               "conv_cols")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_KERNELS)
+def test_on_cuda_the_rewritten_kernels_gate_and_every_tuned_configuration_verifies(name, tmp_path):
+    from kerntune.engine.tune import resolve_device
+
+    _, limits = resolve_device("cuda", 0)
+    original = load_template(NAIVE / name)
+    made = rules_template(original, "cuda", limits)
+    assert made.applied.rewrites, made.why_none()
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=300)
+    assert verdict.ok, verdict.reason
+    run = TuneRun(verdict.template, TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
+                                                budget=12, probe=False, session_path=tmp_path / "tune.toml")).run()
+    bad = [(r.config, r.status, r.message) for r in run.results if r.status not in ("ok", "pruned")]
+    assert not bad and run.winner_ok
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bar", ("block_sums", "reduce_total", "stencil5_tiled", "gather_rows"))
+def test_on_cuda_the_hand_written_bars_verify(bar, tmp_path):
+    bars = Path(__file__).resolve().parent.parent / "bench" / "bars"
+    run = TuneRun(load_template(bars / bar), TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
+                                                         budget=8, probe=False, session_path=tmp_path / "s.toml")).run()
+    bad = [(r.config, r.status, r.message) for r in run.results if r.status not in ("ok", "pruned")]
+    assert not bad and run.winner_ok
