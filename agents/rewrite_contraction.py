@@ -37,8 +37,7 @@ from kerntune.engine.proposal import ParamProposal
 
 from . import affine
 from .cooperate import (Decline, Dialect, beside, body_of, expression_names, guard_parts, header, inlined, pinned,
-                        strip_parens,
-                        reads_thread_ids, spec_scalars, spec_text, substituted, within)
+                        reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted, within)
 from .kernel_tree import span_of
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -44,7 +44,7 @@ from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names, header, inlined, pinned,
+from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names, header, pinned,
                         python_text, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted, with_names)
 from .kernel_tree import span_of, syntax_nodes
 

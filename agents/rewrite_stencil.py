@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from kerntune.engine.proposal import ParamProposal
 
-from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, pinned, raw_text,
+from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, raw_text,
                         reads_thread_ids, spec_scalars, spec_text, with_names)
 from .kernel_tree import span_of, syntax_nodes
 
