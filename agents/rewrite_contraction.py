@@ -117,7 +117,9 @@ def read(ctx: "RewriteContext") -> Contraction:
         if s.type not in ("declaration", "expression_statement"):
             raise Decline(f"a statement after the loop that is neither a declaration nor an expression (line "
                           f"{s.start_point[0] + 1})")
-    coords = {t.name for t in a.thread_indices}
+    # a batch: locals made from the grid's z index alone (the tiles keep the original's z dimension)
+    batch = {t.name for t in a.thread_indices if t.reads and set(t.reads) <= {("group", 2)}}
+    coords = {t.name for t in a.thread_indices} - batch
     # the update, its product and its factors
     update, factors = _update(loops[0], acc.var, text_of)
     k = loop.var
@@ -125,7 +127,7 @@ def read(ctx: "RewriteContext") -> Contraction:
     deps = []
     for f in factors:
         text = inlined(a, f, stop)
-        if reads_thread_ids(text):
+        if _reads_ids(text):
             raise Decline(f"the factor `{f}` reads thread ids other than through the output's coordinates")
         deps.append((f, expression_names(text) & coords))
     both = [f for f, d in deps if len(d) > 1]
@@ -157,20 +159,20 @@ def read(ctx: "RewriteContext") -> Contraction:
     if m_bound is None or n_bound is None:
         raise Decline(f"the guard does not bound both coordinates (`{r} < M`, `{c} < N`)")
     for cond in r_conds + c_conds:
-        if reads_thread_ids(cond) or expression_names(cond) & (coords - {r, c}):
+        if _reads_ids(cond) or expression_names(cond) & (coords - {r, c}):
             raise Decline(f"the guard's condition `{cond}` reads more than its coordinate")
     m_spec, n_spec = (spec_text(inlined(a, b, {}), scalars) for b in (m_bound, n_bound))
     start = inlined(a, loop.start, {})
     k_cond = inlined(a, f"{k} {'<=' if loop.inclusive else '<'} {loop.bound}", {k: "kt_k"})
     for text in (start, k_cond):
-        if reads_thread_ids(text) or expression_names(text) & (coords | {acc.var}):
+        if _reads_ids(text) or expression_names(text) & (coords | {acc.var}):
             raise Decline(f"the loop's bounds read the thread's coordinates (`{text}`)")
     # the epilogue: statements over the coordinates and the sum
     mapping = _pre_loop_values(a, before, text_of, ren)
     epilogue = []
     for s in after:
         text = substituted(s, text_of, {**mapping, **ren})
-        if reads_thread_ids(text):
+        if _reads_ids(text):
             raise Decline(f"the statement after the loop reads thread ids (line {s.start_point[0] + 1})")
         epilogue.append(" ".join(text.split()))
     _own_outputs(ctx, a, after, {r: "kt_r", c: "kt_c"}, x_text + " " + y_text)
@@ -181,6 +183,11 @@ def read(ctx: "RewriteContext") -> Contraction:
         acc_type, inlined(a, acc.init, {}) if acc.init else "0", x_text, y_text, update, tuple(epilogue),
         _fast(x_text, "kt_k", "kt_r"), _fast(y_text, "kt_k", "kt_c"),
         inlined(a, f"{k} {'<=' if loop.inclusive else '<'} {loop.bound}", {k: "kt_kb"}))
+
+
+def _reads_ids(text: str) -> bool:
+    """Whether an expression reads thread or block ids other than the grid's z index (a batch)."""
+    return reads_thread_ids(text.replace("blockIdx.z", "").replace("get_group_id(2)", ""))
 
 
 def _update(loop_node, acc: str, text_of) -> tuple[str, list[str]]:
@@ -347,7 +354,7 @@ def _rewrite(ctx: "RewriteContext", s: Contraction) -> "Rewrite":
     ] + pinned(ctx, off)
     grid = list(ctx.grid)
     block = list(ctx.block)
-    tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + ["1"] * max(0, len(grid) - 2)
+    tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + list(grid[2:])
     tiled_block = ["(BM // TM) * (BN // TN)"] + ["1"] * max(0, len(block) - 1)
     if len(grid) < 2:
         grid.append("1")

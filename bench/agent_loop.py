@@ -72,6 +72,7 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "matmul_naive": ("matmul", "4096"),
     "matmul_coalesced": ("matmul", "4096"),  # the bar computes A @ B without the epilogue
     "matmul_half": (None, "4096"),
+    "matmul_batched": (None, "1024"),
     "reduce_interleaved": ("block_sums", "64M"),
     "reduce_nodivergence": ("block_sums", "64M"),
     "reduce_sequential": ("block_sums", "64M"),

@@ -35,6 +35,7 @@ CASES = {
                                      {"BK": 4, "BM": 16, "BN": 64, "TM": 1, "TN": 8})),
     "matmul_coalesced": ("contraction", ({"BK": 16, "BM": 64, "BN": 16, "TM": 8, "TN": 1},)),
     "matmul_half": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 2, "TN": 4},)),
+    "matmul_batched": ("contraction", ({"BK": 8, "BM": 32, "BN": 16, "TM": 2, "TN": 2, "STAGES": 2},)),
     "reduce_nodivergence": ("reduction", ({"LANES": 16}, {"LANES": 8, "THREADS": 64, "GRID": 1})),
     "reduce_atomic": ("reduction", ({"GRID": 1, "THREADS_SIZE": 64, "ITEMS": 4}, {"GRID": 8})),
     "reduce_firstadd": ("reduction", ({"LANES": 32, "THREADS": 64, "GRID": 1},)),
@@ -230,7 +231,7 @@ def test_the_stencil_runs_the_body_as_written_for_several_rows_and_refuses_other
     assert "other than through its two coordinates" in declined.reason
 
 
-GPU_KERNELS = ("matmul_naive", "matmul_coalesced", "matmul_half", "reduce_interleaved", "reduce_nodivergence",
+GPU_KERNELS = ("matmul_naive", "matmul_coalesced", "matmul_half", "matmul_batched", "reduce_interleaved", "reduce_nodivergence",
                "reduce_sequential", "reduce_firstadd", "reduce_atomic", "stencil5", "stencil9", "conv_rows",
                "conv_cols")
 
