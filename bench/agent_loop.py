@@ -281,7 +281,7 @@ def library_us(what: str | None, sizes: dict, backend: str, reps: int = 100) -> 
 
         def fn():
             if what == "sum":
-                torch.sum(view, out=out)
+                torch.sum(view, dim=0, out=out)
             else:
                 torch.sum(view, dim=1, out=out)
     elif what == "embedding":
