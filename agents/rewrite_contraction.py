@@ -31,7 +31,6 @@ epilogue test the guard's conditions and the loop's own condition.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kerntune.engine.proposal import ParamProposal
 
@@ -39,9 +38,8 @@ from . import affine
 from .cooperate import (Decline, Dialect, beside, body_of, expression_names, guard_parts, header, inlined, pinned,
                         reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted, within)
 from .kernel_tree import span_of
+from .passes import Declined, Rewrite, RewriteContext
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .rewrites import Declined, Rewrite, RewriteContext
 
 NAME = "contraction"
 SWITCH = "BK"
@@ -76,10 +74,8 @@ class Contraction:
     kb_cond: str  # the loop's condition over `kt_kb`, a tile's first k
 
 
-def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     """The contraction rewrite of the context's kernel, or why it does not apply."""
-    from .rewrites import Declined
-
     try:
         shape = read(ctx)
         return _rewrite(ctx, shape)
@@ -87,7 +83,7 @@ def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
         return Declined(NAME, str(e))
 
 
-def read(ctx: "RewriteContext") -> Contraction:
+def read(ctx: RewriteContext) -> Contraction:
     """The contraction the kernel computes; Decline with the reason when it is none."""
     a = ctx.analysis
     if a.signature.is_template:
@@ -326,22 +322,20 @@ def _subscripts(text: str) -> list[str]:
     return out
 
 
-def _rewrite(ctx: "RewriteContext", s: Contraction) -> "Rewrite":
-    from .rewrites import Rewrite
-
+def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     d = Dialect.of(ctx.backend)
     a = ctx.analysis
     kernel = _kernel(header(ctx.source, a), s, d)
     acc_bytes = ELEMENT_BYTES.get(s.acc_type.split()[-1], 4)
     params = [
-        ParamProposal("BM", (16, 32, 64, 128, 256), 64, "rows of outputs per block (a tile)"),
-        ParamProposal("BN", (16, 32, 64, 128, 256), 64, "columns of outputs per block (a tile)"),
+        ParamProposal("BM", (16, 32, 64, 128, 256), 64, "rows of outputs per block (a tile)", "tile"),
+        ParamProposal("BN", (16, 32, 64, 128, 256), 64, "columns of outputs per block (a tile)", "tile"),
         ParamProposal(SWITCH, (0, 4, 8, 16, 32), 0, "depth of each shared-memory step (0: the original kernel, "
-                                                     "no tiles)"),
-        ParamProposal("TM", (1, 2, 4, 8), 4, "rows of outputs per thread, in registers"),
-        ParamProposal("TN", (1, 2, 4, 8), 4, "columns of outputs per thread, in registers"),
+                                                     "no tiles)", "tile"),
+        ParamProposal("TM", (1, 2, 4, 8), 4, "rows of outputs per thread, in registers", "tile"),
+        ParamProposal("TN", (1, 2, 4, 8), 4, "columns of outputs per thread, in registers", "tile"),
         ParamProposal("STAGES", (1, 2), 1, "2: the next step's tiles are loaded into registers while this step "
-                                           "computes"),
+                                           "computes", "tile"),
     ]
     off = f"{SWITCH} == 0"
     constraints = [

@@ -21,17 +21,14 @@ FAST_MATH is 0, so the default is the original token for token once the preproce
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from kerntune.engine.proposal import ParamProposal
 from kerntune.engine.signature import _words
 
 from .kernel_tree import _function_name, source_tokens, span_of, syntax_nodes
 from .lift import _insert_after_prelude, fresh_name
+from .passes import Declined, Rewrite, RewriteContext
 from .row_syntax import _strip, _t, _walk
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .rewrites import Declined, Rewrite, RewriteContext
 
 NAME = "fast_math"
 CUDA_FAST = {"expf": "__expf", "logf": "__logf", "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf",
@@ -232,10 +229,8 @@ def _kind(node, types: dict, functions: dict) -> str | None:
     return None
 
 
-def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     """FAST_MATH over the context's source, or why the kernel has nothing for it."""
-    from .rewrites import Declined, Rewrite
-
     calls = fast_calls(ctx.source, ctx.original.entry, ctx.backend)
     taken = set(ctx.taken) | set(ctx.defaults) | {w for w, _ in source_tokens(ctx.source)}
     param, macro = _fresh("FAST_MATH", taken), _fresh("KT_FAST", taken)
@@ -267,7 +262,7 @@ def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
 
 def _param(name: str) -> ParamProposal:
     return ParamProposal(name, (0, 1), 0, "on or off: the hardware's fast approximate math functions (__expf, "
-                         "native_exp, ...) in place of the accurate ones")
+                         "native_exp, ...) in place of the accurate ones", "flag")
 
 
 

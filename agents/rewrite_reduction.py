@@ -37,7 +37,6 @@ a min is exact.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
@@ -47,9 +46,8 @@ from . import affine
 from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names, header, pinned,
                         python_text, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted, with_names)
 from .kernel_tree import span_of, syntax_nodes
+from .passes import Declined, Rewrite, RewriteContext
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .rewrites import Declined, Rewrite, RewriteContext
 
 NAME = "reduction"
 ATOMIC_CALLS = {"sum": {"atomicAdd", "atomicAdd_block", "atomicAdd_system", "atomic_add", "atomic_fetch_add",
@@ -80,17 +78,15 @@ class Reduction:
     per_segment: bool  # the last statements read the segment (partials per block)
 
 
-def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     """The reduction rewrite of the context's kernel, or why it does not apply."""
-    from .rewrites import Declined
-
     try:
         return _rewrite(ctx, read(ctx))
     except Decline as e:
         return Declined(NAME, str(e))
 
 
-def read(ctx: "RewriteContext") -> Reduction:
+def read(ctx: RewriteContext) -> Reduction:
     """The tree reduction the kernel computes; Decline with the reason when it is none."""
     a = ctx.analysis
     if a.signature.is_template:
@@ -546,9 +542,7 @@ def _same_grid(ctx, bound: str, B: int, per: int) -> None:
             raise Decline(f"the launch cannot be evaluated at {problem.label()} ({e})") from None
 
 
-def _rewrite(ctx: "RewriteContext", r: Reduction) -> "Rewrite":
-    from .rewrites import Rewrite
-
+def _rewrite(ctx: RewriteContext, r: Reduction) -> Rewrite:
     d = Dialect.of(ctx.backend)
     a = ctx.analysis
     head = header(ctx.source, a)
@@ -558,10 +552,10 @@ def _rewrite(ctx: "RewriteContext", r: Reduction) -> "Rewrite":
     if r.per_segment:
         switch, off = names["LANES"], f"{names['LANES']} == 0"
         params = [ParamProposal(names["LANES"], (0, 8, 16, 32), 0, f"threads per segment of {r.B} elements "
-                                "(0: the original tree)"),
-                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block"),
+                                "(0: the original tree)", "lanes"),
+                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block", "threads"),
                   ParamProposal(names["GRID"], (0, 1, 2, 4, 8, 16), 0, "0: a group of LANES threads per segment; "
-                                "k: k blocks per multiprocessor, striding over the segments")]
+                                "k: k blocks per multiprocessor, striding over the segments", "grid")]
         constraints = [f"{switch} > 0 or ({names['THREADS']} == 256 and {names['GRID']} == 0)",
                        f"{off} or {names['THREADS']} % {names['LANES']} == 0",
                        f"{off} or {names['THREADS']} <= max_threads_per_block"]
@@ -576,9 +570,9 @@ def _rewrite(ctx: "RewriteContext", r: Reduction) -> "Rewrite":
         switch, off = names["GRID"], f"{names['GRID']} == 0"
         params = [ParamProposal(names["GRID"], (0, 1, 2, 4, 8, 16, 32), 0, "blocks per multiprocessor striding over "
                                 "all the elements (0: the original tree, a block per "
-                                f"{r.B} elements)"),
-                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block"),
-                  ParamProposal(names["ITEMS"], (1, 2, 4, 8), 1, "loads in flight per thread")]
+                                f"{r.B} elements)", "grid"),
+                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block", "threads"),
+                  ParamProposal(names["ITEMS"], (1, 2, 4, 8), 1, "loads in flight per thread", "work")]
         constraints = [f"{switch} > 0 or ({names['THREADS']} == 256 and {names['ITEMS']} == 1)",
                        f"{off} or {names['THREADS']} <= max_threads_per_block"]
         grid0 = (f"min(sm_count * {switch}, ceil_div({spec_bound}, {names['THREADS']} * {names['ITEMS']})) "
