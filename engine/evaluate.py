@@ -243,6 +243,7 @@ class Evaluator:
             if self.reference is not None:
                 _check_finite(a, check.values, inputs, problem)
             inputs.checks[a.name] = check
+        inputs.checksum = _checksum(inputs)
         return inputs
 
     def _baseline_outputs(self, inputs: Inputs, which: int) -> dict[str, np.ndarray]:
@@ -475,6 +476,35 @@ class Evaluator:
                 raise Rejected("wrong_result", f"{self._unwritten(which, a, out) or msg}{suffix}")
         return worst
 
+    def intact(self) -> bool:
+        """Whether everything the checks compare with still holds what it held when it was made:
+        each drawn set's inputs and references on the host (their checksums) and their copies on
+        the device, the guard patterns and poisons. A stray write of a configuration can reach
+        them (on a CPU device the kernel's buffers share the worker's memory)."""
+        pools = list(self._pools.values()) + ([self._variant_pool] if self._variant_pool is not None else [])
+        sets = [x for pool in pools for x in pool.drawn()]
+        if self._hard is not None:
+            sets.append(self._hard[1])
+        if any(_checksum(x) != x.checksum for x in sets if x.checksum is not None):
+            return False
+        pairs, scratch = [], []
+        for host, buf in self._resident.values():  # guard patterns, poisons
+            scratch.append(self.backend.alloc(host.nbytes))
+            self.backend.upload(scratch[-1], host)
+            pairs.append((buf, 0, scratch[-1], 0, host.nbytes))
+        for inputs in sets:
+            for name, buf in inputs.device.items() if inputs.base is None else ():
+                scratch.append(self.backend.alloc(inputs.host[name].nbytes))
+                self.backend.upload(scratch[-1], inputs.host[name])
+                pairs.append((buf, 0, scratch[-1], 0, inputs.host[name].nbytes))
+            for check in inputs.checks.values():
+                if check.device is not None:
+                    values = check.values.astype(np.float32, copy=False)
+                    scratch.append(self.backend.alloc(values.nbytes))
+                    self.backend.upload(scratch[-1], values)
+                    pairs.append((check.device, 0, scratch[-1], 0, values.nbytes))
+        return all(f < 0 for f in _first_differences(self.backend, pairs))
+
     def _unwritten(self, which: int, a: Argument, out: np.ndarray) -> str:
         """Name the elements of a failed output that still hold the poison, if any do."""
         poison = self._poisoned.get((which, a.name))
@@ -576,14 +606,11 @@ class Evaluator:
             if explicit or not math.isfinite(err) or err > CALIBRATION_LIMIT:
                 why = "its explicit tolerance" if explicit else "the reference"
                 raise CalibrationError(f"the original kernel disagrees with {why}: {msg}")
-            r = np.concatenate(errors[a.name])
-            high = float(np.quantile(r, CALIBRATION_QUANTILE))
-            scale = CALIBRATION_FACTOR * high if high > 1.0 else 1.0
+            scale, spare = _widening(np.concatenate(errors[a.name]), err)
             if scale > 1.0:
                 self.scale[a.name] = scale
-            beyond = int(np.count_nonzero(r > scale))
-            if beyond:
-                self.spare[a.name] = (beyond / r.size, CALIBRATION_FACTOR * err / scale)
+            if spare[0]:
+                self.spare[a.name] = spare
         if self.scale or self.spare:
             for pool in self._pools.values():
                 for inputs in pool.drawn():  # sets drawn later get the widened tolerance when drawn
@@ -609,6 +636,9 @@ class Evaluator:
         left: list[str] = []
 
         def passes(kinds_now: tuple[str, ...]) -> tuple[Inputs | None, str]:
+            """The hard set of `kinds_now` with its tolerance calibrated on the original's errors
+            there, as calibrate() does on the usual sets; None and why where the reference cannot
+            compute it or the original disagrees beyond calibration."""
             try:
                 inputs = self._with_reference(make_hard_inputs(self.template, problem, seed, kinds_now), which)
             except RuntimeError as e:
@@ -618,10 +648,19 @@ class Evaluator:
             try:
                 outs = self._run_checked(original, self._geometry(None, problem), inputs, which, poison="nan")
                 for a in self.template.arguments:
-                    if a.is_output:
-                        _, msg = compare(a.name, outs[a.name], inputs.checks[a.name])
+                    if not a.is_output:
+                        continue
+                    default = inputs.checks[a.name].rescaled(a, 1.0)
+                    err, msg = compare(a.name, outs[a.name], default)
+                    if not msg or default.exact:
                         if msg:
                             return None, f"the original kernel: {msg}"
+                        continue
+                    if a.rtol is not None or a.atol is not None or not math.isfinite(err) or err > CALIBRATION_LIMIT:
+                        return None, f"the original kernel: {msg}"
+                    scale, spare = _widening(ratios(outs[a.name], default), err)
+                    scale = max(scale, self.scale.get(a.name, 1.0))
+                    inputs.checks[a.name] = default.rescaled(a, scale, max(spare, self.spare.get(a.name, (0.0, 1.0))))
             except LaunchError as e:
                 return None, f"the original kernel: {e}"
             return inputs, ""
@@ -829,7 +868,8 @@ class Evaluator:
                 except LaunchError as e:
                     return replace(result, status="launch_error", message=f"while launching it again: {e}")
                 except Rejected as e:
-                    return replace(result, status=e.status, message=e.message)
+                    return replace(result, status=e.status,
+                                   message=f"launched again and again on one input set: {e.message}")
             self._best_us = min(self._best_us, result.median_us)
         return result
 
@@ -918,6 +958,7 @@ class Evaluator:
         self._with_reference(variant, 0)
         # its inputs are its base's, changed in the working buffers only
         variant.host, variant.device, variant.change, variant.base = base.host, base.device, change, base
+        variant.checksum = _checksum(variant)
         return variant
 
     def _stage(self, base: Inputs, change: Mapping[str, tuple[int, int, int]]) -> None:
@@ -947,24 +988,19 @@ class Evaluator:
                               src_offset=src, wait=False)
 
     def _timed_launches(self, kernel: Any, geo: Geometry, count: int, checked: tuple[int, ...]) -> list[float]:
-        """`count` timed launches, those in `checked` checked; the times of all but those on an
-        input set this configuration has seen (a changed set checked again), in order."""
+        """`count` timed launches, those in `checked` checked; their times in order. A checked
+        launch on a changed set this configuration has seen already (more checks than changed
+        sets) is not counted: an unchecked launch on a new change is timed in its place."""
         pool, variants = self._pool(0), self._variants()
         bases = [pool[i] for i in range(len(pool)) if pool.ready(i)] or [pool[0]]
         poisons = self._poisons_for_timing(bases[0])
         times: list[float] = []
-        tokens: list[Any] = []
-        repeats: set[int] = set()
+        tokens: list[tuple[Any, bool]] = []  # (the launch's token, whether its time counts)
         checked_set = set(checked)
-        fresh = [k for k in self._rng.permutation(len(variants)) if int(k) not in self._used_variants]
-        for k in range(count):
-            variant = None
-            if k in checked_set:
-                pick = int(fresh.pop()) if fresh else int(self._rng.integers(len(variants)))
-                if pick in self._used_variants:
-                    repeats.add(k)
-                self._used_variants.add(pick)
-                variant = variants[pick]
+        fresh = [int(k) for k in self._rng.permutation(len(variants)) if int(k) not in self._used_variants]
+
+        def launch(variant: Inputs | None, counts: bool = True) -> None:
+            if variant is not None:
                 self._stage(variant.base, variant.change)
             else:
                 now = self._staged[0]
@@ -973,21 +1009,33 @@ class Evaluator:
             args = self._args(0, self._staged[0])
             self._repoison(poisons)
             self._generation += 1
-            tokens.append(self.backend.timed(kernel, geo, args, self.timing.flush))
-            if variant is not None:
-                times += self.backend.elapsed(tokens)
-                tokens = []
-                full = k == count - 1
-                if full:  # undo the change of the inputs: they are then compared with the pristine set
-                    base, change = self._staged
-                    mine = {n: c for n, c in change.items() if self._roles[n] == "input"}
-                    self._copy_run(self._device_buffers(0), base.device, mine, 0)
-                    self._staged = (base, {n: c for n, c in change.items() if n not in mine})
-                # inputs are never restored while timing, and guards never rewritten: the last
-                # check sees what any timed launch did to them
-                self._inspect(0, variant, self._read_outputs(0), f"timed launch {k + 1} of {count}", full=full)
-        times += self.backend.elapsed(tokens)
-        return [t for k, t in enumerate(times) if k not in repeats]
+            tokens.append((self.backend.timed(kernel, geo, args, self.timing.flush), counts))
+
+        for k in range(count):
+            if k not in checked_set:
+                launch(None)
+                continue
+            pick = fresh.pop() if fresh else int(self._rng.integers(len(variants)))
+            seen = pick in self._used_variants
+            if seen:
+                launch(None)  # timed in place of the repeat
+            self._used_variants.add(pick)
+            variant = variants[pick]
+            launch(variant, counts=not seen)
+            elapsed = self.backend.elapsed([t for t, _ in tokens])
+            times += [t for t, (_, counts) in zip(elapsed, tokens) if counts]
+            tokens = []
+            full = k == count - 1
+            if full:  # undo the change of the inputs: they are then compared with the pristine set
+                base, change = self._staged
+                mine = {n: c for n, c in change.items() if self._roles[n] == "input"}
+                self._copy_run(self._device_buffers(0), base.device, mine, 0)
+                self._staged = (base, {n: c for n, c in change.items() if n not in mine})
+            # inputs are never restored while timing, and guards never rewritten: the last
+            # check sees what any timed launch did to them
+            self._inspect(0, variant, self._read_outputs(0), f"timed launch {k + 1} of {count}", full=full)
+        elapsed = self.backend.elapsed([t for t, _ in tokens])
+        return times + [t for t, (_, counts) in zip(elapsed, tokens) if counts]
 
     def _poisons_for_timing(self, inputs: Inputs) -> dict[str, list[tuple[str, Any, np.ndarray]]]:
         """Device copies of each output's poisons at the tuning size, made once per run."""
@@ -1036,20 +1084,17 @@ class Evaluator:
         for k in range(count):
             outs = self._run_checked(kernel, geo, inputs, 0, poison="nan" if k % 2 else "bits")
             if not first:
-                self._inspect(0, inputs, outs, f"launch 1 of {count} on one input set")
+                self._inspect(0, inputs, outs, f"launch 1 of {count}")
                 for a in outputs:
                     first[a.name] = self.backend.alloc(max(bufs[a.name].nbytes, 1))
                     self.backend.copy(first[a.name], bufs[a.name].raw, bufs[a.name].nbytes, src_offset=GUARD_BYTES)
                 continue
             found = _first_differences(self.backend, [(bufs[a.name].raw, GUARD_BYTES, first[a.name], 0, bufs[a.name].nbytes)
                                                       for a in outputs])
-            if any(f >= 0 for f in found):
-                try:
-                    self._inspect(0, inputs, outs, f"launch {k + 1} of {count} on one input set", full=False)
-                except Rejected as e:
-                    raise Rejected(e.status, f"launches on one input set disagree (a race): {e.message}") from None
+            if any(f >= 0 for f in found):  # a race, or an order of operations that is not fixed
+                self._inspect(0, inputs, outs, f"launch {k + 1} of {count}, which differs from the first", full=False)
             if k == count - 1:
-                self._inspect(0, inputs, outs, f"launch {k + 1} of {count} on one input set")
+                self._inspect(0, inputs, outs, f"launch {k + 1} of {count}")
 
     def _timed(self, base: Result, times: list[float]) -> Result:
         arr = np.asarray(times, dtype=np.float64)
@@ -1126,6 +1171,29 @@ class Evaluator:
             return False, f"{e.status}: {e.message}"
         except (CompileError, LaunchError, ExpressionError) as e:
             return False, str(e)
+
+
+def _checksum(inputs: Inputs) -> int:
+    """A checksum of an input set's host arrays and references (Evaluator.intact): the exclusive
+    or of their 8-byte words (fast; any single changed word changes it), and of their tails."""
+    total = 0
+    for arrays in (inputs.host, inputs.expected, {k: c.values for k, c in inputs.checks.items()}):
+        for name in sorted(arrays):
+            raw = np.ascontiguousarray(arrays[name]).reshape(-1).view(np.uint8)
+            whole = raw.size // 8 * 8
+            total ^= int(np.bitwise_xor.reduce(raw[:whole].view(np.uint64))) if whole else 0
+            total ^= int.from_bytes(raw[whole:].tobytes(), "little") ^ (raw.size << 3)
+    return total
+
+
+def _widening(r: np.ndarray, worst: float) -> tuple[float, tuple[float, float]]:
+    """From the original's errors over the default tolerance (`r`, its worst `worst`): the
+    widening of the tolerance (CALIBRATION_FACTOR times the CALIBRATION_QUANTILE quantile, where
+    that misses the default) and the spare elements beyond it (their share, how far beyond)."""
+    high = float(np.quantile(r, CALIBRATION_QUANTILE)) if r.size else 0.0
+    scale = CALIBRATION_FACTOR * high if high > 1.0 else 1.0
+    beyond = int(np.count_nonzero(r > scale))
+    return scale, ((beyond / r.size, CALIBRATION_FACTOR * worst / scale) if beyond else (0.0, 1.0))
 
 
 def _first_differences(backend: Backend, pairs: list[tuple[Any, int, Any, int, int]]) -> list[int]:

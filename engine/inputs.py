@@ -30,6 +30,8 @@ class Inputs:
         self.key: str | None = None  # its name in the inputs cache (engine/inputs_cache.py), if it has one
         self.kinds: tuple[str, ...] = ()  # the hard kinds of its rows (make_hard_inputs), if any
         self.change: dict[str, tuple[int, int, int]] = {}  # a variant's change of its base set
+        self.base: Inputs | None = None  # a variant's base set
+        self.checksum: int | None = None  # of its arrays and references, once prepared (Evaluator.intact)
 
 
 def arg_shape(arg: Argument, problem: Problem) -> tuple[int, ...]:
@@ -168,6 +170,10 @@ def make_hard_inputs(template: Template, problem: Problem, seed: int, kinds: tup
         flat = data.reshape(-1).copy()
         labels = (["normal"] + mine) * (rows // (len(mine) + 1) + 1)
         order = rng.permutation(rows)
+        # the first row is of the usual draw: a kernel that looks at its first elements to decide
+        # whether the input is unusual sees nothing unusual
+        first, usual = int(np.flatnonzero(order == 0)[0]), 0
+        order[first], order[usual] = order[usual], order[first]
         for kind in mine:
             picked = np.array([r for r, j in zip(order, range(rows)) if labels[j] == kind], dtype=np.int64)
             if picked.size == 0:

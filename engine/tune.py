@@ -373,10 +373,16 @@ class TuneRun(Controlled):
                              source="worker")
         for name, err in sorted(info.get("calibration", {}).items()):
             scale = info.get("scale", {}).get(name)
-            widened = (f"; its tolerance is widened {scale:.3g}x for every configuration" if scale
+            widened = (f"; its tolerance is widened {scale:.3g}x (twice a high quantile of its errors)" if scale
                        else "; the default tolerance holds")
+            share = info.get("spare", {}).get(name)
+            if share:
+                widened += (f"; {share:.2%} of its elements are beyond that, so a few elements of each "
+                            "configuration may be too, none further out than twice its worst")
             self.events.note(f"tolerance of `{name}`: the original kernel's worst error is "
                              f"{err:.3g}x the default{widened}", source="calibration")
+        if info.get("hard"):
+            self.events.note(str(info["hard"]), source="calibration")
         if not info.get("cold_cache", True):
             flush = info.get("flush_bytes", 0) / 2**20
             self.events.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "
