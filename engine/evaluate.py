@@ -623,13 +623,13 @@ class Evaluator:
                     for a in outputs:
                         inputs.checks[a.name] = inputs.checks[a.name].rescaled(
                             a, self.scale.get(a.name, 1.0), self.spare.get(a.name, (0.0, 1.0)))
-        self._hard_inputs(kernel)
+        self._hard_inputs(kernel, config)
         return {name: round(err, 4) for name, (err, _) in worst.items()}
 
-    def _hard_inputs(self, original: Any) -> None:
+    def _hard_inputs(self, original: Any, config: Mapping[str, ParamValue] | None = None) -> None:
         """The hard input set every configuration is checked on, at the smallest verification
         size: rows of every hard kind the reference computes (finite where the inputs are) and
-        the original kernel passes (`original`, at its own launch); without a numpy reference,
+        the original kernel passes (`original`: the calibration's build, at `config`'s launch); without a numpy reference,
         of every kind, the default configuration's outputs the reference."""
         kinds = [k for k in HARD_KINDS if any(k in hard_kinds(a) for a in self.template.arguments
                                                if a.role in ("input", "inout"))]
@@ -652,7 +652,7 @@ class Evaluator:
             if original is None:
                 return inputs, ""
             try:
-                outs = self._run_checked(original, self._geometry(None, problem), inputs, which, poison="nan")
+                outs = self._run_checked(original, self._geometry(config, problem), inputs, which, poison="nan")
                 for a in self.template.arguments:
                     if not a.is_output:
                         continue
