@@ -103,6 +103,8 @@ class Declined:
 
     name: str
     reason: str
+    # declined for the device's runtime, not for the kernel: always told in the plan
+    for_device: bool = False
 
 
 # one edit buffer -----------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kerntune.engine.backends.opencl_check import DEFECTS, STORE_AFTER_BARRIER
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal
 from kerntune.engine.signature import _blank, _parser
@@ -780,6 +781,9 @@ def rewrite_rowwise(ctx: RewriteContext) -> "tuple[Rewrite, Rewrite | Declined] 
     does not apply."""
     if ctx.analysis.kind == "elementwise":
         return Declined(NAME, "a thread per element, not per row")
+    broken = runtime_defect(ctx.backend, ctx.limits)
+    if broken:
+        return Declined(NAME, broken, for_device=True)
     try:
         kernel = analyse(ctx.source, ctx.original.entry)
         clash = [m for m in MACROS if m in ctx.taken]
@@ -894,6 +898,15 @@ def _chained(ctx: RewriteContext, kernel: RowKernel, stages: tuple, how: tuple, 
                                                         "(1 = the original, one chain)", "chains"),),
                    f"{'; '.join(split)} split into {chains} independent chains a lane, combined at each pass's end",
                    first={chains: (1, 2, 4)})
+
+
+def runtime_defect(backend: str, limits: DeviceLimits) -> str:
+    """Why the device's runtime cannot run a row spread over lanes correctly ("" when it can): its
+    check found a guarded store loop after a barrier compiled to store past its bound."""
+    if backend != "opencl" or STORE_AFTER_BARRIER not in limits.extra.get("defects", ()):
+        return ""
+    return (f"this device's OpenCL runtime ({limits.driver or limits.name}) miscompiles it: "
+            f"{DEFECTS[STORE_AFTER_BARRIER]} (its self-check at start; `kerntune devices`)")
 
 
 def row_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:

@@ -177,7 +177,7 @@ def compose(original: Template, backend: str, limits: DeviceLimits, proposal: Te
     notes = list(proposal.notes if proposal is not None else ()) + applied.notes
     notes += [f"rewrote the kernel: {d}" for d in described]
     # a rewrite for another class of kernel declining is no news once one applied; one left out is
-    notes += [f"no {d.name} rewrite: {d.reason}" for d in applied.declined if d.name in dropped]
+    notes += [f"no {d.name} rewrite: {d.reason}" for d in applied.declined if d.name in dropped or d.for_device]
     return TemplateProposal(
         sources=applied.sources, parameters=tuple(params), constraints=tuple(dict.fromkeys(constraints)),
         grid=applied.grid, block=applied.block,

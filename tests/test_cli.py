@@ -4,6 +4,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,6 +98,8 @@ def test_a_killed_run_leaves_a_session_that_loads_and_resume_finishes_it(tmp_pat
 
     r = kerntune(*args, "--resume")
     assert r.returncode == 0, r.stderr
+    counted = re.findall(r"^\[\s*(\d+)/24\]", r.stdout, re.MULTILINE)
+    assert counted[0] == str(len(done) + 1) and counted[-1] == "24"  # the count goes on from where it was
     after = load_session(session)
     keys = [config_key(x.config) for x in after.results()]
     assert len(keys) == 24 and len(set(keys)) == 24  # every config once, none repeated
@@ -142,10 +145,13 @@ def test_show_on_a_malformed_file_is_one_line(tmp_path, capsys):
     assert "version must be an integer" in one_line_error(capsys, ["show", str(p)])
 
 
-def test_list_and_devices(capsys):
+def test_list_and_devices(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "72")
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "silu_and_mul" in out and "vector_add" in out and "llama7b-t2048" in out
+    assert max(map(len, out.splitlines())) <= 72
+    assert "\n    backends   cuda, opencl\n" in out
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
     assert "opencl device 0" in out and "threads / block" in out
