@@ -111,6 +111,19 @@ def test_with_no_device_that_builds_a_run_says_what_to_install_in_one_line(tmp_p
     assert setup.stderr.strip().splitlines() == [
         "kerntune: there is no apt-get here; install an OpenCL CPU runtime that builds on this processor "
         "(Debian/Ubuntu: apt-get install pocl-opencl-icd)"]
+    # an apt-get that installs, quietly, a runtime that builds no better: checked again, one line
+    if os.geteuid() != 0:
+        return  # (as another user, setup asks `sudo -n`, which this bare PATH does not have)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apt-get").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'apt.txt'}\n")
+    (bin_dir / "apt-get").chmod(0o755)
+    apt = dict(env, PATH=f"{bin_dir}:{os.path.dirname(sys.executable)}")
+    setup = subprocess.run([*kerntune, "setup"], capture_output=True, text=True, env=apt, timeout=300)
+    assert (tmp_path / "apt.txt").read_text() == "-q -y install --no-install-recommends pocl-opencl-icd\n"
+    assert setup.returncode == 1 and setup.stdout.startswith("OpenCL: no device builds kernels (")
+    assert setup.stderr.startswith("kerntune: after installing pocl-opencl-icd, still no device builds kernels (")
+    assert setup.stderr.count("\n") == 1
 
 
 def test_setup_installs_nothing_where_a_device_builds(tmp_path, monkeypatch, capsys):

@@ -78,8 +78,10 @@ def add_search_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--cluster", metavar="ADDRESS",
                    help="measure on a running Dask cluster (tcp://HOST:8786): its workers compile and "
                         "measure, results stream into this host's session")
-    t.add_argument("--strategy", choices=_strategies(), default="grid",
-                   help="grid, random, model (Bayesian optimisation) or local (hill climbing)")
+    t.add_argument("--strategy", choices=_strategies(), default="model",
+                   help="model (the default: the baseline, then configurations spread over the space, then "
+                        "Bayesian optimisation), grid (every configuration in the order of the value lists), "
+                        "random or local (hill climbing)")
     t.add_argument("--sol-target", type=float, default=0.0, metavar="F",
                    help="stop once the best reaches this fraction of the speed of light (e.g. 0.9)")
     t.add_argument("--patience", type=int, default=0, metavar="K",
