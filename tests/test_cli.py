@@ -216,3 +216,18 @@ def test_text_numbers_labels_and_wrapping(monkeypatch):
     r._print("word " * 30 + "the cost model is the end")
     lines = buf.getvalue().splitlines()
     assert len(lines) > 1 and all(len(line) <= 50 for line in lines) and lines[-1].endswith("the end")
+
+
+def test_when_the_default_configuration_wins_one_line_says_why():
+    from kerntune.engine.result import Result
+    from kerntune.tui.launch import default_is_best
+
+    default = {"BLOCK": 1024, "VEC": 8}
+    best = Result(config=default, status="ok", median_us=10.0)
+    others = [Result(config={"BLOCK": 64, "VEC": 1}, status="ok", median_us=14.0),
+              Result(config={"BLOCK": 256, "VEC": 8}, status="ok", median_us=11.0),
+              Result(config={"BLOCK": 128, "VEC": 2}, status="compile_error")]
+    assert default_is_best([best, *others], best, default) == (
+        "the default configuration wins: none of the 2 other configurations measured ran faster (the closest, "
+        "BLOCK=256 VEC=8, 11.0 us, 10% slower)")
+    assert default_is_best(others[:2], others[1], default) == ""

@@ -101,7 +101,28 @@ class SingleRun:
         if outcome.best is None:
             print_error("no configuration was verified")
             return EXIT_FAILED
+        why = default_is_best(outcome.results, outcome.best, self.template.default_config())
+        if why:
+            print(why)
         return 0
+
+
+def default_is_best(results: Sequence[Any], best: Any, default: Any) -> str:
+    """One line saying why the winner is the template's default configuration ("" when it is not):
+    nothing else measured ran faster, and by how much the closest was slower."""
+    from kerntune.engine.result import config_key, ranked
+    from kerntune.tui.numbers import fmt_num
+    from kerntune.tui.words import fmt_params
+
+    if best is None or best.config is None or config_key(best.config) != config_key(default):
+        return ""
+    board = [r for r in ranked(results) if r.config is not None and config_key(r.config) != config_key(default)]
+    if not board:
+        return "the default configuration wins: no other configuration was verified and timed"
+    near = board[0]
+    return (f"the default configuration wins: none of the {len(board)} other configurations measured ran faster "
+            f"(the closest, {fmt_params(near.config)}, {fmt_num(near.median_us)} us, "
+            f"{100 * (near.median_us / best.median_us - 1):.0f}% slower)")
 
 
 def _leave_leaders(app: LiveDashboard) -> None:

@@ -8,8 +8,8 @@ on the newest AMD processors), or build code that runs wrongly. The checks run i
 `<cache dir>/opencl-devices.toml`, keyed by the platform, the device, their driver and the
 runtime's environment settings, so later commands and the evaluation worker only read the file.
 
-Run as `python -m kerntune.engine.backends.opencl_check` it checks every device of this process's
-platforms that the file does not know yet, and records each.
+Run as `python -m kerntune.engine.backends.opencl_check [KEY ...]` it checks the devices of this
+process's platforms (those with these keys), printing each check as a line of JSON.
 """
 
 from __future__ import annotations
@@ -237,14 +237,16 @@ def _crashed(stage: str, label: str, key: str, how: str) -> DeviceCheck:
     return DeviceCheck(key, label, True, "", (stage,) if stage in DEFECTS else ())
 
 
-def run_checks(needed: set[str]) -> None:
-    """Check the devices whose keys are in `needed`, in child processes; every device ends with a
-    recorded check, a crash in the child included (the device it was checking is blamed)."""
+def run_checks(needed: set[str]) -> dict[str, DeviceCheck]:
+    """Check the devices whose keys are in `needed`, in child processes, and record what they
+    found; every device ends with a check, a crash in the child included (the device it was
+    checking is blamed, and the rest are checked in another child)."""
+    found: dict[str, DeviceCheck] = {}
     labels: dict[str, str] = {}
     for _ in range(len(needed) + 1):
-        todo = needed - set(read_cache())
+        todo = needed - set(found)
         if not todo:
-            return
+            break
         try:
             child = subprocess.run([sys.executable, "-m", __name__, *sorted(todo)], capture_output=True,
                                    text=True, timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL)
@@ -261,18 +263,23 @@ def run_checks(needed: set[str]) -> None:
                 said = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(said, dict) and said.get("key") in todo:
-                labels[said["key"]] = str(said.get("label", ""))
-                last = (said["key"], str(said.get("stage", "")))
-        if status == 0 and not needed - set(read_cache()):
-            return
-        blamed = last if last is not None else (sorted(todo)[0], "build")
-        if blamed[0] in read_cache():  # it finished that one; blame the first unchecked
-            rest = sorted(needed - set(read_cache()))
-            if not rest:
-                return
-            blamed = (rest[0], "build")
-        _record([_crashed(blamed[1], labels.get(blamed[0], ""), blamed[0], how)])
+            key = said.get("key") if isinstance(said, dict) else None
+            if key not in todo:
+                continue
+            labels[key] = str(said.get("label", ""))
+            if isinstance(said.get("builds"), bool):
+                found[key] = DeviceCheck(key, labels[key], said["builds"], str(said.get("reason", "")),
+                                         tuple(d for d in said.get("defects", ()) if d in DEFECTS))
+                last = None
+            else:
+                last = (key, str(said.get("stage", "")))
+        if status == 0 and last is None:
+            break  # the child checked every device it found; one it did not find is gone
+        blamed = last or next(((k, "build") for k in sorted(todo) if k not in found), None)
+        if blamed is not None:
+            found[blamed[0]] = _crashed(blamed[1], labels.get(blamed[0], ""), blamed[0], how)
+    _record(found.values())
+    return found
 
 
 def checks_for(devices: list[Any]) -> list[DeviceCheck]:
@@ -281,18 +288,17 @@ def checks_for(devices: list[Any]) -> list[DeviceCheck]:
     have = read_cache()
     missing = {k for k in keys if k not in have}
     if missing:
-        run_checks(missing)
-        have = read_cache()
+        have.update(run_checks(missing))
     out = []
     for dev, key in zip(devices, keys):
-        c = have.get(key)
-        if c is None:  # the cache cannot be written: the check is lost, the device untested
-            c = DeviceCheck(key, device_label(dev), False, "its check could not be recorded")
+        c = have.get(key) or DeviceCheck(key, "", False, "its check found no such device")
         out.append(DeviceCheck(key, device_label(dev), c.builds, c.reason, c.defects))
     return out
 
 
 def _main(keys: list[str]) -> int:
+    """Check each device of this process's platforms whose key is in `keys` (every device with
+    none): a line before each step, and the device's check, each one JSON object."""
     import pyopencl as cl
 
     def stage(key: str, what: str) -> None:
@@ -306,10 +312,12 @@ def _main(keys: list[str]) -> int:
             continue
         for dev in devices:
             key = device_key(dev)
-            if keys and key not in keys or key in read_cache():
+            if keys and key not in keys:
                 continue
             labels[key] = device_label(dev)
-            _record([_check_device(cl, dev, stage)])
+            c = _check_device(cl, dev, stage)
+            print(json.dumps({"key": key, "label": c.label, "builds": c.builds, "reason": c.reason,
+                              "defects": list(c.defects)}), flush=True)
     return 0
 
 
