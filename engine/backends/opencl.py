@@ -48,7 +48,7 @@ def _all_devices() -> list[Any]:
     try:
         platforms = cl.get_platforms()
     except cl.Error as e:
-        raise BackendError(f"no OpenCL platform: {str(e).splitlines()[0]}") from None
+        raise BackendError(f"no OpenCL platform: {str(e).splitlines()[0]}; {INSTALL_HINT}") from None
     out = []
     for p in platforms:
         try:

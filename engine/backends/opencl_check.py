@@ -171,6 +171,7 @@ def build_log(text: str) -> list[str]:
             continue
         line = re.sub(r"<pyopencl\.(\w+) '([^']*)'[^>]*>", r"\2", line)
         line = re.sub(r"\S*tempfile_\w+\.cl:", "source:", line)
+        line = re.sub(r"(?<![\w.])/(?:[^\s/:'\"]+/)+", "", line)  # a file's folders: the machine's, not the code's
         lines.append(line)
     return lines
 
