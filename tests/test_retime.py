@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kerntune.engine.events import LeadersRetimed, event_from_dict, event_to_dict, EventFormatError
+from kerntune.engine.events import ConfigEvaluated, EventFormatError, LeadersRetimed, event_from_dict, event_to_dict
 from kerntune.engine.retime import (MARGIN, leaders, launches_per_round, median_interval, simplicity,
                                     verdict)
 from kerntune.engine.result import Result, config_key
@@ -148,3 +148,20 @@ def test_identical_programs_tuned_while_another_process_loads_a_core_are_all_tie
     assert {m[-1] for m in marks if m[0].isdigit()} == {"*", "="}  # the reported row and the two tied
     shown = kerntune("show", str(session)).stdout
     assert "* reported; = tied with it" in shown and "tied with" in shown
+
+
+def test_the_dashboard_marks_the_reported_configuration_and_those_tied_with_it():
+    from kerntune.tui.state import DashboardState
+    from kerntune.tui.widgets.leaderboard import abbreviations, all_cells
+
+    state = DashboardState({"template": {"parameters": ["B"], "default_config": {"B": 1}}})
+    configs = ({"B": 1}, {"B": 2}, {"B": 3})
+    for i, (c, us) in enumerate(zip(configs, (12.0, 10.0, 30.0))):
+        state.apply(ConfigEvaluated(0.1 * (i + 1), i, Result(config=c, status="ok", median_us=us, disturbed="" if i < 2
+                                                             else "other processes used up to 1.2 cores")))
+    state.apply(LeadersRetimed(1.0, configs, (10.0, 10.1, 30.0), (1.0, 0.99, 0.4), (1.0, 0.95, 0.3),
+                               (1.0, 1.03, 0.5), (True, True, False), (0.0, 0.0, 0.0), 0, 0, 0, "tied", 10, 10, 5))
+    cells = {k: all_cells(state, k, abbreviations(state.parameters)) for k in state.entries}
+    assert cells[config_key({"B": 1})]["rank"][0] == "2*"  # the original, reported
+    assert cells[config_key({"B": 2})]["rank"][0] == "1="  # the fastest, tied with it
+    assert cells[config_key({"B": 3})]["rank"][0] == "3" and cells[config_key({"B": 3})]["status"][0] == "ok ~"
