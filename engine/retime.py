@@ -111,15 +111,17 @@ def leaders(ranked: Sequence[Result], original: Result | None) -> list[Result]:
     """The configurations to re-time, fastest first: the fastest, every one that its own timing
     cannot show slower (its interval, or its fastest launch, reaches the fastest's interval: a
     disturbance only ever adds time), at least the TOP fastest, at most MAX_LEADERS; then the
-    original when it is not among them."""
+    original when it is not among them. When measurements were disturbed (a result says so),
+    one run's order says little: the MAX_LEADERS fastest are re-timed."""
     if not ranked:
         return [original] if original is not None else []
     _, best_high = timing_interval(ranked[0])
+    top = MAX_LEADERS if any(r.disturbed for r in ranked) else TOP
 
     def close(r: Result) -> bool:
         return timing_interval(r)[0] <= best_high or (r.min_us is not None and r.min_us <= best_high)
 
-    chosen = [r for i, r in enumerate(ranked) if i < TOP or close(r)][:MAX_LEADERS]
+    chosen = [r for i, r in enumerate(ranked) if i < top or close(r)][:MAX_LEADERS]
     if original is not None and all(config_key(r.config) != config_key(original.config) for r in chosen):
         chosen.append(original)
     return chosen
