@@ -107,6 +107,25 @@ def timing_interval(r: Result) -> tuple[float, float]:
     return r.median_us or 0.0, r.median_us or 0.0
 
 
+def measure_cost_s(r: Result, launches: int) -> float:
+    """Seconds one timing of `launches` launches of a configuration takes, checks and restores
+    included, from its own timing (time_s over its launches and warm-up)."""
+    return r.time_s * (launches + 1) / max(len(r.times_us) + 1, 1)
+
+
+def affordable(lead: Sequence[Result], wall_s: float, original: Result | None = None,
+               launches: int = MIN_LAUNCHES) -> list[Result]:
+    """The leaders that MIN_ROUNDS rounds can time within `wall_s`: the TOP fastest and the
+    original always, the others while the rounds' cost stays within it."""
+    keep, cost = [], 0.0
+    for i, r in enumerate(lead):
+        c = measure_cost_s(r, launches) * MIN_ROUNDS
+        if i < TOP or r is original or cost + c <= wall_s:
+            keep.append(r)
+            cost += c
+    return keep
+
+
 def leaders(ranked: Sequence[Result], original: Result | None) -> list[Result]:
     """The configurations to re-time, fastest first: the fastest, every one that its own timing
     cannot show slower (its interval, or its fastest launch, reaches the fastest's interval: a
@@ -138,6 +157,9 @@ class PairedRequest:
     estimates_us: tuple[float, ...]
     rounds: int = ROUNDS
     budget_s: float = BUDGET_S
+    # Wall-clock seconds the rounds may take (checks, poisoning and restores included): no round
+    # starts past it once MIN_ROUNDS are done.
+    wall_s: float = 60.0
 
 
 def launches_per_round(estimates_us: Sequence[float], rounds: int, budget_s: float) -> int:
@@ -189,7 +211,7 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
     disturbances: list[str] = []
     saved = ev.timing
     ev.timing = policy
-    started = time.monotonic()
+    started = round_started = time.monotonic()
     try:
         while sum(quiet) < request.rounds and len(quiet) < 2 * request.rounds:
             order = [k for k in keys if k in kernels and k not in failed]
@@ -197,6 +219,10 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
                 break
             rng.shuffle(order)
             t0 = time.monotonic()
+            last = t0 - (round_started if quiet else t0)
+            if len(quiet) >= MIN_ROUNDS and t0 - started + last > request.wall_s:
+                break  # the time the run gave the rounds is spent
+            round_started = t0
             this: dict[str, float] = {}
             for key in order:
                 kernel, geo = kernels[key]

@@ -378,8 +378,9 @@ class Worker:
         tail = [l for l in text if l.strip()][-lines:]
         return (": " + " | ".join(tail))[:400] if tail else ""
 
-    def _call(self, msg: tuple) -> tuple[str, Any]:
-        """Send a request; ('timeout', s), ('crashed', text) or the child's reply."""
+    def _call(self, msg: tuple, timeout: float | None = None) -> tuple[str, Any]:
+        """Send a request; ('timeout', s), ('crashed', text) or the child's reply (within
+        `timeout` seconds, config_timeout unless given)."""
         while self._pending:  # answers come in order: earlier evaluations first
             self.result()
         self._ensure()
@@ -387,7 +388,7 @@ class Worker:
         log_size = _size(self.log_path)
         t0 = time.perf_counter()
         self._conn.send(msg)
-        if not self._conn.poll(self.config_timeout):
+        if not self._conn.poll(self.config_timeout if timeout is None else timeout):
             self._kill()
             return "timeout", time.perf_counter() - t0
         try:
@@ -502,7 +503,8 @@ class Worker:
     def paired(self, request: "retime.PairedRequest") -> dict:
         """The leaders and the original timed together, round-robin (engine/retime.py): the
         worker's plain-data answer, or {"error": text}."""
-        kind, payload = self._call(("paired", request))
+        # the rounds stop once their wall time is spent, after MIN_ROUNDS at least
+        kind, payload = self._call(("paired", request), timeout=self.config_timeout + 2 * request.wall_s)
         if kind == "timeout":
             return {"error": f"the paired re-timing did not end within {self.config_timeout:.0f} s"}
         if kind == "crashed":

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kerntune.engine.events import ConfigEvaluated, EventFormatError, LeadersRetimed, event_from_dict, event_to_dict
-from kerntune.engine.retime import (MARGIN, leaders, launches_per_round, median_interval, simplicity,
+from kerntune.engine.retime import (MARGIN, affordable, leaders, launches_per_round, median_interval, simplicity,
                                     verdict)
 from kerntune.engine.result import Result, config_key
 from kerntune.engine.session import load_session
@@ -169,3 +169,11 @@ def test_the_dashboard_marks_the_reported_configuration_and_those_tied_with_it()
     assert cells[config_key({"B": 1})]["rank"][0] == "2*"  # the original, reported
     assert cells[config_key({"B": 2})]["rank"][0] == "1="  # the fastest, tied with it
     assert cells[config_key({"B": 3})]["rank"][0] == "3" and cells[config_key({"B": 3})]["status"][0] == "ok ~"
+
+
+def test_the_leaders_the_rounds_cannot_afford_are_left_out_but_never_the_top_three_or_the_original():
+    def r(b, time_s):
+        return Result(config={"B": b}, status="ok", times_us=(1.0,) * 9, median_us=float(b), time_s=time_s)
+    lead = [r(1, 1.0), r(2, 1.0), r(3, 1.0), r(4, 1.0), r(5, 0.01), r(0, 5.0)]
+    kept = affordable(lead, wall_s=8.0, original=lead[-1])
+    assert [x.config["B"] for x in kept] == [1, 2, 3, 5, 0]  # B=4 would cost 6 rounds x 0.4 s more than 8 s allows
