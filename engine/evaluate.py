@@ -371,7 +371,9 @@ class Evaluator:
             if a.dtype in TOLERANCE:
                 self._bits[key] = np.full(self._nbytes(a, which), 0xFF, dtype=np.uint8)
             else:
-                self._bits[key] = np.full(arg_shape(a, self.problems[which]), INT_POISON, dtype=a.dtype)
+                # the poison's bytes repeated: it fits an integer of every width (int8 ... uint64)
+                self._bits[key] = (np.full(self._nbytes(a, which), INT_POISON & 0xFF, dtype=np.uint8)
+                                   .view(np_dtype(a.dtype)).reshape(arg_shape(a, self.problems[which])))
         return self._bits[key]
 
     def _failing(self, a: Argument, out: np.ndarray, which: int) -> int:
