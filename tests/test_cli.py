@@ -231,3 +231,5 @@ def test_when_the_default_configuration_wins_one_line_says_why():
         "the default configuration wins: none of the 2 other configurations measured ran faster (the closest, "
         "BLOCK=256 VEC=8, 11.0 us, 10% slower)")
     assert default_is_best(others[:2], others[1], default) == ""
+    # another measured faster, and the re-timing of the leaders found it tied: its legend says that
+    assert default_is_best([best, Result(config={"BLOCK": 64}, status="ok", median_us=9.0)], best, default) == ""
