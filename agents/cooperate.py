@@ -125,12 +125,6 @@ def _is_return(node) -> bool:
     return node.type == "compound_statement" and len(_named(node)) == 1 and _is_return(_named(node)[0])
 
 
-def identifiers(text: str) -> set[str]:
-    """The identifiers an expression or statement reads (called functions and field names too)."""
-    return {text_of(n) for n, text_of in syntax_nodes(text, ("identifier", "field_identifier"))} \
-        if text else set()
-
-
 def expression_names(text: str) -> set[str]:
     """The identifiers of an expression."""
     return {text_of(n) for n, text_of in syntax_nodes(f"auto kt_e = ({text});", ("identifier",))} - {"kt_e"}

@@ -589,7 +589,7 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
         dim = next((lw.dim for lw in launches if lw.name == lf.name), 0)
         values = values_for(lf.kind, lf.default, limits, lf.bare) if dim == 0 and (len(launches) < 2 or lf.kind != "threads") \
             else _dim_values(lf.default, limits)
-        params.append(ParamProposal(lf.name, values, lf.default, f"{desc}; from {lf.origin}"))
+        params.append(ParamProposal(lf.name, values, lf.default, f"{desc}; from {lf.origin}", lf.kind))
         for b, src in sources.items():
             own = matched[b].get(lf.name, lf)
             constraints += divisibility(src, own.reads or own.name, sizes, lf.name)

@@ -31,18 +31,15 @@ epilogue test the guard's conditions and the loop's own condition.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
 from .cooperate import (Decline, Dialect, beside, body_of, expression_names, guard_parts, header, inlined, pinned,
-                        strip_parens,
-                        reads_thread_ids, spec_scalars, spec_text, substituted, within)
+                        reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted, within)
 from .kernel_tree import span_of
+from .passes import Declined, Rewrite, RewriteContext
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .rewrites import Declined, Rewrite, RewriteContext
 
 NAME = "contraction"
 SWITCH = "BK"
@@ -77,10 +74,8 @@ class Contraction:
     kb_cond: str  # the loop's condition over `kt_kb`, a tile's first k
 
 
-def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     """The contraction rewrite of the context's kernel, or why it does not apply."""
-    from .rewrites import Declined
-
     try:
         shape = read(ctx)
         return _rewrite(ctx, shape)
@@ -88,7 +83,7 @@ def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
         return Declined(NAME, str(e))
 
 
-def read(ctx: "RewriteContext") -> Contraction:
+def read(ctx: RewriteContext) -> Contraction:
     """The contraction the kernel computes; Decline with the reason when it is none."""
     a = ctx.analysis
     if a.signature.is_template:
@@ -118,7 +113,9 @@ def read(ctx: "RewriteContext") -> Contraction:
         if s.type not in ("declaration", "expression_statement"):
             raise Decline(f"a statement after the loop that is neither a declaration nor an expression (line "
                           f"{s.start_point[0] + 1})")
-    coords = {t.name for t in a.thread_indices}
+    # a batch: locals made from the grid's z index alone (the tiles keep the original's z dimension)
+    batch = {t.name for t in a.thread_indices if t.reads and set(t.reads) <= {("group", 2)}}
+    coords = {t.name for t in a.thread_indices} - batch
     # the update, its product and its factors
     update, factors = _update(loops[0], acc.var, text_of)
     k = loop.var
@@ -126,7 +123,7 @@ def read(ctx: "RewriteContext") -> Contraction:
     deps = []
     for f in factors:
         text = inlined(a, f, stop)
-        if reads_thread_ids(text):
+        if _reads_ids(text):
             raise Decline(f"the factor `{f}` reads thread ids other than through the output's coordinates")
         deps.append((f, expression_names(text) & coords))
     both = [f for f, d in deps if len(d) > 1]
@@ -158,20 +155,20 @@ def read(ctx: "RewriteContext") -> Contraction:
     if m_bound is None or n_bound is None:
         raise Decline(f"the guard does not bound both coordinates (`{r} < M`, `{c} < N`)")
     for cond in r_conds + c_conds:
-        if reads_thread_ids(cond) or expression_names(cond) & (coords - {r, c}):
+        if _reads_ids(cond) or expression_names(cond) & (coords - {r, c}):
             raise Decline(f"the guard's condition `{cond}` reads more than its coordinate")
     m_spec, n_spec = (spec_text(inlined(a, b, {}), scalars) for b in (m_bound, n_bound))
     start = inlined(a, loop.start, {})
     k_cond = inlined(a, f"{k} {'<=' if loop.inclusive else '<'} {loop.bound}", {k: "kt_k"})
     for text in (start, k_cond):
-        if reads_thread_ids(text) or expression_names(text) & (coords | {acc.var}):
+        if _reads_ids(text) or expression_names(text) & (coords | {acc.var}):
             raise Decline(f"the loop's bounds read the thread's coordinates (`{text}`)")
     # the epilogue: statements over the coordinates and the sum
     mapping = _pre_loop_values(a, before, text_of, ren)
     epilogue = []
     for s in after:
         text = substituted(s, text_of, {**mapping, **ren})
-        if reads_thread_ids(text):
+        if _reads_ids(text):
             raise Decline(f"the statement after the loop reads thread ids (line {s.start_point[0] + 1})")
         epilogue.append(" ".join(text.split()))
     _own_outputs(ctx, a, after, {r: "kt_r", c: "kt_c"}, x_text + " " + y_text)
@@ -182,6 +179,11 @@ def read(ctx: "RewriteContext") -> Contraction:
         acc_type, inlined(a, acc.init, {}) if acc.init else "0", x_text, y_text, update, tuple(epilogue),
         _fast(x_text, "kt_k", "kt_r"), _fast(y_text, "kt_k", "kt_c"),
         inlined(a, f"{k} {'<=' if loop.inclusive else '<'} {loop.bound}", {k: "kt_kb"}))
+
+
+def _reads_ids(text: str) -> bool:
+    """Whether an expression reads thread or block ids other than the grid's z index (a batch)."""
+    return reads_thread_ids(text.replace("blockIdx.z", "").replace("get_group_id(2)", ""))
 
 
 def _update(loop_node, acc: str, text_of) -> tuple[str, list[str]]:
@@ -320,24 +322,24 @@ def _subscripts(text: str) -> list[str]:
     return out
 
 
-def _rewrite(ctx: "RewriteContext", s: Contraction) -> "Rewrite":
-    from .rewrites import Rewrite
-
+def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     d = Dialect.of(ctx.backend)
     a = ctx.analysis
     kernel = _kernel(header(ctx.source, a), s, d)
     acc_bytes = ELEMENT_BYTES.get(s.acc_type.split()[-1], 4)
     params = [
-        ParamProposal("BM", (16, 32, 64, 128, 256), 64, "rows of outputs per block (a tile)"),
-        ParamProposal("BN", (16, 32, 64, 128, 256), 64, "columns of outputs per block (a tile)"),
+        ParamProposal("BM", (16, 32, 64, 128, 256), 64, "rows of outputs per block (a tile)", "tile"),
+        ParamProposal("BN", (16, 32, 64, 128, 256), 64, "columns of outputs per block (a tile)", "tile"),
         ParamProposal(SWITCH, (0, 4, 8, 16, 32), 0, "depth of each shared-memory step (0: the original kernel, "
-                                                     "no tiles)"),
-        ParamProposal("TM", (1, 2, 4, 8), 4, "rows of outputs per thread, in registers"),
-        ParamProposal("TN", (1, 2, 4, 8), 4, "columns of outputs per thread, in registers"),
+                                                     "no tiles)", "tile"),
+        ParamProposal("TM", (1, 2, 4, 8), 4, "rows of outputs per thread, in registers", "tile"),
+        ParamProposal("TN", (1, 2, 4, 8), 4, "columns of outputs per thread, in registers", "tile"),
+        ParamProposal("STAGES", (1, 2), 1, "2: the next step's tiles are loaded into registers while this step "
+                                           "computes", "tile"),
     ]
     off = f"{SWITCH} == 0"
     constraints = [
-        f"{SWITCH} > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4)",  # unread by the original
+        f"{SWITCH} > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1)",  # unread by the original
         "BM % TM == 0 and BN % TN == 0",
         f"{off} or (BM // TM) * (BN // TN) <= max_threads_per_block",
         f"{off} or (BM // TM) * (BN // TN) >= warp_size",
@@ -346,19 +348,19 @@ def _rewrite(ctx: "RewriteContext", s: Contraction) -> "Rewrite":
     ] + pinned(ctx, off)
     grid = list(ctx.grid)
     block = list(ctx.block)
-    tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + ["1"] * max(0, len(grid) - 2)
+    tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + list(grid[2:])
     tiled_block = ["(BM // TM) * (BN // TN)"] + ["1"] * max(0, len(block) - 1)
     if len(grid) < 2:
         grid.append("1")
     new_grid = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_grid + ["1"] * 3, grid))
     new_block = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_block, block))
     source = beside(ctx.source, a, f"{SWITCH} > 0", params, _helpers(d), kernel, NAME)
-    first = {"BM": (64, 128), "BN": (64, 128), SWITCH: (0, 8, 16), "TM": (4, 8), "TN": (4, 8)}
+    first = {"BM": (64, 128), "BN": (64, 128), SWITCH: (0, 8, 16), "TM": (4, 8), "TN": (4, 8), "STAGES": (1,)}
     for name, value in ctx.defaults.items():
         first[name] = (value,)
     what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "
             f"{'k' if s.y_k_fast else s.c}-contiguous Y: BM x BN tiles through shared memory in BK steps, TM x TN "
-            f"outputs per thread in registers, any size")
+            f"outputs per thread in registers, STAGES 2 loading the next step while this one computes, any size")
     return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block, first=first,
                    helps="compute")
 
@@ -379,6 +381,7 @@ def _kernel(head: str, s: Contraction, d: Dialect) -> str:
     c_ok = " && ".join(f"({c})" for c in s.c_conds) or "1"
     a_m, a_q = ("kt_i / " + SWITCH, "kt_i % " + SWITCH) if s.x_k_fast else ("kt_i % BM", "kt_i / BM")
     b_n, b_q = ("kt_i / " + SWITCH, "kt_i % " + SWITCH) if s.y_k_fast else ("kt_i % BN", "kt_i / BN")
+    start = f"    const {s.k_type} kt_kb0 = {s.start};\n"
     read_a = ("if (TM % 4 == 0) {\n"
               "                for (int kt_v4 = 0; kt_v4 < TM / 4; ++kt_v4) {\n"
               "                    const float4 kt_q4 = *reinterpret_cast<const float4 *>(&kt_as[kt_q][kt_tr * TM + 4 * kt_v4]);\n"
@@ -387,6 +390,36 @@ def _kernel(head: str, s: Contraction, d: Dialect) -> str:
               "            } else\n            ") if vec else ""
     read_b = read_a.replace("TM", "TN").replace("kt_as", "kt_bs").replace("kt_tr", "kt_tc").replace("kt_a[", "kt_b[")
     epilogue = "\n".join(f"                {st}" for st in s.epilogue)
+    next_cond = s.kb_cond.replace("kt_kb", "kt_next")
+
+    def fetch(base: str, ind: str) -> str:
+        """This thread's elements of both tiles at depth `base`, into registers (zero outside)."""
+        out = ""
+        for reg, size, fast_split, coord, ctype, conds, value in (
+                ("kt_ra", "BM", (a_m, a_q), "kt_r", s.r_type, r_ok, s.x),
+                ("kt_rb", "BN", (b_n, b_q), "kt_c", s.c_type, c_ok, s.y)):
+            first, q = fast_split
+            origin = "kt_r0" if coord == "kt_r" else "kt_c0"
+            out += (f"{ind}#pragma unroll\n{ind}for (int kt_j = 0; kt_j < KT_CEIL({size} * {SWITCH}, KT_THREADS); ++kt_j) {{\n"
+                    f"{ind}    const int kt_i = kt_t + kt_j * KT_THREADS;\n"
+                    f"{ind}    const int kt_o = {first}, kt_q = {q};\n"
+                    f"{ind}    const {ctype} {coord} = {origin} + kt_o;\n"
+                    f"{ind}    const {s.k_type} kt_k = {base} + kt_q;\n"
+                    f"{ind}    {reg}[kt_j] = (kt_i < {size} * {SWITCH} && {conds} && ({s.k_cond})) ? ({T})({value}) : ({T})0;\n"
+                    f"{ind}}}\n")
+        return out
+
+    def stash(ind: str) -> str:
+        """The registers of `fetch` into the shared tiles."""
+        out = ""
+        for reg, size, fast_split, tile in (("kt_ra", "BM", (a_m, a_q), "kt_as"), ("kt_rb", "BN", (b_n, b_q), "kt_bs")):
+            first, q = fast_split
+            out += (f"{ind}#pragma unroll\n{ind}for (int kt_j = 0; kt_j < KT_CEIL({size} * {SWITCH}, KT_THREADS); ++kt_j) {{\n"
+                    f"{ind}    const int kt_i = kt_t + kt_j * KT_THREADS;\n"
+                    f"{ind}    if (kt_i < {size} * {SWITCH}) {tile}[{q}][{first}] = {reg}[kt_j];\n"
+                    f"{ind}}}\n")
+        return out
+
     return f"""{head}
 {{
     {d.shared} {align}{T} kt_as[{SWITCH}][BM + 4];
@@ -398,28 +431,15 @@ def _kernel(head: str, s: Contraction, d: Dialect) -> str:
     {T} kt_acc[TM][TN];
     for (int kt_m = 0; kt_m < TM; ++kt_m)
         for (int kt_n = 0; kt_n < TN; ++kt_n) kt_acc[kt_m][kt_n] = {s.acc_init};
-    for ({s.k_type} kt_kb = {s.start}; {s.kb_cond}; kt_kb += {SWITCH}) {{
-#pragma unroll
-        for (int kt_j = 0; kt_j < KT_CEIL(BM * {SWITCH}, KT_THREADS); ++kt_j) {{
-            const int kt_i = kt_t + kt_j * KT_THREADS;
-            if (kt_i < BM * {SWITCH}) {{
-                const int kt_m = {a_m}, kt_q = {a_q};
-                const {s.r_type} kt_r = kt_r0 + kt_m;
-                const {s.k_type} kt_k = kt_kb + kt_q;
-                kt_as[kt_q][kt_m] = ({r_ok} && ({s.k_cond})) ? ({T})({s.x}) : ({T})0;
-            }}
-        }}
-#pragma unroll
-        for (int kt_j = 0; kt_j < KT_CEIL(BN * {SWITCH}, KT_THREADS); ++kt_j) {{
-            const int kt_i = kt_t + kt_j * KT_THREADS;
-            if (kt_i < BN * {SWITCH}) {{
-                const int kt_n = {b_n}, kt_q = {b_q};
-                const {s.c_type} kt_c = kt_c0 + kt_n;
-                const {s.k_type} kt_k = kt_kb + kt_q;
-                kt_bs[kt_q][kt_n] = ({c_ok} && ({s.k_cond})) ? ({T})({s.y}) : ({T})0;
-            }}
-        }}
-        {d.barrier};
+    {T} kt_ra[KT_CEIL(BM * {SWITCH}, KT_THREADS)], kt_rb[KT_CEIL(BN * {SWITCH}, KT_THREADS)];
+{start}{fetch("kt_kb0", "    ")}{stash("    ")}    {d.barrier};
+    for ({s.k_type} kt_kb = kt_kb0; {s.kb_cond}; kt_kb += {SWITCH}) {{
+        const {s.k_type} kt_next = kt_kb + {SWITCH};
+        const bool kt_more = {next_cond};
+#if STAGES == 2
+        if (kt_more) {{
+{fetch("kt_next", "            ")}        }}
+#endif
 #pragma unroll
         for (int kt_q = 0; kt_q < {SWITCH}; ++kt_q) {{
             {T} kt_a[TM], kt_b[TN];
@@ -430,6 +450,11 @@ def _kernel(head: str, s: Contraction, d: Dialect) -> str:
 #pragma unroll
                 for (int kt_n = 0; kt_n < TN; ++kt_n) {upd}
         }}
+        {d.barrier};
+        if (kt_more) {{
+#if STAGES == 1
+{fetch("kt_next", "            ")}#endif
+{stash("            ")}        }}
         {d.barrier};
     }}
 #pragma unroll

@@ -22,17 +22,14 @@ of any divisor the indices divide or take the remainder by, and (CUDA) each addr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from .kernel_tree import HALF_LOADS, HALF_STORES, Span, index_slope, inline, source_tokens, thread_reads
 from .lift import fresh_name
+from .passes import Declined, Rewrite, RewriteContext
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .rewrites import Declined, Rewrite, RewriteContext
 
 NAME = "elementwise"
 BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
@@ -99,10 +96,8 @@ OPENCL_HALF_HELPERS = """\
 """
 
 
-def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     """The elementwise rewrite of the context's kernel, or why it does not apply."""
-    from .rewrites import Declined
-
     why = _unsafe(ctx)
     if why:
         return Declined(NAME, why)
@@ -116,7 +111,7 @@ class _Decline(Exception):
     pass
 
 
-def _unsafe(ctx: "RewriteContext") -> str:
+def _unsafe(ctx: RewriteContext) -> str:
     a = ctx.analysis
     if a.kind != "elementwise":
         return f"the kernel is not elementwise ({a.reasons[0] if a.reasons else a.kind})"
@@ -145,9 +140,7 @@ def _inside(inner: Span, outer: Span) -> bool:
     return outer.start <= inner.start and inner.end <= outer.end
 
 
-def _rewrite(ctx: "RewriteContext") -> "Rewrite":
-    from .rewrites import Rewrite
-
+def _rewrite(ctx: RewriteContext) -> Rewrite:
     a, src, cuda = ctx.analysis, ctx.source, ctx.backend == "cuda"
     ids = CUDA_IDS if cuda else OPENCL_IDS
     taken = set(ctx.taken) | set(ctx.defaults)
@@ -312,18 +305,18 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
     vec_values = tuple(v for v in (1, 2, 4, 8, 16) if v <= top)
     params = [
         ParamProposal(vec, vec_values, 1, f"elements per vector access (a {16 // smallest}-wide pack is 16 bytes); "
-                      "whole packs only, the tail element by element"),
-        ParamProposal(items, (1, 2, 4, 8), 1, "packs per thread, a block's width apart"),
+                      "whole packs only, the tail element by element", "vector"),
+        ParamProposal(items, (1, 2, 4, 8), 1, "packs per thread, a block's width apart", "work"),
     ]
     if grid_p is not None:
         params.append(ParamProposal(grid_p, (0, 1, 4, 16), 0, "0: a block per BLOCK * VEC * ITEMS elements; "
-                                    "k: k blocks per multiprocessor, striding over the elements"))
+                                    "k: k blocks per multiprocessor, striding over the elements", "grid"))
     if cuda:
         params.append(ParamProposal(names["CACHE"], (0, 1), 0, "on or off: streaming loads and stores "
-                                    "(__ldcs / __stcs), for data read or written once"))
+                                    "(__ldcs / __stcs), for data read or written once", "flag"))
     if bounds_param:
         params.append(ParamProposal(bounds_param, (0, 1, 2, 4), 0, f"blocks per multiprocessor the compiler "
-                                    f"must fit: __launch_bounds__({block0}, k) (0: the thread count alone)"))
+                                    f"must fit: __launch_bounds__({block0}, k) (0: the thread count alone)", "bounds"))
     switches = [f"{vec} != 1", f"{items} != 1"] + ([f"{grid_p} != 0"] if grid_p is not None else [])
     helpers = CUDA_HELPERS if cuda else OPENCL_HELPERS.format(vec=vec)
     if halves:
@@ -388,7 +381,7 @@ def thread_reads_text(text: str) -> bool:
     return node is None or bool(thread_reads(node, ""))
 
 
-def _spec_expression(bound: str, ctx: "RewriteContext") -> str:
+def _spec_expression(bound: str, ctx: RewriteContext) -> str:
     """The guard's bound over the spec's problem names: each scalar argument replaced by its value."""
     values = {a.name: a.value.source for a in ctx.original.arguments if a.role == "scalar" and a.value is not None}
     from .kernel_tree import _parse_expression
@@ -424,7 +417,7 @@ def _spec_text(node, values: dict[str, str], whole: str) -> str:
     raise _Decline(f"the guard's bound `{whole}` is not arithmetic over the kernel's scalar arguments")
 
 
-def _same_launch(ctx: "RewriteContext", old: str, new: str, defaults: dict) -> None:
+def _same_launch(ctx: RewriteContext, old: str, new: str, defaults: dict) -> None:
     """The new grid, at the defaults, launches what the old one did at every size of the spec."""
     try:
         a, b = parse_expression(old), parse_expression(new)

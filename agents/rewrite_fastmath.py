@@ -21,17 +21,14 @@ FAST_MATH is 0, so the default is the original token for token once the preproce
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from kerntune.engine.proposal import ParamProposal
 from kerntune.engine.signature import _words
 
 from .kernel_tree import _function_name, source_tokens, span_of, syntax_nodes
 from .lift import _insert_after_prelude, fresh_name
+from .passes import Declined, Rewrite, RewriteContext
 from .row_syntax import _strip, _t, _walk
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .rewrites import Declined, Rewrite, RewriteContext
 
 NAME = "fast_math"
 # compiler options that already make every math call its fast form: FAST_MATH would change nothing
@@ -239,10 +236,8 @@ def built_fast(template, backend: str) -> str:
     return next((o for o in template.compile_options.get(backend, ()) if o in FAST_OPTIONS), "")
 
 
-def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     """FAST_MATH over the context's source, or why the kernel has nothing for it."""
-    from .rewrites import Declined, Rewrite
-
     fast = built_fast(ctx.original, ctx.backend)
     if fast:
         return Declined(NAME, f"the spec already builds with {fast}: its math calls take their fast forms")
@@ -277,7 +272,7 @@ def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
 
 def _param(name: str) -> ParamProposal:
     return ParamProposal(name, (0, 1), 0, "on or off: the hardware's fast approximate math functions (__expf, "
-                         "native_exp, ...) in place of the accurate ones")
+                         "native_exp, ...) in place of the accurate ones", "flag")
 
 
 

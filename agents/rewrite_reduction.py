@@ -37,19 +37,17 @@ a min is exact.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names, header, inlined, pinned,
+from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names, header, pinned,
                         python_text, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted, with_names)
 from .kernel_tree import span_of, syntax_nodes
+from .passes import Declined, Rewrite, RewriteContext
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .rewrites import Declined, Rewrite, RewriteContext
 
 NAME = "reduction"
 ATOMIC_CALLS = {"sum": {"atomicAdd", "atomicAdd_block", "atomicAdd_system", "atomic_add", "atomic_fetch_add",
@@ -72,23 +70,23 @@ class Reduction:
     combine: str  # over `$a` and `$b`
     elem_type: str  # of the shared array
     value: str  # an element's value over kt_i (the flat index), kt_j and kt_t
-    padding: str  # what an element out of range counts as
-    bound: str  # kernel text X: the elements are kt_i < X
+    padding: str  # what an element out of range counts as: the operator's identity
+    bound: str  # kernel text X: a flat value reads kt_i < X; the segments are ceil(X / (per * B))
+    flat: bool  # the value reads one element at the flat index kt_i = kt_j * B + kt_t, else it reads kt_j and kt_t
+    per: int  # elements of X per thread of the original (2: each thread read two)
     final: tuple[str, ...]  # over kt_j (the segment) and kt_total
     per_segment: bool  # the last statements read the segment (partials per block)
 
 
-def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     """The reduction rewrite of the context's kernel, or why it does not apply."""
-    from .rewrites import Declined
-
     try:
         return _rewrite(ctx, read(ctx))
     except Decline as e:
         return Declined(NAME, str(e))
 
 
-def read(ctx: "RewriteContext") -> Reduction:
+def read(ctx: RewriteContext) -> Reduction:
     """The tree reduction the kernel computes; Decline with the reason when it is none."""
     a = ctx.analysis
     if a.signature.is_template:
@@ -115,16 +113,25 @@ def read(ctx: "RewriteContext") -> Reduction:
     env = _stores(ctx, a, stmts[:barriers[0]], text_of, S, ids)
     if S not in env:
         raise Decline(f"no thread stores its value into `{S}[tid]` before the barrier")
-    value, padding, bound = _guarded_value(env[S], B, ctx)
     op, combine = _tree(ctx, stmts[loops[0]], text_of, S, env, ids, B)
+    elem_type = _shared_type(ctx, a, body, S)
+    padding = _identity(op, elem_type)
+    try:
+        value, _, bound = _guarded_value(env[S], B, ctx)
+        flat, per = True, 1
+        _same_grid(ctx, bound, B, 1)
+    except Decline as why:
+        value, flat = env[S], False
+        bound, per = _bounds(ctx, value, B, why)
     final = tuple(_final(ctx, a, stmts[final_at:], text_of, S, env, ids, body.guards[0]))
     per_segment = any("kt_j" in expression_names_stmt(f) for f in final)
     if not per_segment:
         _atomic(ctx, final, op)
     if any(reads_thread_ids(f) or "kt_t" in expression_names_stmt(f) for f in final):
         raise Decline("the last statements read thread ids other than the block's index")
-    _same_grid(ctx, bound, B)
-    return Reduction(B, op, combine, _shared_type(ctx, a, body, S), value, padding, bound, final, per_segment)
+    if "$" in value:
+        raise Decline("a `$` in the kernel's code")
+    return Reduction(B, op, combine, elem_type, value, padding, bound, flat, per, final, per_segment)
 
 
 def expression_names_stmt(text: str) -> set[str]:
@@ -239,10 +246,14 @@ def _stores(ctx, a, stmts, text_of, S: str, ids) -> dict[str, str]:
             left = e.child_by_field_name("left")
             name = _target(left, text_of, S)
             op = text_of(e.child_by_field_name("operator"))
-            if name is None or op != "=":
+            if name is None or op not in ("=", "+="):
                 raise Decline(f"`{' '.join(text_of(e).split())}` is not a store of a local or the thread's slot")
             own_slot(left)
             new = value(e.child_by_field_name("right"))
+            if op == "+=":
+                if name not in env:
+                    raise Decline(f"`{name}` is added to before it is set")
+                new = f"({env[name]}) + ({new})"
             if cond is not None:
                 if name not in env:
                     raise Decline(f"`{name}` is set under a condition only")
@@ -281,6 +292,42 @@ def _guarded_value(v: str, B: int, ctx) -> tuple[str, str, str]:
     # the value reads the element at the index the bound was proved on: name it by the flat index
     e_text = text_of(node.child_by_field_name("consequence")).replace(index, "kt_i")
     return e_text, text_of(node.child_by_field_name("alternative")), bound
+
+
+def _identity(op: str, elem_type: str) -> str:
+    """The value that changes nothing when combined: 0 for a sum; for a max or min of floats, an
+    infinity."""
+    if op == "sum":
+        return "0"
+    if elem_type in ("float", "double"):
+        return "-INFINITY" if op == "max" else "INFINITY"
+    raise Decline(f"a {op} of {elem_type} (no identity the rules know)")
+
+
+def _bounds(ctx, value: str, B: int, why: Decline) -> tuple[str, int]:
+    """For a value that reads the block and thread other than as one element in a run: a bound X
+    its conditions compare with and the elements per thread `per` such that the launch's grid is
+    ceil_div(X, per * B)."""
+    names = expression_names(value)
+    if reads_thread_ids(value) or not {"kt_j", "kt_t"} >= (names & {"kt_j", "kt_t", "kt_i"}):
+        raise why
+    candidates = []
+    for node, text_of in syntax_nodes(f"auto kt_e = ({value});", ("binary_expression",)):
+        op = text_of(node.child_by_field_name("operator"))
+        if op in ("<", "<=", ">", ">="):
+            side = node.child_by_field_name("right" if op in ("<", "<=") else "left")
+            text = text_of(side)
+            if not expression_names(text) & {"kt_j", "kt_t", "kt_i"} and text not in candidates:
+                candidates.append(text)
+    for bound in candidates:
+        for per in (1, 2, 4, 8):
+            try:
+                _same_grid(ctx, bound, B, per)
+                return bound, per
+            except Decline:
+                continue
+    raise Decline(f"{why}; and no bound of its conditions makes the launch's grid one block per B, 2B, 4B or 8B "
+                  "of its elements")
 
 
 def Poly_of(B: int) -> affine.Poly:
@@ -476,12 +523,12 @@ def _atomic(ctx, final: tuple[str, ...], op: str) -> None:
     raise Decline(f"`{fn}` is not an atomic {op} the rules know")
 
 
-def _same_grid(ctx, bound: str, B: int) -> None:
-    """The launch's grid is one block per B elements of the bound."""
+def _same_grid(ctx, bound: str, B: int, per: int) -> None:
+    """The launch's grid is one block per per * B elements of the bound."""
     spec = spec_text(bound, spec_scalars(ctx))
     device = ctx.limits.expression_names()
     try:
-        want = parse_expression(f"ceil_div({spec}, {B})")
+        want = parse_expression(f"ceil_div({spec}, {per * B})")
         have = parse_expression(ctx.grid[0])
     except ExpressionError as e:
         raise Decline(f"the launch cannot be read ({e})") from None
@@ -490,27 +537,25 @@ def _same_grid(ctx, bound: str, B: int) -> None:
         try:
             if want.evaluate(env) != have.evaluate(env) or any(
                     parse_expression(g).evaluate(env) != 1 for g in ctx.grid[1:]):
-                raise Decline(f"the grid is not one block per {B} elements of `{bound}` at {problem.label()}")
+                raise Decline(f"the grid is not one block per {per * B} elements of `{bound}` at {problem.label()}")
         except (ExpressionError, KeyError) as e:
             raise Decline(f"the launch cannot be evaluated at {problem.label()} ({e})") from None
 
 
-def _rewrite(ctx: "RewriteContext", r: Reduction) -> "Rewrite":
-    from .rewrites import Rewrite
-
+def _rewrite(ctx: RewriteContext, r: Reduction) -> Rewrite:
     d = Dialect.of(ctx.backend)
     a = ctx.analysis
     head = header(ctx.source, a)
     names = fresh_names(("LANES", "THREADS", "GRID", "ITEMS"), ctx.taken | set(ctx.defaults))
     spec_bound = spec_text(r.bound, spec_scalars(ctx))
-    segments = f"ceil_div({spec_bound}, {r.B})"
+    segments = f"ceil_div({spec_bound}, {r.per * r.B})"
     if r.per_segment:
         switch, off = names["LANES"], f"{names['LANES']} == 0"
         params = [ParamProposal(names["LANES"], (0, 8, 16, 32), 0, f"threads per segment of {r.B} elements "
-                                "(0: the original tree)"),
-                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block"),
+                                "(0: the original tree)", "lanes"),
+                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block", "threads"),
                   ParamProposal(names["GRID"], (0, 1, 2, 4, 8, 16), 0, "0: a group of LANES threads per segment; "
-                                "k: k blocks per multiprocessor, striding over the segments")]
+                                "k: k blocks per multiprocessor, striding over the segments", "grid")]
         constraints = [f"{switch} > 0 or ({names['THREADS']} == 256 and {names['GRID']} == 0)",
                        f"{off} or {names['THREADS']} % {names['LANES']} == 0",
                        f"{off} or {names['THREADS']} <= max_threads_per_block"]
@@ -525,9 +570,9 @@ def _rewrite(ctx: "RewriteContext", r: Reduction) -> "Rewrite":
         switch, off = names["GRID"], f"{names['GRID']} == 0"
         params = [ParamProposal(names["GRID"], (0, 1, 2, 4, 8, 16, 32), 0, "blocks per multiprocessor striding over "
                                 "all the elements (0: the original tree, a block per "
-                                f"{r.B} elements)"),
-                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block"),
-                  ParamProposal(names["ITEMS"], (1, 2, 4, 8), 1, "loads in flight per thread")]
+                                f"{r.B} elements)", "grid"),
+                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block", "threads"),
+                  ParamProposal(names["ITEMS"], (1, 2, 4, 8), 1, "loads in flight per thread", "work")]
         constraints = [f"{switch} > 0 or ({names['THREADS']} == 256 and {names['ITEMS']} == 1)",
                        f"{off} or {names['THREADS']} <= max_threads_per_block"]
         grid0 = (f"min(sm_count * {switch}, ceil_div({spec_bound}, {names['THREADS']} * {names['ITEMS']})) "
@@ -566,6 +611,9 @@ def _group_combine(r: Reduction, d: Dialect, width: str, var: str, scratch: str)
 
 def _segment_kernel(head: str, r: Reduction, d: Dialect) -> str:
     T = r.elem_type
+    element = (f"                const long kt_i = kt_j * {r.B} + kt_t;\n"
+               f"                const {T} kt_x = (kt_i < ({r.bound})) ? ({T})({r.value}) : ({T})({r.padding});"
+               if r.flat else f"                const {T} kt_x = ({T})({r.value});")
     acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_x")
     final = "\n".join(f"                {f}" for f in r.final)
     scratch = f"    {d.shared} {T} kt_scratch[$THREADS];\n" if d.name == "opencl" else ""
@@ -573,7 +621,7 @@ def _segment_kernel(head: str, r: Reduction, d: Dialect) -> str:
 {{
 {scratch}    const int kt_lid = {d.local_id};
     const int kt_lane = kt_lid % $LANES;
-    const long kt_segments = ((long)({r.bound}) + {r.B - 1}) / {r.B};
+    const long kt_segments = ((long)({r.bound}) + {r.per * r.B - 1}) / {r.per * r.B};
     const long kt_per_block = $THREADS / $LANES;
     for (long kt_first = (long){d.group_id[0]} * kt_per_block; kt_first < kt_segments;
          kt_first += (long){d.num_groups} * kt_per_block) {{
@@ -583,8 +631,7 @@ def _segment_kernel(head: str, r: Reduction, d: Dialect) -> str:
 #pragma unroll
             for (int kt_u = 0; kt_u < {r.B} / $LANES; ++kt_u) {{
                 const int kt_t = kt_u * $LANES + kt_lane;
-                const long kt_i = kt_j * {r.B} + kt_t;
-                const {T} kt_x = (kt_i < ({r.bound})) ? ({T})({r.value}) : ({T})({r.padding});
+{element}
                 kt_acc = {acc};
             }}
         }}
@@ -615,12 +662,15 @@ def _total_kernel(head: str, r: Reduction, d: Dialect) -> str:
     scratch = f"    {d.shared} {T} kt_scratch[$THREADS];\n" if d.name == "opencl" else ""
     # kt_j and kt_t name the element's block and thread in the original, for a value that reads them
     used = expression_names(r.value)
+    # a flat value reads elements below the bound; another one every thread of the original's blocks
+    n_text = f"(long)({r.bound})" if r.flat else \
+        f"(((long)({r.bound}) + {r.per * r.B - 1}) / {r.per * r.B}) * {r.B}"
     ids = (f"            const long kt_j = kt_i / {r.B};\n" if "kt_j" in used else "") + \
         (f"            const int kt_t = (int)(kt_i % {r.B});\n" if "kt_t" in used else "")
     return f"""{head}
 {{
 {scratch}    const int kt_lid = {d.local_id};
-    const long kt_n = (long)({r.bound});
+    const long kt_n = {n_text};
     const long kt_stride = (long){d.num_groups} * $THREADS;
     {T} kt_acc = ({T})({r.padding});
     for (long kt_base = (long){d.group_id[0]} * $THREADS * $ITEMS + kt_lid; kt_base < kt_n;

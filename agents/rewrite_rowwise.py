@@ -29,20 +29,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from typing import TYPE_CHECKING
-
+from kerntune.engine.backends.opencl_check import DEFECTS, STORE_AFTER_BARRIER
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal
 from kerntune.engine.signature import _blank, _parser
 
 from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
+from .passes import Declined, Rewrite, RewriteContext
 from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
+from .rewrite_rowkeep import KeepPlan
 from .row_syntax import _args, _callee, _element, _line, _names, _same, _strip, _t, _target, _walk, _within
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .rewrite_rowkeep import KeepPlan
-    from .rewrites import Declined, Rewrite, RewriteContext
 
 LANES = "LANES"
 ROWS = "ROWS"
@@ -778,14 +775,15 @@ MACROS = ("ROW_INDEX", "ROW_LANE", "ROW_MASK", "LANE_FIRST", "LANE_NEXT", "LEAD_
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def rewrite_rowwise(ctx: "RewriteContext") -> "tuple[Rewrite, Rewrite | Declined] | Declined":
+def rewrite_rowwise(ctx: RewriteContext) -> "tuple[Rewrite, Rewrite | Declined] | Declined":
     """The row-wise rewrite of the context's kernel in stages (the row spread over lanes; the row
     kept and moved in packs; a pass carried through an exponential split into chains), or why it
     does not apply."""
-    from .rewrites import Declined, Rewrite
-
     if ctx.analysis.kind == "elementwise":
         return Declined(NAME, "a thread per element, not per row")
+    broken = runtime_defect(ctx.backend, ctx.limits)
+    if broken:
+        return Declined(NAME, broken, for_device=True)
     try:
         kernel = analyse(ctx.source, ctx.original.entry)
         clash = [m for m in MACROS if m in ctx.taken]
@@ -800,13 +798,13 @@ def rewrite_rowwise(ctx: "RewriteContext") -> "tuple[Rewrite, Rewrite | Declined
         limits = ctx.limits
         top = min(limits.max_threads_per_block, 1024)
         lane_param = ParamProposal(lanes, tuple(v for v in POWERS if v <= top), 1,
-                                   "threads sharing a row (1 = the original, a thread per row)")
+                                   "threads sharing a row (1 = the original, a thread per row)", "lanes")
         one_row = "ROWS == 1"
         if re.fullmatch(r"\d+", block):
             threads = int(block)
             rows = fresh_name(ROWS, taken | {lanes})
             params = (lane_param, ParamProposal(rows, row_values(threads, limits), threads,
-                                                "rows a block (the original's block size)"))
+                                                "rows a block (the original's block size)", "rows"))
             rows_expr, new_block, default_rows = rows, (f"{lanes} * {rows}",), threads
             one_row = f"{rows} == 1"
             constraints = [f"{lanes} * {rows} <= max_threads_per_block"]
@@ -846,12 +844,10 @@ def rewrite_rowwise(ctx: "RewriteContext") -> "tuple[Rewrite, Rewrite | Declined
     return spread, kept, _chained(ctx, kernel, (spread, kept), how, threads)
 
 
-def _kept(ctx: "RewriteContext", kernel: RowKernel, spread: "Rewrite", how: tuple, threads: str,
-          top: int) -> "Rewrite | Declined":
+def _kept(ctx: RewriteContext, kernel: RowKernel, spread: Rewrite, how: tuple, threads: str,
+          top: int) -> Rewrite | Declined:
     """The second stage (agents/rewrite_rowkeep.py): KEEP elements of the row in a lane's registers
     between passes, VEC adjacent elements moved as one pack."""
-    from .rewrites import Declined, Rewrite
-
     plan = kernel.keep
     if plan is None:
         return Declined(rewrite_rowkeep.NAME, kernel.keep_reason)
@@ -866,9 +862,9 @@ def _kept(ctx: "RewriteContext", kernel: RowKernel, spread: "Rewrite", how: tupl
     packs = tuple(v for v in (1, 2, 4, 8) if v * plan.size <= 16)
     words = plan.live_words()
     params = (ParamProposal(keep, (0, 4, 8, 16, 32, 64), 0,
-                            "elements of the row a lane keeps in registers between passes (0 = none, the original)"),
+                            "elements of the row a lane keeps in registers between passes (0 = none, the original)", "keep"),
               ParamProposal(vec, packs, 1, f"adjacent elements a lane moves as one pack, a vector access where aligned "
-                                           f"({packs[-1]} = 16 bytes; 1 = the original, one by one)"))
+                                           f"({packs[-1]} = 16 bytes; 1 = the original, one by one)", "vector"))
     constraints = [f"{keep} % {vec} == 0"]
     if words:  # the kept elements and about 24 more registers a thread must fit a block's registers
         constraints.append(f"{keep} == 0 or ({threads}) * ({keep} * {words} + 24) <= max_regs_per_block")
@@ -882,11 +878,9 @@ def _kept(ctx: "RewriteContext", kernel: RowKernel, spread: "Rewrite", how: tupl
                    helps="memory")
 
 
-def _chained(ctx: "RewriteContext", kernel: RowKernel, stages: tuple, how: tuple, threads: str) -> "Rewrite | Declined":
+def _chained(ctx: RewriteContext, kernel: RowKernel, stages: tuple, how: tuple, threads: str) -> Rewrite | Declined:
     """The third stage (agents/rewrite_rowchains.py): CHAINS independent chains of a pass's
     accumulators a lane, for a kernel whose pass carries a value through an exponential."""
-    from .rewrites import Declined, Rewrite
-
     name = rewrite_rowchains.NAME
     if not kernel.chained:
         return Declined(name, "no pass carries a value through an exponential from one element to the next")
@@ -901,9 +895,18 @@ def _chained(ctx: "RewriteContext", kernel: RowKernel, stages: tuple, how: tuple
              for c in kernel.chains if c is not None]
     return Rewrite(name, source,
                    (ParamProposal(chains, (1, 2, 4), 1, "independent chains of a pass's accumulators a lane runs "
-                                                        "(1 = the original, one chain)"),),
+                                                        "(1 = the original, one chain)", "chains"),),
                    f"{'; '.join(split)} split into {chains} independent chains a lane, combined at each pass's end",
                    first={chains: (1, 2, 4)})
+
+
+def runtime_defect(backend: str, limits: DeviceLimits) -> str:
+    """Why the device's runtime cannot run a row spread over lanes correctly ("" when it can): its
+    check found a guarded store loop after a barrier compiled to store past its bound."""
+    if backend != "opencl" or STORE_AFTER_BARRIER not in limits.extra.get("defects", ()):
+        return ""
+    return (f"this device's OpenCL runtime ({limits.driver or limits.name}) miscompiles it: "
+            f"{DEFECTS[STORE_AFTER_BARRIER]} (its self-check at start; `kerntune devices`)")
 
 
 def row_values(default: int, limits: DeviceLimits) -> tuple[int, ...]:

@@ -22,24 +22,20 @@ results are the original's bit for bit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from kerntune.engine.proposal import ParamProposal
 
-from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, pinned, raw_text,
+from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, raw_text,
                         reads_thread_ids, spec_scalars, spec_text, with_names)
 from .kernel_tree import span_of, syntax_nodes
+from .passes import Declined, Rewrite, RewriteContext
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .rewrites import Declined, Rewrite, RewriteContext
 
 NAME = "stencil"
 
 
-def rewrite(ctx: "RewriteContext") -> "Rewrite | Declined":
+def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     """The stencil rewrite of the context's kernel, or why it does not apply."""
-    from .rewrites import Declined
-
     try:
         return _rewrite(ctx)
     except Decline as e:
@@ -92,9 +88,7 @@ def _y_bound(body, text_of, y: str, x: str) -> str:
     raise Decline(f"no guard at the top of the body bounds `{y}` (`if ({x} >= W || {y} >= H) return;`)")
 
 
-def _rewrite(ctx: "RewriteContext") -> "Rewrite":
-    from .rewrites import Rewrite
-
+def _rewrite(ctx: RewriteContext) -> Rewrite:
     a = ctx.analysis
     if a.signature.is_template:
         raise Decline("a template kernel")
@@ -134,7 +128,7 @@ def _rewrite(ctx: "RewriteContext") -> "Rewrite":
               f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) kt_point({call});\n}}")
     kernel = with_names(kernel, names)
     param = ParamProposal(items, (1, 2, 4, 8, 16), 1, "points per thread down the y axis, consecutive rows "
-                                                      "(1: the original kernel)")
+                                                      "(1: the original kernel)", "work")
     block_y = ctx.block[1] if len(ctx.block) > 1 else "1"
     grid = list(ctx.grid)
     grid[1] = f"ceil_div({rows}, ({block_y}) * {items}) if {items} > 1 else ({grid[1]})"

@@ -1,94 +1,56 @@
-"""Rewrites: the rules' changes to a kernel's structure, each exposed as template parameters.
+"""The rules' passes made in order on a kernel: the registry of agents/passes.py filled, and run.
 
-A rewrite is a function of one signature,
-
-    def rewrite(ctx: RewriteContext) -> Rewrite | Declined | tuple[Rewrite | Declined, ...]
-
-that reads the kernel's analysis (agents/kernel_tree.py) and the source as the rewrites before it
-left it (the literals already lifted), and returns the new source with its parameters, or says
-why it does not apply; or returns stages, each a Rewrite whose source builds on the stage
-before it (a later stage can be declined or left out and the earlier ones kept). Its
-parameters' defaults must reproduce the original token for token (the gate's check stays
-true), and it must apply only where the analysis proves it safe. The rules generator runs the
-functions of REWRITES in order on each backend's source, each on the source the one before
-made; a rewrite or stage the gate rejects is dropped by name and the rest are kept.
+Every pass (agents/passes.py) is registered here, in the order they run when nothing else orders
+them; a pass that follows another runs on its source and is left out without it. A pass returns
+its Rewrite, or Declined with why; a pass's function may also return the stages of the passes
+that follow it, in order (each a Rewrite whose source builds on the one before: a later stage can
+be declined or left out and the earlier ones kept). Its parameters' defaults reproduce the
+original token for token (the gate's check stays true), and it applies only where the model of
+the kernel proves it safe. The rules generator runs the passes on each backend's source, each on
+the source the one before made; a pass the gate rejects is dropped by name and the rest are kept.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from kerntune.engine.device import DeviceLimits
-from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
+from kerntune.engine.proposal import TemplateProposal, original_launch
 from kerntune.engine.template import Template
 
 from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_reduction, rewrite_rowchains,
                rewrite_rowkeep, rewrite_rowwise, rewrite_stencil)
-from .kernel_tree import KernelAnalysis, KernelTreeError, classify, source_tokens
+from .kernel_tree import KernelTreeError, classify, source_tokens
+from .passes import PASSES, Declined, FunctionPass, Pass, Rewrite, RewriteContext, ordered, register, stages
 
-# In order; each function sees the source the ones before it made. Add a rewrite here.
-REWRITES: tuple[Callable[["RewriteContext"], "Rewrite | Declined"], ...] = (
-    rewrite_elementwise.rewrite,
-    rewrite_rowwise.rewrite_rowwise,
-    rewrite_contraction.rewrite,
-    rewrite_reduction.rewrite,
-    rewrite_stencil.rewrite,
-    rewrite_fastmath.rewrite,  # last: it switches the calls of whatever the ones before made
-)
-# The names of the rewrites and their stages, in the order they are made, each with the stage it
-# builds on ("" for a rewrite's first): what a caller may ask for or leave out by name.
-STAGES: tuple[tuple[str, str], ...] = (
-    (rewrite_elementwise.NAME, ""),
-    (rewrite_rowwise.NAME, ""),
-    (rewrite_rowkeep.NAME, rewrite_rowwise.NAME),
-    (rewrite_rowchains.NAME, rewrite_rowkeep.NAME),
-    (rewrite_contraction.NAME, ""),
-    (rewrite_reduction.NAME, ""),
-    (rewrite_stencil.NAME, ""),
-    (rewrite_fastmath.NAME, ""),
-)
+__all__ = ["Applied", "Declined", "Rewrite", "RewriteContext", "REWRITES", "STAGES", "apply_rewrites", "compose"]
+
+register(FunctionPass(rewrite_elementwise.NAME, rewrite_elementwise.rewrite))
+register(FunctionPass(rewrite_rowwise.NAME, rewrite_rowwise.rewrite_rowwise))
+register(FunctionPass(rewrite_rowkeep.NAME, rewrite_rowwise.rewrite_rowwise, follows=(rewrite_rowwise.NAME,),
+                      stage_of=rewrite_rowwise.NAME))
+register(FunctionPass(rewrite_rowchains.NAME, rewrite_rowwise.rewrite_rowwise, follows=(rewrite_rowkeep.NAME,),
+                      stage_of=rewrite_rowwise.NAME))
+register(FunctionPass(rewrite_contraction.NAME, rewrite_contraction.rewrite))
+register(FunctionPass(rewrite_reduction.NAME, rewrite_reduction.rewrite))
+register(FunctionPass(rewrite_stencil.NAME, rewrite_stencil.rewrite))
+# last: it switches the math calls of whatever the passes before made
+register(FunctionPass(rewrite_fastmath.NAME, rewrite_fastmath.rewrite, after=("*",)))
+
+
+def top_level() -> tuple:
+    """What apply_rewrites runs by default: each registered pass that is no later stage of another's
+    function, in order (a FunctionPass as its function)."""
+    return tuple(p.fn if isinstance(p, FunctionPass) else p for p in ordered()
+                 if not getattr(p, "stage_of", ""))
+
+
+# In order; each sees the source the ones before it made (agents/passes.py's registry).
+REWRITES = top_level()
+# The names of the passes and their stages, in the order they are made, each with the one it
+# builds on ("" for none): what a caller may ask for or leave out by name.
+STAGES = stages()
 GATE_LEFT_OUT = "left out: the gate rejected a template with it"
-
-
-@dataclass(frozen=True)
-class RewriteContext:
-    """What a rewrite reads: the original spec, the backend, the source so far and its launch."""
-
-    original: Template
-    backend: str  # the dialect of `source`: "cuda" or "opencl"
-    source: str  # after the lifts and the rewrites before this one
-    analysis: KernelAnalysis  # of `source`'s entry kernel
-    grid: tuple[str, ...]  # the launch so far, over problem names and parameters
-    block: tuple[str, ...]
-    defaults: dict  # the parameters so far and their defaults (the lifts' and earlier rewrites')
-    limits: DeviceLimits
-    taken: frozenset[str] = frozenset()  # names the source or spec already uses
-
-
-@dataclass(frozen=True)
-class Rewrite:
-    """A rewrite's result: the new source, its parameters and constraints, and the launch it needs."""
-
-    name: str  # stable, for dropping it after a rejection: "elementwise"
-    source: str
-    parameters: tuple[ParamProposal, ...]
-    description: str  # one line for the diff panel and `templatize`
-    constraints: tuple[str, ...] = ()
-    grid: tuple[str, ...] | None = None  # None keeps the launch as it is
-    block: tuple[str, ...] | None = None
-    risk: int = 4  # rewrites are dropped before lifts (which go up to 3)
-    first: dict = field(default_factory=dict)  # parameter -> the values worth measuring first
-    helps: str = ""  # "memory": `first` is for kernels of that bound (the rules' tuner reads the cost)
-
-
-@dataclass(frozen=True)
-class Declined:
-    """A rewrite that does not apply, and why, in one phrase."""
-
-    name: str
-    reason: str
 
 
 @dataclass
@@ -106,13 +68,13 @@ class Applied:
 def apply_rewrites(original: Template, sources: dict[str, str], primary: str, grid: tuple[str, ...],
                    block: tuple[str, ...], defaults: dict, limits: DeviceLimits,
                    dropped: frozenset[str] | set[str] = frozenset(), taken: frozenset[str] = frozenset(),
-                   rewrites: tuple = REWRITES, left_out: str = GATE_LEFT_OUT) -> Applied:
+                   rewrites: tuple | None = None, left_out: str = GATE_LEFT_OUT) -> Applied:
     """The rewrites of `rewrites` that apply, made in order on every backend's source (the primary
     backend decides; another backend whose rewrite differs is left out, with a note); a rewrite or
     stage named in `dropped` is declined with `left_out` as the reason."""
     out = Applied(dict(sources), grid=tuple(grid), block=tuple(block))
     defaults = dict(defaults)
-    for fn in rewrites:
+    for fn in (top_level() if rewrites is None else rewrites):
         made: dict[str, list[Rewrite]] = {}  # backend -> the stages it takes
         for backend in [primary] + sorted(b for b in out.sources if b != primary):
             got = _one(fn, original, backend, out, defaults, limits, taken)
@@ -156,15 +118,21 @@ def apply_rewrites(original: Template, sources: dict[str, str], primary: str, gr
 
 def _one(fn, original: Template, backend: str, sofar: Applied, defaults: dict, limits: DeviceLimits,
          taken: frozenset[str]) -> Rewrite | Declined | tuple:
+    """A pass (or a pass's function) run on one backend's source so far."""
     source = sofar.sources[backend]
     try:
         analysis = classify(source, original.entry)
     except KernelTreeError as e:
-        module = sys.modules.get(getattr(fn, "__module__", ""))
-        return Declined(getattr(module, "NAME", getattr(fn, "__name__", "rewrite")), str(e))
+        return Declined(_name(fn), str(e))
     ctx = RewriteContext(original, backend, source, analysis, sofar.grid, sofar.block, dict(defaults), limits,
                          frozenset(taken))
-    return fn(ctx)
+    return fn.run(ctx) if isinstance(fn, Pass) else fn(ctx)
+
+
+def _name(fn) -> str:
+    if isinstance(fn, Pass):
+        return fn.name
+    return next((p.name for p in PASSES if getattr(p, "fn", None) is fn), getattr(fn, "__name__", "rewrite"))
 
 
 def _difference(other: Rewrite, mine: Rewrite) -> str:
@@ -209,7 +177,7 @@ def compose(original: Template, backend: str, limits: DeviceLimits, proposal: Te
     notes = list(proposal.notes if proposal is not None else ()) + applied.notes
     notes += [f"rewrote the kernel: {d}" for d in described]
     # a rewrite for another class of kernel declining is no news once one applied; one left out is
-    notes += [f"no {d.name} rewrite: {d.reason}" for d in applied.declined if d.name in dropped]
+    notes += [f"no {d.name} rewrite: {d.reason}" for d in applied.declined if d.name in dropped or d.for_device]
     return TemplateProposal(
         sources=applied.sources, parameters=tuple(params), constraints=tuple(dict.fromkeys(constraints)),
         grid=applied.grid, block=applied.block,

@@ -273,7 +273,7 @@ def product_count(values: Mapping[str, tuple]) -> int:
 
 def is_switch(p: Parameter) -> bool:
     """Whether the parameter turns something on or off (FAST_MATH, a lifted USE_ flag)."""
-    return len(p.values) == 2 and param_kind(p.name, p.description) == "flag"
+    return len(p.values) == 2 and param_kind(p.name, p.kind) == "flag"
 
 
 def coarse_grid(template: Template, budget: int, first: dict | None = None,
@@ -291,7 +291,7 @@ def coarse_grid(template: Template, budget: int, first: dict | None = None,
     lists = {p.name: tuple(first[p.name]) if p.name in first else
              (spread(p.values, p.default, 2) if first else tuple(p.values)) for p in template.parameters}
     counts = {name: len(v) for name, v in lists.items()}
-    threads = {p.name for p in template.parameters if p.description.startswith("threads")}
+    threads = {p.name for p in template.parameters if is_thread_count(p)}
     switches = {p.name for p in template.parameters if is_switch(p)}
 
     def grid() -> dict[str, tuple[ParamValue, ...]]:
@@ -318,21 +318,31 @@ def spread(values: tuple, default: ParamValue, k: int) -> tuple:
     return tuple(ordered[i] for i in picks)
 
 
-def param_kind(name: str, description: str = "") -> str:
-    """threads, vector, unroll, flag, tile (what agents/lift.py would call the parameter), keep (data kept
-    on chip between passes) or ''."""
+# What the tuner makes of each kind a parameter says it is (engine/template.py's PARAM_KINDS): the
+# kinds BOUND_FIRST orders by; threads and lanes are both thread counts
+TUNER_KIND = {"threads": "threads", "lanes": "vector", "rows": "tile", "vector": "vector", "work": "tile",
+              "grid": "", "bounds": "", "flag": "flag", "unroll": "unroll", "tile": "tile", "keep": "keep",
+              "chains": "", "size": "tile"}
+THREAD_KINDS = ("threads", "lanes")
+
+
+def param_kind(name: str, kind: str = "") -> str:
+    """threads, vector, unroll, flag, tile, keep (data kept on chip between passes) or '': from the
+    kind the parameter says it is, else from its name (agents/lift.py's names), never its description."""
+    if kind:
+        return TUNER_KIND.get(kind, "")
     upper = name.upper()
     if KEEP_NAME.search(upper):
         return "keep"
-    for kind, pattern in KINDS:
+    for k, pattern in KINDS:
         if pattern.search(upper):
-            return kind
-    d = description.lower()
-    for kind, words in (("threads", ("threads per block",)), ("vector", ("vector",)), ("unroll", ("unroll",)),
-                        ("flag", ("on or off",))):
-        if any(w in d for w in words):
-            return kind
+            return k
     return ""
+
+
+def is_thread_count(p: Parameter) -> bool:
+    """Whether the parameter counts threads (a block's, or a row's or segment's lanes)."""
+    return p.kind in THREAD_KINDS if p.kind else param_kind(p.name) == "threads"
 
 
 def analysis_line(state: LoopState) -> str:
@@ -407,7 +417,7 @@ def bound_first(template: Template, bound: str) -> list[str]:
     """The template's parameters of the kinds BOUND_FIRST names for a kernel of this bound."""
     kinds = BOUND_FIRST.get(bound, ())
     return list(dict.fromkeys(p.name for k in kinds for p in template.parameters
-                              if param_kind(p.name, p.description) == k and len(p.values) > 1))
+                              if param_kind(p.name, p.kind) == k and len(p.values) > 1))
 
 
 def refinement(template: Template, best: dict, results: list, budget: int,
@@ -443,7 +453,7 @@ def refinement(template: Template, best: dict, results: list, budget: int,
     for name in order:
         p = template.parameter(name)
         trial = dict(values)
-        trial[name] = neighbours(p.values, best[name], p.description.startswith("threads"), radius)
+        trial[name] = neighbours(p.values, best[name], is_thread_count(p), radius)
         if trial[name] != values[name] and count(trial) <= budget:
             values = trial
             used.append(f"{name} (x{effect[name]:.2f})" if name not in untried else f"{name} (not yet tried)")

@@ -72,10 +72,12 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "matmul_naive": ("matmul", "4096"),
     "matmul_coalesced": ("matmul", "4096"),  # the bar computes A @ B without the epilogue
     "matmul_half": (None, "4096"),
+    "matmul_batched": (None, "1024"),
     "reduce_interleaved": ("block_sums", "64M"),
     "reduce_nodivergence": ("block_sums", "64M"),
     "reduce_sequential": ("block_sums", "64M"),
     "reduce_atomic": ("reduce_total", "64M"),
+    "reduce_firstadd": (None, "64M"),
     "stencil5": ("stencil5_tiled", "8k"),
     "stencil9": (None, "8k"),
     "conv_rows": (None, "8k"),
@@ -279,7 +281,7 @@ def library_us(what: str | None, sizes: dict, backend: str, reps: int = 100) -> 
 
         def fn():
             if what == "sum":
-                torch.sum(view, out=out)
+                torch.sum(view, dim=0, out=out)
             else:
                 torch.sum(view, dim=1, out=out)
     elif what == "embedding":

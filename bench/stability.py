@@ -74,12 +74,15 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=0, help="evaluations per run (0: the whole space)")
     ap.add_argument("--strategy", default="grid")
     ap.add_argument("--within", type=float, default=0.01)
+    ap.add_argument("--keep", type=Path, default=None, help="keep the sessions in this folder")
     args = ap.parse_args()
     names = args.templates or templates.names()
     stable = 0
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.keep or Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
         for name in names:
-            rows = [tune_once(name, args, 100 + i, Path(out)) for i in range(args.runs)]
+            rows = [tune_once(name, args, 100 + i, out) for i in range(args.runs)]
             print(f"{name} at {rows[0]['problem']} on {rows[0]['device']} ({args.backend}), "
                   f"{rows[0]['evaluated']} configurations a run")
             for i, r in enumerate(rows, 1):

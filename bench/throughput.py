@@ -1,8 +1,9 @@
-"""Configurations per second end to end (compile + verify + time) on the CUDA backend, with
-parallel compilation and without it, in the same run.
+"""Configurations per second end to end (compile + verify + time) on the CUDA backend (or
+another: --backend opencl runs it on PoCL), with parallel compilation and without it, in the same
+run.
 
     python bench/throughput.py [--problem llama7b-t128] [--sequential-budget 60]
-    python bench/throughput.py --backend opencl --problem llama7b-t128 --sequential-budget 30   # PoCL
+    python bench/throughput.py --backend opencl --template vector_add --problem 1M --budget 24 --sequential-budget 12
 
 Each mode starts from an empty compile cache, so every configuration is really compiled.
 """
@@ -24,8 +25,9 @@ from kerntune.engine.template import load_template
 from kerntune.engine.tune import TuneOptions, TuneRun
 
 
-def run(problem: str, jobs: int, budget: int, profile: bool = False, backend: str = "cuda") -> dict:
-    t = load_template(templates.path("silu_and_mul"))
+def run(problem: str, jobs: int, budget: int, profile: bool = False, backend: str = "cuda",
+        template: str = "silu_and_mul") -> dict:
+    t = load_template(templates.path(template))
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out, \
             tempfile.TemporaryDirectory() as prof_dir:
         os.environ["KERNTUNE_CACHE_DIR"] = cache
@@ -65,6 +67,7 @@ def run(problem: str, jobs: int, budget: int, profile: bool = False, backend: st
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--problem", default="llama7b-t128")
+    ap.add_argument("--template", default="silu_and_mul")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="compile processes (default: kerntune's own)")
     ap.add_argument("--budget", type=int, default=0, help="parallel mode: 0 = the whole grid")
     ap.add_argument("--sequential-budget", type=int, default=60)
@@ -72,11 +75,12 @@ def main() -> None:
     ap.add_argument("--backend", choices=("cuda", "opencl"), default="cuda",
                     help="opencl: the sequential mode alone (nothing compiles ahead there)")
     args = ap.parse_args()
-    if args.backend == "opencl":
-        rows = [run(args.problem, 1, args.sequential_budget, args.profile, backend="opencl")]
+    if args.backend == "opencl":  # the sequential mode alone (nothing compiles ahead there)
+        rows = [run(args.problem, 1, args.sequential_budget, args.profile, "opencl", args.template)]
     else:
-        rows = [run(args.problem, args.jobs, args.budget, args.profile), run(args.problem, 1, args.sequential_budget)]
-    print(f"silu_and_mul {args.problem}, {args.backend} backend, empty compile cache per mode")
+        rows = [run(args.problem, args.jobs, args.budget, args.profile, template=args.template),
+                run(args.problem, 1, args.sequential_budget, template=args.template)]
+    print(f"{args.template} {args.problem}, {args.backend} backend, empty compile cache per mode")
     print(f"{'mode':<24}{'configs':>8}{'ok':>6}{'wall s':>9}{'configs/s':>11}"
           f"{'compile s':>11}{'verify s':>10}{'time s':>8}{'best us':>9}")
     for r in rows:

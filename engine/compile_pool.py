@@ -14,59 +14,14 @@ import os
 import queue
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Mapping
+from typing import Mapping
 
-from . import children
 from .children import default_jobs
 from .backends import CompileError
 from .compile_child import Compiled
+from .compile_process import CompileProcess
 from .space import compiler_defines
 from .template import ParamValue, Template
-
-
-class _Process:
-    """One compile process (engine/compile_child.py `serve`) and its pipe."""
-
-    def __init__(self) -> None:
-        self.popen, self.conn = children.start("kerntune.engine.compile_child", "serve")
-        self.owed = 0  # answers to ("warm", arch) requests still to be read
-        self.warmed = ""  # the architecture it was last asked to warm for
-
-    def warm(self, arch: str) -> None:
-        """Ask it to load the compiler and build an empty kernel for `arch`; the answer is read
-        before its next request's."""
-        try:
-            self.conn.send(("warm", arch))
-        except OSError:
-            return  # found when it is used
-        self.owed += 1
-        self.warmed = arch
-
-    def settle(self, timeout: float | None = None) -> bool:
-        """Read the answers owed; whether it has none left (False after `timeout`)."""
-        while self.owed:
-            if not self.conn.poll(timeout):
-                return False
-            self.conn.recv()
-            self.owed -= 1
-        return True
-
-    def call(self, request: tuple) -> tuple[str, Any]:
-        """The process's answer; EOFError or OSError when it died."""
-        self.settle()
-        self.conn.send(request)
-        return self.conn.recv()
-
-    def stop(self) -> None:
-        """End the process (from any thread: one waiting for its answer then reads the end)."""
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait()
-
-    def close(self) -> None:
-        """Stop it and close the pipe: only by the thread that holds it, or for an idle one."""
-        self.stop()
-        self.conn.close()
 
 
 class CompilePool:
@@ -79,16 +34,16 @@ class CompilePool:
         self.options = template.options_for("cuda")
         self.jobs = jobs
         self._lock = threading.Lock()
-        self._idle: queue.SimpleQueue[_Process | None] = queue.SimpleQueue()
-        self._started: list[_Process] = []
+        self._idle: queue.SimpleQueue[CompileProcess | None] = queue.SimpleQueue()
+        self._started: list[CompileProcess] = []
         self._closed = False
         # Threads hand work to the processes and wait for it, so a crashed process is seen (and
         # its configuration retried once, in a new process) behind the Future the caller holds.
         self._threads = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kerntune-compile")
 
-    def _new(self) -> _Process:
+    def _new(self) -> CompileProcess:
         try:
-            p = _Process()
+            p = CompileProcess()
         except OSError as e:
             raise CompileError(f"cannot start a compile process: {e}") from None
         self._started.append(p)
@@ -113,7 +68,7 @@ class CompilePool:
                 p.warm(self.arch)
                 self._idle.put(p)
 
-    def _take(self) -> _Process:
+    def _take(self) -> CompileProcess:
         with self._lock:
             if self._closed:
                 raise CompileError("the run has ended")

@@ -284,7 +284,8 @@ class Steadier:
             if not redo_why:
                 kept, kept_why = redo, ""
                 break
-            if (redo.spread or 0.0) < (kept.spread or 0.0):
+            # a ranked measurement before a suspect one, then the steadier
+            if (redo.status == "ok", -(redo.spread or 0.0)) > (kept.status == "ok", -(kept.spread or 0.0)):
                 kept, kept_why = redo, redo_why
         self.streak = 0 if not kept_why else self.streak + 1
         return replace(kept, disturbed=kept_why)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-LAUNCH = re.compile(rb"<<<([^;]*?)>>>")  # within one statement
+from .cxx import CTYPES, LAUNCH, PACKED
+
 _TOKEN = re.compile(r"[A-Za-z_]\w*(?:::\w+)*|\d+[uUlL]*|<<|>>|\S")
 CEIL_DIVS = {"ceil_div", "CEIL_DIV", "cdiv", "CDIV", "div_up", "DIV_UP", "DIVUP", "divUp", "iDivUp", "ceildiv",
              "CeilDiv", "ceilDiv", "DIV_ROUND_UP", "div_round_up", "cuda::ceil_div"}
@@ -130,7 +131,6 @@ _SIZEOF = re.compile(r"sizeof\s*\(\s*([A-Za-z_][\w ]*?)\s*\)")
 
 def _sizeof(m: re.Match) -> str:
     """`sizeof(float)` as 4: the element types the signature reader knows; as written otherwise."""
-    from .signature import CTYPES, PACKED
     from .template import DTYPES
 
     words = " ".join(w for w in m.group(1).split() if w not in ("const", "volatile"))

@@ -219,12 +219,27 @@ def _write(file: Path, arrays_by_name: Mapping[str, Any]) -> None:
         os.replace(tmp, file)  # a worker reading at the same time sees the whole file or none
     except OSError:  # a full disk costs the cache, never the run
         tmp.unlink(missing_ok=True)
+        return
+    # workers that made room at once may each have counted on the same free bytes: once written,
+    # the oldest files go until the cache is within its cap again
+    _make_room(file.parent, 0, keep=file)
 
 
-def _make_room(folder: Path, size: int) -> bool:
+# What the cache's files take on disk is counted in whole blocks of this size at least (a file of
+# a few bytes still takes a block): the cap holds for what `du` reports, not only for the bytes.
+BLOCK = 4096
+
+
+def _on_disk(st: os.stat_result) -> int:
+    return max(-(-st.st_size // BLOCK) * BLOCK, getattr(st, "st_blocks", 0) * 512)
+
+
+def _make_room(folder: Path, size: int, keep: Path | None = None) -> bool:
     """Room for `size` more bytes: the files used longest ago removed until it fits (another
-    worker may be doing the same; a file gone meanwhile is simply gone)."""
+    worker may be doing the same; a file gone meanwhile is simply gone). Files other workers are
+    writing now count against the cap too, and are left alone; `keep` is never removed."""
     held = []
+    writing = 0
     now = time.time()
     for f in folder.glob("*" + SUFFIX + "*"):
         try:
@@ -232,15 +247,19 @@ def _make_room(folder: Path, size: int) -> bool:
         except OSError:
             continue
         if f.name.endswith(".tmp") and now - st.st_mtime < 600:
-            continue  # being written now (one a crashed worker left behind goes in time)
-        held.append((st.st_mtime, st.st_size, f))
-    total = sum(n for _, n, _ in held)
+            writing += _on_disk(st)  # being written now (one a crashed worker left behind goes in time)
+            continue
+        held.append((st.st_mtime, _on_disk(st), f))
+    total = writing + sum(n for _, n, _ in held)
+    need = -(-size // BLOCK) * BLOCK
     for _, n, f in sorted(held, key=lambda x: x[0]):
-        if total + size <= LIMIT_BYTES:
+        if total + need <= LIMIT_BYTES:
             break
+        if f == keep:
+            continue
         f.unlink(missing_ok=True)
         total -= n
-    return total + size <= LIMIT_BYTES
+    return total + need <= LIMIT_BYTES
 
 
 def _read(file: Path) -> dict[str, np.ndarray] | None:

@@ -299,6 +299,8 @@ class TuningLoop(Controlled):
         self.history.append(record)
         if self.events.stopped:
             return self.stop_reason
+        if record.reason == "interrupted":  # Ctrl-C reached the round's search: the loop ends with it
+            return "interrupted"
         report = self._call("test", self._state(number), record)
         best = self.best
         self._emit(Analysis(self.events.now(), number, self.provider.name, report.text,

@@ -282,6 +282,11 @@ def measure_peaks(backend: Backend, note: Callable[[str], None]) -> tuple[ProbeR
     if bw_why and fl_why:
         return r, None
     spread = max(s for s, why in ((r.bandwidth_spread, bw_why), (r.gflops_spread, fl_why)) if not why)
+    if not r.stable:
+        note(f"the rounds did not settle within {STABLE_TOLERANCE:.0%} (spread {spread:.1%}; a busy machine?): "
+             "the figures serve this run only and are not cached")
+        return r, Peaks(0.0 if bw_why else r.bandwidth_gbs, 0.0 if fl_why else r.gflops, "measured, not settled",
+                        spread)
     save_peaks(limits, 0.0 if bw_why else r.bandwidth_gbs, 0.0 if fl_why else r.gflops, spread,
                None if bw_why else r.bandwidth_spread, None if fl_why else r.gflops_spread)
     return r, load_peaks(limits)

@@ -103,8 +103,8 @@ def compose_spec(original: Template, proposal: TemplateProposal, limits: DeviceL
             kernel["absolute_includes"] = True
     data["kernel"] = kernel
     data["param"] = [
-        {k: v for k, v in (("name", p.name), ("description", p.description), ("values", list(p.values)),
-                           ("default", p.default)) if v != ""}
+        {k: v for k, v in (("name", p.name), ("description", p.description), ("kind", p.kind),
+                           ("values", list(p.values)), ("default", p.default)) if v != ""}
         for p in proposal.parameters
     ]
     data["constraints"] = list(proposal.constraints)

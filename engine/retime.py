@@ -107,19 +107,40 @@ def timing_interval(r: Result) -> tuple[float, float]:
     return r.median_us or 0.0, r.median_us or 0.0
 
 
+def measure_cost_s(r: Result, launches: int) -> float:
+    """Seconds one timing of `launches` launches of a configuration takes, checks and restores
+    included, from its own timing (time_s over its launches and warm-up)."""
+    return r.time_s * (launches + 1) / max(len(r.times_us) + 1, 1)
+
+
+def affordable(lead: Sequence[Result], wall_s: float, original: Result | None = None,
+               launches: int = MIN_LAUNCHES) -> list[Result]:
+    """The leaders that MIN_ROUNDS rounds can time within `wall_s`: the TOP fastest and the
+    original always, the others while the rounds' cost stays within it."""
+    keep, cost = [], 0.0
+    for i, r in enumerate(lead):
+        c = measure_cost_s(r, launches) * MIN_ROUNDS
+        if i < TOP or r is original or cost + c <= wall_s:
+            keep.append(r)
+            cost += c
+    return keep
+
+
 def leaders(ranked: Sequence[Result], original: Result | None) -> list[Result]:
     """The configurations to re-time, fastest first: the fastest, every one that its own timing
     cannot show slower (its interval, or its fastest launch, reaches the fastest's interval: a
     disturbance only ever adds time), at least the TOP fastest, at most MAX_LEADERS; then the
-    original when it is not among them."""
+    original when it is not among them. When measurements were disturbed (a result says so),
+    one run's order says little: the MAX_LEADERS fastest are re-timed."""
     if not ranked:
         return [original] if original is not None else []
     _, best_high = timing_interval(ranked[0])
+    top = MAX_LEADERS if any(r.disturbed for r in ranked) else TOP
 
     def close(r: Result) -> bool:
         return timing_interval(r)[0] <= best_high or (r.min_us is not None and r.min_us <= best_high)
 
-    chosen = [r for i, r in enumerate(ranked) if i < TOP or close(r)][:MAX_LEADERS]
+    chosen = [r for i, r in enumerate(ranked) if i < top or close(r)][:MAX_LEADERS]
     if original is not None and all(config_key(r.config) != config_key(original.config) for r in chosen):
         chosen.append(original)
     return chosen
@@ -136,6 +157,9 @@ class PairedRequest:
     estimates_us: tuple[float, ...]
     rounds: int = ROUNDS
     budget_s: float = BUDGET_S
+    # Wall-clock seconds the rounds may take (checks, poisoning and restores included): no round
+    # starts past it once MIN_ROUNDS are done.
+    wall_s: float = 60.0
 
 
 def launches_per_round(estimates_us: Sequence[float], rounds: int, budget_s: float) -> int:
@@ -187,7 +211,7 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
     disturbances: list[str] = []
     saved = ev.timing
     ev.timing = policy
-    started = time.monotonic()
+    started = round_started = time.monotonic()
     try:
         while sum(quiet) < request.rounds and len(quiet) < 2 * request.rounds:
             order = [k for k in keys if k in kernels and k not in failed]
@@ -195,6 +219,10 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
                 break
             rng.shuffle(order)
             t0 = time.monotonic()
+            last = t0 - (round_started if quiet else t0)
+            if len(quiet) >= MIN_ROUNDS and t0 - started + last > request.wall_s:
+                break  # the time the run gave the rounds is spent
+            round_started = t0
             this: dict[str, float] = {}
             for key in order:
                 kernel, geo = kernels[key]

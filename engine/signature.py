@@ -17,57 +17,31 @@ every branch. What cannot be read is said in `notes`, one phrase each, and readi
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from .host_launch import LAUNCH, HostLaunch, split_top
+from .cxx import CTYPES, PACKED, QUALIFIERS, SKIPPED
+from .cxx import Marks as _Marks
+from .cxx import blank as _blank
+from .cxx import callee as _callee
+from .cxx import code_nodes as _walk
+from .cxx import first_error as _first_error
+from .cxx import int_literal as _int
+from .cxx import leaves as _leaves
+from .cxx import parser as _parser
+from .cxx import text as _text
+from .cxx import type_words as _words
+from .host_launch import HostLaunch, split_top
 from .template import TemplateError
 
-# Element types that map to kerntune dtypes; the keys are the type's words, qualifiers removed.
-CTYPES = {
-    "half": "float16", "__half": "float16", "_Float16": "float16", "__fp16": "float16",
-    "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", "__bf16": "bfloat16",
-    "float": "float32", "double": "float64",
-    "int": "int32", "signed": "int32", "signed int": "int32", "int32_t": "int32",
-    "unsigned": "uint32", "unsigned int": "uint32", "uint": "uint32", "uint32_t": "uint32",
-    "long": "int64", "long int": "int64", "long long": "int64", "long long int": "int64", "int64_t": "int64",
-    "unsigned long": "uint64", "unsigned long int": "uint64", "unsigned long long": "uint64", "ulong": "uint64",
-    "unsigned long long int": "uint64", "size_t": "uint64", "uint64_t": "uint64",
-    "short": "int16", "short int": "int16", "int16_t": "int16",
-    "char": "int8", "signed char": "int8", "int8_t": "int8",
-    "unsigned char": "uint8", "uchar": "uint8", "uint8_t": "uint8",
-}
-# Packed vector types: the dtype of their elements and how many one holds. A buffer of them is
-# described in elements (a `__nv_bfloat162 *` of n pairs is 2n bfloat16).
-PACKED = {
-    "float2": ("float32", 2), "float4": ("float32", 4), "double2": ("float64", 2),
-    "__half2": ("float16", 2), "half2": ("float16", 2),
-    "__nv_bfloat162": ("bfloat16", 2), "nv_bfloat162": ("bfloat16", 2),
-    "int2": ("int32", 2), "int4": ("int32", 4),
-}
 # Names the CUDA headers give to types, as the demangler spells them.
 CUDA_SPELLING = {"half": "__half", "nv_bfloat16": "__nv_bfloat16", "half2": "__half2",
                  "nv_bfloat162": "__nv_bfloat162"}
 INTEGER_DTYPES = ("int8", "uint8", "int16", "int32", "uint32", "int64", "uint64")
-QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "typename",
-              "signed_", "constexpr", "std"}
 
-# CUDA and OpenCL words C++ does not know, blanked before the parse that is read
-_CUDA_WORDS = {"__global__", "__device__", "__host__", "__forceinline__", "__noinline__", "__shared__",
-               "__constant__", "__managed__", "__grid_constant__", "__inline__"}
-_OPENCL_WORDS = {"__kernel", "kernel", "__global", "global", "__local", "local", "__constant", "constant",
-                 "__private", "private", "__read_only", "read_only", "__write_only", "write_only"}
-_WITH_PARENS = {"__launch_bounds__", "__cluster_dims__", "__maxnreg__", "__attribute__", "__declspec",
-                "__align__", "__builtin_align__",
-                "KERNTUNE_PRAGMA"}  # the rules' own `#pragma unroll N` through _Pragma (agents/lift.py)
-_KERNEL_WORDS = {"__global__", "__kernel", "kernel"}
-_LOCAL_WORDS = {"__local", "local"}
-_CONSTANT_WORDS = {"__constant", "constant"}
 _CASTS = {"reinterpret_cast", "static_cast", "const_cast", "__builtin_assume_aligned"}
-_SKIP_LEAVES = {"comment", "string_literal", "raw_string_literal", "char_literal", "system_lib_string"}
 
 
 class SignatureError(TemplateError):
@@ -170,124 +144,6 @@ class KernelSignature:
 
 
 # parsing ---------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=1)
-def _parser():
-    try:
-        import tree_sitter_cpp
-        from tree_sitter import Language, Parser
-    except ImportError as e:  # pragma: no cover - a dependency of kerntune
-        raise SignatureError(f"tree-sitter and tree-sitter-cpp are needed to read kernels ({e})") from None
-    return Parser(Language(tree_sitter_cpp.language()))
-
-
-def _leaves(node) -> Iterator:
-    """The tokens under a node in order, comments and literals' insides left out."""
-    return (n for n in _walk(node) if n.child_count == 0)
-
-
-@dataclass
-class _Marks:
-    """What the blanked words said, by byte offset."""
-
-    kernels: list[int] = field(default_factory=list)  # offsets of __global__ / __kernel
-    local: list[int] = field(default_factory=list)
-    shared: list[int] = field(default_factory=list)  # offsets of __shared__
-    cuda_constant: list[int] = field(default_factory=list)  # offsets of __constant__
-    constant: list[int] = field(default_factory=list)
-    hints: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
-    launches: list[tuple[int, int, str]] = field(default_factory=list)  # `<<<...>>>`: start, end, what it holds
-    text: bytes = b""  # the blanked source
-
-    def head(self, node) -> int:
-        """Where a node's text starts once the blanked words before it are counted in."""
-        start = node.start_byte
-        while start > 0 and self.text[start - 1:start].isspace():
-            start -= 1
-        return start
-
-
-def _int(text: str) -> int | None:
-    t = text.rstrip("uUlL")
-    try:
-        return int(t, 0)
-    except ValueError:
-        return None
-
-
-def _blank(src: bytes) -> tuple[bytes, str, _Marks]:
-    """The source with the CUDA and OpenCL words blanked (offsets kept), its dialect and marks."""
-    tree = _parser().parse(src)
-    leaves = [l for l in _leaves(tree.root_node) if l.type not in ("preproc_arg",)]
-    words = [l.text.decode("utf-8", "replace") for l in leaves]
-    cuda = "__global__" in words
-    opencl = not cuda and ("__kernel" in words or any(
-        w == "kernel" and i + 1 < len(words) and words[i + 1] in ("void", "__attribute__")
-        for i, w in enumerate(words)))
-    known = _CUDA_WORDS | (_OPENCL_WORDS if opencl else set())  # `kernel` is a C++ name in CUDA
-    out = bytearray(src)
-    marks = _Marks()
-    i = 0
-    while i < len(leaves):
-        leaf, w = leaves[i], words[i]
-        if w in _WITH_PARENS and i + 1 < len(leaves) and words[i + 1] == "(":
-            depth, j = 0, i + 1
-            while j < len(leaves):
-                depth += {"(": 1, ")": -1}.get(words[j], 0)
-                if depth == 0:
-                    break
-                j += 1
-            inner = words[i + 2:j]
-            hint: tuple[int, ...] = ()
-            if "reqd_work_group_size" in inner:
-                k = inner.index("reqd_work_group_size")
-                nums = [_int(t) for t in inner[k + 2:k + 7:2]]
-                if len(nums) == 3 and all(n is not None for n in nums):
-                    hint = tuple(nums)  # type: ignore[arg-type]
-            elif w == "__launch_bounds__" and inner and _int(inner[0]) is not None and (
-                    len(inner) == 1 or inner[1] == ","):
-                hint = (_int(inner[0]),)  # type: ignore[assignment]
-            if hint:
-                marks.hints.append((leaf.start_byte, hint))
-            end = leaves[min(j, len(leaves) - 1)].end_byte
-            out[leaf.start_byte:end] = b" " * (end - leaf.start_byte)
-            i = j + 1
-            continue
-        if w in known:
-            if w in _KERNEL_WORDS:
-                marks.kernels.append(leaf.start_byte)
-            elif w in _LOCAL_WORDS:
-                marks.local.append(leaf.start_byte)
-            elif w in _CONSTANT_WORDS:
-                marks.constant.append(leaf.start_byte)
-            elif w == "__shared__":
-                marks.shared.append(leaf.start_byte)
-            elif w == "__constant__":
-                marks.cuda_constant.append(leaf.start_byte)
-            out[leaf.start_byte:leaf.end_byte] = b" " * (leaf.end_byte - leaf.start_byte)
-        i += 1
-    for m in LAUNCH.finditer(src):  # host code's `kernel<<<grid, block>>>(...)`: parsed as a call
-        marks.launches.append((m.start(), m.end(), m.group(1).decode("utf-8", "replace")))
-        out[m.start():m.end()] = b" " * (m.end() - m.start())
-    marks.text = bytes(out)
-    return marks.text, ("opencl" if opencl else "cuda"), marks
-
-
-def _text(node) -> str:
-    return node.text.decode("utf-8", "replace") if node is not None else ""
-
-
-def _words(node) -> str:
-    """A type node's words, qualifiers removed: `const unsigned int` -> `unsigned int`."""
-    if node is None:
-        return ""
-    if node.type == "qualified_identifier":
-        return _words(node.child_by_field_name("name"))
-    if node.type == "template_type":
-        return " ".join(_text(node).split())
-    parts = _text(node).replace("*", " ").replace("&", " ").split()
-    return " ".join(p for p in parts if p not in QUALIFIERS)
-
 
 # the preprocessor ------------------------------------------------------------------------------
 
@@ -456,23 +312,6 @@ _STORE_WORDS = ("store", "vstore", "__st", "st_global", "write")
 _LOAD_WORDS = ("load", "vload", "__ld", "ld_global", "read", "fetch")
 
 
-def _callee(fn) -> str:
-    """The plain name of the function a call calls (`v.store`, `ns::f<T>` and `f` give store, f, f)."""
-    while fn is not None:
-        t = fn.type
-        if t in ("identifier", "field_identifier", "type_identifier"):
-            return _text(fn)
-        if t == "field_expression":
-            fn = fn.child_by_field_name("field")
-        elif t in ("qualified_identifier", "template_function", "template_method"):
-            fn = fn.child_by_field_name("name")
-        elif t == "parenthesized_expression":
-            fn = fn.named_children[0] if fn.named_children else None
-        else:
-            return ""
-    return ""
-
-
 class _Flow:
     """Reads and writes through pointers, in evaluation order, for one function body."""
 
@@ -542,7 +381,7 @@ class _Flow:
     # visiting
     def visit(self, node) -> None:
         t = node.type
-        if t in _SKIP_LEAVES:
+        if t in SKIPPED:
             return
         if t == "assignment_expression":
             left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
@@ -1037,17 +876,6 @@ def _descendants(node, kind: str) -> list:
     return out
 
 
-def _first_error(node):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type == "ERROR" or n.is_missing:
-            return n
-        if n.has_error:
-            stack.extend(reversed(n.children))
-    return None
-
-
 def _kernel(fn, head, template, root, dialect, marks, types, functions, memo, instantiations, file_notes) -> KernelSignature:
     decl = _function_declarator(fn)
     name = _callee(decl.child_by_field_name("declarator")) if decl is not None else ""
@@ -1301,17 +1129,6 @@ def index_uses(sig: KernelSignature) -> dict[str, IndexUse]:
         else:
             out[name] = IndexUse(name, target)
     return out
-
-
-def _walk(node) -> Iterator:
-    """Every node under a node (itself first) in source order, comments and literals left out."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in _SKIP_LEAVES:
-            continue
-        yield n
-        stack.extend(reversed(n.children))
 
 
 def _pointer_into(e, names: set) -> str:

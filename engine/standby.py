@@ -105,7 +105,7 @@ class Spare:
 
 _lock = threading.Lock()
 _spares: list[Spare] = []
-_compilers: list[Any] = []  # compile_pool._Process, warmed or warming
+_compilers: list[Any] = []  # compile_process.CompileProcess, warmed or warming
 _keep: set[tuple[str, int]] = set()
 _warmers: list[threading.Thread] = []  # threads that warm compile processes once the device is known
 
@@ -150,12 +150,12 @@ def standby(backend: str, device: int = 0, *, compile_jobs: int = DEFAULT, arch:
 
 
 def _start_compilers(n: int) -> list:
-    from .compile_pool import _Process
+    from .compile_process import CompileProcess
 
     started = []
     for _ in range(n):
         try:
-            started.append(_Process())
+            started.append(CompileProcess())
         except OSError:
             break
     with _lock:

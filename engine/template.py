@@ -82,6 +82,14 @@ class Parameter:
     values: tuple[ParamValue, ...]
     default: ParamValue
     description: str = ""
+    # what it tunes, as a word of PARAM_KINDS (the tuner orders and spreads its values by it);
+    # "" where the spec does not say, when the tuner goes by the name
+    kind: str = ""
+
+
+# The kinds of parameter a spec's `kind` may name.
+PARAM_KINDS = ("threads", "lanes", "rows", "vector", "work", "grid", "bounds", "flag", "unroll", "tile", "keep",
+               "chains", "size")
 
 
 @dataclass(frozen=True)
@@ -627,7 +635,7 @@ def _parameters(s: _Spec, raw: Any) -> tuple[Parameter, ...]:
     out: list[Parameter] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
-        name, where = _named_table(s, "param", i, item, {"name", "values", "default", "description"}, seen)
+        name, where = _named_table(s, "param", i, item, {"name", "values", "default", "description", "kind"}, seen)
         values = item.get("values")
         if not isinstance(values, list) or not values:
             raise s.fail(f"{where}.values", "a non-empty list of numbers or booleans", values)
@@ -642,7 +650,10 @@ def _parameters(s: _Spec, raw: Any) -> tuple[Parameter, ...]:
         if default not in values or type(default) is not type(values[values.index(default)]):
             raise s.fail(f"{where}.default", "one of its values", default)
         description = s.string(item, "description", where, "")
-        out.append(Parameter(name, tuple(values), default, description))
+        kind = s.string(item, "kind", where, "")
+        if kind and kind not in PARAM_KINDS:
+            raise s.fail(f"{where}.kind", f"one of {', '.join(PARAM_KINDS)}", kind)
+        out.append(Parameter(name, tuple(values), default, description, kind))
     return tuple(out)
 
 

@@ -32,7 +32,7 @@ from .events import (
     WinnerVerified,
 )
 from .result import FAILED, Result, config_key, fastest, ranked
-from .retime import BUDGET_S, ROUNDS, PairedRequest, leaders, verdict
+from .retime import BUDGET_S, ROUNDS, PairedRequest, affordable, leaders, verdict
 from .search import Seeded, StopRules, make_strategy
 from .session import Session, SessionWriter, default_path, load_session, lock_session
 from .sol import load_peaks
@@ -270,7 +270,7 @@ class TuneRun(Controlled):
         progress = Progress(len(results), fastest(results))
         rules = StopRules(opts.budget, opts.time_limit, opts.sol_target, opts.patience)
         reason = "space exhausted"
-        started = time.monotonic()
+        started = self._search_started = time.monotonic()
         try:
             evaluations = self._evaluations(spec, template, backend, limits)
         except (ClusterError, ValueError) as e:
@@ -373,10 +373,16 @@ class TuneRun(Controlled):
                              source="worker")
         for name, err in sorted(info.get("calibration", {}).items()):
             scale = info.get("scale", {}).get(name)
-            widened = (f"; its tolerance is widened {scale:.3g}x for every configuration" if scale
+            widened = (f"; its tolerance is widened {scale:.3g}x (twice a high quantile of its errors)" if scale
                        else "; the default tolerance holds")
+            share = info.get("spare", {}).get(name)
+            if share:
+                widened += (f"; {share:.2%} of its elements are beyond that, so a few elements of each "
+                            "configuration may be too, none further out than twice its worst")
             self.events.note(f"tolerance of `{name}`: the original kernel's worst error is "
                              f"{err:.3g}x the default{widened}", source="calibration", once=True)
+        if info.get("hard"):
+            self.events.note(str(info["hard"]), source="calibration")
         if not info.get("cold_cache", True):
             flush = info.get("flush_bytes", 0) / 2**20
             self.events.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "
@@ -423,7 +429,9 @@ class TuneRun(Controlled):
         paired = getattr(evaluations, "paired", None)
         original = baseline if baseline is not None and baseline.ranked else None
         others = [r for r in ranked(results) if r is not winner]
-        lead = leaders([winner] + others, original)
+        # a fixed cost at the end: a tenth of the search's time, between 2 s and a minute
+        wall = min(60.0, max(2.0, 0.1 * (time.monotonic() - self._search_started)))
+        lead = affordable(leaders([winner] + others, original), wall, original)
         if len(lead) < 2:
             return winner
         if paired is None:
@@ -431,7 +439,8 @@ class TuneRun(Controlled):
                              "speedups come from each configuration's own timing")
             return winner
         request = PairedRequest(tuple(dict(r.config) for r in lead), tuple(float(r.median_us or 0.0) for r in lead),
-                                rounds=ROUNDS, budget_s=min(BUDGET_S, 10 * self.options.timing.target_s))
+                                rounds=ROUNDS, budget_s=min(BUDGET_S, 10 * self.options.timing.target_s),
+                                wall_s=wall)
         reply = paired(request, Config.of(winner.config))
         if "error" in reply:
             self.events.note(f"the leaders could not be timed again together ({reply['error']}): speedups "

@@ -128,7 +128,8 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
         return
     conn.send(("ready", {"limits": backend.limits.to_dict(), "cold_cache": ev.cold_cache,
                          "flush_bytes": backend.flush_bytes(), "calibration": calibration,
-                         "scale": dict(ev.scale), "startup": startup, "ahead": ahead}))
+                         "scale": dict(ev.scale), "spare": {k: v[0] for k, v in ev.spare.items()},
+                         "hard": ev.hard_note, "startup": startup, "ahead": ahead}))
     kept: dict[str, tuple[float, Any]] = {}  # config key -> (median, loaded kernel)
     watch = disturb.watch_for(backend, spec.device) if not spec.check_only else None
     steady = disturb.Steadier(watch)
@@ -158,9 +159,14 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             result = steady.settle(result, t0, lambda r: ev.measure_again(r, kernel))
             if result.ranked:
                 _keep(kept, config_key(config), float(result.median_us), kernel)
-            # a fault leaves a CUDA context unusable: this worker ends, the next one starts fresh
-            ending = result.status == "launch_error" and backend.name == "cuda"
-            conn.send(("result", result.to_dict(), ending))
+            # a fault leaves a CUDA context unusable, and a write out of bounds may have reached
+            # what the checks compare with: this worker ends, the next one starts fresh
+            cuda = backend.name == "cuda"
+            # a failure found with the worker's own references, pristine inputs or guard patterns
+            # changed (a stray write of an earlier configuration) is measured again in a fresh one
+            again = result.status in ("wrong_result", "wrote_input", "out_of_bounds") and not ev.intact()
+            ending = cuda and result.status in ("launch_error", "out_of_bounds")
+            conn.send(("result", result.to_dict(), ending or again, again))
             if ending:
                 return
         elif msg[0] == "verify":
@@ -372,8 +378,9 @@ class Worker:
         tail = [l for l in text if l.strip()][-lines:]
         return (": " + " | ".join(tail))[:400] if tail else ""
 
-    def _call(self, msg: tuple) -> tuple[str, Any]:
-        """Send a request; ('timeout', s), ('crashed', text) or the child's reply."""
+    def _call(self, msg: tuple, timeout: float | None = None) -> tuple[str, Any]:
+        """Send a request; ('timeout', s), ('crashed', text) or the child's reply (within
+        `timeout` seconds, config_timeout unless given)."""
         while self._pending:  # answers come in order: earlier evaluations first
             self.result()
         self._ensure()
@@ -381,7 +388,7 @@ class Worker:
         log_size = _size(self.log_path)
         t0 = time.perf_counter()
         self._conn.send(msg)
-        if not self._conn.poll(self.config_timeout):
+        if not self._conn.poll(self.config_timeout if timeout is None else timeout):
             self._kill()
             return "timeout", time.perf_counter() - t0
         try:
@@ -443,9 +450,11 @@ class Worker:
         except (OSError, EOFError):
             return True
 
-    def result(self) -> Result:
+    def result(self, again: bool = False) -> Result:
         """The result of the oldest configuration submitted. A timeout or a crash is that
-        configuration's result; the ones sent after it go to a new worker."""
+        configuration's result; the ones sent after it go to a new worker. A failure the worker
+        found with its references changed is measured again in a new worker (`again`: this is
+        that measurement)."""
         self.wait_ready()
         config = dict(self._pending[0][1])
         left = self.config_timeout - (time.perf_counter() - self._head_since)
@@ -465,10 +474,15 @@ class Worker:
             detail = _read_from(self.log_path, self._head_log)
             self._resend()
             return Result(config=config, status="crashed", message=f"the worker died ({_exit_text(code)}){detail}")
-        self._pending.popleft()
+        head = self._pending.popleft()
         self._head_since, self._head_log = time.perf_counter(), _size(self.log_path)
         if len(payload) > 2 and payload[2]:
             self._kill()  # the child is ending on its own; what was sent after goes to the next one
+            if len(payload) > 3 and payload[3] and not again:
+                # its references were found changed: the configuration again, first, in a fresh worker
+                self._pending.appendleft(head)
+                self._resend()
+                return self.result(again=True)
             self._resend()
         return Result.from_dict(payload[1])
 
@@ -489,7 +503,8 @@ class Worker:
     def paired(self, request: "retime.PairedRequest") -> dict:
         """The leaders and the original timed together, round-robin (engine/retime.py): the
         worker's plain-data answer, or {"error": text}."""
-        kind, payload = self._call(("paired", request))
+        # the rounds stop once their wall time is spent, after MIN_ROUNDS at least
+        kind, payload = self._call(("paired", request), timeout=self.config_timeout + 2 * request.wall_s)
         if kind == "timeout":
             return {"error": f"the paired re-timing did not end within {self.config_timeout:.0f} s"}
         if kind == "crashed":

@@ -19,9 +19,9 @@ EXPECTED = {
     8: ("out_of_bounds", "before its start of `c`"),
     9: ("wrote_input", "input `a`"),
     10: ("wrong_result", "odd:n=4095"),
-    # caught by whichever later check of its launches comes first: the final check, or a timed
-    # launch of a measurement taken again (engine/disturb.py: disturbed, spread out)
-    11: ("wrong_result", ("failed its final check", "timed launch")),
+    # caught by whichever later check of its launches comes first: the leaders' launches again and
+    # again, the final check, or a timed launch of a measurement taken again (engine/disturb.py)
+    11: ("wrong_result", ("launched again and again", "failed its final check", "timed launch")),
 }
 
 
@@ -39,3 +39,26 @@ def check_statuses(results) -> None:
         assert not r.ranked
         seen[mode] = r.status
     assert set(seen) == set(EXPECTED)
+
+
+# The second round: tests/data/cheats/rows (softmax) and tests/data/cheats/sums (row sums).
+# MODE -> status wherever it runs; the races of sums (2, 3) show only where blocks or warps really
+# run side by side, and its far writer (5) only where something watches the memory it reaches
+# (compute-sanitizer on CUDA): those are checked on the GPU only, and honest ones stay ok anyway.
+ROWS = CHEATS / "rows"
+SUMS = CHEATS / "sums"
+ROWS_EXPECTED = {1: "wrong_result", 2: "wrong_result", 3: "wrong_result", 4: "wrong_result",
+                 5: "ok", 6: "wrong_result"}
+SUMS_EXPECTED = {1: "wrong_result", 4: "wrong_result", 6: "wrong_result"}
+SUMS_ON_GPU = {**SUMS_EXPECTED, 2: "wrong_result", 3: "wrong_result"}
+
+
+def check_round2(results, expected) -> None:
+    """Honest configurations ok, every cheat in `expected` with its status and never ranked."""
+    for r in results:
+        mode = r.config["MODE"]
+        if mode == 0:
+            assert r.status == "ok", r.message
+        elif mode in expected:
+            assert r.status == expected[mode], (mode, r.status, r.message)
+            assert r.ranked == (expected[mode] == "ok")

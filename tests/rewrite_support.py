@@ -12,3 +12,21 @@ def preprocessed(source: str, defines: dict[str, int]) -> list[str]:
     out = subprocess.run(["cpp", "-P", "-undef", "-nostdinc", *flags], input=source, capture_output=True, text=True,
                          check=True).stdout
     return re.findall(r"[A-Za-z_]\w*|\d[\w.]*|\S", out)
+
+
+def skip_where_lane_groups_are_miscompiled() -> None:
+    """Skip a test that measures rows spread over lanes on the OpenCL device kerntune chooses when
+    that device's runtime miscompiles them: the rules decline the row-wise rewrite there (which
+    test_rewrite_rowwise.py checks on every runtime), so there is nothing of it to measure."""
+    import pytest
+
+    from kerntune.agents.rewrite_rowwise import runtime_defect
+    from kerntune.engine.backends import BackendError, list_devices
+
+    try:
+        limits = list_devices("opencl")[0].limits
+    except (BackendError, IndexError):
+        return
+    why = runtime_defect("opencl", limits)
+    if why:
+        pytest.skip(f"the rules decline the row-wise rewrite on this device: {why}")

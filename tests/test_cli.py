@@ -4,6 +4,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,6 +98,8 @@ def test_a_killed_run_leaves_a_session_that_loads_and_resume_finishes_it(tmp_pat
 
     r = kerntune(*args, "--resume")
     assert r.returncode == 0, r.stderr
+    counted = re.findall(r"^\[\s*(\d+)/24\]", r.stdout, re.MULTILINE)
+    assert counted[0] == str(len(done) + 1) and counted[-1] == "24"  # the count goes on from where it was
     after = load_session(session)
     keys = [config_key(x.config) for x in after.results()]
     assert len(keys) == 24 and len(set(keys)) == 24  # every config once, none repeated
@@ -142,10 +145,13 @@ def test_show_on_a_malformed_file_is_one_line(tmp_path, capsys):
     assert "version must be an integer" in one_line_error(capsys, ["show", str(p)])
 
 
-def test_list_and_devices(capsys):
+def test_list_and_devices(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "72")
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "silu_and_mul" in out and "vector_add" in out and "llama7b-t2048" in out
+    assert max(map(len, out.splitlines())) <= 72
+    assert "\n    backends   cuda, opencl\n" in out
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
     assert "opencl device 0" in out and "threads / block" in out
@@ -210,3 +216,20 @@ def test_text_numbers_labels_and_wrapping(monkeypatch):
     r._print("word " * 30 + "the cost model is the end")
     lines = buf.getvalue().splitlines()
     assert len(lines) > 1 and all(len(line) <= 50 for line in lines) and lines[-1].endswith("the end")
+
+
+def test_when_the_default_configuration_wins_one_line_says_why():
+    from kerntune.engine.result import Result
+    from kerntune.tui.launch import default_is_best
+
+    default = {"BLOCK": 1024, "VEC": 8}
+    best = Result(config=default, status="ok", median_us=10.0)
+    others = [Result(config={"BLOCK": 64, "VEC": 1}, status="ok", median_us=14.0),
+              Result(config={"BLOCK": 256, "VEC": 8}, status="ok", median_us=11.0),
+              Result(config={"BLOCK": 128, "VEC": 2}, status="compile_error")]
+    assert default_is_best([best, *others], best, default) == (
+        "the default configuration wins: none of the 2 other configurations measured ran faster (the closest, "
+        "BLOCK=256 VEC=8, 11.0 us, 10% slower)")
+    assert default_is_best(others[:2], others[1], default) == ""
+    # another measured faster, and the re-timing of the leaders found it tied: its legend says that
+    assert default_is_best([best, Result(config={"BLOCK": 64}, status="ok", median_us=9.0)], best, default) == ""

@@ -338,9 +338,17 @@ def test_the_device_tolerance_check_agrees_with_the_host_element_for_element(bac
         nan, inf, sign, bad, first_nan, first_inf, worst = backend.compare_close(
             out_buf, 0, dev_ref, n, dtype, exp.rtol, exp.atol)
         host_worst, message = compare("out", out, exp)
-        assert (nan + inf + sign + bad == 0) == (message == ""), (name, message)
-        if message == "":
-            assert worst == pytest.approx(host_worst, rel=1e-6, abs=1e-12), name
+        device_ok = nan + inf + sign + bad == 0
+        # The device holds each element to atol + rtol |ref|, the host to the larger of that and
+        # a share of its row's magnitude: the device never passes what the host fails, and where
+        # it finds an element outside (an output near zero, "zero_ref") the host decides.
+        if device_ok:
+            assert message == "", (name, message)
+            assert worst >= host_worst * (1 - 1e-6), name
+        if name != "zero_ref":
+            assert device_ok == (message == ""), (name, message)
+        else:
+            assert not device_ok and message == "", (name, message)
         if name == "nan":
             assert nan == 1 and first_nan == 1000
         if name == "inf":

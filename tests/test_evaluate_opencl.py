@@ -139,3 +139,27 @@ def test_timing_stops_once_the_median_is_known_and_never_passes_the_cap(opencl_b
     fixed = Evaluator(opencl_backend, t, problem, seed=1, timing=TimingPolicy(
         min_repeats=4, max_repeats=30, target_s=10.0, batch=8, precision=0.0))
     assert len(fixed.evaluate(t.default_config()).times_us) == 30
+
+
+@pytest.mark.parametrize("dtype,ctype", [("int8", "char"), ("uint8", "uchar"), ("int16", "short"), ("uint64", "ulong")])
+def test_integer_outputs_of_every_width_tune(opencl_backend, tmp_path, dtype, ctype):
+    """The integer poison is its byte repeated: it fits every width."""
+    from kerntune.engine.evaluate import Evaluator, TimingPolicy
+    from kerntune.engine.template import load_template
+
+    (tmp_path / "kernel.cl").write_text(
+        f"__kernel void twice(__global const {ctype} *a, __global {ctype} *c, int n)"
+        f"{{ int i = get_group_id(0) * T + get_local_id(0); if (i < n) c[i] = a[i] * 2; }}")
+    (tmp_path / "reference.py").write_text('def reference(inputs, sizes):\n    return {"c": inputs["a"] * 2}\n')
+    args = "".join(f'[[arg]]\nname = "{n}"\ndtype = "{dtype}"\nrole = "{r}"\nshape = ["n"]\nrange = [0, 60]\n\n'
+                   for n, r in (("a", "input"), ("c", "output"))).replace('range = [0, 60]\n\n[[arg]]\nname = "c"', '\n[[arg]]\nname = "c"')
+    (tmp_path / "kernel.toml").write_text(
+        '[kernel]\nname = "twice"\nentry = "twice"\nsources = { opencl = "kernel.cl" }\nreference = "reference.py"\n'
+        '[[param]]\nname = "T"\nvalues = [32, 64]\ndefault = 64\n[launch]\ngrid = ["ceil_div(n, T)"]\nblock = ["T"]\n'
+        + args + '[[arg]]\nname = "n"\ndtype = "int32"\nrole = "scalar"\nvalue = "n"\n'
+        '[[problem]]\nname = "s"\nn = 1000\n[cost]\nbytes = "2 * n"\n')
+    t = load_template(tmp_path)
+    ev = Evaluator(opencl_backend, t, t.problem(), timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3))
+    ev.prepare()
+    ev.calibrate()
+    assert ev.evaluate({"T": 32}).status == "ok"

@@ -182,3 +182,20 @@ def test_compute_sanitizer_finds_a_write_past_the_end_and_passes_an_honest_kerne
     assert clean, msg
     clean, msg = sanitize_config(t, t.problem(), {"MODE": 7, "THREADS": 64})
     assert not clean and "Invalid __global__ write" in msg, msg
+
+
+@pytest.mark.parametrize("which", ["rows", "sums"])
+def test_the_second_round_of_cheats_is_caught_on_the_gpu(tmp_path, which):
+    """Softmax cheats on inputs they cannot guess, memoisers, races (a dropped barrier, two
+    blocks adding into one row, warp-synchronous code), a read past an input, a 2%-wrong sum:
+    each with its status; the honest configurations ok and the winner."""
+    from cheats import ROWS, ROWS_EXPECTED, SUMS, SUMS_ON_GPU, check_round2
+
+    path, expected = (ROWS, ROWS_EXPECTED) if which == "rows" else (SUMS, SUMS_ON_GPU)
+    opts = TuneOptions(backend="cuda", session_path=tmp_path / "s.toml", timing=QUICK, seed=1, probe=False)
+    out = TuneRun(load_template(path), opts).run()
+    results = load_session(out.session_path).results()
+    check_round2(results, expected)
+    assert out.winner_ok is True and out.best.config["MODE"] in (0, 5)
+    # a far writer (sums MODE 5) never makes an honest configuration fail
+    assert all(r.status == "ok" for r in results if r.config["MODE"] == 0)

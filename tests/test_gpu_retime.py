@@ -29,3 +29,11 @@ def test_silu_and_mul_reports_a_paired_speedup_with_its_interval_on_cuda(tmp_pat
         assert low <= mid <= high
     best = s.summary()["best"]
     assert best["speedup_interval"] is not None and best["config"] == dict(lead.configs[lead.chosen])
+
+
+def test_the_watch_reads_the_gpu_clock_and_the_processes_on_it():
+    from kerntune.engine.disturb import Watch
+
+    s = Watch("cuda", 0).sample()
+    assert s is not None and s.clock_mhz and s.clock_mhz > 100
+    assert s.gpu_others is None or s.gpu_others >= 0  # None: NVML's pids are another namespace's

@@ -84,7 +84,7 @@ def test_a_full_cache_makes_room_by_dropping_what_was_used_longest_ago(counted, 
     ref = load_template(counted).load_reference()
     ref(dict(x), {"n": 64})
     folder = tmp_path / "c"
-    monkeypatch.setattr(module, "LIMIT_BYTES", sum(f.stat().st_size for f in folder.iterdir()) + 100)
+    monkeypatch.setattr(module, "LIMIT_BYTES", sum(module._on_disk(f.stat()) for f in folder.iterdir()) + 100)
     y = dict(x, a=np.full(64, 2, np.float32))
     assert ref(y, {"n": 64})["c"][0] == 3 and ref(y, {"n": 64})["c"][0] == 3
     assert len(list(folder.iterdir())) == 1 and len(calls(counted)) == 2  # y replaced x, and is read back
@@ -213,3 +213,22 @@ def test_a_half_precision_output_is_kept_as_the_checks_use_it_and_never_converte
     check = again._pool(0).drawn()[0].checks["input"]
     wider = check.rescaled(next(a for a in t.arguments if a.name == "input"), 3.0)
     assert wider.values is check.values and wider.rtol == pytest.approx(3 * check.rtol) and converted == []
+
+
+def test_the_cache_stays_under_its_cap_counting_blocks_and_files_being_written(monkeypatch, tmp_path):
+    from kerntune.engine import inputs_cache as module
+
+    folder = tmp_path / "c"
+    folder.mkdir()
+    monkeypatch.setattr(module, "LIMIT_BYTES", 64 * 1024)
+    for k in range(6):  # 6 files of 4 KiB and a byte: two blocks each on disk, 48 KiB
+        module._write(folder / f"old{k}{module.SUFFIX}", {"x": np.zeros(1025, np.float32)})
+        os.utime(folder / f"old{k}{module.SUFFIX}", (1000 + k, 1000 + k))
+    writing = folder / f"w{module.SUFFIX}.1.2.tmp"  # another worker's file, half written
+    writing.write_bytes(b"\1" * 8192)
+    module._write(folder / f"new{module.SUFFIX}", {"x": np.zeros(4096, np.float32)})  # 16 KiB and its header
+    on_disk = sum(module._on_disk(f.stat()) for f in folder.iterdir())
+    assert on_disk <= 64 * 1024
+    left = sorted(f.name for f in folder.iterdir())
+    assert left == [f"new{module.SUFFIX}", *(f"old{k}{module.SUFFIX}" for k in (2, 3, 4, 5)),
+                    writing.name]  # the oldest went first; the file being written stays

@@ -3,6 +3,7 @@ configurations, the record in the session, and identical programs tuned under lo
 
 import json
 import random
+from dataclasses import replace
 import shutil
 import subprocess
 import sys
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kerntune.engine.events import LeadersRetimed, event_from_dict, event_to_dict, EventFormatError
-from kerntune.engine.retime import (MARGIN, leaders, launches_per_round, median_interval, simplicity,
+from kerntune.engine.events import ConfigEvaluated, EventFormatError, LeadersRetimed, event_from_dict, event_to_dict
+from kerntune.engine.retime import (MARGIN, affordable, leaders, launches_per_round, median_interval, simplicity,
                                     verdict)
 from kerntune.engine.result import Result, config_key
 from kerntune.engine.session import load_session
@@ -96,7 +97,10 @@ def test_the_leaders_are_the_fastest_every_overlapping_one_and_the_original():
     # timed during a disturbance: slow in median, but its fastest launch reaches the fastest's interval
     spiky = Result(config={"B": 10}, status="ok", times_us=(10.2,) + (31.0,) * 9, median_us=31.0, min_us=10.2)
     chosen = leaders([best, close] + far + [spiky], orig)
-    assert [c.config["B"] for c in chosen] == [1, 2, 3, 10, 0]  # the top 3, the disturbed one, the original
+    assert [c.config["B"] for c in chosen] == [1, 2, 3, 10, 0]  # the top 3, the spiky one, the original
+    # measured during a disturbance: one run's order says little, the eight fastest are re-timed
+    noisy = [replace(x, disturbed="other processes used up to 1.1 cores") for x in [best, close] + far]
+    assert [c.config["B"] for c in leaders(noisy, orig)] == [1, 2, 3, 4, 5, 6, 7, 8, 0]
     assert launches_per_round([10.0, 10.0], rounds=10, budget_s=0.5) == 25
     assert launches_per_round([1e5], rounds=10, budget_s=0.5) == 3
 
@@ -148,3 +152,28 @@ def test_identical_programs_tuned_while_another_process_loads_a_core_are_all_tie
     assert {m[-1] for m in marks if m[0].isdigit()} == {"*", "="}  # the reported row and the two tied
     shown = kerntune("show", str(session)).stdout
     assert "* reported; = tied with it" in shown and "tied with" in shown
+
+
+def test_the_dashboard_marks_the_reported_configuration_and_those_tied_with_it():
+    from kerntune.tui.state import DashboardState
+    from kerntune.tui.widgets.leaderboard import abbreviations, all_cells
+
+    state = DashboardState({"template": {"parameters": ["B"], "default_config": {"B": 1}}})
+    configs = ({"B": 1}, {"B": 2}, {"B": 3})
+    for i, (c, us) in enumerate(zip(configs, (12.0, 10.0, 30.0))):
+        state.apply(ConfigEvaluated(0.1 * (i + 1), i, Result(config=c, status="ok", median_us=us, disturbed="" if i < 2
+                                                             else "other processes used up to 1.2 cores")))
+    state.apply(LeadersRetimed(1.0, configs, (10.0, 10.1, 30.0), (1.0, 0.99, 0.4), (1.0, 0.95, 0.3),
+                               (1.0, 1.03, 0.5), (True, True, False), (0.0, 0.0, 0.0), 0, 0, 0, "tied", 10, 10, 5))
+    cells = {k: all_cells(state, k, abbreviations(state.parameters)) for k in state.entries}
+    assert cells[config_key({"B": 1})]["rank"][0] == "2*"  # the original, reported
+    assert cells[config_key({"B": 2})]["rank"][0] == "1="  # the fastest, tied with it
+    assert cells[config_key({"B": 3})]["rank"][0] == "3" and cells[config_key({"B": 3})]["status"][0] == "ok ~"
+
+
+def test_the_leaders_the_rounds_cannot_afford_are_left_out_but_never_the_top_three_or_the_original():
+    def r(b, time_s):
+        return Result(config={"B": b}, status="ok", times_us=(1.0,) * 9, median_us=float(b), time_s=time_s)
+    lead = [r(1, 1.0), r(2, 1.0), r(3, 1.0), r(4, 1.0), r(5, 0.01), r(0, 5.0)]
+    kept = affordable(lead, wall_s=8.0, original=lead[-1])
+    assert [x.config["B"] for x in kept] == [1, 2, 3, 5, 0]  # B=4 would cost 6 rounds x 0.4 s more than 8 s allows

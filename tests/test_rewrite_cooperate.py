@@ -31,12 +31,14 @@ GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_c
 FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
 # kernel -> (the rewrite, configurations away from the defaults that must give the original's outputs)
 CASES = {
-    "matmul_naive": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 4, "TN": 2},
+    "matmul_naive": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 4, "TN": 2, "STAGES": 2},
                                      {"BK": 4, "BM": 16, "BN": 64, "TM": 1, "TN": 8})),
     "matmul_coalesced": ("contraction", ({"BK": 16, "BM": 64, "BN": 16, "TM": 8, "TN": 1},)),
     "matmul_half": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 2, "TN": 4},)),
+    "matmul_batched": ("contraction", ({"BK": 8, "BM": 32, "BN": 16, "TM": 2, "TN": 2, "STAGES": 2},)),
     "reduce_nodivergence": ("reduction", ({"LANES": 16}, {"LANES": 8, "THREADS": 64, "GRID": 1})),
     "reduce_atomic": ("reduction", ({"GRID": 1, "THREADS_SIZE": 64, "ITEMS": 4}, {"GRID": 8})),
+    "reduce_firstadd": ("reduction", ({"LANES": 32, "THREADS": 64, "GRID": 1},)),
     "stencil5": ("stencil", ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 8, "BLOCK_Y": 2})),
     "conv_cols": ("stencil", ({"ITEMS": 8},)),
 }
@@ -87,14 +89,14 @@ def test_the_default_is_the_original_token_for_token_beside_the_tiled_kernel():
     proposal = rules_template(t, "opencl", CPU, lift=False).proposal
     out = proposal.sources["opencl"]
     # the tile parameters are held at their defaults while BK = 0 runs the original
-    assert "BK > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4)" in proposal.constraints
+    assert "BK > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1)" in proposal.constraints
     start = src.index("__kernel")
     kernel = src[start:src.index("\n}", start) + 2]
     assert out.index("#if BK > 0\n") < out.index("#else\n" + kernel + "\n#endif")
     assert "#ifndef BK\n#define BK 0\n#endif" in out
     # the operands are read as written, with the tile's coordinates; B^T walks k contiguously
     assert "vload_half(kt_r * K + kt_k, A)" in out and "vload_half(kt_c * K + kt_k, Bt)" in out
-    assert "const int kt_n = kt_i / BK, kt_q = kt_i % BK;" in out
+    assert "kt_bs[kt_i % BK][kt_i / BK] = kt_rb[kt_j];" in out  # B^T read along k, stored by column
 
 
 def test_the_contraction_reads_the_operands_the_bounds_and_the_epilogue():
@@ -143,6 +145,10 @@ def test_the_reduction_proves_each_addressing_style_and_keeps_per_block_partials
     t = load_template(NAIVE / "reduce_atomic")
     r = read_reduction(context(t.source_for("cuda"), t.entry, "cuda", GPU, "reduce_atomic"))
     assert not r.per_segment and r.final == ("atomicAdd(out, kt_total);",)
+    # two elements a thread at the load: the value read as written, a segment of 2 x 256 elements
+    t = load_template(NAIVE / "reduce_firstadd")
+    r = read_reduction(context(t.source_for("cuda"), t.entry, "cuda", GPU, "reduce_firstadd"))
+    assert (r.flat, r.per, r.bound, r.B) == (False, 2, "n", 256)
 
 
 TREE = """__global__ void part(const float *in, float *out, int n) {
@@ -187,12 +193,13 @@ def test_affine_reads_indices_as_polynomials():
 
 
 CUDA_CONFIGS = {
-    "matmul_naive": ({}, {"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8}, {"BK": 16, "BM": 64, "BN": 32, "TM": 2,
+    "matmul_naive": ({}, {"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2}, {"BK": 16, "BM": 64, "BN": 32, "TM": 2,
                                                                           "TN": 1}),
-    "matmul_half": ({"BK": 32, "BM": 64, "BN": 64, "TM": 4, "TN": 4},),
+    "matmul_half": ({"BK": 32, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "STAGES": 2},),
     "reduce_interleaved": ({"LANES": 32}, {"LANES": 8, "THREADS": 128, "GRID": 4}),
     "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
     "stencil9": ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 64}),
+    "reduce_firstadd": ({"LANES": 16}, {"LANES": 8, "THREADS": 1024, "GRID": 2}),
 }
 
 
@@ -222,3 +229,36 @@ def test_the_stencil_runs_the_body_as_written_for_several_rows_and_refuses_other
     from kerntune.agents.rewrite_stencil import rewrite as stencil
     declined = stencil(context(other, "stencil9", "cuda", GPU, "stencil9"))
     assert "other than through its two coordinates" in declined.reason
+
+
+GPU_KERNELS = ("matmul_naive", "matmul_coalesced", "matmul_half", "matmul_batched", "reduce_interleaved", "reduce_nodivergence",
+               "reduce_sequential", "reduce_firstadd", "reduce_atomic", "stencil5", "stencil9", "conv_rows",
+               "conv_cols")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_KERNELS)
+def test_on_cuda_the_rewritten_kernels_gate_and_every_tuned_configuration_verifies(name, tmp_path):
+    from kerntune.engine.tune import resolve_device
+
+    _, limits = resolve_device("cuda", 0)
+    original = load_template(NAIVE / name)
+    made = rules_template(original, "cuda", limits)
+    assert made.applied.rewrites, made.why_none()
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=300)
+    assert verdict.ok, verdict.reason
+    run = TuneRun(verdict.template, TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
+                                                budget=12, probe=False, session_path=tmp_path / "tune.toml")).run()
+    bad = [(r.config, r.status, r.message) for r in run.results if r.status not in ("ok", "pruned")]
+    assert not bad and run.winner_ok
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bar", ("block_sums", "reduce_total", "stencil5_tiled", "gather_rows"))
+def test_on_cuda_the_hand_written_bars_verify(bar, tmp_path):
+    bars = Path(__file__).resolve().parent.parent / "bench" / "bars"
+    run = TuneRun(load_template(bars / bar), TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
+                                                         budget=8, probe=False, session_path=tmp_path / "s.toml")).run()
+    bad = [(r.config, r.status, r.message) for r in run.results if r.status not in ("ok", "pruned")]
+    assert not bad and run.winner_ok

@@ -171,6 +171,20 @@ def test_the_online_pair_is_found_in_its_fmax_form_too():
     assert len(k.lead_stores) == 1
 
 
+def test_the_row_wise_rewrite_is_declined_on_a_runtime_that_miscompiles_its_store_loop():
+    broken = replace(CPU, driver="Portable Computing Language 3.1+debian", extra={"defects": ["store-after-barrier"]})
+    _, proposal, applied = templated("softmax_online", "opencl", broken)
+    assert "rowwise" not in [r.name for r in applied.rewrites] and "LANES" not in [p.name for p in proposal.parameters]
+    why = next(d.reason for d in applied.declined if d.name == "rowwise")
+    assert why == ("this device's OpenCL runtime (Portable Computing Language 3.1+debian) miscompiles it: a lane "
+                   "group's guarded store loop after a barrier stores past its bound (its self-check at start; "
+                   "`kerntune devices`)")
+    # the template's notes, which the plan shows, say so
+    assert f"no rowwise rewrite: {why}" in proposal.notes
+    # a device without the defect, and CUDA, keep it
+    assert "rowwise" in [r.name for r in templated("softmax_online", "opencl", CPU)[2].rewrites]
+
+
 def test_the_registry_runs_the_row_wise_rewrite_after_the_elementwise_one():
     names = [f.__module__.rsplit(".", 1)[-1] for f in REWRITES]
     assert names.index("rewrite_rowwise") == names.index("rewrite_elementwise") + 1

@@ -117,7 +117,7 @@ def test_a_second_run_on_a_session_being_written_is_refused_and_a_killed_run_lea
             assert first.poll() is None, first.stderr.read().decode()
             assert time.monotonic() < deadline, "the first run wrote no result"
             time.sleep(0.1)
-        for extra in ([], ["--resume"]):
+        for extra in (["--force"], ["--resume"]):  # (without either, the file is refused for existing)
             t0 = time.monotonic()
             second = subprocess.run(_kerntune("tune", "vector_add", "--session", str(session), *QUICK, *extra),
                                     cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

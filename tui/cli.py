@@ -89,16 +89,27 @@ def refuse_overwrite(path: Path, force: bool) -> None:
 # list, devices ---------------------------------------------------------------------------------
 
 def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    import textwrap
+
     from kerntune import templates
     from kerntune.engine.template import load_template
+    from kerntune.tui.terminal import text_width
+
+    width = text_width()
+
+    def say(label: str, text: str) -> None:  # `    label      text`, wrapped at the width under the text
+        head = f"    {label:<10} "
+        print(textwrap.fill(text, width, initial_indent=head, subsequent_indent=" " * len(head),
+                            break_on_hyphens=False))
 
     for name in templates.names():
         t = load_template(templates.path(name))
-        print(f"{t.name}: {t.description}")
+        print(textwrap.fill(f"{t.name}: {t.description}", width, subsequent_indent="    ", break_on_hyphens=False))
+        say("backends", ", ".join(sorted(t.sources)))
         for p in t.parameters:
-            print(f"    {p.name:<10} {', '.join(map(str, p.values))}  (default {p.default})")
-        sizes = "; ".join(f"{pr.name} ({', '.join(f'{k}={v}' for k, v in pr.values.items())})" for pr in t.problems)
-        print(f"    problems   {sizes}")
+            say(p.name, f"{', '.join(map(str, p.values))}  (default {p.default})")
+        say("problems", "; ".join(f"{pr.name} ({', '.join(f'{k}={v}' for k, v in pr.values.items())})"
+                                  for pr in t.problems))
     return 0
 
 
@@ -108,12 +119,14 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     found = 0
     for backend in BACKEND_NAMES:
+        said = False
         try:
             devices = list_devices(backend)
         except BackendError as e:
             print(f"{backend}: {e}")
-            continue
-        if not devices:
+            devices, said = [], True
+        unusable = _unusable(backend)
+        if not devices and not unusable and not said:
             print(f"{backend}: no devices")
         for d in devices:
             found += 1
@@ -122,6 +135,10 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 if label in ("backend", "name"):
                     continue
                 print(f"    {label:<22} {value}")
+            for defect in _defects(d.limits):
+                print(f"    {'runtime defect':<22} {defect}")
+        for line in unusable:
+            print(f"{backend} (not used): {line}")
     try:
         from kerntune.engine import nvml
     except ImportError:
@@ -130,6 +147,32 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for line in nvml.describe_all():
             print(line)
     return 0 if found else EXIT_FAILED
+
+
+def _unusable(backend: str) -> list[str]:
+    """The devices of a backend that failed their check, as `label: reason`."""
+    if backend != "opencl":
+        return []
+    from kerntune.engine.backends import BackendError, opencl
+
+    try:
+        return [f"{c.label}: {c.reason}" for c in opencl.unusable_devices()]
+    except BackendError:
+        return []
+
+
+def _defects(limits: Any) -> list[str]:
+    """The known runtime defects a device's check found, in words."""
+    from kerntune.engine.backends.opencl_check import DEFECTS
+
+    return [f"{DEFECTS[d]} (the rewrites it breaks are declined)" for d in limits.extra.get("defects", ())
+            if d in DEFECTS]
+
+
+def cmd_setup(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from kerntune.tui.setup import setup
+
+    return setup()
 
 
 # show ------------------------------------------------------------------------------------------
@@ -270,6 +313,7 @@ def cmd_kt_import(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune.engine.kerneltuner import import_cache
     from kerntune.engine.session import load_session
 
+    refuse_overwrite(args.output, args.force)
     out = import_cache(args.cache, args.output)
     s = load_session(out)
     print(f"{args.cache}: {len(s.results())} configurations of {s.template.get('name')} -> {out}")
@@ -312,10 +356,10 @@ def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
           f"(spread {100 * r.bandwidth_spread:.1f}% over {r.bandwidth_rounds} rounds, "
           f"{r.copy_bytes / 2**20:.0f} MiB each way), fp32 FMA {fmt_num(r.gflops)} GFLOP/s "
           f"(spread {100 * r.gflops_spread:.1f}% over {r.gflops_rounds} rounds)"
-          + ("" if r.stable else "; the rounds did not settle"))
+          )
     for line in refused:
         print(line)
-    if peaks is None:
+    if peaks is None or not r.stable:
         print("nothing saved")
         return 1
     print(f"saved to {cache_dir() / 'peaks.toml'}")
@@ -507,6 +551,7 @@ def cmd_replay(args: argparse.Namespace, argv: Sequence[str]) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, Sequence[str]], int]] = {
     "list": cmd_list,
     "devices": cmd_devices,
+    "setup": cmd_setup,
     "tune": cmd_tune,
     "templatize": cmd_templatize,
     "init": cmd_init,

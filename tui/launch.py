@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 from kerntune.engine.result import ranked
 from kerntune.engine.session import default_path, load_session
 from kerntune.engine.template import Template, TemplateError, load_template
-from kerntune.tui.errors import EXIT_FAILED, UsageError, print_error
+from kerntune.tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, print_error
 from kerntune.tui.parser import DEFAULT_SOL_TARGET, parse_shape
 from kerntune.tui.terminal import dashboard_possible
 
@@ -95,10 +95,36 @@ class SingleRun:
         title = f"{self.template.name} - {outcome.space.problem.label()} - {outcome.limits.name}"
         renderer.finish(title, self.show_failed)
         print(f"session: {outcome.session_path}")
+        if outcome.reason == "interrupted":
+            print_error("interrupted")
+            return EXIT_INTERRUPTED
         if outcome.best is None:
             print_error("no configuration was verified")
             return EXIT_FAILED
+        why = default_is_best(outcome.results, outcome.best, self.template.default_config())
+        if why:
+            print(why)
         return 0
+
+
+def default_is_best(results: Sequence[Any], best: Any, default: Any) -> str:
+    """One line saying why the winner is the template's default configuration ("" when it is not):
+    nothing else measured ran faster, and by how much the closest was slower."""
+    from kerntune.engine.result import config_key, ranked
+    from kerntune.tui.numbers import fmt_num
+    from kerntune.tui.words import fmt_params
+
+    if best is None or best.config is None or config_key(best.config) != config_key(default):
+        return ""
+    board = [r for r in ranked(results) if r.config is not None and config_key(r.config) != config_key(default)]
+    if not board:
+        return "the default configuration wins: no other configuration was verified and timed"
+    near = board[0]
+    if near.median_us < best.median_us:
+        return ""  # another ran faster and the paired re-timing found them tied: its legend says so
+    return (f"the default configuration wins: none of the {len(board)} other configurations measured ran faster "
+            f"(the closest, {fmt_params(near.config)}, {fmt_num(near.median_us)} us, "
+            f"{100 * (near.median_us / best.median_us - 1):.0f}% slower)")
 
 
 def _leave_leaders(app: LiveDashboard) -> None:
@@ -162,6 +188,9 @@ class AgentLoop:
     def as_text(self) -> int:
         outcome, text = self.run_as_text()
         text.finish(outcome, show_failed=self.show_failed)
+        if outcome.reason == "interrupted":
+            print_error("interrupted")
+            return EXIT_INTERRUPTED
         if self.served:
             return serve_after_loop(self.template, outcome, self.options)
         if outcome.best is None:
@@ -273,6 +302,10 @@ def tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     template.problem(args.problem, overrides)  # fail early on a bad --problem/--shape
     if args.resume and args.session is None:
         raise UsageError("--resume needs --session PATH")
+    if args.resume and args.force:
+        raise UsageError("--resume continues a session, --force writes over it: one or the other")
+    if args.session is not None and args.session.is_file() and not (args.resume or args.force):
+        raise UsageError(f"{args.session}: already exists (--resume continues it, --force writes over it)")
     start_from: tuple = ()
     if args.start_from is not None:
         if args.start_top < 1:

@@ -78,8 +78,10 @@ def add_search_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--cluster", metavar="ADDRESS",
                    help="measure on a running Dask cluster (tcp://HOST:8786): its workers compile and "
                         "measure, results stream into this host's session")
-    t.add_argument("--strategy", choices=_strategies(), default="grid",
-                   help="grid, random, model (Bayesian optimisation) or local (hill climbing)")
+    t.add_argument("--strategy", choices=_strategies(), default="model",
+                   help="model (the default: the baseline, then configurations spread over the space, then "
+                        "Bayesian optimisation), grid (every configuration in the order of the value lists), "
+                        "random or local (hill climbing)")
     t.add_argument("--sol-target", type=float, default=0.0, metavar="F",
                    help="stop once the best reaches this fraction of the speed of light (e.g. 0.9)")
     t.add_argument("--patience", type=int, default=0, metavar="K",
@@ -103,6 +105,7 @@ def _tune(t: argparse.ArgumentParser) -> None:
                    help="override one problem size, e.g. --shape tokens=64")
     t.add_argument("--session", type=Path, help="session file to write (default: sessions/NAME-TIME.toml)")
     t.add_argument("--resume", action="store_true", help="continue the run recorded in --session")
+    t.add_argument("--force", action="store_true", help="write over an existing --session file")
     t.add_argument("--sanitize", type=int, default=0, metavar="K",
                    help="CUDA: run compute-sanitizer memcheck on the K fastest configurations (the "
                         "winner is always checked when compute-sanitizer is found); a finding demotes it")
@@ -199,6 +202,7 @@ def _simulate(sm: argparse.ArgumentParser) -> None:
 def _kt_import(ki: argparse.ArgumentParser) -> None:
     ki.add_argument("cache", type=Path)
     ki.add_argument("-o", "--output", type=Path, required=True, help="the session file to write")
+    ki.add_argument("--force", action="store_true", help="write over an existing file")
 
 
 def _kt_export(ke: argparse.ArgumentParser) -> None:
@@ -232,7 +236,10 @@ def _selftest(st: argparse.ArgumentParser) -> None:
 # name, help, arguments; in the order `kerntune --help` lists them
 COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
     ("list", "built-in templates with their parameters and problem sizes", _none),
-    ("devices", "every device found, by backend, with its limits", _none),
+    ("devices", "every device found, by backend, with its limits (and each OpenCL device that cannot build, "
+                "with the reason)", _none),
+    ("setup", "make sure an OpenCL device builds kernels: where none does, install the distribution's PoCL "
+              "(apt-get, as root)", _none),
     ("tune", "tune a template", _tune),
     ("templatize", "turn a kernel into a template (stage 1 alone) and write it with its diff", _templatize),
     ("init", "write a starting kernel.toml from a kernel's signature, or --check one", _init),

@@ -1,8 +1,10 @@
-"""Whether this process can show the full-screen dashboard, or prints text instead."""
+"""Whether this process can show the full-screen dashboard, or prints text instead, and how wide
+its text may be."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import TextIO
 
@@ -18,3 +20,8 @@ def dashboard_possible(stream: TextIO | None = None) -> bool:
     if not tty or os.environ.get("KERNTUNE_HEADLESS") is not None:
         return False
     return os.environ.get("TERM", "").strip().lower() not in ("dumb", "unknown")
+
+
+def text_width() -> int:
+    """The width text output wraps at: `COLUMNS` when set, else the terminal's, else 120."""
+    return max(shutil.get_terminal_size((120, 24)).columns, 40)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import shutil
 import sys
 import time
 from typing import Any, Iterable, Mapping, TextIO
@@ -25,12 +24,14 @@ from kerntune.engine.events import (
     GateChecked,
     LeadersRetimed,
     PlanMade,
+    RunStarted,
     SpaceBuilt,
 )
 from kerntune.engine.result import Result, config_key, ranked
 
 from .columns import Column, csv_columns, several_devices, text_columns
 from .numbers import fmt_num, fmt_speedup
+from .terminal import text_width
 from .words import describe, fmt_config, fmt_params, fmt_value, leaders_text, tie_marks  # noqa: F401 (fmt_config: the command line's too)
 
 
@@ -133,11 +134,6 @@ def leaderboard_table(results: Iterable[Result], baseline: Result | None, title:
     return table
 
 
-def text_width() -> int:
-    """The width text output wraps at: `COLUMNS` when set, else the terminal's, else 120."""
-    return max(shutil.get_terminal_size((120, 24)).columns, 40)
-
-
 # What text output leaves to the progress line (the best so far) and to the dashboard and the
 # session file: plans, analyses, profiles and accepted templates (the run that follows says so).
 _QUIET = (BestImproved, PlanMade, Analysis, ConfigProfiled)
@@ -156,13 +152,16 @@ class TextRenderer:
         self.baseline: Result | None = None
         self.default_key: str | None = None
         self.feasible = 0
+        self.resumed = 0  # results of an earlier run of a resumed session: the count goes on from there
         self.best: Result | None = None
         self.leaders: LeadersRetimed | None = None  # the paired re-timing's verdict, once there is one
         self._t0 = time.monotonic()
         self._line = False
 
     def __call__(self, ev: Event) -> None:
-        if isinstance(ev, SpaceBuilt):
+        if isinstance(ev, RunStarted):
+            self.resumed = ev.resumed
+        elif isinstance(ev, SpaceBuilt):
             self.feasible = ev.feasible
         elif isinstance(ev, ConfigEvaluated) and ev.replaces:  # demoted by a later check
             r = ev.result
@@ -178,7 +177,7 @@ class TextRenderer:
                 msg = f" {r.message}" if r.message and not r.ranked else ""
                 # a run over several devices marks each result with the one that measured it
                 where = f" {r.device}" if r.device else ""
-                self._print(f"[{len(self.results):>4}/{self.feasible}{where}] {fmt_params(r.config)}: "
+                self._print(f"[{self.resumed + len(self.results):>4}/{self.feasible}{where}] {fmt_params(r.config)}: "
                             f"{r.status} {fmt_num(r.median_us)} us{msg}")
             else:
                 self._progress()
@@ -194,10 +193,10 @@ class TextRenderer:
         self.default_key = config_key(config)
 
     def _progress(self) -> None:
-        n, total = len(self.results), max(self.feasible, 1)
+        n, total = self.resumed + len(self.results), max(self.feasible, 1)
         width = 24
         filled = int(width * min(n, total) / total)
-        rate = n / max(time.monotonic() - self._t0, 1e-6)
+        rate = len(self.results) / max(time.monotonic() - self._t0, 1e-6)
         best = f"best {fmt_num(self.best.median_us)} us" if self.best and self.best.median_us else "best -"
         failed = sum(1 for r in self.results if not r.verified)
         line = (f"\r[{'#' * filled}{'.' * (width - filled)}] {n}/{self.feasible}  {rate:.1f}/s  {best}"

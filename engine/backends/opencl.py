@@ -3,7 +3,6 @@ GPU run the whole pipeline for real: compile, verify, time."""
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import Any, Mapping, Sequence
 
@@ -14,6 +13,7 @@ from ..result import Resources
 from ..signature import SignatureError, parse_kernels
 from ..space import Geometry
 from . import BackendError, CompileError, ConstantArg, chosen_device, count_devices, compile_message, DeviceInfo, LaunchError
+from .opencl_check import DeviceCheck, build_failure, build_log, checks_for
 
 try:
     import pyopencl as cl
@@ -38,25 +38,49 @@ def _require() -> None:
         raise BackendError("pyopencl is not installed (pip install 'kerntune[opencl]')")
 
 
-def _devices() -> list[Any]:
+# What to install where no OpenCL device can build a kernel.
+INSTALL_HINT = ("install an OpenCL CPU runtime that builds on this processor: the distribution's PoCL "
+                "(Debian/Ubuntu: apt-get install pocl-opencl-icd; `kerntune setup` does it as root)")
+
+
+def _all_devices() -> list[Any]:
+    """Every device of every platform, in the order the ICD loader lists them."""
     _require()
     try:
         platforms = cl.get_platforms()
     except cl.Error as e:
-        raise BackendError(f"no OpenCL platform: {e}") from None
-    gpus, others = [], []
+        raise BackendError(f"no OpenCL platform: {str(e).splitlines()[0]}; {INSTALL_HINT}") from None
+    out = []
     for p in platforms:
         try:
-            devs = p.get_devices()
+            out += p.get_devices()
         except cl.Error:
             continue
-        for d in devs:
-            (gpus if d.type & cl.device_type.GPU else others).append(d)
-    # GPUs first: `--backend opencl` on a GPU machine should not pick the CPU
-    return gpus + others
+    return out
 
 
-def _limits(dev: Any) -> DeviceLimits:
+def checked_devices() -> list[tuple[Any, DeviceCheck]]:
+    """Every device with its check, in the order kerntune prefers them: the devices that build
+    first, GPUs before the rest, a device without a known runtime defect before one with, then in
+    the ICD loader's order; the devices that cannot build last."""
+    devices = _all_devices()
+    checks = checks_for(devices)
+    order = sorted(range(len(devices)), key=lambda i: (
+        not checks[i].builds, not devices[i].type & cl.device_type.GPU, len(checks[i].defects), i))
+    return [(devices[i], checks[i]) for i in order]
+
+
+def _devices() -> list[Any]:
+    """The devices kerntune may use, best first (see checked_devices)."""
+    return [d for d, c in checked_devices() if c.builds]
+
+
+def unusable_devices() -> list[DeviceCheck]:
+    """The devices that failed their check, each with its reason."""
+    return [c for _, c in checked_devices() if not c.builds]
+
+
+def _limits(dev: Any, defects: tuple[str, ...] = ()) -> DeviceLimits:
     is_cpu = bool(dev.type & cl.device_type.CPU)
     dims = tuple(dev.max_work_item_sizes) + (1, 1, 1)
     cache = int(dev.global_mem_cache_size or 0)
@@ -76,20 +100,35 @@ def _limits(dev: Any) -> DeviceLimits:
         l2_bytes=cache,
         global_mem_bytes=int(dev.global_mem_size),
         clock_mhz=int(dev.max_clock_frequency or 0),
-        extra={"device_type": "cpu" if is_cpu else "gpu", "version": dev.version.strip()},
+        extra={"device_type": "cpu" if is_cpu else "gpu", "version": dev.version.strip(),
+               **({"defects": list(defects)} if defects else {})},
     )
 
 
 def list_devices() -> list[DeviceInfo]:
-    return [DeviceInfo("opencl", i, _limits(d)) for i, d in enumerate(_devices())]
+    usable = _usable()
+    return [DeviceInfo("opencl", i, _limits(d, c.defects)) for i, (d, c) in enumerate(usable)]
 
 
 def device_count() -> int:
     return count_devices(_devices)
 
 
+def _usable() -> list[tuple[Any, DeviceCheck]]:
+    """The devices that build, with their checks, best first; BackendError, saying what to install,
+    when there are devices and none builds."""
+    checked = checked_devices()
+    usable = [(d, c) for d, c in checked if c.builds]
+    if not usable and checked:
+        first = checked[0][1]
+        raise BackendError(f"no OpenCL device can build a kernel ({first.label}: {first.reason}); {INSTALL_HINT}")
+    return usable
+
+
 def open(device: int = 0) -> "OpenCLBackend":
-    return OpenCLBackend(chosen_device(_devices(), device, "OpenCL", " (install pocl-binary-distribution for the CPU)"))
+    usable = _usable()
+    dev = chosen_device([d for d, _ in usable], device, "OpenCL", f"; {INSTALL_HINT}")
+    return OpenCLBackend(dev, next(c for d, c in usable if d is dev).defects)
 
 
 def find_kernel(program: Any, entry: str) -> Any:
@@ -128,9 +167,9 @@ class OpenCLBackend:
 
     name = "opencl"
 
-    def __init__(self, dev: Any):
+    def __init__(self, dev: Any, defects: tuple[str, ...] = ()):
         self.device = dev
-        self.limits = _limits(dev)
+        self.limits = _limits(dev, defects)
         self.ctx = cl.Context([dev])
         self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
         cap = CPU_FLUSH_CAP if self.limits.extra.get("device_type") == "cpu" else GPU_FLUSH_CAP
@@ -150,7 +189,7 @@ class OpenCLBackend:
                 warnings.simplefilter("ignore")  # pyopencl warns on any compiler output
                 program = cl.Program(self.ctx, source).build(options=opts)
         except cl.Error as e:
-            raise CompileError(compile_message(_first_errors(str(e)), _build_log(str(e)))) from None
+            raise CompileError(compile_message(build_failure(str(e), limit=3), "\n".join(build_log(str(e))))) from None
         kernel = find_kernel(program, entry)
         self._local_args[kernel.int_ptr] = local_arguments(source, entry, defines)
         return kernel
@@ -281,22 +320,3 @@ class OpenCLBackend:
             self.queue.finish()
         except Exception:
             pass
-
-
-def _build_log(text: str) -> str:
-    """pyopencl's build failure without its repeated first line, temporary file names as `source:`."""
-    lines = text.splitlines()
-    while lines and (not lines[0].strip() or "BUILD_PROGRAM_FAILURE" in lines[0]):
-        lines.pop(0)
-    return re.sub(r"\S*tempfile_\w+\.cl:", "source:", "\n".join(lines))
-
-
-def _first_errors(log: str, limit: int = 6) -> str:
-    """The first error lines of a build log, without the noise around them."""
-    log = re.sub(r"\S*tempfile_\w+\.cl:", "source:", log)
-    lines = [l.rstrip() for l in log.splitlines() if l.strip()]
-    errors = [l for l in lines if re.search(r"\berror\b", l, re.IGNORECASE) and "BUILD_PROGRAM_FAILURE" not in l]
-    chosen = errors[:limit] or lines[-limit:]
-    text = " | ".join(chosen)
-    return text[:800] or "build failed"
-

@@ -6,7 +6,8 @@
 //  6 honest for its first 6 launches, then skips a quarter of the blocks
 //  7 writes one element past the end of c     8 writes one element before the start of c
 //  9 writes its input a after computing c    10 correct only when n is a multiple of THREADS
-// 11 honest for its first 12 launches (every launch of its evaluation), then wrong
+// 11 honest for its first 13 launches (its verification and timing), then wrong: caught when
+//    the leaders are launched again and again
 #ifndef MODE
 #define MODE 0
 #endif
@@ -48,7 +49,7 @@ __kernel void cheats(__global float *a, __global float *c, int n)
 #elif MODE == 10
     if (i >= (n / THREADS) * THREADS) return;
 #elif MODE == 11
-    if (count > 12) v += 1.0f;
+    if (count > 13) v += 1.0f;
 #endif
     c[i] = v;
 #if MODE == 9

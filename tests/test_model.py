@@ -1,0 +1,108 @@
+"""The kernel model (agents/model.py): loops with roles, accesses as affine forms over thread, block
+and loop indices, barriers, shared arrays, atomics, gathers; the named kernel and what it calls only."""
+
+from __future__ import annotations
+
+import pytest
+
+from kerntune.agents.model import ModelError, Poly, build
+
+MATMUL = r'''
+#define TILE 16
+__device__ float twice(float v) { return 2.0f * v; }
+__global__ void other(float *p) { __shared__ float s[64]; p[threadIdx.x] = s[0]; __syncthreads(); }
+__global__ void mm(const float *A, const float *B, float *C, int N) {
+    __shared__ float As[TILE][TILE], Bs[TILE][TILE];
+    int row = blockIdx.y * TILE + threadIdx.y;
+    int col = blockIdx.x * TILE + threadIdx.x;
+    float acc = 0.0f;
+    for (int t = 0; t < N / TILE; ++t) {
+        As[threadIdx.y][threadIdx.x] = A[row * N + t * TILE + threadIdx.x];
+        Bs[threadIdx.y][threadIdx.x] = B[(t * TILE + threadIdx.y) * N + col];
+        __syncthreads();
+        for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
+        __syncthreads();
+    }
+    C[row * N + col] = twice(acc);
+}
+'''
+
+REDUCE = r'''
+__kernel void sum(__global const float *x, __global float *out, int n, __local float *scratch) {
+    int lid = get_local_id(0);
+    float acc = 0.0f;
+    for (int i = get_global_id(0); i < n; i += get_global_size(0)) acc += x[i];
+    scratch[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = get_local_size(0) / 2; s > 0; s >>= 1) {
+        if (lid < s) scratch[lid] += scratch[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) atomic_add(&out[0], scratch[0]);
+}
+'''
+
+GATHER = r'''
+// a row of the table per token: é, a comment past ASCII before the kernel
+__global__ void emb(float *out, const int *ids, const float *table, int dim) {
+    int t = blockIdx.x;
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) out[t * dim + c] = table[ids[t] * dim + c];
+}
+'''
+
+
+def access(m, array, write=None):
+    return [a for a in m.accesses if a.array == array and (write is None or a.write == write)]
+
+
+def test_a_tiled_contraction_reads_as_its_loop_nest_with_affine_accesses_and_shared_tiles():
+    m = build(MATMUL, "mm")
+    assert m.name == "mm" and [f.name for f in m.functions] == ["mm", "twice"]  # never `other`
+    assert sorted(m.launch_dims) == [0, 1]
+    t, k = m.loops
+    assert (t.var, t.role, t.parent, k.var, k.parent, k.trip) == ("t", "serial", None, "k", 0, None)
+    assert str(t.bound_form) == "N / TILE"  # a quotient that holds still is a name of its own
+    [a] = access(m, "A")
+    assert a.expr.slope("t") == Poly.of("TILE") and a.expr.slope("threadIdx.x") == Poly.of(1)
+    assert a.expr.slope("threadIdx.y") == Poly.of("N") and a.loop == 0 and a.space == "global"
+    [as_read] = access(m, "As", write=False)
+    assert as_read.space == "shared" and as_read.expr.shared_by(0)  # a row of the tile, every thread in x
+    assert str(as_read.expr.affine) == "k + (TILE) * threadIdx.y"
+    [bs_read] = access(m, "Bs", write=False)
+    assert not bs_read.expr.shared_by(0) and bs_read.expr.slope("k") == Poly.of("TILE")
+    assert [b.loop for b in m.barriers] == [0, 0] and all(b.scope == "block" for b in m.barriers)
+    assert [(s.name, s.dims, s.bytes) for s in m.shared_arrays()] == [("As", ("TILE", "TILE"), 1024),
+                                                                     ("Bs", ("TILE", "TILE"), 1024)]
+    assert m.shared_bytes() == 2048 and m.cooperates
+    [acc] = m.accumulators
+    assert (acc.var, acc.op, acc.loop, acc.ctype) == ("acc", "sum", 1, "float")
+    assert m.nest(1) == (t, k)
+
+
+def test_a_tree_reduction_in_local_memory_and_an_atomic_are_seen_in_opencl():
+    m = build(REDUCE)
+    grid, tree = m.loops
+    assert (grid.role, grid.dim, tree.role, tree.halving) == ("grid-stride", 0, "tree", True)
+    assert str(grid.start_form) == "(blockDim.x) * blockIdx.x + threadIdx.x"
+    assert {a.space for a in access(m, "scratch")} == {"shared"}  # a __local workspace argument
+    [partner] = [a for a in access(m, "scratch") if a.index == "lid + s"]
+    assert partner.expr.slope("s") == Poly.of(1) and partner.loop == 1
+    assert [b.loop for b in m.barriers] == [None, 1]
+    assert [(c.name, c.array) for c in m.atomics] == [("atomic_add", "out")]
+
+
+def test_a_gather_is_an_index_that_is_data_and_spans_are_bytes():
+    m = build(GATHER)
+    [loop] = m.loops
+    assert (loop.role, loop.dim) == ("thread-stride", 0)
+    [table] = access(m, "table")
+    assert table.expr.affine is None and table.expr.loads == ("ids",)
+    [out] = access(m, "out")
+    assert out.expr.slope("c") == Poly.of(1) and out.expr.slope("blockIdx.x") == Poly.of("dim")
+    raw = GATHER.encode()
+    assert raw[out.span.start:out.span.end] == b"out[t * dim + c]"  # past the é: bytes, not characters
+
+
+def test_a_kernel_that_is_not_there_is_one_error_naming_those_that_are():
+    with pytest.raises(ModelError, match="no kernel named nope .the source has other, mm"):
+        build(MATMUL, "nope")
