@@ -194,8 +194,8 @@ def test_a_half_precision_output_is_kept_as_the_checks_use_it_and_never_converte
     converted = []
     real = compare_module.Expected.__init__
 
-    def counting(self, ref, dtype, arg, scale=1.0, values=None):
-        real(self, ref, dtype, arg, scale, values)
+    def counting(self, ref, dtype, arg, scale=1.0, values=None, **more):
+        real(self, ref, dtype, arg, scale, values, **more)
         if values is None and not self.exact:
             converted.append(arg.name)
 
