@@ -543,7 +543,14 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
     cpp = {p for found in every.values() for a in found for p in a.signature.template_params}
     lifts = _unique_names(find_lifts(primary, analyses, original.entry), taken, cpp)
     lifts = [lf for lf in lifts if lf.name not in dropped]
-    launches = _launch_lifts(original, primary, analyses, grid, block, lifts, taken, dropped, notes)
+    first: list[str] = []
+    launches = _launch_lifts(original, primary, analyses, grid, block, lifts, taken, dropped, first)
+    fixed = _fixed_by_layout(original, primary, _entry(analyses, original.entry), grid, lifts, launches, notes)
+    if fixed:
+        lifts = [lf for lf in lifts if lf.name not in fixed]
+        launches = _launch_lifts(original, primary, analyses, grid, block, lifts, taken, set(dropped) | fixed, notes)
+    else:
+        notes += first
 
     sources: dict[str, str] = {}
     matched: dict[str, dict[str, Lift]] = {}  # per backend, its own site of each lift, by name
@@ -720,6 +727,30 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         grid_dims = tuple(d for d, g in enumerate(grid[:3]) if (d == dim and _literal_positions(g, literal))
                           or (named and not same and d != dim and _divides_by(g, literal)))
         out.append(LaunchLift(dim, name, literal, dim in grid_dims, grid_dims))
+    return out
+
+
+def _fixed_by_layout(original: Template, source: str, kernel: KernelAnalysis | None, grid: list[str],
+                     lifts: list[Lift], launches: list[LaunchLift], notes: list[str]) -> set[str]:
+    """The lifts and launch lifts that must stay at their values because the grid is laid out by
+    them: a named constant the body reads that a grid dimension divides by without the launch
+    carrying it along (`ceil_div(M, 32)` rows of BLOCKSIZE on a block of 1024: another value, or
+    another block, and the grid no longer covers the outputs), with the block of that dimension."""
+    body = _body_words(source, kernel) if kernel is not None else None
+    carried = {(lw.name, d) for lw in launches for d in (lw.grid_dims or ((lw.dim,) if lw.in_grid else ()))}
+    out: set[str] = set()
+    untied: set[int] = set()
+    for lf in lifts:
+        if _constant(lf.key) is None or (body is not None and (lf.reads or lf.name) not in body):
+            continue
+        dims = [d for d, g in enumerate(grid[:3]) if _divides_by(g, lf.default) and (lf.name, d) not in carried]
+        if dims:
+            out.add(lf.name)
+            untied |= set(dims)
+            notes.append(f"the launch's grid covers the outputs in steps of {lf.default}, {lf.origin}, which the "
+                         f"block does not follow: {lf.name} and the block size in dimension "
+                         f"{'xyz'[dims[0]]} are left alone")
+    out |= {lw.name for lw in launches if lw.dim in untied}
     return out
 
 

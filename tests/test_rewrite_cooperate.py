@@ -21,6 +21,7 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.evaluate import Evaluator, TimingPolicy
 from kerntune.engine.gate import check_proposal
 from kerntune.engine.proposal import original_launch
+from kerntune.engine.space import build_space
 from kerntune.engine.template import load_template
 from kerntune.engine.tune import TuneOptions, TuneRun
 
@@ -67,6 +68,35 @@ def test_a_naive_cooperating_kernel_is_rewritten_gated_and_reproduced_on_pocl(na
     for config in configs:
         ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
         assert ok, (config, message)
+
+
+# kernel -> (the rewrite's switch, the constant whose value lays out its grid or output)
+LAID_OUT = {"matmul_coalesced": ("BK", "BLOCKSIZE"), "reduce_nodivergence": ("LANES", "BLOCK_SIZE")}
+
+
+@pytest.mark.parametrize("name", sorted(LAID_OUT))
+def test_a_constant_that_lays_out_the_grid_or_an_output_stays_and_the_original_path_verifies(name, tmp_path,
+                                                                                           opencl_backend):
+    """`ceil_div(M, 32)` rows of BLOCKSIZE, `out` of ceil_div(n, 256) partials: another BLOCKSIZE or
+    block left rows or partials unwritten. With the rewrite switched off, every configuration of the
+    space runs the original and gives its outputs."""
+    switch, constant = LAID_OUT[name]
+    original = load_template(NAIVE / name)
+    limits = DeviceLimits("opencl", "cpu", max_threads_per_block=1024, warp_size=32, sm_count=2,
+                          max_shared_per_block=49152)
+    proposal = rules_template(original, "opencl", limits).proposal
+    assert constant not in {p.name for p in proposal.parameters}
+    verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    problem = template.problem("small", {})
+    off = [c.as_dict() for c in build_space(template, problem, limits).configs if c.as_dict()[switch] == 0]
+    assert off
+    ev = Evaluator(opencl_backend, template, problem, seed=1, timing=FAST)
+    for config in off:
+        result = ev.evaluate(config)
+        assert result.status == "ok", (config, result.message)
 
 
 @pytest.mark.slow
