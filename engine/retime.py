@@ -5,9 +5,10 @@ timed under the same conditions: a clock that moved, another process, a warmer d
 of a run the leaders (the fastest, every configuration whose timing interval overlaps it, at
 least the three fastest) and the original (the template's default configuration) are timed again
 together, in the worker: in each round every one of them is timed in turn, in an order drawn anew
-each round, on the same inputs, each with the protocol's own timing (engine/evaluate.py `measure`:
-the cache flushed, the outputs poisoned and timed launches checked), so a re-timing launch looks
-to a kernel exactly like any other.
+each round, on the same input sets (each launch on a changed copy, as every timed launch is), each
+with the protocol's own timing (engine/evaluate.py `measure`: the cache flushed, the outputs
+poisoned and timed launches checked), so a re-timing launch looks to a kernel exactly like any
+other.
 
 What each round gives is a ratio per configuration (the original's time over its time, in that
 round), and the verdict comes from the ratios, never from times taken apart:
