@@ -20,7 +20,10 @@ round), and the verdict comes from the ratios, never from times taken apart:
   binary are tied whatever their times;
 - among tied configurations the one reported is the original when it is among them, else the
   simplest: the fewest parameters changed from the default, then the smallest steps along the
-  parameters' value lists, then the configuration's text; the same choice on every run.
+  parameters' value lists, then the configuration's text; the same choice on every run;
+- a configuration is reported over the original only when its speedup's interval lies above
+  1 + MARGIN: ties need not chain (A tied with the fastest, the original tied with A but not with
+  the fastest), and a gain that cannot be told from 2% is not worth changing the user's kernel.
 """
 
 from __future__ import annotations
@@ -333,6 +336,14 @@ def verdict(configs: Sequence[Mapping[str, Any]], times: Mapping[str, Sequence[f
     else:
         chosen = min(group, key=lambda i: simplicity(timed[i][0], default, values))
     reason = _reason(len(group), chosen, fastest, orig)
+    if orig >= 0 and chosen != orig and lows[chosen] <= 1 + MARGIN:
+        # Ties need not chain: the simplest of those tied with the fastest may itself be within the
+        # margin of the original, which the fastest was not. A configuration is reported over the
+        # original only when its own speedup is told apart from 1 by more than the margin, so the
+        # same original is reported whichever of the near-equal ones a run happened to find fastest.
+        reason = (f"the reported candidate's speedup over the original ({lows[chosen]:.3f}x at the low end of "
+                  f"its 95% interval) is within {MARGIN:.0%} of 1: the original is reported")
+        chosen = orig
     same: dict[str, list[int]] = {}
     for i, k in enumerate(keys):
         if k in digests:

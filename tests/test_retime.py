@@ -177,3 +177,19 @@ def test_the_leaders_the_rounds_cannot_afford_are_left_out_but_never_the_top_thr
     lead = [r(1, 1.0), r(2, 1.0), r(3, 1.0), r(4, 1.0), r(5, 0.01), r(0, 5.0)]
     kept = affordable(lead, wall_s=8.0, original=lead[-1])
     assert [x.config["B"] for x in kept] == [1, 2, 3, 5, 0]  # B=4 would cost 6 rounds x 0.4 s more than 8 s allows
+
+
+def test_a_candidate_within_the_margin_of_the_original_is_not_reported_over_it():
+    # The fastest is told apart from the original, the simplest of those tied with it is not:
+    # ties do not chain, so the original is reported, whichever near-equal one ran fastest.
+    rng = random.Random(6)
+    fast, near, orig = {"B": 256, "V": 4}, {"B": 64, "V": 2}, DEFAULT
+    times = {config_key(fast): _noisy(100.0, 10, rng, 0.002), config_key(near): _noisy(101.5, 10, rng, 0.002),
+             config_key(orig): _noisy(103.0, 10, rng, 0.002)}
+    v = verdict([fast, near, orig], times, config_key(orig), DEFAULT, VALUES, [True] * 10)
+    assert v.tied[:2] == (True, True) and not v.tied[2]  # near is tied with fast, orig is not
+    assert v.configs[v.chosen] == DEFAULT and "original is reported" in v.reason
+    # A gain told apart by more than the margin is reported as before.
+    times[config_key(orig)] = _noisy(110.0, 10, rng, 0.002)
+    v = verdict([fast, near, orig], times, config_key(orig), DEFAULT, VALUES, [True] * 10)
+    assert v.configs[v.chosen] == near and v.low[v.chosen] > 1 + MARGIN
