@@ -31,7 +31,10 @@ SLOW_CASES = {
     "test_a_naive_elementwise_kernel_is_rewritten_gated_tuned_and_reverified_on_pocl": (
         "gelu", "residual_add", "silu_mul_f32", "adamw"),
     "test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_pocl": (
-        "softmax_2pass", "softmax_3pass", "rmsnorm", "cross_entropy"),
+        "softmax_2pass", "softmax_3pass", "rmsnorm", "cross_entropy", "softmax_online", "layernorm"),
+    # the largest recorded sessions: the reader's every form is in the others
+    "test_the_fast_reader_reads_every_recorded_session_as_tomllib_does": (
+        "matmul-2048", "silu_and_mul-llama7b-t2048"),
 }
 
 
@@ -39,7 +42,8 @@ def pytest_collection_modifyitems(config, items):
     slow = pytest.mark.slow
     for item in items:
         case = getattr(item, "callspec", None)
-        if case is not None and set(map(str, case.params.values())) & set(SLOW_CASES.get(item.originalname, ())):
+        named = set(map(str, case.params.values())) | set(case.id.split("-")) | {case.id} if case is not None else set()
+        if named & set(SLOW_CASES.get(item.originalname, ())):
             item.add_marker(slow)
     if _cuda_device():
         return

@@ -45,7 +45,11 @@ def test_tune_silu_and_mul_prints_the_leaderboard_and_a_session_show_reads(tmp_p
     assert summary["baseline"]["config"]["BLOCK"] == 1024
     best = summary["best"]
     assert best["median_us"] > 0 and set(best["config"]) == {"BLOCK", "VEC", "ROWS", "UNROLL", "FAST_EXP", "STREAM", "SPLIT"}
-    assert summary["speedup"] == pytest.approx(summary["baseline"]["median_us"] / best["median_us"])
+    if "speedup_interval" in best:  # the leaders' paired re-timing gives the speedup, with its interval
+        low, high = best["speedup_interval"]
+        assert low <= summary["speedup"] <= high
+    else:
+        assert summary["speedup"] == pytest.approx(summary["baseline"]["median_us"] / best["median_us"])
 
 
 def test_a_grid_over_vector_add_finds_verified_configs(tmp_path):
