@@ -108,14 +108,19 @@ def _relative(text: str, directory: Path) -> str:
     return text.replace(str(directory) + os.sep, "")
 
 
+# Seconds an evaluation worker of the gate may take to start (its imports and the device's opening).
+START_S = 120.0
+
+
 def _device_check(template: Template, backend: str, device: int, problem: Problem, seeds: tuple[int, ...],
                   timeout: float) -> tuple[bool, str]:
     """The default configuration against the original, in an evaluation worker that may take
-    `timeout` seconds to start and as long again for the check."""
+    `timeout` seconds for the check, and at least START_S to start (starting is the host's cost,
+    not the proposal's: a loaded host must not reject a template for it)."""
     spec = WorkerSpec(backend=backend, device=device, spec_path=str(template.spec_path),
                       spec_text=template.spec_text, sources=dict(template.sources), problem_name=problem.name,
                       problem=dict(problem.values), check_only=True)
-    worker = Worker(spec, config_timeout=timeout, start_timeout=timeout)
+    worker = Worker(spec, config_timeout=timeout, start_timeout=max(timeout, START_S))
     try:
         worker.start()
         ok, worst, message = worker.reproduces_original(template.default_config(), seeds)

@@ -129,6 +129,7 @@ def run_header(template: "Template", backend: str, problem: "Problem", limits: "
         tuning={
             **plan,
             "seed": options.seed,
+            **({"search_seed": options.search_seed} if options.search_seed is not None else {}),
             "config_timeout": options.config_timeout,
             "timing": asdict(options.timing),
             "verify": asdict(options.verify),

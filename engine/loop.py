@@ -131,7 +131,9 @@ class TuningLoop(Controlled):
         problem = self.original.problem(tune.problem, tune.overrides)
         path = tune.session_path or default_path(self.original.name)
         seed = tune.seed if tune.seed is not None else int(time.time_ns() % (1 << 31))
-        self.tune_options = replace(tune, seed=seed, session_path=path, resume=False, backend=backend)
+        search_seed = tune.search_seed if tune.search_seed is not None else tune.seed
+        self.tune_options = replace(tune, seed=seed, search_seed=search_seed, session_path=path, resume=False,
+                                    backend=backend)
         # the original kernel at its defaults is the session's baseline
         header = run_header(self.original, backend, problem, limits, None, self.tune_options, {
             "strategy": "agent loop",

@@ -50,6 +50,12 @@ class TuneError(RuntimeError):
     """A run that cannot start: no feasible configuration, a session for another template, ..."""
 
 
+# The search's seed when the command gives none: the inputs are drawn anew on every run, but the
+# configurations a budget examines, and their order, are the same, so two runs of one command differ
+# only by what the measurements say (engine/retime.py judges that).
+SEARCH_SEED = 0
+
+
 @dataclass(frozen=True)
 class TuneOptions:
     backend: str = "auto"
@@ -57,7 +63,10 @@ class TuneOptions:
     strategy: str = "grid"
     budget: int = 0  # evaluations; 0 = no limit
     time_limit: float = 0.0  # seconds; 0 = no limit
-    seed: int | None = None  # None: a new random seed, recorded in the session
+    seed: int | None = None  # inputs (and the search, when given); None: a new random seed, recorded
+    # The search's own seed: None takes `seed` when one was given, else SEARCH_SEED, so that the same
+    # command examines the same configurations in the same order on every run (recorded as well).
+    search_seed: int | None = None
     problem: str | None = None
     overrides: Mapping[str, int] = field(default_factory=dict)
     session_path: Path | None = None
@@ -189,11 +198,16 @@ class TuneRun(Controlled):
                 raise
         results: list[Result] = previous.results() if previous else []
         seed = opts.seed
+        search_seed = opts.search_seed if opts.search_seed is not None else seed
         if previous is not None and isinstance(previous.header.tuning.get("seed"), int):
             seed = previous.header.tuning["seed"]
+            recorded = previous.header.tuning.get("search_seed", seed)
+            search_seed = recorded if isinstance(recorded, int) else seed
         if seed is None:
             seed = random.SystemRandom().randrange(1 << 31)
-        self.options = opts = replace(opts, seed=seed)
+        if search_seed is None:
+            search_seed = SEARCH_SEED
+        self.options = opts = replace(opts, seed=seed, search_seed=search_seed)
         done = {config_key(r.config) for r in results} | set(opts.skip)
         if previous is not None:
             last = previous.events[-1].t if previous.events else 0.0
@@ -239,7 +253,7 @@ class TuneRun(Controlled):
         if default not in feasible:
             self.events.note("the default configuration is not feasible for this problem: speedups are relative "
                              "to the fastest")
-        strategy = make_strategy(opts.strategy, space, seed=opts.seed, done=done,
+        strategy = make_strategy(opts.strategy, space, seed=opts.search_seed, done=done,
                                  first=default if default in feasible else None)
         if opts.start_from:
             starts = [c for c in map(Config.of, opts.start_from) if c in feasible]

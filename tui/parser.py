@@ -88,7 +88,7 @@ def add_search_arguments(t: argparse.ArgumentParser) -> None:
                    help="stop after K evaluations without improvement")
     t.add_argument("--budget", type=int, default=0, help="most configurations to evaluate (0: all)")
     t.add_argument("--time-limit", type=float, default=0.0, metavar="S", help="stop after S seconds")
-    t.add_argument("--seed", type=int, help="seed for inputs and random search (default: new each run)")
+    t.add_argument("--seed", type=int, help="seed for inputs and the search (default: new inputs each run, the same search order)")
     t.add_argument("--repeats", type=int, default=0, help="fix the number of timed repetitions")
     t.add_argument("--config-timeout", type=float, default=120.0, metavar="S",
                    help="a configuration taking longer is recorded as timeout (default 120)")
