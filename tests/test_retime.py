@@ -193,3 +193,20 @@ def test_a_candidate_within_the_margin_of_the_original_is_not_reported_over_it()
     times[config_key(orig)] = _noisy(110.0, 10, rng, 0.002)
     v = verdict([fast, near, orig], times, config_key(orig), DEFAULT, VALUES, [True] * 10)
     assert v.configs[v.chosen] == near and v.low[v.chosen] > 1 + MARGIN
+
+
+def test_two_runs_of_one_command_examine_the_same_configurations_on_new_inputs(tmp_path):
+    # without --seed: the inputs are drawn anew, the search's order is the same (both recorded)
+    quick = ["--headless", "--no-probe", "--repeats", "3", "--backend", "opencl", "--shape", "n=4096",
+             "--strategy", "random", "--budget", "4"]
+    runs = []
+    for i in range(2):
+        path = tmp_path / f"run{i}.toml"
+        r = kerntune("tune", "vector_add", "--session", str(path), *quick)
+        assert r.returncode == 0, r.stderr
+        runs.append(load_session(path))
+    orders = [[config_key(x.config) for x in s.results()] for s in runs]
+    assert orders[0] == orders[1] and len(orders[0]) == 4
+    tunings = [s.header.tuning for s in runs]
+    assert tunings[0]["search_seed"] == tunings[1]["search_seed"]
+    assert tunings[0]["seed"] != tunings[1]["seed"]  # new inputs on every run
