@@ -2,6 +2,10 @@
 
     python bench/stability.py [--runs 3] [--templates silu_and_mul vector_add] [--backend cuda]
     python bench/stability.py --backend opencl --templates vector_add silu_and_mul --budget 12 --smallest
+    python bench/stability.py --templates silu_and_mul --problem llama70b-t2048 --budget 24
+
+Each run is the same command run again: new input sets, the same search order (`--vary-search`
+gives each run another).
 
 A template is stable when every run reports the same configuration, or a tie that holds the
 others' reported configurations (the leaders' paired re-timing, engine/retime.py), and the reported
@@ -29,7 +33,9 @@ def tune_once(name: str, args: argparse.Namespace, seed: int, out: Path) -> dict
     problem = args.problem if args.problem in {p.name for p in t.problems} else None
     if args.smallest:  # the problem moving the fewest bytes: PoCL on a CPU times the large ones slowly
         problem = min(t.problems, key=lambda p: float(t.cost_bytes.evaluate(p.values))).name
-    opts = TuneOptions(backend=args.backend, problem=problem, seed=seed, probe=False, budget=args.budget,
+    # as a user's repeated command: new inputs every run, the same search order (--vary-search: another)
+    opts = TuneOptions(backend=args.backend, problem=problem, seed=None, search_seed=seed if args.vary_search else None,
+                       probe=False, budget=args.budget,
                        strategy=args.strategy, session_path=out / f"{name}-{seed}.toml")
     o = TuneRun(t, opts).run()
     s = load_session(o.session_path)
@@ -74,6 +80,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=0, help="evaluations per run (0: the whole space)")
     ap.add_argument("--strategy", default="grid")
     ap.add_argument("--within", type=float, default=0.01)
+    ap.add_argument("--vary-search", action="store_true",
+                    help="a different search order each run (default: the same, as one command run again)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the sessions in this folder")
     args = ap.parse_args()
     names = args.templates or templates.names()

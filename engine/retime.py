@@ -130,12 +130,19 @@ def affordable(lead: Sequence[Result], wall_s: float, original: Result | None = 
     return keep
 
 
-def leaders(ranked: Sequence[Result], original: Result | None) -> list[Result]:
+def leaders(ranked: Sequence[Result], original: Result | None,
+            simplest: Callable[[Mapping[str, Any]], Any] | None = None) -> list[Result]:
     """The configurations to re-time, fastest first: the fastest, every one that its own timing
     cannot show slower (its interval, or its fastest launch, reaches the fastest's interval: a
     disturbance only ever adds time), at least the TOP fastest, at most MAX_LEADERS; then the
     original when it is not among them. When measurements were disturbed (a result says so),
-    one run's order says little: the MAX_LEADERS fastest are re-timed."""
+    one run's order says little: the MAX_LEADERS fastest are re-timed.
+
+    When more configurations cannot be shown slower than MAX_LEADERS holds (a memory-bound
+    kernel, where many saturate the bandwidth), the TOP fastest are kept and the places left go
+    to the simplest of the others by `simplest` (engine/retime.py `simplicity`), not to those
+    that happened to measure a little faster: the configuration reported among tied ones is the
+    simplest, so it must be re-timed whichever of its near-equals the noise put ahead."""
     if not ranked:
         return [original] if original is not None else []
     _, best_high = timing_interval(ranked[0])
@@ -144,7 +151,13 @@ def leaders(ranked: Sequence[Result], original: Result | None) -> list[Result]:
     def close(r: Result) -> bool:
         return timing_interval(r)[0] <= best_high or (r.min_us is not None and r.min_us <= best_high)
 
-    chosen = [r for i, r in enumerate(ranked) if i < top or close(r)][:MAX_LEADERS]
+    candidates = [r for i, r in enumerate(ranked) if i < top or close(r)]
+    if len(candidates) > MAX_LEADERS and simplest is not None:
+        rest = sorted(candidates[TOP:], key=lambda r: simplest(r.config))[:MAX_LEADERS - TOP]
+        keep = {id(r) for r in candidates[:TOP] + rest}
+        chosen = [r for r in candidates if id(r) in keep]
+    else:
+        chosen = candidates[:MAX_LEADERS]
     if original is not None and all(config_key(r.config) != config_key(original.config) for r in chosen):
         chosen.append(original)
     return chosen

@@ -32,7 +32,7 @@ from .events import (
     WinnerVerified,
 )
 from .result import FAILED, Result, config_key, fastest, ranked
-from .retime import BUDGET_S, ROUNDS, PairedRequest, affordable, leaders, verdict
+from .retime import BUDGET_S, ROUNDS, PairedRequest, affordable, leaders, simplicity, verdict
 from .search import Seeded, StopRules, make_strategy
 from .session import Session, SessionWriter, default_path, load_session, lock_session
 from .sol import load_peaks
@@ -445,7 +445,10 @@ class TuneRun(Controlled):
         others = [r for r in ranked(results) if r is not winner]
         # a fixed cost at the end: a tenth of the search's time, between 2 s and a minute
         wall = min(60.0, max(2.0, 0.1 * (time.monotonic() - self._search_started)))
-        lead = affordable(leaders([winner] + others, original), wall, original)
+        default_values = template.default_config()
+        listed = {p.name: list(p.values) for p in template.parameters}
+        lead = affordable(leaders([winner] + others, original,
+                                  lambda c: simplicity(c, default_values, listed)), wall, original)
         if len(lead) < 2:
             return winner
         if paired is None:
@@ -466,7 +469,7 @@ class TuneRun(Controlled):
                 status, text = split_status(message)
                 self._demote(results, at[key], status, text)
         v = verdict(request.configs, reply.get("times", {}), default.key if original is not None else None,
-                    template.default_config(), {p.name: list(p.values) for p in template.parameters},
+                    default_values, listed,
                     reply.get("quiet", []), reply.get("digests", {}), int(reply.get("launches", 0)))
         if winner is not results[at[config_key(winner.config)]]:  # demoted in the paired rounds
             winner = next((r for r in ranked(results)), None) if v is None else None

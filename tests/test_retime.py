@@ -210,3 +210,20 @@ def test_two_runs_of_one_command_examine_the_same_configurations_on_new_inputs(t
     tunings = [s.header.tuning for s in runs]
     assert tunings[0]["search_seed"] == tunings[1]["search_seed"]
     assert tunings[0]["seed"] != tunings[1]["seed"]  # new inputs on every run
+
+
+def test_when_more_configurations_tie_than_are_re_timed_the_simplest_of_them_are_kept():
+    # a memory-bound kernel: a dozen configurations that their own timing cannot tell apart,
+    # the simplest measured a little slower than the others by chance
+    def r(config, base):
+        times = tuple(base + 0.1 * i for i in range(10))
+        return Result(config=config, status="ok", times_us=times, median_us=times[5])
+    near = [r({"B": 256, "V": v, "U": u}, 100.0 + 0.01 * (v + u)) for v in (2, 4, 8) for u in (1, 2, 4, 8)]
+    simple = r({"B": 64, "V": 2, "U": 1}, 100.3)
+    orig = r(dict(DEFAULT, U=1), 150.0)
+    values = dict(VALUES, V=[1, 2, 4, 8], U=[1, 2, 4, 8])
+    key = lambda c: simplicity(c, dict(DEFAULT, U=1), values)  # noqa: E731
+    chosen = leaders(near + [simple], orig, key)
+    assert len(chosen) == 9 and chosen[-1] is orig and simple in chosen
+    assert chosen[:3] == near[:3]  # the three fastest always
+    assert simple not in leaders(near + [simple], orig)  # without the key: the fastest eight
