@@ -133,8 +133,9 @@ def affordable(lead: Sequence[Result], wall_s: float, original: Result | None = 
 def leaders(ranked: Sequence[Result], original: Result | None,
             simplest: Callable[[Mapping[str, Any]], Any] | None = None) -> list[Result]:
     """The configurations to re-time, fastest first: the fastest, every one that its own timing
-    cannot show slower (its interval, or its fastest launch, reaches the fastest's interval: a
-    disturbance only ever adds time), at least the TOP fastest, at most MAX_LEADERS; then the
+    cannot show slower by more than MARGIN (its interval, or its fastest launch, reaches within
+    MARGIN of the fastest's interval: a disturbance only ever adds time, and the paired verdict
+    ties what is within MARGIN), at least the TOP fastest, at most MAX_LEADERS; then the
     original when it is not among them. When measurements were disturbed (a result says so),
     one run's order says little: the MAX_LEADERS fastest are re-timed.
 
@@ -148,8 +149,10 @@ def leaders(ranked: Sequence[Result], original: Result | None,
     _, best_high = timing_interval(ranked[0])
     top = MAX_LEADERS if any(r.disturbed for r in ranked) else TOP
 
+    reach = best_high * (1 + MARGIN)  # within the margin a tie allows, a configuration may be tied
+
     def close(r: Result) -> bool:
-        return timing_interval(r)[0] <= best_high or (r.min_us is not None and r.min_us <= best_high)
+        return timing_interval(r)[0] <= reach or (r.min_us is not None and r.min_us <= reach)
 
     candidates = [r for i, r in enumerate(ranked) if i < top or close(r)]
     if len(candidates) > MAX_LEADERS and simplest is not None:
