@@ -331,6 +331,33 @@ def cmd_kt_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """`kerntune export SESSION --format header|t4|json -o FILE`."""
+    from kerntune.engine.export import ExportError, export_header, export_json, export_t4
+    from kerntune.engine.session import load_session
+
+    refuse_overwrite(args.output, args.force)
+    session = load_session(args.session)
+    try:
+        if args.format == "header":
+            text = export_header(session)
+        else:
+            data = export_t4(session) if args.format == "t4" else export_json(session)
+            text = json.dumps(data, indent=1) + "\n"
+    except ExportError as e:
+        raise UsageError(str(e)) from None
+    write_text(args.output, text)
+    print(f"{args.session}: {args.format} -> {args.output}")
+    return 0
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a file whole (a reader never sees half of it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
 # probe, profile --------------------------------------------------------------------------------
 
 def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -561,6 +588,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Sequence[str]], int]] = {
     "simulate": cmd_simulate,
     "kt-import": cmd_kt_import,
     "kt-export": cmd_kt_export,
+    "export": cmd_export,
     "profile": cmd_profile,
     "probe": cmd_probe,
     "selftest": cmd_selftest,

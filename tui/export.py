@@ -15,16 +15,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from kerntune.engine.export import IDENT, ExportError, c_value, comment
 from kerntune.engine.result import Result
 
 from .state import DashboardState
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOKEN = re.compile(r"^[A-Za-z0-9_.+\-]+$")
-
-
-class ExportError(ValueError):
-    """Nothing to export yet, or a value that cannot be written as asked."""
 
 
 def _best(state: DashboardState):
@@ -32,20 +26,6 @@ def _best(state: DashboardState):
     if best is None:
         raise ExportError("no verified configuration yet: nothing to export")
     return best
-
-
-def _comment(text: Any) -> str:
-    return " ".join(str(text).split()).replace("*/", "* /")
-
-
-def _c_value(name: str, v: Any) -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str) and _TOKEN.match(v):
-        return v
-    raise ExportError(f"parameter {name}: value {v!r} is not a C token; export it as JSON instead")
 
 
 def best_header(state: DashboardState, session_path: Path | None = None) -> str:
@@ -56,20 +36,20 @@ def best_header(state: DashboardState, session_path: Path | None = None) -> str:
     problem = " ".join(f"{k}={v}" for k, v in _problem(state).items())
     speed = state.speedup(best)
     lines = [
-        f"/* kerntune: the fastest verified configuration of {_comment(template)}",
-        f" * problem {_comment(problem) or '-'} on {_comment(state.device.get('name', '?'))} "
-        f"({_comment(state.device.get('backend') or state.template.get('backend', '?'))})",
+        f"/* kerntune: the fastest verified configuration of {comment(template)}",
+        f" * problem {comment(problem) or '-'} on {comment(state.device.get('name', '?'))} "
+        f"({comment(state.device.get('backend') or state.template.get('backend', '?'))})",
         f" * median {best.median_us:.3f} us"
         + (f", {speed:.2f}x the default configuration" if speed else "")
         + (f", {100 * best.sol_fraction:.1f}% of speed-of-light" if best.sol_fraction is not None else ""),
     ]
     if session_path is not None:
-        lines.append(f" * session {_comment(session_path)}")
+        lines.append(f" * session {comment(session_path)}")
     lines += [" */", f"#ifndef {guard}", f"#define {guard}"]
     for name, value in best.config.items():
-        if not _IDENT.match(str(name)):
+        if not IDENT.match(str(name)):
             raise ExportError(f"parameter {name!r} is not a C identifier")
-        lines.append(f"#define {name} {_c_value(name, value)}")
+        lines.append(f"#define {name} {c_value(name, value)}")
     lines += [f"#endif /* {guard} */", ""]
     return "\n".join(lines)
 
@@ -152,11 +132,11 @@ def config_source(header: Mapping[str, Any], result: Result, *, rank: int | None
         raise ExportError("the session holds no template source")
     spec = _spec(template)
     problem = _problem_of(header)
-    name = _comment(template.get("name") or "kernel")
+    name = comment(template.get("name") or "kernel")
     if rank:
         where = f"the configuration ranked {rank}" + (f" of {ranked}" if ranked else "")
     else:
-        where = f"a configuration that did not rank ({_comment(result.status)})"
+        where = f"a configuration that did not rank ({comment(result.status)})"
     figures = []
     if result.median_us is not None:
         figures.append(f"median {result.median_us:.3f} us")
@@ -167,24 +147,24 @@ def config_source(header: Mapping[str, Any], result: Result, *, rank: int | None
     grid, block, shared = _geometry(spec, problem, device, result, original)
     unit = ("work-groups", "work-items") if backend == "opencl" else ("blocks", "threads")
     lines = [f"/* kerntune: {name}, {where}" + (f" ({', '.join(figures)})" if figures else ""),
-             f" * problem {_comment(' '.join(f'{k}={v}' for k, v in problem.items())) or '-'} on "
-             f"{_comment(device.get('name', '?'))} ({_comment(backend or '?')})"]
+             f" * problem {comment(' '.join(f'{k}={v}' for k, v in problem.items())) or '-'} on "
+             f"{comment(device.get('name', '?'))} ({comment(backend or '?')})"]
     if grid and block:
         lines.append(f" * launch: grid {_dims(grid)} {unit[0]}, block {_dims(block)} {unit[1]}, "
                      f"{shared if shared is not None else '?'} bytes of dynamic shared memory"
                      + (" (at each __local pointer argument)" if backend == "opencl" and shared else ""))
     else:
         lines.append(" * launch: unknown (the session does not record it for this configuration)")
-    lines.append(f" * compile: {_comment(' '.join(compile_command(backend, spec, device)))}"
+    lines.append(f" * compile: {comment(' '.join(compile_command(backend, spec, device)))}"
                  " (the defines below stand for -D options)")
-    lines.append(f" * kernel: {_comment(template.get('entry') or name)}")
+    lines.append(f" * kernel: {comment(template.get('entry') or name)}")
     if session_path is not None:
-        lines.append(f" * session {_comment(session_path)}")
+        lines.append(f" * session {comment(session_path)}")
     lines.append(" */")
     for key, value in result.config.items():
-        if not _IDENT.match(str(key)):
+        if not IDENT.match(str(key)):
             raise ExportError(f"parameter {key!r} is not a C identifier")
-        lines.append(f"#define {key} {_c_value(key, value)}")
+        lines.append(f"#define {key} {c_value(key, value)}")
     return "\n".join(lines) + "\n\n" + source.rstrip("\n") + "\n"
 
 

@@ -211,6 +211,15 @@ def _kt_export(ke: argparse.ArgumentParser) -> None:
     ke.add_argument("--force", action="store_true", help="write over an existing file")
 
 
+def _export(ex: argparse.ArgumentParser) -> None:
+    ex.add_argument("session", type=Path, help="a session file, or a served-size run's folder (its dispatch set)")
+    ex.add_argument("--format", choices=("header", "t4", "json"), required=True,
+                    help="header: a C++/CUDA header with the configurations, their launch and a dispatch function; "
+                         "t4: Kernel Tuner's T4 results JSON; json: the leaderboard and what is shipped")
+    ex.add_argument("-o", "--output", type=Path, required=True, help="the file to write")
+    ex.add_argument("--force", action="store_true", help="write over an existing file")
+
+
 def _profile(pf: argparse.ArgumentParser) -> None:
     pf.add_argument("session", type=Path)
     pf.add_argument("--config", action="append", type=int, default=[], metavar="N",
@@ -250,6 +259,7 @@ COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]
     ("simulate", "replay a search strategy on a recorded full-grid session", _simulate),
     ("kt-import", "turn a Kernel Tuner cache file (JSON) into a session", _kt_import),
     ("kt-export", "write a session as a Kernel Tuner cache file (JSON)", _kt_export),
+    ("export", "write what a run found as a C++/CUDA header, Kernel Tuner's T4 results or JSON", _export),
     ("profile", "Nsight Compute metrics for configurations of a CUDA session", _profile),
     ("probe", "measure and cache a device's bandwidth and arithmetic peak", _probe),
     ("selftest", "run built-in hostile kernels and twin programs through the protocol on this device", _selftest),
