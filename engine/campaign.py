@@ -16,7 +16,6 @@ a campaign of one template.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -26,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 import tomli_w
 
 from .backends import BackendError
+from .dispatch import TOLERANCE, DispatchSet, choose_dispatch, geomean
 from .result import Result, config_key, ranked
 from .session import Session, SessionError, load_session, tool_version
 from .space import build_space
@@ -220,7 +220,7 @@ def choose_general(pairs: Sequence[PairResult], top: int = DEFAULT_TOP) -> Gener
     everywhere = [k for k in configs if live and all(t is not None for t in times[k])]
     safe = [k for k in everywhere if not slower(k)]
     pool = safe or everywhere
-    chosen = max(pool, key=lambda k: (_geomean(speedups(k)), -sum(times[k]))) if pool else None
+    chosen = max(pool, key=lambda k: (geomean(speedups(k)), -sum(times[k]))) if pool else None
     if chosen is None and live:
         notes.append("no configuration was verified at every size: there is no general configuration")
     elif chosen is not None and not safe:
@@ -232,7 +232,23 @@ def choose_general(pairs: Sequence[PairResult], top: int = DEFAULT_TOP) -> Gener
                               times[chosen][i] if chosen is not None else None)
                   for i, p in enumerate(live))
     return General(name, dict(configs[chosen]) if chosen is not None else None,
-                   _geomean(speedups(chosen)) if chosen is not None else None, sizes, tuple(notes))
+                   geomean(speedups(chosen)) if chosen is not None else None, sizes, tuple(notes))
+
+
+def dispatch_of(pairs: Sequence[PairResult], general: General, top: int = DEFAULT_TOP,
+                tolerance: float = TOLERANCE) -> DispatchSet | None:
+    """One template's dispatch set (engine/dispatch.py) from what its sizes' sessions hold: among
+    each size's `top` fastest and the original, measured at every size."""
+    live = [p for p in pairs if p.status != "failed"]
+    if len(live) < 1:
+        return None
+    configs = dict(_candidates(live, top))
+    times = {key: [p.time_of(key) for p in live] for key in configs}
+    best = [min((float(r.median_us) for r in p.results if r.ranked), default=None) for p in live]
+    originals = [float(p.original.median_us) if p.original is not None and p.original.ranked else None for p in live]
+    general_key = config_key(general.config) if general.config is not None else None
+    return choose_dispatch([p.size for p in live], configs, times, best, originals,
+                           general_key if general_key in configs else None, tolerance)
 
 
 def _candidates(pairs: Sequence[PairResult], top: int) -> list[tuple[str, Mapping[str, Any]]]:
@@ -244,12 +260,6 @@ def _candidates(pairs: Sequence[PairResult], top: int) -> list[tuple[str, Mappin
         for r in ranked(p.results)[:top]:
             out.setdefault(config_key(r.config), r.config)
     return list(out.items())
-
-
-def _geomean(values: Sequence[float]) -> float:
-    if not values or any(v <= 0 for v in values):
-        return 0.0
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _fmt(config: Mapping[str, Any]) -> str:
@@ -287,6 +297,8 @@ class Campaign:
     options: TuneOptions = field(default_factory=TuneOptions)
     top: int = DEFAULT_TOP
     name: str = ""
+    # A dispatch set keeps every size within this fraction of its own best (engine/dispatch.py).
+    tolerance: float = TOLERANCE
     # Configurations each kernel's sizes try first (the agent loop's fastest, say), by kernel name.
     start_from: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
 
@@ -307,7 +319,7 @@ class Campaign:
             pairs.append(run_job(job, self.options, sinks_for(job)))
             on_pair(pairs[-1])
             self.write_summary(pairs, [])
-        generals = []
+        generals, dispatches = [], []
         start = 0
         for k in self.kernels:
             mine = range(start, start + len(k.sizes))
@@ -325,11 +337,13 @@ class Campaign:
                         on_pair(measured)
                     pairs[i] = measured if measured.status == "failed" else replace(measured, status=pairs[i].status)
             generals.append(choose_general([pairs[i] for i in mine], self.top))
-        return CampaignOutcome(pairs, generals, self.write_summary(pairs, generals))
+            dispatches.append(dispatch_of([pairs[i] for i in mine], generals[-1], self.top, self.tolerance))
+        return CampaignOutcome(pairs, generals, self.write_summary(pairs, generals, dispatches), dispatches)
 
-    def write_summary(self, pairs: Sequence[PairResult], generals: Sequence[General]) -> Path:
+    def write_summary(self, pairs: Sequence[PairResult], generals: Sequence[General],
+                      dispatches: Sequence[DispatchSet | None] = ()) -> Path:
         path = self.folder / SUMMARY_FILE
-        data = summary_data(self.name, pairs, generals, self.folder, list(self.options.command))
+        data = summary_data(self.name, pairs, generals, self.folder, list(self.options.command), dispatches)
         tmp = path.with_suffix(".toml.tmp")
         tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
         tmp.replace(path)  # a reader never sees half a summary
@@ -341,6 +355,7 @@ class CampaignOutcome:
     pairs: list[PairResult]
     generals: list[General]
     summary_path: Path
+    dispatches: list[DispatchSet | None] = field(default_factory=list)
 
 
 def session_name(template: str, size: str) -> str:
@@ -465,8 +480,9 @@ def _sizes(template: Template, item: Mapping, at: str, fail: Callable) -> tuple:
 # the summary: written with tomli-w, read with tomllib (read_toml_file) ------------------------------------------
 
 def summary_data(name: str, pairs: Sequence[PairResult], generals: Sequence[General], folder: Path,
-                 command: Sequence[str]) -> dict[str, Any]:
-    """The campaign's summary as TOML data: one [[pair]] per pair, one [[general]] per template."""
+                 command: Sequence[str], dispatches: Sequence[DispatchSet | None] = ()) -> dict[str, Any]:
+    """The campaign's summary as TOML data: one [[pair]] per pair, one [[general]] per template,
+    and one [[dispatch]] per template whose dispatch set was chosen."""
 
     def rel(p: str) -> str:
         try:
@@ -496,19 +512,29 @@ def summary_data(name: str, pairs: Sequence[PairResult], generals: Sequence[Gene
         entry: dict[str, Any] = {"template": g.template, "notes": list(g.notes)}
         if g.config is not None:
             entry["config"] = dict(g.config)
-        if g.geomean is not None:
-            entry["geomean_speedup"] = float(g.geomean)
-        sizes = []
-        for s in g.sizes:
-            row = {"size": s.size, "best_config": dict(s.best_config)}
-            for key, value in (("original_us", s.original_us), ("best_us", s.best_us), ("general_us", s.general_us)):
-                if value is not None:
-                    row[key] = float(value)
-            sizes.append(row)
-        entry["size"] = sizes
+        entry["size"] = [_numbers({"size": s.size, "best_config": dict(s.best_config)}, original_us=s.original_us,
+                                  best_us=s.best_us, general_us=s.general_us) for s in g.sizes]
+        _numbers(entry, geomean_speedup=g.geomean)
         gens.append(entry)
     out["general"] = gens
+    out["dispatch"] = [dispatch_data(g.template, d) for g, d in zip(generals, dispatches) if d is not None]
     return out
+
+
+def dispatch_data(template: str, d: DispatchSet) -> dict[str, Any]:
+    """A dispatch set as a summary's [[dispatch]] table."""
+    entry: dict[str, Any] = {"template": template, "tolerance": d.tolerance, "notes": list(d.notes),
+                             "configs": [{"config": dict(c), "covers": d.covered_by(i)} for i, c in enumerate(d.configs)]}
+    _numbers(entry, geomean_speedup=d.geomean, general_geomean_speedup=d.general_geomean)
+    entry["size"] = [_numbers({"size": c.size, "config": dict(c.config)}, time_us=c.time_us, best_us=c.best_us,
+                              original_us=c.original_us, general_us=c.general_us) for c in d.covers]
+    return entry
+
+
+def _numbers(row: dict[str, Any], **figures: float | None) -> dict[str, Any]:
+    """`row` with each figure that is known, as a float (TOML has no null)."""
+    row.update({k: float(v) for k, v in figures.items() if v is not None})
+    return row
 
 
 def load_summary(path: Path) -> dict[str, Any]:
@@ -522,16 +548,18 @@ def load_summary(path: Path) -> dict[str, Any]:
         raise CampaignError(f"{p}: not a campaign summary (no [summary] with format = \"{SUMMARY_FORMAT}\")")
     if head.get("version") != SUMMARY_VERSION:
         raise CampaignError(f"{p}: summary version {head.get('version')!r}; this kerntune reads {SUMMARY_VERSION}")
-    for key in ("pair", "general"):
+    for key in ("pair", "general", "dispatch"):
         rows = data.get(key, [])
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise CampaignError(f"{p}: [[{key}]] expected tables")
         for i, row in enumerate(rows):
             _check_row(p, f"{key}[{i}]", row)
-            for j, size in enumerate(row.get("size", [])) if key == "general" else ():
+            for j, size in enumerate(row.get("size", [])) if key != "pair" else ():
                 _check_row(p, f"{key}[{i}].size[{j}]", size)
-    data.setdefault("pair", [])
-    data.setdefault("general", [])
+            for j, member in enumerate(row.get("configs", [])) if key == "dispatch" else ():
+                _check_row(p, f"{key}[{i}].configs[{j}]", member)
+    for key in ("pair", "general", "dispatch"):
+        data.setdefault(key, [])
     data["path"] = str(p)
     return data
 
@@ -539,7 +567,9 @@ def load_summary(path: Path) -> dict[str, Any]:
 # what each key of a summary's rows holds: read back, a summary is only shown, never trusted further
 _ROW_TYPES = {"template": str, "size": (str, list), "session": str, "status": str, "error": str, "notes": list,
               "problem": dict, "config": dict, "best_config": dict, "best_us": (int, float),
-              "original_us": (int, float), "general_us": (int, float), "geomean_speedup": (int, float)}
+              "original_us": (int, float), "general_us": (int, float), "geomean_speedup": (int, float),
+              "time_us": (int, float), "tolerance": (int, float), "general_geomean_speedup": (int, float),
+              "configs": list, "covers": list}
 
 
 def _check_row(path: Path, where: str, row: Any) -> None:
@@ -549,8 +579,10 @@ def _check_row(path: Path, where: str, row: Any) -> None:
         kind = _ROW_TYPES.get(key)
         if kind is not None and (not isinstance(value, kind) or isinstance(value, bool)):
             raise CampaignError(f"{path}: [{where}.{key}] expected {getattr(kind, '__name__', 'a number')}")
-        if key == "size" and isinstance(value, list) and not all(isinstance(v, dict) for v in value):
-            raise CampaignError(f"{path}: [{where}.size] expected tables")
+        if key in ("size", "configs") and isinstance(value, list) and not all(isinstance(v, dict) for v in value):
+            raise CampaignError(f"{path}: [{where}.{key}] expected tables")
+        if key == "covers" and not all(isinstance(v, str) for v in value):
+            raise CampaignError(f"{path}: [{where}.covers] expected names of sizes")
         if key == "notes" and not all(isinstance(v, str) for v in value):
             raise CampaignError(f"{path}: [{where}.notes] expected strings")
 

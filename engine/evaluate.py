@@ -86,6 +86,11 @@ LEADER_MARGIN = 0.05
 # RACE_FIRST_SECONDS; the full count is for the final check of the winner (verify_again)
 RACE_FIRST = 100
 RACE_FIRST_SECONDS = 0.05
+# The energy counter moves in steps of milliseconds of power: each configuration's energy is
+# read over at least this much time of back-to-back launches (and at most ENERGY_LAUNCHES).
+ENERGY_S = 0.1
+ENERGY_LAUNCHES = 100_000
+MIN_ENERGY_LAUNCHES = 10
 
 
 class CalibrationError(RuntimeError):
@@ -115,6 +120,9 @@ class TimingPolicy:
     # the full count. A steady kernel is timed in 25-50 launches, a noisy one up to the cap.
     precision: float = 0.01
     batch: int = 25
+    # Read the device's energy counter around ENERGY_S of back-to-back launches of each verified
+    # configuration (`--objective energy|edp`): joules per launch in its result.
+    energy: bool = False
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,7 @@ class Evaluator:
         self._used_variants: set[int] = set()
         self._staged: tuple[Inputs | None, dict[str, tuple[int, int, int]]] = (None, {})
         self._best_us = math.inf  # the fastest median this evaluator has measured
+        self._energy_read: Callable[[], float] | None = None  # the energy counter, once opened
         self._roles = {a.name: a.role for a in template.arguments}
         self._items = {a.name: np_dtype(a.dtype).itemsize for a in template.arguments if a.is_buffer}
         self._calibration_build: Any = None  # the original's build for calibrate(), under way
@@ -880,7 +889,35 @@ class Evaluator:
                     return replace(result, status=e.status,
                                    message=f"launched again and again on one input set: {e.message}")
             self._best_us = min(self._best_us, result.median_us)
+            if self.timing.energy:
+                result = self._with_energy(result, kernel, geo)
         return result
+
+    def _with_energy(self, result: Result, kernel: Any, geo: Geometry) -> Result:
+        """The result with its joules per launch: the device's total-energy counter (read only)
+        around ENERGY_S of back-to-back launches on the tuning size's inputs. A batch whose
+        launches ran in under half the configuration's fastest timed launch did less work than a
+        timed launch (a kernel that skips repeated work): its energy is not recorded."""
+        if self._energy_read is None:
+            from .energy import counter_reader
+
+            self._energy_read = counter_reader(self.backend.name, 0, str(self.backend.limits.extra.get(
+                "pci_bus_id", "")))
+        n = int(min(ENERGY_LAUNCHES, max(MIN_ENERGY_LAUNCHES, math.ceil(ENERGY_S * 1e6 / result.median_us))))
+        base, change = self._staged
+        args = self._args(0, base if base is not None else self._pool(0)[0])
+        try:
+            self.backend.launch(kernel, geo, args)  # everything queued before has finished
+            before = self._energy_read()
+            times = self.backend.time(kernel, geo, args, n, False)
+            joules = self._energy_read() - before
+        except LaunchError as e:
+            return replace(result, status="launch_error", message=f"while measuring its energy: {e}")
+        finally:
+            self._staged = (None, {})  # the next timed launch copies its whole set again
+        if joules <= 0 or not times or sum(times) / len(times) < 0.5 * (result.min_us or result.median_us):
+            return result
+        return replace(result, energy_j=joules / n)
 
     def measure_again(self, result: Result, kernel: Any) -> Result:
         """Time again a configuration `evaluate` has just verified and timed, in its loaded

@@ -25,7 +25,7 @@ from .cexpr import PRELUDE, to_cpp
 from .events import ConfigEvaluated
 from .expressions import ExpressionError
 from .result import Result, config_key, ranked
-from .session import Session
+from .session import Session, load_session
 
 FORMATS = ("header", "t4", "json")
 EXPORT_FORMAT = "kerntune-export"
@@ -109,6 +109,43 @@ def shipped_of(session: Session) -> Shipped:
                    speedup_interval=(float(interval[0]), float(interval[1])) if interval else None)
 
 
+def shipped_of_folder(folder: Any) -> tuple[list[Shipped], dict[str, Session]]:
+    """What a served-size run (or a campaign of one template) ships: its dispatch set, one entry
+    per size, and each size's session."""
+    from pathlib import Path
+
+    from .campaign import CampaignError, load_summary
+
+    try:
+        summary = load_summary(Path(folder))
+    except CampaignError as e:
+        raise ExportError(str(e)) from None
+    sets = summary["dispatch"]
+    if len(sets) != 1:
+        names = ", ".join(sorted({str(p.get("template")) for p in summary["pair"]}))
+        raise ExportError(f"{folder}: " + ("no dispatch set was chosen there" if not sets else
+                          f"a campaign of several templates ({names}): export one template's served-size run"))
+    d = sets[0]
+    base = Path(summary["path"]).parent
+    pairs = {p.get("size"): p for p in summary["pair"] if p.get("template") == d.get("template")}
+    sessions: dict[str, Session] = {}
+    shipped = []
+    for row in d.get("size", []):
+        size = str(row.get("size"))
+        name = str(pairs.get(size, {}).get("session", ""))
+        if not name or Path(name).name != name:  # a session beside the summary, never a path elsewhere
+            raise ExportError(f"{folder}: size {size!r} has no session beside the summary")
+        sessions[size] = load_session(base / name)
+        covers = next((tuple(m.get("covers", ())) for m in d.get("configs", [])
+                       if config_key(m.get("config", {})) == config_key(row.get("config", {}))), (size,))
+        orig, time = row.get("original_us"), row.get("time_us")
+        shipped.append(Shipped(size, _problem(sessions[size]), dict(row.get("config", {})), time, orig,
+                               orig / time if orig and time else None, None, covers))
+    if not shipped:
+        raise ExportError(f"{folder}: the dispatch set serves no size")
+    return shipped, sessions
+
+
 def _problem(session: Session) -> dict[str, int]:
     p = session.space.get("problem")
     return {str(k): v for k, v in p.items()} if isinstance(p, Mapping) else {}
@@ -143,20 +180,32 @@ def _row(r: Result, rank: int | None, original_us: float | None) -> dict[str, An
     return row
 
 
-def export_json(session: Session, shipped: Sequence[Shipped] | None = None) -> dict[str, Any]:
-    """The leaderboard (every result, the ranked ones first with their rank) and what is shipped."""
-    ship = list(shipped) if shipped is not None else [shipped_of(session)]
+def leaderboard(session: Session) -> list[dict[str, Any]]:
+    """Every result, the ranked ones first with their rank."""
     base = session.baseline()
     original_us = base.median_us if base is not None and base.ranked else None
     board = ranked(session.results())
     keys = {id(r) for r in board}
     rows = [_row(r, i + 1, original_us) for i, r in enumerate(board)]
     rows += [_row(r, None, original_us) for r in session.results() if id(r) not in keys]
-    return {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "session": str(session.path),
+    return rows
+
+
+def export_json(session: Session, shipped: Sequence[Shipped] | None = None,
+                sizes: Mapping[str, Session] | None = None) -> dict[str, Any]:
+    """The leaderboard and what is shipped; with `sizes` (a served-size run's sessions), each
+    size's leaderboard."""
+    ship = list(shipped) if shipped is not None else [shipped_of(session)]
+    out = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "session": str(session.path),
             "created": session.info.get("created", ""), "template": _template_facts(session),
             "device": _device_facts(session), "problem": _problem(session),
             "objective": str(session.header.get("tuning", {}).get("objective", "time")),
-            "shipped": [s.to_dict() for s in ship], "leaderboard": rows}
+            "shipped": [s.to_dict() for s in ship]}
+    if sizes:
+        out["leaderboards"] = {size: leaderboard(s) for size, s in sizes.items()}
+    else:
+        out["leaderboard"] = leaderboard(session)
+    return out
 
 
 # t4 ------------------------------------------------------------------------------------------------
@@ -316,6 +365,12 @@ def export_header(session: Session, shipped: Sequence[Shipped] | None = None) ->
         c_name(n, "size")
     device_names = _device_names(session)
     split = _split_source(source)
+    # each configuration once, however many sizes it is shipped for
+    unique: dict[str, Mapping[str, Any]] = {}
+    for s in ship:
+        unique.setdefault(config_key(s.config), s.config)
+    configs = list(unique.values())
+    member = [list(unique).index(config_key(s.config)) for s in ship]
     guard = f"KERNTUNE_{name.upper()}_H"
     ns = f"kerntune_{name}"
 
@@ -331,7 +386,36 @@ def export_header(session: Session, shipped: Sequence[Shipped] | None = None) ->
                               "a device limit")
         return name_of
 
-    lines = [f"/* kerntune: {comment(t.get('name'))}, {len(ship)} configuration{'s' if len(ship) != 1 else ''} "
+    lines = _preamble(session, spec, configs, sizes, entry, name, options, other, split)
+    lines += _copies(configs, ship, member, defines, split, base, ns)
+    lines += [f"namespace {ns} {{", "using namespace detail;", ""]
+    geometry, feasible = [], []
+    for config in configs:
+        env = names_of(_with_defaults(spec, config))
+        dims = [_dims(launch.get(k), env, k) for k in ("grid", "block")]
+        shared = "0"
+        if "shared_bytes" in launch:
+            shared = f"(size_t)kt_int({_cpp(launch['shared_bytes'], env, 'shared_bytes')})"
+        geometry.append(f"return Launch{{dim3({dims[0]}), dim3({dims[1]}), {shared}}};")
+        conds = [f"{_cpp(c, env, 'constraint')} != 0.0" for c in constraints] or ["true"]
+        feasible.append("return " + "\n        && ".join(conds) + ";")
+    lines += _switch("The launch of configuration `config` at sizes `s` (the spec's launch expressions).",
+                     "inline Launch geometry(int config, const Sizes &s)", geometry,
+                     "return Launch{dim3(0, 0, 0), dim3(0, 0, 0), 0};")
+    lines += _switch("Whether configuration `config` may run at sizes `s` (the spec's constraints).",
+                     "inline bool feasible(int config, const Sizes &s)", feasible, "return false;")
+    lines += _dispatch_and_launch(ship, member, len(configs), sizes, base, template_args)
+    lines += [f"}}  // namespace {ns}", "", f"#endif  /* {guard} */", ""]
+    return "\n".join(lines)
+
+
+def _preamble(session: Session, spec: Mapping[str, Any], configs: Sequence[Mapping[str, Any]], sizes: Sequence[str],
+              entry: str, name: str, options: Sequence[Any], other: Sequence[str], split: _Source) -> list[str]:
+    """The header's first comment (where it came from, how to launch), its guard, its includes,
+    `Sizes`, `Launch` and the helpers of the translated expressions."""
+    guard, ns = f"KERNTUNE_{name.upper()}_H", f"kerntune_{name}"
+    t = session.template
+    lines = [f"/* kerntune: {comment(t.get('name'))}, {len(configs)} configuration{'s' if len(configs) != 1 else ''} "
              f"tuned on {comment(session.device.get('name', '?'))} (compute capability "
              f"{comment(session.device.get('compute_capability', '?'))}, {comment(session.device.get('driver', '?'))})",
              f" * session {comment(session.path)} ({comment(session.info.get('created', ''))})",
@@ -350,62 +434,57 @@ def export_header(session: Session, shipped: Sequence[Shipped] | None = None) ->
               "/* The sizes a launch is for. */",
               "struct Sizes {", *[f"    long long {n};" for n in sizes], "};", "",
               "struct Launch {", "    dim3 grid;", "    dim3 block;", "    size_t shared_bytes;", "};", "",
-              f"static const int configs = {len(ship)};", "",
+              f"static const int configs = {len(configs)};", "",
               "namespace detail {", PRELUDE + "}  // namespace detail", "",
               f"}}  // namespace {ns}", ""]
-    for i, s in enumerate(ship):
-        figures = _figures(s)
-        lines.append(f"/* configuration {i}: {comment(_fmt(s.config))}; shipped for "
-                     f"{comment(', '.join(s.covers or (s.size,)))}{figures} */")
+    return lines
+
+
+def _copies(configs: Sequence[Mapping[str, Any]], ship: Sequence[Shipped], member: Sequence[int],
+            defines: Sequence[tuple[str, str]], split: _Source, base: str, ns: str) -> list[str]:
+    """The template's source once per configuration, in a namespace of its own, its parameters
+    defined before it and every macro undefined after it."""
+    lines: list[str] = []
+    for i, config in enumerate(configs):
+        mine = [s for s, m in zip(ship, member) if m == i]
+        lines.append(f"/* configuration {i}: {comment(_fmt(config))}; shipped for "
+                     + "; ".join(f"{comment(s.size)}{comment(_figures(s))}" for s in mine) + " */")
         for key, value in defines:
             lines.append(f"#define {key} {value}")
-        for key, value in s.config.items():
+        for key, value in config.items():
             lines.append(f"#define {c_name(key, 'parameter')} {c_value(key, value)}")
         lines.append(f"#define {base} {base}__kt{i}")
         lines += [f"namespace {ns} {{ namespace config{i} {{", split.body.rstrip("\n"),
                   f"}} }}  // namespace {ns}::config{i}"]
-        undef = dict.fromkeys([base, *(k for k, _ in defines), *s.config, *split.macros])
+        undef = dict.fromkeys([base, *(k for k, _ in defines), *config, *split.macros])
         lines += [f"#undef {m}" for m in undef if IDENT.match(m)]
         lines.append("")
-    lines += [f"namespace {ns} {{", "using namespace detail;", ""]
-    geometry, feasible = [], []
-    for s in ship:
-        env = names_of(_with_defaults(spec, s.config))
-        dims = [_dims(launch.get(k), env, k) for k in ("grid", "block")]
-        shared = "0"
-        if "shared_bytes" in launch:
-            shared = f"(size_t)kt_int({_cpp(launch['shared_bytes'], env, 'shared_bytes')})"
-        geometry.append(f"return Launch{{dim3({dims[0]}), dim3({dims[1]}), {shared}}};")
-        conds = [f"{_cpp(c, env, 'constraint')} != 0.0" for c in constraints] or ["true"]
-        feasible.append("return " + "\n        && ".join(conds) + ";")
-    lines += _switch("The launch of configuration `config` at sizes `s` (the spec's launch expressions).",
-                     "inline Launch geometry(int config, const Sizes &s)", geometry,
-                     "return Launch{dim3(0, 0, 0), dim3(0, 0, 0), 0};")
-    lines += _switch("Whether configuration `config` may run at sizes `s` (the spec's constraints).",
-                     "inline bool feasible(int config, const Sizes &s)", feasible, "return false;")
-    lines += _dispatch_and_launch(ship, sizes, base, template_args)
-    lines += [f"}}  // namespace {ns}", "", f"#endif  /* {guard} */", ""]
-    return "\n".join(lines)
+    return lines
 
 
-def _dispatch_and_launch(ship: Sequence[Shipped], sizes: Sequence[str], base: str, template_args: str) -> list[str]:
-    """The header's dispatch function (sizes to configuration) and its launch functions."""
+def _dispatch_and_launch(ship: Sequence[Shipped], member: Sequence[int], count: int, sizes: Sequence[str], base: str,
+                         template_args: str) -> list[str]:
+    """The header's dispatch function (sizes to configuration: `member[i]` is the configuration
+    shipped for `ship[i]`) and its launch functions."""
     lines: list[str] = []
     lines.append("/* The configuration for sizes `s`: the one shipped for the nearest size served (the sum of")
     lines.append(" * the squared logarithms of the sizes' ratios), among those feasible there; -1 when none is. */")
     lines.append("inline int dispatch(const Sizes &s) {")
-    lines.append("    static const double served[configs][" + str(max(len(sizes), 1)) + "] = {")
+    lines.append(f"    static const int shipped = {len(ship)};")
+    lines.append("    static const int config_of[shipped] = {" + ", ".join(map(str, member)) + "};")
+    lines.append("    static const double served[shipped][" + str(max(len(sizes), 1)) + "] = {")
     for s in ship:
         lines.append("        {" + ", ".join(repr(float(s.problem[n])) for n in sizes) + "}," if sizes else "{0.0},")
     lines.append("    };")
     lines.append("    const double at[" + str(max(len(sizes), 1)) + "] = {"
                  + (", ".join(f"(double)s.{n}" for n in sizes) or "0.0") + "};")
     lines += ["    int chosen = -1;", "    double nearest = 0.0;",
-              "    for (int c = 0; c < configs; ++c) {",
+              "    for (int p = 0; p < shipped; ++p) {",
+              "        const int c = config_of[p];",
               "        if (!feasible(c, s)) continue;",
               "        double d = 0.0;",
               f"        for (int k = 0; k < {len(sizes)}; ++k) {{",
-              "            double r = std::log((at[k] > 1.0 ? at[k] : 1.0) / (served[c][k] > 1.0 ? served[c][k] : 1.0));",
+              "            double r = std::log((at[k] > 1.0 ? at[k] : 1.0) / (served[p][k] > 1.0 ? served[p][k] : 1.0));",
               "            d += r * r;", "        }",
               "        if (chosen < 0 || d < nearest) { chosen = c; nearest = d; }", "    }",
               "    return chosen;", "}", ""]
@@ -416,7 +495,7 @@ def _dispatch_and_launch(ship: Sequence[Shipped], sizes: Sequence[str], base: st
     lines.append("    const Launch g = geometry(config, s);")
     lines.append("    switch (config) {")
     call = f"<{template_args}" if template_args else ""
-    for i in range(len(ship)):
+    for i in range(count):
         kernel_i = f"config{i}::{base}__kt{i}{call}"
         lines += [f"    case {i}:",
                   # past 48 KiB of dynamic shared memory a kernel must opt in, as kerntune's launch did

@@ -170,6 +170,31 @@ def telemetry_reader(index: int = 0):
     return read
 
 
+def energy_reader(index: int = 0, pci_bus_id: str = ""):
+    """A function that reads device `index`'s total energy counter, in joules since the driver
+    loaded (NVML's nvmlDeviceGetTotalEnergyConsumption: Volta and later). Read only: kerntune
+    never changes clocks or power limits. NVMLUnavailable, in one line, where there is no counter."""
+    nv = _nvml()
+    h = None
+    if pci_bus_id:  # the device the worker opened, whatever order NVML counts devices in
+        h = _try(nv.nvmlDeviceGetHandleByPciBusId, pci_bus_id.encode() if isinstance(pci_bus_id, str) else pci_bus_id,
+                 default=None)
+    if h is None:
+        nv, h = _handle(index)
+    read_fn = getattr(nv, "nvmlDeviceGetTotalEnergyConsumption", None)
+    if read_fn is None:
+        raise NVMLUnavailable("NVML: this nvidia-ml-py has no total-energy counter")
+    try:
+        read_fn(h)
+    except Exception as e:
+        raise NVMLUnavailable(f"NVML: device {index} has no total-energy counter ({_text(e)})") from None
+
+    def read() -> float:
+        return read_fn(h) / 1000.0  # millijoules
+
+    return read
+
+
 def reasons(bits: int) -> tuple[str, ...]:
     """Names of the clock event reasons set in an NVML bit mask."""
     return tuple(name for bit, name in REASONS.items() if bits & bit)

@@ -65,6 +65,8 @@ class Result:
     # What disturbed its measurement even after it was measured again (other processes, a clock
     # that dropped, above its speed of light, a large spread: engine/disturb.py); "" when quiet.
     disturbed: str = ""
+    # Joules per launch from the device's energy counter (`--objective energy|edp`: engine/energy.py).
+    energy_j: float | None = None
 
     @property
     def ranked(self) -> bool:

@@ -11,9 +11,10 @@ import math
 import os
 import random
 import sys
-from dataclasses import dataclass
-from typing import Iterable, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Protocol
 
+from .energy import cost
 from .result import Result
 from .space import Config, Space
 
@@ -114,6 +115,25 @@ class Seeded:
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
+
+
+class ByObjective:
+    """A strategy that minimises energy (or the energy-delay product) instead of time: the inner
+    strategy, which learns from a result's median, sees each result with its cost in that place
+    (engine/energy.py `cost`), and one without a cost as not ranked."""
+
+    def __init__(self, inner: Strategy, objective: str):
+        self.inner = inner
+        self.objective = objective
+
+    def __getattr__(self, name: str) -> Any:  # name, lookahead, ...: the inner strategy's
+        return getattr(self.inner, name)
+
+    def propose(self) -> Config | None:
+        return self.inner.propose()
+
+    def observe(self, config: Config, result: Result) -> None:
+        self.inner.observe(config, replace(result, median_us=cost(result, self.objective)))
 
 
 def make_strategy(name: str, space: Space, *, seed: int = 0, done: Iterable[str] = (),

@@ -27,6 +27,7 @@ from .events import (ConfigEvaluated, Event, EventFormatError, LeadersRetimed, L
                      RunFinished, RunStarted, event_from_dict, event_to_dict)
 from .certificate import checked as checked_certificate
 from .header import FORMAT, HEADER_TABLES, VERSION, SessionHeader, new_header, tool_version  # noqa: F401
+from .energy import summary as energy_summary
 from .result import FAILED, Result, config_key, fastest
 
 if sys.version_info >= (3, 11):
@@ -331,6 +332,8 @@ class Session:
         fin = self.finished()
         if fin is not None:
             out["finished"] = {"reason": fin.reason}
+        # joules per launch, the Pareto front of time against energy (`--objective energy|edp`)
+        out["energy"] = energy_summary(results, str(self.header.get("tuning", {}).get("objective", "time")))
         return out
 
 

@@ -33,7 +33,7 @@ from .events import (
 )
 from .result import FAILED, Result, config_key, fastest, ranked
 from .retime import BUDGET_S, ROUNDS, PairedRequest, affordable, leaders, simplicity, verdict
-from .search import Seeded, StopRules, make_strategy
+from .search import ByObjective, Seeded, StopRules, make_strategy
 from .session import Session, SessionWriter, default_path, load_session, lock_session
 from .sol import load_peaks
 from .space import Config, Space, build_space, odd_problem
@@ -97,6 +97,9 @@ class TuneOptions:
     devices: tuple[int, ...] = ()
     # A running Dask scheduler's address: its workers compile and measure (engine/cluster.py).
     cluster: str = ""
+    # What the search minimises: time, energy (joules per launch) or edp (engine/energy.py);
+    # energy needs `timing.energy` on.
+    objective: str = "time"
 
 
 @dataclass
@@ -218,7 +221,8 @@ class TuneRun(Controlled):
             self.events.open(writer, previous.header, previous.events)
         elif not self._shared:
             header = run_header(template, backend, problem, limits, space, opts,
-                                {"strategy": opts.strategy, "budget": opts.budget, "time_limit": opts.time_limit})
+                                {"strategy": opts.strategy, "budget": opts.budget, "time_limit": opts.time_limit,
+                                 "objective": opts.objective})
             self.events.open(SessionWriter(path, header), header)
         try:
             return self._search(template, problem, space, limits, backend, default, results, done, path, pending)
@@ -262,6 +266,8 @@ class TuneRun(Controlled):
                                  f"configurations are not in this problem's space: skipped")
             first = [default] if default in feasible else []  # the baseline still goes first
             strategy = Seeded(strategy, first + starts, done)
+        if opts.objective != "time":
+            strategy = ByObjective(strategy, opts.objective)
         # A resumed run's strategy learns from what is already measured (the model's data, the
         # local search's starting point), not only that it is done.
         for r in results:

@@ -3,6 +3,7 @@ and no configuration reported slower than the original at a size goes without sa
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from kerntune.engine.result import Result, config_key
 from kerntune.engine.session import load_session
 from kerntune.engine.template import TemplateError, load_template
 from kerntune.tui.cli import main
+
+from cli_support import one_line_error
 
 HERE = Path(__file__).resolve().parent
 QUICK = ["--headless", "--no-probe", "--repeats", "3", "--seed", "7"]
@@ -113,6 +116,23 @@ def test_tune_of_a_served_spec_tunes_every_size_and_show_reports_each(tmp_path, 
     assert main(["show", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "general us" in shown and "small" in shown and "large" in shown
+    # the dispatch set: every size served within 3% of its own best, never slower than the original
+    d = summary["dispatch"][0]
+    assert sorted(s["size"] for s in d["size"]) == ["large", "small"] and "dispatch set of" in shown
+    for s in d["size"]:
+        assert s["time_us"] <= 1.03 * s["best_us"] and ("original_us" not in s or s["time_us"] <= s["original_us"])
+    assert sorted(size for m in d["configs"] for size in m["covers"]) == ["large", "small"]
+    # exported: JSON ships one configuration per size; a header needs CUDA, T4 one session
+    shipped = tmp_path / "shipped.json"
+    assert main(["export", str(out), "--format", "json", "-o", str(shipped)]) == 0
+    data = json.loads(shipped.read_text())
+    assert [(s["size"], s["config"]) for s in data["shipped"]] == [(s["size"], s["config"]) for s in d["size"]]
+    assert set(data["leaderboards"]) == {"small", "large"}
+    capsys.readouterr()
+    assert "a header is CUDA source" in one_line_error(capsys, ["export", str(out), "--format", "header", "-o",
+                                                                str(tmp_path / "h.h")])
+    assert "t4 holds one session" in one_line_error(capsys, ["export", str(out), "--format", "t4", "-o",
+                                                             str(tmp_path / "t4.json")])
     # --problem tunes one size, as before; a second run into the same folder needs --resume
     assert main(["tune", str(spec), "--budget", "3", "--session", str(out), *QUICK]) == 2
     assert "--resume continues that run" in capsys.readouterr().err

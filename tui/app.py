@@ -27,17 +27,21 @@ from textual.filter import LineFilter, Monochrome, NoColor
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
+from kerntune.engine.contrast import contrast_lines, printable
+from kerntune.engine.energy import front_lines
 from kerntune.engine.nvml import NVMLUnavailable, Telemetry
 from kerntune.engine.session import Session, default_path
 
 from .export import ExportError, best_header, best_json, config_source, save_copy, source_name, write_file
 from .feeds import Batch, LiveFeed, ReplayFeed, speed_label
 from .messages import RunEnded, TelemetryRead
-from .state import DashboardState
+from .state import DashboardState, contrast_of
 from .widgets.details import DetailsScreen
 from .widgets.device import REMOTE_NOTE, DevicePanel, Reading
 from .widgets.diff import DiffPanel, diff_counts
 from .widgets.help import HelpScreen
+from .widgets.lines import LinesScreen
+from .words import fmt_config
 from .widgets.leaderboard import Leaderboard, column_label
 from .widgets.plan import PlanPanel
 from .widgets.progress import ProgressPanel
@@ -104,6 +108,12 @@ ACTIONS: tuple[Action, ...] = (
            "resources, errors and the compiler's log", "Leaderboard"),
     Action("v", "view_source", "The selected configuration's source (s in it saves it as a file)", "Leaderboard",
            footer="Source", footer_modes=()),
+    Action("m", "mark", "Mark the selected configuration to compare it (two at most; m again unmarks it)",
+           "Leaderboard"),
+    Action("c", "compare", "Compare the two marked configurations: parameters, time and interval, resources, "
+           "occupancy, profiler metrics", "Leaderboard"),
+    Action("p", "pareto", "Time against energy: the Pareto front (tune with --objective energy or edp)",
+           "Leaderboard"),
     Action("tab", "next_panel", "Next panel", "Panels", shown_keys="tab"),
     Action("shift+tab", "previous_panel", "Previous panel", "Panels"),
     Action("1", "panel('board')", "Leaderboard", "Panels"),
@@ -179,6 +189,7 @@ class Dashboard(App[int]):
         self._quit_when_done = False
         self._stop_armed = False
         self._stopping = False
+        self._marked: list[str] = []  # rows marked for a comparison (`m`), two at most
         self._telemetry_timer = None
         self._telemetry_started = False
         self._last_status: Text | None = None
@@ -603,6 +614,35 @@ class Dashboard(App[int]):
         backend = str(state.template.get("backend") or state.device.get("backend") or "")
         title = f"Source · {template} · " + (f"rank {rank}" if rank else r.status)
         self.push_screen(SourceScreen(title, source, backend, source_name(template, backend, rank, r.status)))
+
+    def action_mark(self) -> None:
+        key = self.query_one(Leaderboard).selected_key()
+        if key is None:
+            self.notify("No configuration is selected.")
+            return
+        if key in self._marked:
+            self._marked.remove(key)
+            self.notify("Unmarked.")
+            return
+        self._marked = (self._marked + [key])[-2:]
+        self.notify(f"Marked {len(self._marked)} of 2" + ("; c compares them." if len(self._marked) == 2 else "."))
+
+    def action_compare(self) -> None:
+        keys = [k for k in self._marked if k in self.state.entries]
+        if len(keys) < 2:
+            self.notify("Mark two configurations with m first.")
+            return
+        a, b = (self.state.entries[k].result for k in keys)
+        lines = [f"A: {printable(fmt_config(a.config))}", f"B: {printable(fmt_config(b.config))}", ""]
+        self.push_screen(LinesScreen("Comparison", lines + contrast_lines(contrast_of(self.state, *keys))))
+
+    def action_pareto(self) -> None:
+        results = [e.result for e in self.state.entries.values()]
+        lines = front_lines(results, str(self.state.header.get("tuning", {}).get("objective", "time")))
+        if not lines:
+            self.notify("No energy was measured: tune with --objective energy or edp on an NVIDIA GPU.")
+            return
+        self.push_screen(LinesScreen("Time against energy", lines))
 
     @on(DataTable.RowSelected, "#board-table")
     def _row_selected(self, event: DataTable.RowSelected) -> None:

@@ -197,6 +197,8 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise
     if args.source:
         return _show_source(session, 1 if args.config is None else args.config)
+    if args.compare:
+        return _show_compare(session, *args.compare)
     if args.csv:
         from kerntune.tui.text import leaderboard_csv
 
@@ -239,6 +241,10 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out.baseline = session.baseline()
     out.leaders = session.leaders()
     out.finish(show_failed=args.failed)
+    from kerntune.engine.energy import front_lines
+
+    for line in front_lines(session.results(), str(session.header.get("tuning", {}).get("objective", "time"))):
+        print(line)
     return 0
 
 
@@ -258,6 +264,24 @@ def _show_summary(args: argparse.Namespace) -> int:
     print(f"campaign {head.get('name', '')} ({head.get('created', '')}): {len(summary['pair'])} pairs; "
           f"sessions in {Path(summary['path']).parent}")
     print_campaign(summary)
+    return 0
+
+
+def _show_compare(session: Any, rank_a: int, rank_b: int) -> int:
+    """`show --compare A B`: the configurations ranked A and B side by side, as the dashboard's `c`."""
+    from kerntune.engine.contrast import contrast_lines
+    from kerntune.tui.state import DashboardState, contrast_of
+
+    state = DashboardState(session.header)
+    state.apply_all(session.events)
+    keys = []
+    for rank in (rank_a, rank_b):
+        key = state.ranked_key(rank)
+        if key is None:
+            raise UsageError(f"--compare {rank}: {session.path} ranks {state.ranked_count} configurations")
+        keys.append(key)
+    for line in contrast_lines(contrast_of(state, keys[0], keys[1]), f"A (rank {rank_a})", f"B (rank {rank_b})"):
+        print(line)
     return 0
 
 
@@ -333,22 +357,79 @@ def cmd_kt_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def cmd_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """`kerntune export SESSION --format header|t4|json -o FILE`."""
-    from kerntune.engine.export import ExportError, export_header, export_json, export_t4
+    from kerntune.engine.campaign import is_summary
+    from kerntune.engine.export import ExportError, export_header, export_json, export_t4, shipped_of_folder
     from kerntune.engine.session import load_session
 
     refuse_overwrite(args.output, args.force)
-    session = load_session(args.session)
     try:
-        if args.format == "header":
-            text = export_header(session)
+        if args.session.is_dir() or is_summary(args.session):  # a served-size run: its dispatch set
+            if args.format == "t4":
+                raise UsageError(f"{args.session}: t4 holds one session's results: export one of its sessions")
+            shipped, sizes = shipped_of_folder(args.session)
+            session = next(iter(sizes.values()))
         else:
-            data = export_t4(session) if args.format == "t4" else export_json(session)
+            session, shipped, sizes = load_session(args.session), None, None
+        if args.format == "header":
+            text = export_header(session, shipped)
+        else:
+            data = export_t4(session) if args.format == "t4" else export_json(session, shipped, sizes)
             text = json.dumps(data, indent=1) + "\n"
     except ExportError as e:
         raise UsageError(str(e)) from None
     write_text(args.output, text)
     print(f"{args.session}: {args.format} -> {args.output}")
     return 0
+
+
+def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """`kerntune verify SESSION|EXPORT|FOLDER`: exit 0 when every recorded winner is correct and as
+    fast as recorded beside the original, 1 when one is wrong or slower, 2 on bad input."""
+    from kerntune.engine.tune import TuneOptions
+    from kerntune.engine.verify import VerifyError, read_recorded, report_lines, verify
+
+    if not 0 <= args.tolerance < 100:
+        raise UsageError("--tolerance is a percentage in [0, 100)")
+    try:
+        recorded = read_recorded(args.source)
+    except VerifyError as e:
+        raise UsageError(str(e)) from None
+    template = _recorded_template(args.template, recorded)
+    options = TuneOptions(backend=args.backend, device=args.device, seed=args.seed, probe=not args.no_probe,
+                          command=["kerntune", *argv])
+
+    def said(s: Any) -> list:
+        if not args.json:
+            print(f"verifying {s.size}: {' '.join(f'{k}={v}' for k, v in s.config.items()) or 'the original'} "
+                  "beside the original", flush=True)
+        return []
+
+    report = verify(recorded, template, options, args.tolerance / 100, args.session, said)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        for line in report_lines(report):
+            print(line)
+        print(f"{args.source}: " + ("every recorded winner passed" if report.passed else "FAILED"))
+    return 0 if report.passed else EXIT_FAILED
+
+
+def _recorded_template(given: Path | None, recorded: Any) -> Any:
+    """The template a verification measures: --template, else the spec the recording names (as
+    written, or beside the recording), else the built-in template of its name."""
+    from kerntune import templates
+    from kerntune.engine.template import load_template
+
+    if given is not None:
+        return load_template(given)
+    path = recorded.template.get("path")
+    for candidate in ([Path(path), Path(recorded.source).parent / path] if path else []):
+        if candidate.is_file():
+            return load_template(candidate)
+    name = str(recorded.template.get("name", ""))
+    if name in templates.names():
+        return load_template(templates.path(name))
+    raise UsageError(f"{recorded.source}: template {name!r} is neither at {path!r} nor built in: give --template SPEC")
 
 
 def write_text(path: Path, text: str) -> None:
@@ -589,6 +670,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Sequence[str]], int]] = {
     "kt-import": cmd_kt_import,
     "kt-export": cmd_kt_export,
     "export": cmd_export,
+    "verify": cmd_verify,
     "profile": cmd_profile,
     "probe": cmd_probe,
     "selftest": cmd_selftest,

@@ -56,6 +56,7 @@ class Column:
     right: bool = True  # numbers line up on the right
     drop: int = 0  # too narrow a dashboard drops 1 first, then 2, then 3; 0: always shown
     several_devices: bool = False  # shown only when the results come from more than one device
+    energy: bool = False  # shown only when a result has its energy measured
     numeric: bool = True  # a filter compares it as a number (`sol>50`); else as words (`status=ok`)
     descending: bool = False  # bigger is better: the first sort by it puts the largest first
     percent: bool = False  # a fraction shown as a percentage: filters compare percentages (`sol>50`)
@@ -85,6 +86,9 @@ COLUMNS: tuple[Column, ...] = (
            csv="speedup", descending=True),
     Column("occ", "occ", lambda r, base: r.occupancy, _whole_percent, name="occupancy", drop=2, descending=True,
            percent=True, aliases=("occupancy",)),
+    # joules per launch from NVML's energy counter (`--objective energy|edp`); only when measured
+    Column("energy", "µJ", lambda r, base: None if r.energy_j is None else 1e6 * r.energy_j, fmt_num, fmt_num,
+           csv="energy_uj", name="energy per launch", drop=3, energy=True, aliases=("uj",)),
     # which device measured it ("cuda:1", "host:port/cuda:0" on a cluster); with one device, nothing
     Column("device", "device", lambda r, base: r.device or None, _label, _label, csv="device",
            right=False, drop=1, several_devices=True, numeric=False),
@@ -97,10 +101,11 @@ COLUMN: dict[str, Column] = {c.key: c for c in COLUMNS}
 FILTER_NAMES: dict[str, str] = {n: c.key for c in COLUMNS for n in (c.key, *c.aliases)}
 
 
-def columns_for(several_devices: bool) -> tuple[Column, ...]:
+def columns_for(several_devices: bool, energy: bool = False) -> tuple[Column, ...]:
     """The columns of a session's board: the device column only when its results come from more
-    than one device, so that a one-device session reads as it always has."""
-    return COLUMNS if several_devices else tuple(c for c in COLUMNS if not c.several_devices)
+    than one device, the energy column only when energy was measured, so that a one-device
+    session timed for speed reads as it always has."""
+    return tuple(c for c in COLUMNS if (several_devices or not c.several_devices) and (energy or not c.energy))
 
 
 def optional(columns: tuple[Column, ...]) -> tuple[str, ...]:
@@ -108,14 +113,19 @@ def optional(columns: tuple[Column, ...]) -> tuple[str, ...]:
     return tuple(c.key for c in sorted((c for c in columns if c.drop), key=lambda c: c.drop))
 
 
-def text_columns(several_devices: bool = False) -> tuple[Column, ...]:
+def text_columns(several_devices: bool = False, energy: bool = False) -> tuple[Column, ...]:
     """The text mode's table."""
-    return tuple(c for c in columns_for(several_devices) if c.text is not None)
+    return tuple(c for c in columns_for(several_devices, energy) if c.text is not None)
 
 
-def csv_columns(several_devices: bool = False) -> tuple[Column, ...]:
+def csv_columns(several_devices: bool = False, energy: bool = False) -> tuple[Column, ...]:
     """The CSV's figures."""
-    return tuple(c for c in columns_for(several_devices) if c.csv)
+    return tuple(c for c in columns_for(several_devices, energy) if c.csv)
+
+
+def energy_measured(results: Iterable[Result]) -> bool:
+    """Whether a result has its energy per launch."""
+    return any(r.energy_j is not None for r in results)
 
 
 def several_devices(results: Iterable[Result]) -> bool:

@@ -267,12 +267,28 @@ def search_options(args: argparse.Namespace, argv: Sequence[str], **more: Any) -
         raise UsageError("--devices and --cluster do not go together: a cluster's workers each have their own device")
     if args.repeats:
         timing = TimingPolicy(min_repeats=args.repeats, max_repeats=args.repeats)
+    objective = getattr(args, "objective", "time")
+    if objective != "time":
+        energy_counter(args.backend, args.device)
+        timing = replace(timing, energy=True)
     return TuneOptions(
         backend=args.backend, device=args.device, strategy=args.strategy, budget=args.budget,
         time_limit=args.time_limit, seed=args.seed, timing=timing, verify=VerifyPolicy(),
         config_timeout=args.config_timeout, probe=not args.no_probe, compile_jobs=args.compile_jobs,
         sol_target=args.sol_target, patience=args.patience, command=["kerntune", *argv], devices=devices,
-        cluster=getattr(args, "cluster", None) or "", **more)
+        cluster=getattr(args, "cluster", None) or "", objective=objective, **more)
+
+
+def energy_counter(backend: str, device: int) -> None:
+    """`--objective energy|edp` where the device has no energy counter: one line, exit 2."""
+    from kerntune.engine.energy import NoEnergyCounter, counter_reader
+    from kerntune.engine.tune import resolve_device
+
+    name, limits = resolve_device(backend, device)
+    try:
+        counter_reader(name, device, str(limits.extra.get("pci_bus_id", "")))
+    except NoEnergyCounter as e:
+        raise UsageError(f"--objective: {e}") from None
 
 
 def parse_devices(text: str | None, backend: str) -> tuple[int, ...]:
@@ -324,7 +340,7 @@ def tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         lopts = replace(loop_options(args, options), notes=(why,))
         return launch(AgentLoop(template, provs, lopts, args.show_failed, served), args.headless or served)
     if served:  # every size the spec serves, and one configuration for all of them
-        return tune_served(template, options, args.session, args.resume)
+        return tune_served(template, options, args.session, args.resume, dispatch_tolerance(args))
     return launch(SingleRun(template, options, args.show_failed), args.headless)
 
 
@@ -345,7 +361,16 @@ def served_folder(template: Template, folder: Path | None, resume: bool) -> Path
     return folder
 
 
-def tune_served(template: Template, options: TuneOptions, folder: Path | None, resume: bool) -> int:
+def dispatch_tolerance(args: argparse.Namespace) -> float:
+    """--dispatch-tolerance P, as a fraction; a bad value is one line."""
+    p = getattr(args, "dispatch_tolerance", 3.0)
+    if not 0 <= p < 100:
+        raise UsageError("--dispatch-tolerance is a percentage in [0, 100)")
+    return p / 100
+
+
+def tune_served(template: Template, options: TuneOptions, folder: Path | None, resume: bool,
+                tolerance: float = 0.03) -> int:
     """`tune` of a spec with `serves`: each size tuned in a session of its own, then the
     configuration for every size, and the report per size."""
     from kerntune.engine.campaign import Campaign, served_kernel
@@ -354,7 +379,7 @@ def tune_served(template: Template, options: TuneOptions, folder: Path | None, r
     print(f"{template.name} serves {', '.join(template.serves)}: each size is tuned, then one configuration "
           f"is chosen for all of them (sessions in {where})")
     campaign = Campaign([served_kernel(template)], where, replace(options, session_path=None, resume=False),
-                        name=template.name, start_from={template.name: options.start_from})
+                        name=template.name, start_from={template.name: options.start_from}, tolerance=tolerance)
     return run_campaign(campaign, f"{template.name}: every size it serves")
 
 
@@ -426,7 +451,8 @@ def campaign(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError(f"{folder}: not a folder")
     pairs = sum(len(k.sizes) for k in kernels)
     print(f"campaign {name}: {len(kernels)} template{'s' if len(kernels) != 1 else ''}, {pairs} pairs, in {folder}")
-    return run_campaign(Campaign(kernels, folder, options, top=top, name=name), f"campaign {name}")
+    return run_campaign(Campaign(kernels, folder, options, top=top, name=name, tolerance=dispatch_tolerance(args)),
+                        f"campaign {name}")
 
 
 # templatize ------------------------------------------------------------------------------------

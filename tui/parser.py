@@ -95,6 +95,9 @@ def add_search_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--compile-jobs", type=int, default=0, metavar="N",
                    help="CUDA: compile N configurations ahead in parallel (0: one per core, 1: off)")
     t.add_argument("--no-probe", action="store_true", help="do not measure the device's peaks when unknown")
+    t.add_argument("--objective", choices=("time", "energy", "edp"), default="time",
+                   help="what the search minimises: time (the default), energy (joules per launch, from NVML's "
+                        "total-energy counter, read only) or edp (energy x time); energy needs an NVIDIA GPU")
 
 
 def _tune(t: argparse.ArgumentParser) -> None:
@@ -117,6 +120,7 @@ def _tune(t: argparse.ArgumentParser) -> None:
                         "template at another size)")
     t.add_argument("--start-top", type=int, default=5, metavar="K",
                    help="how many of --start-from's fastest configurations (default 5)")
+    add_dispatch_argument(t)
     t.add_argument("--headless", action="store_true", help="print text instead of the dashboard")
     t.add_argument("--show-failed", action="store_true", help="list failed configurations in the final table")
     # the agent loop
@@ -138,6 +142,13 @@ def _campaign(c: argparse.ArgumentParser) -> None:
                                             "skips finished pairs and resumes cut ones")
     c.add_argument("--top", type=int, default=0, metavar="K",
                    help=f"each size's K fastest are measured at every other size (default {DEFAULT_TOP})")
+    add_dispatch_argument(c)
+
+
+def add_dispatch_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dispatch-tolerance", type=float, default=3.0, metavar="P",
+                   help="served sizes: the dispatch set keeps every size within P percent of its own best "
+                        "(default 3)")
 
 
 def _templatize(tz: argparse.ArgumentParser) -> None:
@@ -181,6 +192,9 @@ def _show(s: argparse.ArgumentParser) -> None:
                         "compiler options)")
     s.add_argument("--config", type=int, metavar="N",
                    help="with --source: the configuration ranked N (1 = the best; default 1)")
+    s.add_argument("--compare", type=int, nargs=2, metavar=("A", "B"),
+                   help="the configurations ranked A and B side by side: parameters that differ, time and "
+                        "interval, resources, occupancy, Nsight Compute's metrics (largest differences first)")
 
 
 def _replay(rp: argparse.ArgumentParser) -> None:
@@ -218,6 +232,23 @@ def _export(ex: argparse.ArgumentParser) -> None:
                          "t4: Kernel Tuner's T4 results JSON; json: the leaderboard and what is shipped")
     ex.add_argument("-o", "--output", type=Path, required=True, help="the file to write")
     ex.add_argument("--force", action="store_true", help="write over an existing file")
+
+
+def _verify(v: argparse.ArgumentParser) -> None:
+    v.add_argument("source", type=Path,
+                   help="a session, a `kerntune export --format json` file, or a served-size run's folder")
+    v.add_argument("--tolerance", type=float, default=5.0, metavar="P",
+                   help="percent a speedup may fall below the recorded one, and a time rise above it, when the "
+                        "recorded 95%% interval is not reached (default 5)")
+    v.add_argument("--template", type=Path, metavar="SPEC",
+                   help="the kernel.toml to measure (default: the one recorded, else the built-in of its name)")
+    v.add_argument("--backend", choices=_backends(), default="auto",
+                   help="default: the backend recorded")
+    v.add_argument("--device", type=int, default=0)
+    v.add_argument("--session", type=Path, metavar="FOLDER", help="keep the verification runs' sessions here")
+    v.add_argument("--seed", type=int, help="seed for inputs (default: new each run)")
+    v.add_argument("--no-probe", action="store_true", help="do not measure the device's peaks when unknown")
+    v.add_argument("--json", action="store_true", help="the report as one JSON object")
 
 
 def _profile(pf: argparse.ArgumentParser) -> None:
@@ -260,6 +291,8 @@ COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]
     ("kt-import", "turn a Kernel Tuner cache file (JSON) into a session", _kt_import),
     ("kt-export", "write a session as a Kernel Tuner cache file (JSON)", _kt_export),
     ("export", "write what a run found as a C++/CUDA header, Kernel Tuner's T4 results or JSON", _export),
+    ("verify", "check recorded winners again on this machine: correct, and as fast beside the original "
+               "(exit 0), or not (exit 1): a CI gate", _verify),
     ("profile", "Nsight Compute metrics for configurations of a CUDA session", _profile),
     ("probe", "measure and cache a device's bandwidth and arithmetic peak", _probe),
     ("selftest", "run built-in hostile kernels and twin programs through the protocol on this device", _selftest),

@@ -121,6 +121,18 @@ class _HeaderTable:
         raise AttributeError(f"the header's {self.key} table is read from the header")
 
 
+def contrast_of(state: "DashboardState", a: str, b: str) -> Any:
+    """Rows `a` and `b` compared (engine/contrast.py), with their profiles and the paired re-timing."""
+    from kerntune.engine.contrast import contrast
+
+    ra, rb = state.entries[a].result, state.entries[b].result
+    metrics = []
+    for r in (ra, rb):
+        ev = state.profiles.get(config_key(r.config))
+        metrics.append(ev.metrics if ev is not None and ev.ok else None)
+    return contrast(ra, rb, metrics[0], metrics[1], state.leaders)
+
+
 class DashboardState:
     """The session header and the events applied so far, with the figures the panels show."""
 
@@ -151,6 +163,7 @@ class DashboardState:
         self.leaders: LeadersRetimed | None = None  # the paired re-timing's verdict, once there is one
         self.marks: dict[str, str] = {}  # config key -> "*" (reported) or "=" (tied with it)
         self.profiles: dict[str, ConfigProfiled] = {}  # Nsight Compute readings, by config key
+        self.energy = False  # a result has its energy per launch: the board shows the energy column
         self.devices: dict[str, DeviceProgress] = {}  # by label, in runs over several devices
         self.error: str | None = None
         self._seq = 0
@@ -273,6 +286,9 @@ class DashboardState:
             (self._measuring if r.config else None)
         entry = Entry(key, self._seq, ev.index, r, text, measured_with)
         self.entries[key] = entry
+        if r.energy_j is not None and not self.energy:
+            self.energy = True
+            self.dirty.add("board")
         if r.ranked:
             bisect.insort(self._ranked, (float(r.median_us), entry.seq, key))
         elif r.status == "suspect":

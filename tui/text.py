@@ -29,7 +29,7 @@ from kerntune.engine.events import (
 )
 from kerntune.engine.result import Result, config_key, ranked
 
-from .columns import Column, csv_columns, several_devices, text_columns
+from .columns import Column, csv_columns, energy_measured, several_devices, text_columns
 from .numbers import fmt_num, fmt_speedup
 from .terminal import text_width
 from .words import describe, fmt_config, fmt_params, fmt_value, leaders_text, tie_marks  # noqa: F401 (fmt_config: the command line's too)
@@ -77,13 +77,13 @@ def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: 
     with a device column when they come from more than one device (`headers` names the columns)."""
     results = list(results)
     base = _base_us(baseline)
-    columns = text_columns(several_devices(results))
+    columns = text_columns(several_devices(results), energy_measured(results))
     return [_row(rank, r, base, columns) for rank, r in _board_order(results, limit, failed, marks)]
 
 
-def headers(several: bool = False) -> list[str]:
+def headers(several: bool = False, energy: bool = False) -> list[str]:
     """The text table's headers: the rank, the parameters, then the columns (tui/columns.py)."""
-    return ["#", "parameters", *(c.text_header for c in text_columns(several))]
+    return ["#", "parameters", *(c.text_header for c in text_columns(several, energy))]
 
 
 def _row(rank: str, r: Result, base: float | None, columns: tuple[Column, ...]) -> list[str]:
@@ -108,7 +108,7 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
     device that measured each when they come from more than one."""
     results = list(results)
     names = list(dict.fromkeys(k for r in results for k in r.config))
-    columns = csv_columns(several_devices(results))
+    columns = csv_columns(several_devices(results), energy_measured(results))
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["rank", "label", *names, *(c.csv for c in columns), "message"])
@@ -127,7 +127,7 @@ def leaderboard_table(results: Iterable[Result], baseline: Result | None, title:
                       limit: int = 15, failed: bool = False, marks: Mapping[str, str] | None = None) -> Table:
     results = list(results)
     table = Table(title=title or None, title_justify="left", header_style="bold")
-    for h in headers(several_devices(results)):
+    for h in headers(several_devices(results), energy_measured(results)):
         table.add_column(h, justify="left" if h in _LEFT else "right", overflow="fold")
     for row in leaderboard_rows(results, baseline, limit, failed, marks):
         table.add_row(*row)
@@ -224,13 +224,15 @@ class TextRenderer:
 
 # campaigns and served sizes (engine/campaign.py): the summary it writes, as a table --------------
 
-CAMPAIGN_HEADERS = ["template", "size", "original us", "best us", "best", "general us", "general", "status"]
+CAMPAIGN_HEADERS = ["template", "size", "original us", "best us", "best", "general us", "general", "dispatch",
+                    "status"]
 
 
 def campaign_table(summary: Mapping[str, Any], title: str = "") -> Table:
     """One row per (template, size): the original's time, the size's best with its speedup, and
     the template's general configuration's time there with its speedup."""
     general = {(g.get("template"), s.get("size")): s for g in summary.get("general", []) for s in g.get("size", [])}
+    dispatch = {(d.get("template"), s.get("size")): s for d in summary.get("dispatch", []) for s in d.get("size", [])}
     table = Table(title=title or None, title_justify="left", header_style="bold")
     for h in CAMPAIGN_HEADERS:
         table.add_column(h, justify="left" if h in ("template", "size", "status") else "right", overflow="fold")
@@ -242,7 +244,8 @@ def campaign_table(summary: Mapping[str, Any], title: str = "") -> Table:
             status = f"{status}: {p['error']}"
         table.add_row(str(p.get("template", "")), str(p.get("size", "")), fmt_num(orig), fmt_num(p.get("best_us")),
                       fmt_speedup(orig, p.get("best_us")), fmt_num(g.get("general_us")),
-                      fmt_speedup(orig, g.get("general_us")), status)
+                      fmt_speedup(orig, g.get("general_us")),
+                      fmt_speedup(orig, dispatch.get((p.get("template"), p.get("size")), {}).get("time_us")), status)
     return table
 
 
@@ -268,6 +271,31 @@ def campaign_lines(summary: Mapping[str, Any]) -> list[str]:
                 lines.append(f"    best at {s.get('size')}: {fmt_params(s.get('best_config', {}))} "
                              f"({fmt_num(s['best_us'])} us, {orig})")
         lines.extend(f"    note: {n}" for n in g.get("notes", []))
+    for d in summary.get("dispatch", []):
+        lines += dispatch_lines(d)
+    return lines
+
+
+def dispatch_lines(d: Mapping[str, Any]) -> list[str]:
+    """A template's dispatch set in words: its configurations and the sizes each serves, and what
+    it gains over the general configuration."""
+    from .numbers import fmt_ratio
+
+    members = d.get("configs", [])
+    head = (f"{d.get('template', '')}: dispatch set of {len(members)} configuration{'s' if len(members) != 1 else ''}"
+            f", every size within {100 * float(d.get('tolerance', 0)):.0f}% of its own best and no slower than the "
+            f"original: {fmt_ratio(d.get('geomean_speedup'))} the original (geometric mean)")
+    if d.get("general_geomean_speedup") is not None:
+        head += f" against {fmt_ratio(d.get('general_geomean_speedup'))} for one general configuration"
+    lines = [head]
+    for m in members:
+        lines.append(f"    {fmt_params(m.get('config', {}))} for {', '.join(m.get('covers', []))}")
+    for s in d.get("size", []):
+        orig = f", original {fmt_num(s['original_us'])} us" if s.get("original_us") is not None else ""
+        gen = f", general {fmt_num(s['general_us'])} us" if s.get("general_us") is not None else ""
+        lines.append(f"    at {s.get('size')}: {fmt_num(s.get('time_us'))} us (its best {fmt_num(s.get('best_us'))} us"
+                     f"{orig}{gen})")
+    lines.extend(f"    note: {n}" for n in d.get("notes", []))
     return lines
 
 

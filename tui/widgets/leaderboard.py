@@ -142,7 +142,7 @@ def fit_columns(state: DashboardState, widths: Mapping[str, int], room: int, sho
     def total(cols: list[tuple[str, str, int]]) -> int:
         return sum(w + 2 for _, _, w in cols)
 
-    shown = columns_for(state.several_devices)
+    shown = columns_for(state.several_devices, state.energy)
     droppable = optional(shown)
     rank = [("rank", labels["rank"], width("rank"))]
     per_param = [(f"param:{p}", labels[f"param:{p}"], width(f"param:{p}")) for p in state.parameters]
@@ -240,7 +240,7 @@ class Leaderboard(Vertical):
 
     def sort_columns(self) -> list[str]:
         return (["rank"] + [f"param:{p}" for p in self.state.parameters]
-                + [c.key for c in columns_for(self.state.several_devices)])
+                + [c.key for c in columns_for(self.state.several_devices, self.state.energy)])
 
     def next_sort(self) -> str:
         cols = self.sort_columns()
