@@ -96,10 +96,10 @@ matrix product in either layout with any epilogue: BM x BN tiles through shared 
 steps, BK = 0 the original, TM x TN outputs per thread in registers, any size), `reduction` (a \
 block's shared-memory tree: per-block partials over LANES threads a segment with shuffles, or an \
 atomic total striding GRID blocks per multiprocessor with ITEMS loads in flight) and `stencil` (a \
-thread per point of a 2-D grid: ITEMS consecutive rows per thread, pointers restricted). Do not \
-write these by hand: spend your effort on what they cannot do (an algorithmic change such as \
-turning a three-pass softmax into an online one, fusing passes, a halo tile in shared memory, \
-double buffering), pass your source to apply_rewrites to get the mechanical parameters on \
+thread per point of a 1-D or 2-D grid: ITEMS points per thread along one axis, pointers restricted; \
+TILE = 1 stages each input read at the point's neighbours, with its halo, in shared memory first). \
+Do not write these by hand: spend your effort on what they cannot do (an algorithmic change such as \
+turning a three-pass softmax into an online one, fusing passes, double buffering), pass your source to apply_rewrites to get the mechanical parameters on \
 top, and propose its result by reference with propose_template {"from_rewrites": "<name>"}, \
 adding or replacing only the fields you change.
 

@@ -1,37 +1,51 @@
-"""The stencil rewrite: several points per thread down one axis, for a kernel in which each thread
-computes the point of a two-dimensional grid its global ids name (a stencil, a convolution's pass,
-any map over a grid whose neighbours it reads).
+"""The stencil rewrite, for a kernel in which each thread computes the point of a one- or
+two-dimensional grid its global ids name (a stencil, a convolution's pass, any map over a grid
+whose neighbours it reads): a halo tile in shared memory, and several points per thread along
+one axis.
 
-What the analysis must show (else it declines with the reason):
+What the analysis (on agents/model.py's KernelModel) must show, else it declines with the reason:
 
-- two coordinates, `x = blockIdx.x * blockDim.x + threadIdx.x` and `y = ... .y` (or
-  `get_global_id(0)` and `(1)`), and no other read of thread or block ids;
-- a guard at the top of the body bounding `y` (`if (x >= W || y >= H) return;` or the body
-  inside `if (x < W && y < H)`), so a point past the grid does nothing whichever thread reaches it;
-- no barrier, shared memory or atomic.
+- the coordinates `x = blockIdx.x * blockDim.x + threadIdx.x` (and `y = ... .y`), or
+  `get_global_id(0)` (and `(1)`), and no other read of thread or block ids;
+- a guard at the top of the body bounding the axis the points walk (`if (x >= W || y >= H)
+  return;` or the body inside `if (x < W && y < H)`), so a point past the grid does nothing;
+- no barrier, shared memory or atomic already;
+- for the tile: an input the kernel never writes, read at `x * sx + y * sy + base` moved by whole
+  numbers along x and y (`in[(y - 1) * W + x]`, `in[y * W + xx]` with `xx = x + k` for a loop
+  `k = -R..R` whose bounds are numbers or #defines), strides and base over scalar arguments and
+  #defines, and its size in the spec's shape over scalar arguments. A one-dimensional grid must
+  read such neighbours (else it is no stencil).
 
-The new kernel (beside the original under `#if ITEMS > 1`; ITEMS = 1 is the original token for
-token) runs the original body, as written, as a function of the point, ITEMS times per thread for
-ITEMS consecutive rows (`y = (blockIdx.y * blockDim.y + threadIdx.y) * ITEMS + r`), unrolled; a
-`return` in the body ends that point only. The pointers reach it as `__restrict__` (OpenCL
-`restrict`): each array argument is a buffer of its own, so the compiler may keep the rows one
-point loads for the next point's neighbours in registers instead of loading them again. The grid
-shrinks by ITEMS along y; everything a point computes is the original's arithmetic, so the
-results are the original's bit for bit.
+The new kernel (beside the original under `#if`; ITEMS = 1 and TILE = 0 are the original token for
+token) runs the original body, as written, as a function of the point, ITEMS times per thread:
+ITEMS consecutive rows in two dimensions (`y = (blockIdx.y * blockDim.y + threadIdx.y) * ITEMS +
+r`, pointers restricted so the rows one point loads stay in registers for the next), ITEMS blocks'
+worth of columns in one (`x = (blockIdx.x * ITEMS + r) * blockDim.x + threadIdx.x`). With TILE = 1
+the block first loads every element of each tiled input its points can read (the block's points
+and the halo the reads' offsets reach) into shared memory, each element whose flat index lies in
+the array, then meets at a barrier; a tiled read then takes the tile's copy of the very element
+the original reads. Every value a point computes is the original's arithmetic on the original's
+values, so the results are the original's bit for bit; a read the analysis cannot place stays a
+read of global memory.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 from kerntune.engine.proposal import ParamProposal
 
-from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, raw_text,
-                        reads_thread_ids, spec_scalars, spec_text, with_names)
+from . import affine
+from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, raw_text, reads_thread_ids,
+                        spec_scalars, spec_text, with_names)
 from .kernel_tree import span_of, syntax_nodes
+from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly
 from .passes import Declined, Rewrite, RewriteContext
 
 
 NAME = "stencil"
+MAX_HALO = 16  # elements a tile reaches past the block's points on one side
+MAX_TILES = 4  # inputs staged in shared memory
 
 
 def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
@@ -42,20 +56,69 @@ def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
         return Declined(NAME, str(e))
 
 
-def _coordinates(a) -> tuple:
-    """The x and y thread indices: global ids of dimensions 0 and 1."""
+@dataclass(frozen=True)
+class TiledRead:
+    """A read the tile serves: its span (characters of the source) and its offset from the point."""
+
+    span: tuple[int, int]
+    dx: str  # over the loops' variables
+    dy: str
+
+
+@dataclass(frozen=True)
+class Tile:
+    """An input staged in shared memory: element (gx, gy) of the tile is array[gx * sx + gy * sy + base]."""
+
+    array: str
+    ctype: str
+    sx: str
+    sy: str
+    base: str
+    count: str  # the array's elements, over the kernel's scalars
+    reads: tuple[TiledRead, ...]
+
+
+@dataclass(frozen=True)
+class Halo:
+    x0: int = 0
+    x1: int = 0
+    y0: int = 0
+    y1: int = 0
+
+    def cover(self, other: "Halo") -> "Halo":
+        return Halo(max(self.x0, other.x0), max(self.x1, other.x1), max(self.y0, other.y0), max(self.y1, other.y1))
+
+    @property
+    def any(self) -> bool:
+        return bool(self.x0 or self.x1 or self.y0 or self.y1)
+
+
+def _coordinates(model: KernelModel) -> tuple:
+    """The x thread index (dimension 0) and the y one (dimension 1, None on a one-dimensional
+    grid), each with the whole number it adds to the global id (`... + threadIdx.x + 1`)."""
     coords = {}
-    for t in a.thread_indices:
-        dims = {d for _, d in t.reads}
-        if not t.is_global or len(dims) != 1:
+    for t in model.thread_indices:
+        got = _global(t.form)
+        if got is None:
             raise Decline(f"`{t.name}` is made from thread ids but is not a global index of one dimension")
-        d = dims.pop()
+        d, offset = got
         if d in coords:
             raise Decline(f"two coordinates of dimension {d}")
-        coords[d] = t
-    if set(coords) != {0, 1}:
-        raise Decline("not a point of a two-dimensional grid (x and y from the global ids of dimensions 0 and 1)")
-    return coords[0], coords[1]
+        coords[d] = (t, offset)
+    if set(coords) not in ({0, 1}, {0}):
+        raise Decline("not a point of a one- or two-dimensional grid (x and y from the global ids of dimensions "
+                      "0 and 1)")
+    return coords[0], coords.get(1)
+
+
+def _global(form) -> tuple[int, int] | None:
+    """(dimension, offset) of `blockIdx * blockDim + threadIdx + offset`, the offset a whole number >= 0."""
+    if form is None or len(form.coeffs) != 2 or form.const.number is None or form.const.number < 0:
+        return None
+    for d, dim in enumerate("xyz"):
+        if form.coeff(f"threadIdx.{dim}") == Poly.of(1) and form.coeff(f"blockIdx.{dim}") == Poly.of(f"blockDim.{dim}"):
+            return d, form.const.number
+    return None
 
 
 def _function(ctx, a):
@@ -66,9 +129,10 @@ def _function(ctx, a):
     raise Decline("the kernel's body cannot be found in its syntax tree")
 
 
-def _y_bound(body, text_of, y: str, x: str) -> str:
-    """The bound of y that the guard at the top of the body sets."""
+def _bound(body, text_of, var: str, coords: set[str]) -> str:
+    """The bound of `var` that the guard at the top of the body sets."""
     items = [c for c in body.named_children if c.type != "comment"]
+    example = " || ".join(f"{c} >= {'W' if i == 0 else 'H'}" for i, c in enumerate(sorted(coords)))
     for i, s in enumerate(items):
         if s.type == "declaration":
             continue
@@ -81,11 +145,232 @@ def _y_bound(body, text_of, y: str, x: str) -> str:
                                                       and named[0].type == "return_statement")
         if not returns and i != len(items) - 1:
             break
-        for _, var, bound in guard_parts(f"!{cond}" if returns else cond, {x, y}):
-            if var == y and bound is not None:
+        for _, v, bound in guard_parts(f"!{cond}" if returns else cond, coords):
+            if v == var and bound is not None:
                 return bound
         break
-    raise Decline(f"no guard at the top of the body bounds `{y}` (`if ({x} >= W || {y} >= H) return;`)")
+    raise Decline(f"no guard at the top of the body bounds `{var}` (`if ({example}) return;`)")
+
+
+# the tile -----------------------------------------------------------------------------------------------
+
+def _c_text(p: Poly, names: set[str]) -> str | None:
+    """A polynomial as C over the kernel's names (long arithmetic); None when it reads another name."""
+    if not p.names() <= names:
+        return None
+    if p.is_zero:
+        return "0"
+    parts = []
+    for m, c in p.terms:
+        factors = ([f"(long){c}"] if c != 1 or not m else []) + [f"(long){n}" for n in m]
+        parts.append(" * ".join(factors))
+    return "(" + " + ".join(parts) + ")"
+
+
+def _lead(p: Poly):
+    """The monomial of a polynomial that is no number, and its coefficient (highest degree first)."""
+    best = None
+    for m, c in p.terms:
+        if m and (best is None or len(m) > len(best[0])):
+            best = (m, c)
+    return best
+
+
+def _split(k: Poly, sx: Poly, sy: Poly | None) -> tuple[int, int, Poly] | None:
+    """k = a * sx + b * sy + rest with whole a and b, `rest` holding neither stride; None when the
+    strides are not a contiguous axis (stride 1) and another."""
+    one = Poly.of(1)
+    if sy is None:
+        if sx != one:
+            return None
+        a = k.number if k.number is not None else dict(k.terms).get((), 0)
+        return a, 0, k - Poly.of(a)
+    if sx == one or sy == one:
+        unit, other = (sx, sy) if sx == one else (sy, sx)
+        if other.number is not None:
+            c = dict(k.terms).get((), 0)
+            n = other.number
+            if n <= 1:
+                return None
+            q = (c + n // 2) // n
+            u, v, rest = c - q * n, q, k - Poly.of(c)
+        else:
+            lead = _lead(other)
+            got = dict(k.terms).get(lead[0], 0)
+            if got % lead[1]:
+                return None
+            v = got // lead[1]
+            rem = k - other * Poly.of(v)
+            u = dict(rem.terms).get((), 0)
+            rest = rem - Poly.of(u)
+        return (u, v, rest) if sx == one else (v, u, rest)
+    return None
+
+
+def _range(model: KernelModel, lp) -> tuple[int, int] | None:
+    """The values a loop's variable takes: numbers (or #defines) between its start and bound."""
+    if lp.kind != "for" or not lp.var or lp.start_form is None or lp.bound_form is None:
+        return None
+    if lp.start_form.coeffs or lp.bound_form.coeffs:
+        return None
+    s, b = (f.const.evaluate(model.defines) for f in (lp.start_form, lp.bound_form))
+    if s is None or b is None:
+        return None
+    if lp.compare in ("<", "<="):
+        hi = b if lp.compare == "<=" else b - 1
+        return (s, hi) if lp.update in ("++", "+=") and s <= hi else None
+    if lp.compare in (">", ">="):
+        lo = b if lp.compare == ">=" else b + 1
+        return (lo, s) if lp.update in ("--", "-=") and lo <= s else None
+    return None
+
+
+def _offset(terms: list[tuple[int, str]], const: int) -> str:
+    out = str(const)
+    for c, var in terms:
+        out += f" + ({c}) * {var}" if c != 1 else f" + {var}"
+    return out
+
+
+def _extent(terms: list[tuple[int, tuple[int, int]]], const: int) -> tuple[int, int]:
+    lo = hi = const
+    for c, (a, b) in terms:
+        lo += min(c * a, c * b)
+        hi += max(c * a, c * b)
+    return lo, hi
+
+
+def _assigned_in(model: KernelModel, var: str, span) -> bool:
+    """Whether the loop's variable is assigned in its body (the header's update aside)."""
+    raw = model.source.encode("utf-8")[span.start:span.end].decode("utf-8", "replace")
+    for node, text_of in syntax_nodes("void kt_f() {" + raw + "}", ("assignment_expression", "update_expression")):
+        target = node.child_by_field_name("left") or node.child_by_field_name("argument")
+        if target is not None and text_of(target).strip("() ") == var:
+            return True
+    return False
+
+
+def _count(ctx, arg: str, scalars: dict[str, str]) -> str | None:
+    """The array's elements as C over the kernel's scalar arguments, from the spec's shape."""
+    spec = next((x for x in ctx.original.arguments if x.name == arg), None)
+    if spec is None or not spec.shape:
+        return None
+    by_problem = {v.strip(): k for k, v in scalars.items() if v.strip().isidentifier()}
+    factors = []
+    for dim in spec.shape:
+        try:
+            p = affine.read(dim.source)
+        except affine.NotAffine:
+            return None
+        parts = []
+        for monomial, coeff in p.terms:
+            if any(n not in by_problem for n in monomial):
+                return None
+            parts.append(" * ".join(([f"(long){coeff}"] if coeff != 1 or not monomial else [])
+                                    + [f"(long){by_problem[n]}" for n in monomial]))
+        factors.append("(" + (" + ".join(parts) or "0") + ")")
+    return " * ".join(factors)
+
+
+def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars) -> tuple[list[Tile], Halo, str]:
+    """The inputs worth staging in shared memory, the halo around the block's points they need,
+    and why none is when none is."""
+    scalars_c = {a.name for a in model.signature.args if not a.pointer} | set(model.defines)
+    scalars = spec_scalars(ctx)
+    written = {x.array for x in model.accesses if x.write} | {c.array for c in model.atomics}
+    args = {a.name: a for a in model.signature.args}
+    hints = DIALECT[model.dialect].loads
+    out, halo, why = [], Halo(), "no input is read at its neighbours' points (`in[(y - 1) * W + x]`)"
+    for array in dict.fromkeys(x.array for x in model.accesses if x.space == "global" and x.read):
+        arg = args.get(array)
+        if arg is None or not arg.pointer or arg.local or array in written:
+            continue
+        if arg.ctype not in ELEMENT_BYTES or (ctx.backend == "opencl" and arg.ctype in ("half", "__half")):
+            continue
+        reads, h, strides = [], Halo(), None
+        for x in model.accesses_of(array):
+            form = x.expr.affine if x.expr is not None else None
+            if form is None or (x.call and x.call not in hints) or x.function != model.name or x.write:
+                continue
+            got = _read(model, x, form, two_d)
+            if got is None:
+                continue
+            (gx, gy), (dx, dy), (ex, ey), base = got
+            if strides is None:
+                strides = (gx, gy, base)
+            elif strides != (gx, gy, base):
+                continue  # another layout or base: this read stays a read of global memory
+            span = chars(x.span)
+            reads.append(TiledRead(span, dx, dy))
+            h = h.cover(Halo(max(0, -ex[0]), max(0, ex[1]), max(0, -ey[0]), max(0, ey[1])))
+        if not reads or not h.any:
+            continue
+        if max(h.x0, h.x1, h.y0, h.y1) > MAX_HALO:
+            why = f"`{array}` is read more than {MAX_HALO} points away"
+            continue
+        gx, gy, base = strides
+        texts = [_c_text(p, scalars_c) for p in (gx, gy if gy is not None else Poly(), base)]
+        count = _count(ctx, array, scalars)
+        if any(t is None for t in texts) or count is None:
+            why = (f"the size or layout of `{array}` is not known to the kernel (its shape over the scalar "
+                   f"arguments, strides over scalars and #defines)")
+            continue
+        out.append(Tile(array, arg.ctype, texts[0], texts[1], texts[2], count, tuple(reads)))
+        halo = halo.cover(h)
+        if len(out) == MAX_TILES:
+            break
+    return out, halo, why
+
+
+def _read(model: KernelModel, x, form, two_d: bool):
+    """((stride along x, along y), (offset along x, along y) over the loop variables, their ranges)
+    of a read at the point's neighbour, with the rest of its index; None for any other read."""
+    bd = {"x": Poly.of("blockDim.x"), "y": Poly.of("blockDim.y")}
+    gx = form.coeff("threadIdx.x")
+    gy = form.coeff("threadIdx.y") if two_d else None
+    if gx.is_zero or form.coeff("blockIdx.x") != gx * bd["x"]:
+        return None
+    if two_d and (gy.is_zero or form.coeff("blockIdx.y") != gy * bd["y"]):
+        return None
+    loops = {lp.var: lp for lp in model.nest(x.loop) if lp.var}
+    allowed = {"threadIdx.x", "blockIdx.x"} | ({"threadIdx.y", "blockIdx.y"} if two_d else set())
+    tx, ty = [], []
+    for sym, coeff in form.coeffs:
+        if sym in allowed:
+            continue
+        lp = loops.get(sym)
+        if lp is None or not lp.in_kernel or _assigned_in(model, sym, lp.body):
+            return None
+        rng = _range(model, lp)
+        parts = _split(coeff, gx, gy)
+        if rng is None or parts is None or not parts[2].is_zero:
+            return None
+        if parts[0]:
+            tx.append((parts[0], sym, rng))
+        if parts[1]:
+            ty.append((parts[1], sym, rng))
+    parts = _split(form.const, gx, gy)
+    if parts is None:
+        return None
+    a, b, base = parts
+    ex = _extent([(c, r) for c, _, r in tx], a)
+    ey = _extent([(c, r) for c, _, r in ty], b)
+    return (gx, gy), (_offset([(c, v) for c, v, _ in tx], a), _offset([(c, v) for c, v, _ in ty], b)), (ex, ey), base
+
+
+# the rewrite --------------------------------------------------------------------------------------------------
+
+def _char_offsets(source: str):
+    """A function from a model span (bytes) to (start, end) in characters of `source`."""
+    raw = source.encode("utf-8")
+    if len(raw) == len(source):
+        return lambda span: (span.start, span.end)
+    return lambda span: (len(raw[:span.start].decode("utf-8", "replace")), len(raw[:span.end].decode("utf-8", "replace")))
+
+
+def _compile_time(text: str, ctx: RewriteContext) -> bool:
+    t = text.strip()
+    return t.isdigit() or t in ctx.defaults
 
 
 def _rewrite(ctx: RewriteContext) -> Rewrite:
@@ -94,49 +379,165 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         raise Decline("a template kernel")
     if a.barriers or a.shared or a.atomics:
         raise Decline("its threads already cooperate (barriers, shared memory or atomics)")
-    cx, cy = _coordinates(a)
+    try:
+        model = ctx.model
+    except ModelError as e:
+        raise Decline(str(e)) from None
+    chars = _char_offsets(ctx.source)
+    (cx, ox), y = _coordinates(model)
+    cy, oy = y if y is not None else (None, 0)
+    two_d = cy is not None
     fn, text_of = _function(ctx, a)
     body = fn.child_by_field_name("body")
     rest = ctx.source[a.body.start:a.body.end]
     for t in (cx, cy):
-        rest = rest.replace(ctx.source[t.span.start:t.span.end], "")
+        if t is not None:
+            start, end = chars(t.span)
+            rest = rest.replace(ctx.source[start:end], "")
     if reads_thread_ids(rest):
-        raise Decline("the body reads thread or block ids other than through its two coordinates")
+        raise Decline(f"the body reads thread or block ids other than through its coordinate{'s' if two_d else ''}")
     if "$" in rest:
         raise Decline("a `$` in the kernel's code")
-    bound = _y_bound(body, text_of, cy.name, cx.name)
-    rows = spec_text(bound, spec_scalars(ctx))
+    coords = {cx.name} | ({cy.name} if two_d else set())
+    walk = cy if two_d else cx  # the axis the points of one thread walk
+    # the points a thread walks past the guard's bound do nothing: the grid may cover the bound
+    # itself (a coordinate's offset only shrinks what it must cover)
+    extent = spec_text(_bound(body, text_of, walk.name, coords), spec_scalars(ctx))
+    block = list(ctx.block) + ["1"] * (2 - len(ctx.block))
+    found, halo, no_tile = tiles(ctx, model, two_d, chars)
+    if not all(_compile_time(b, ctx) for b in block[:2]):
+        found, no_tile = [], "the block's size is not a parameter or a number"
+    if not two_d and not found:
+        raise Decline(f"a one-dimensional grid whose points read no neighbours: {no_tile}")
     d = Dialect.of(ctx.backend)
-    names = fresh_names(("ITEMS",), ctx.taken | set(ctx.defaults))
-    items = names["ITEMS"]
+    names = fresh_names(("ITEMS", "TILE"), ctx.taken | set(ctx.defaults))
+    items, tile = names["ITEMS"], names["TILE"]
     # the body as a function of the point: each coordinate's initialiser becomes the point's value
-    text = ctx.source[a.body.start:a.body.end]
-    for t, value in sorted(((cx, "kt_x"), (cy, "kt_y")), key=lambda p: -p[0].span.start):
-        decl = ctx.source[t.span.start:t.span.end]
+    points = [(cx, "kt_x" + (f" + {ox}" if ox else ""))] + ([(cy, "kt_y" + (f" + {oy}" if oy else ""))] if two_d else [])
+    plain, tiled = _bodies(ctx, a, points, found, two_d, chars)
+    params, args = _parameters(fn, ctx, d)
+    qualifier = "static __device__ __forceinline__ void" if d.name == "cuda" else "static inline void"
+    point = params + ["const int kt_x"] + (["const int kt_y"] if two_d else [])
+    local = "" if d.name == "cuda" else "__local "
+    restrict = "__restrict__" if d.name == "cuda" else "restrict"
+    tile_params = [f"{local}const {t.ctype} *{restrict} kt_s{i}" for i, t in enumerate(found)]
+    tile_params += ["const int kt_ox"] + (["const int kt_oy"] if two_d else [])
+    helpers = f"{qualifier} kt_point({', '.join(point)})\n{plain}\n"
+    if found:
+        helpers = (f"#if $TILE > 0\n{_tile_macros(halo, block, two_d)}"
+                   f"{qualifier} kt_point({', '.join(point + tile_params)})\n{tiled}\n#else\n{helpers}#endif\n")
+    kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d), names)
+    helpers = with_names(helpers, names)
+    params_out = [ParamProposal(items, (1, 2, 4, 8, 16), 1, f"points per thread along {'y, consecutive rows' if two_d else 'x, a block apart'} (1: the original kernel)", "work")]
+    switch = f"{items} > 1"
+    if found:
+        params_out.append(ParamProposal(tile, (0, 1), 0, "1: the block's inputs and their halo staged in shared "
+                                        "memory first", "tile"))
+        switch = f"{items} > 1 || {tile} > 0"
+    grid = list(ctx.grid)
+    if two_d:
+        grid[1] = f"ceil_div({extent}, ({block[1]}) * {items}) if {items} > 1 else ({grid[1]})"
+    else:
+        grid[0] = f"ceil_div({extent}, ({block[0]}) * {items}) if {items} > 1 else ({grid[0]})"
+    source = beside(ctx.source, a, switch, params_out, helpers, kernel, NAME)
+    first = {items: (1, 4, 8)}
+    constraints = []
+    what = (f"stencil: ITEMS points per thread along {'y' if two_d else 'x'}, pointers restricted so neighbouring "
+            f"{'rows' if two_d else 'points'} stay in registers")
+    if found:
+        first[tile] = (0, 1)
+        elements = _tile_elements(halo, block, items, two_d)
+        size = sum(ELEMENT_BYTES[t.ctype] for t in found)
+        constraints.append(f"{tile} == 0 or {elements} * {size} <= max_shared_per_block")
+        what += (f"; TILE 1 stages {', '.join(t.array for t in found)} with a halo of "
+                 f"{halo.x0}/{halo.x1}{f' x {halo.y0}/{halo.y1}' if two_d else ''} in shared memory")
+    elif two_d:
+        what += f" (no tile: {no_tile})"
+    return Rewrite(NAME, source, tuple(params_out), what, tuple(constraints), tuple(grid), None, first=first,
+                   helps="memory")
+
+
+def _tile_elements(h: Halo, block: list[str], items: str, two_d: bool) -> str:
+    if two_d:
+        return f"(({block[1]}) * {items} + {h.y0 + h.y1}) * (({block[0]}) + {h.x0 + h.x1})"
+    return f"(({block[0]}) * {items} + {h.x0 + h.x1})"
+
+
+def _tile_macros(h: Halo, block: list[str], two_d: bool) -> str:
+    width = f"(({block[0]}) + {h.x0 + h.x1})" if two_d else f"(({block[0]}) * $ITEMS + {h.x0 + h.x1})"
+    height = f"(({block[1]}) * $ITEMS + {h.y0 + h.y1})" if two_d else "1"
+    return f"#define KT_TW {width}\n#define KT_TH {height}\n"
+
+
+def _bodies(ctx, a, coords, found: list[Tile], two_d: bool, chars) -> tuple[str, str]:
+    """The kernel's body as the point function runs it: reading global memory, and reading the tiles."""
+    start = a.body.start
+    edits = []
+    for t, value in coords:
+        first, last = chars(t.span)
+        decl = ctx.source[first:last]
         init = decl.rfind(t.expr)
         if init < 0:
             raise Decline(f"the declaration of `{t.name}` cannot be rewritten")
-        start = t.span.start - a.body.start + init
-        text = text[:start] + value + text[start + len(t.expr):]
-    params, args = _parameters(fn, ctx, d)
-    qualifier = "static __device__ __forceinline__ void" if d.name == "cuda" else "static inline void"
-    point = f"{qualifier} kt_point({', '.join(params + ['const int kt_x', 'const int kt_y'])})\n{text}\n"
-    call = ", ".join(args + ["kt_x", "kt_y0 + kt_r"])
-    gx = "blockIdx.x * blockDim.x + threadIdx.x" if d.name == "cuda" else "(int)get_global_id(0)"
-    gy = "blockIdx.y * blockDim.y + threadIdx.y" if d.name == "cuda" else "(int)get_global_id(1)"
-    kernel = (f"{header(ctx.source, a)}\n{{\n    const int kt_x = {gx};\n    const int kt_y0 = ({gy}) * $ITEMS;\n"
-              f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) kt_point({call});\n}}")
-    kernel = with_names(kernel, names)
-    param = ParamProposal(items, (1, 2, 4, 8, 16), 1, "points per thread down the y axis, consecutive rows "
-                                                      "(1: the original kernel)", "work")
-    block_y = ctx.block[1] if len(ctx.block) > 1 else "1"
-    grid = list(ctx.grid)
-    grid[1] = f"ceil_div({rows}, ({block_y}) * {items}) if {items} > 1 else ({grid[1]})"
-    source = beside(ctx.source, a, f"{items} > 1", [param], point, kernel, NAME)
-    first = {items: (1, 4, 8)}
-    return Rewrite(NAME, source, (param,), f"stencil: ITEMS points per thread down the y axis, pointers "
-                   f"restricted so neighbouring rows stay in registers", (), tuple(grid), None, first=first,
-                   helps="memory")
+        edits.append((first + init, first + init + len(t.expr), value))
+    tile_edits = list(edits)
+    for i, t in enumerate(found):
+        for r in t.reads:
+            where = f"(kt_y + ({r.dy}) - kt_oy) * KT_TW + " if two_d else ""
+            tile_edits.append((r.span[0], r.span[1], f"kt_s{i}[{where}(kt_x + ({r.dx}) - kt_ox)]"))
+
+    def apply(changes) -> str:
+        text = ctx.source[start:a.body.end]
+        for s, e, new in sorted(changes, key=lambda c: -c[0]):
+            text = text[:s - start] + new + text[e - start:]
+        return text
+    spans = sorted((s, e) for s, e, _ in tile_edits)
+    if any(e1 > s2 for (_, e1), (s2, _) in zip(spans, spans[1:])):
+        raise Decline("a read the tile would serve overlaps a coordinate's declaration")
+    return apply(edits), apply(tile_edits)
+
+
+def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: list[str],
+            two_d: bool) -> str:
+    cuda = d.name == "cuda"
+    gid = ("blockIdx.x", "blockIdx.y") if cuda else ("(int)get_group_id(0)", "(int)get_group_id(1)")
+    lid = ("threadIdx.x", "threadIdx.y") if cuda else ("(int)get_local_id(0)", "(int)get_local_id(1)")
+    dim = ("blockDim.x", "blockDim.y") if cuda else ("(int)get_local_size(0)", "(int)get_local_size(1)")
+    call = ", ".join(args + ["kt_x"] + (["kt_y0 + kt_r"] if two_d else []))
+    if two_d:
+        plain = (f"    const int kt_x = {gid[0]} * {dim[0]} + {lid[0]};\n"
+                 f"    const int kt_y0 = ({gid[1]} * {dim[1]} + {lid[1]}) * $ITEMS;\n"
+                 f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) kt_point({call});\n")
+    else:
+        plain = (f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) {{\n"
+                 f"        const int kt_x = ({gid[0]} * $ITEMS + kt_r) * {dim[0]} + {lid[0]};\n"
+                 f"        kt_point({call});\n    }}\n")
+    if not found:
+        return f"{header(ctx.source, a)}\n{{\n{plain}}}"
+    gid = ("(int)blockIdx.x", "(int)blockIdx.y") if cuda else gid
+    lid = ("(int)threadIdx.x", "(int)threadIdx.y") if cuda else lid
+    bx, by = (f"({b})" for b in block[:2])
+    shared = "".join(f"    {d.shared} {t.ctype} kt_s{i}[KT_TH * KT_TW];\n" for i, t in enumerate(found))
+    loads = "".join(f"        const long kt_f{i} = (long)(kt_ox + kt_i % KT_TW) * {t.sx} + "
+                    f"(long)(kt_oy + kt_i / KT_TW) * {t.sy} + {t.base};\n"
+                    f"        if (kt_f{i} >= 0 && kt_f{i} < {t.count}) kt_s{i}[kt_i] = {t.array}[kt_f{i}];\n"
+                    for i, t in enumerate(found))
+    tile_args = [f"kt_s{i}" for i in range(len(found))] + ["kt_ox"] + (["kt_oy"] if two_d else [])
+    tcall = ", ".join(args + ["kt_x"] + (["kt_y0 + kt_r"] if two_d else []) + tile_args)
+    if two_d:
+        origin = (f"    const int kt_ox = {gid[0]} * {bx} - {halo.x0};\n"
+                  f"    const int kt_oy = {gid[1]} * ({by} * $ITEMS) - {halo.y0};\n")
+        points = (f"    const int kt_x = {gid[0]} * {bx} + {lid[0]};\n"
+                  f"    const int kt_y0 = ({gid[1]} * {by} + {lid[1]}) * $ITEMS;\n"
+                  f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) kt_point({tcall});\n")
+    else:
+        origin = f"    const int kt_ox = {gid[0]} * ({bx} * $ITEMS) - {halo.x0};\n    const int kt_oy = 0;\n"
+        points = (f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) {{\n"
+                  f"        const int kt_x = ({gid[0]} * $ITEMS + kt_r) * {bx} + {lid[0]};\n"
+                  f"        kt_point({tcall});\n    }}\n")
+    return (f"{header(ctx.source, a)}\n{{\n#if $TILE > 0\n{shared}{origin}"
+            f"    for (int kt_i = {lid[1]} * {bx} + {lid[0]}; kt_i < KT_TH * KT_TW; kt_i += {bx} * {by}) {{\n{loads}    }}\n"
+            f"    {d.barrier};\n{points}#else\n{plain}#endif\n}}")
 
 
 def _parameters(fn, ctx, d: Dialect) -> tuple[list[str], list[str]]:

@@ -68,7 +68,7 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "rmsnorm": (None, "llama-t2048"),
     "rmsnorm_half": (None, "llama-t2048"),
     "cross_entropy": (None, "llama-t2048"),
-    # threads that cooperate (agents/rewrite_contraction.py, agents/rewrite_reduction.py)
+    # threads that cooperate (agents/rewrite_contraction.py, rewrite_reduction.py, rewrite_stencil.py)
     "matmul_naive": ("matmul", "4096"),
     "matmul_coalesced": ("matmul", "4096"),  # the bar computes A @ B without the epilogue
     "matmul_half": (None, "4096"),
@@ -82,6 +82,7 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "stencil9": (None, "8k"),
     "conv_rows": (None, "8k"),
     "conv_cols": (None, "8k"),
+    "stencil1d": (None, "64M"),
     "embedding_gather": ("gather_rows", "llama-t8192"),
 }
 # naive kernel -> the vendor library's way of doing the same work (timed through PyTorch on CUDA)

@@ -1,0 +1,112 @@
+"""The stencil rewrite's halo tile (agents/rewrite_stencil.py) on stencils written the ways people
+write them: coordinates along either axis, an offset from the global id, rows through a local
+pointer, clamped or guarded neighbours. Each one the tile serves is gated and reproduces the
+original on PoCL with its inputs staged in shared memory; what the tile cannot place stays a read
+of global memory, and a kernel it cannot serve says why."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kerntune.agents.rules import rules_template
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.evaluate import Evaluator, TimingPolicy
+from kerntune.engine.gate import check_proposal
+from kerntune.engine.template import load_template
+
+NAIVE = Path(__file__).resolve().parent / "data" / "naive"
+CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_count=2, max_shared_per_block=65536)
+FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
+
+HEAD = "__kernel void stencil5(__global const float *in, __global float *out, int H, int W) {\n"
+BODY = ("    if (x == 0 || y == 0 || x == W - 1 || y == H - 1) {\n        out[y * W + x] = in[y * W + x];\n"
+        "        return;\n    }\n")
+# x along the launch's second dimension: the rows of `in` run along the block's y
+ACROSS = (HEAD + "    int y = get_global_id(0);\n    int x = get_global_id(1);\n    if (x >= W || y >= H) return;\n"
+          + BODY + "    out[y * W + x] = 0.5f * in[y * W + x]\n"
+          "        + 0.125f * (in[(y - 1) * W + x] + in[(y + 1) * W + x] + in[y * W + x - 1] + in[y * W + x + 1]);\n}\n")
+# the row through a local pointer, the neighbours above and below through the array
+ROWS = (HEAD + "    const int x = get_global_id(0);\n    const int y = get_global_id(1);\n"
+        "    if (x >= W || y >= H) return;\n" + BODY + "    __global const float *row = in + y * W;\n"
+        "    out[y * W + x] = 0.5f * row[x] + 0.125f * (in[(y - 1) * W + x] + in[(y + 1) * W + x] + row[x - 1] + "
+        "row[x + 1]);\n}\n")
+# an interior point per work-item (the coordinates one past the global id), `out` kept at the border
+INTERIOR = ("__kernel void stencil5(__global const float *in, __global float *out, int H, int W) {\n"
+            "    int x = get_global_id(0) + 1;\n    int y = get_global_id(1) + 1;\n"
+            "    if (x < W - 1 && y < H - 1) {\n"
+            "        out[y * W + x] = 0.5f * in[y * W + x]\n"
+            "            + 0.125f * (in[(y - 1) * W + x] + in[(y + 1) * W + x] + in[y * W + x - 1] + in[y * W + x + 1]);\n"
+            "    }\n}\n")
+INTERIOR_REFERENCE = """import numpy as np
+
+
+def reference(inputs, sizes):
+    x = inputs["in"].astype(np.float64)
+    out = inputs["out"].astype(np.float64).copy()
+    out[1:-1, 1:-1] = 0.5 * x[1:-1, 1:-1] + 0.125 * (x[:-2, 1:-1] + x[2:, 1:-1] + x[1:-1, :-2] + x[1:-1, 2:])
+    return {"out": out}
+"""
+# neighbours clamped to the grid: not a whole-number move from the point, so no tile
+CLAMPED = (HEAD + "    int x = get_global_id(0);\n    int y = get_global_id(1);\n    if (x >= W || y >= H) return;\n"
+           + BODY + "    out[y * W + x] = 0.5f * in[y * W + x] + 0.125f * (in[max(y - 1, 0) * W + x] + "
+           "in[min(y + 1, H - 1) * W + x] + in[y * W + max(x - 1, 0)] + in[y * W + min(x + 1, W - 1)]);\n}\n")
+# one array read at its neighbours and written: never staged
+IN_PLACE = ("__kernel void stencil5(__global const float *in, __global float *out, int H, int W) {\n"
+            "    int x = get_global_id(0);\n    int y = get_global_id(1);\n    if (x >= W || y >= H) return;\n"
+            "    if (x > 0 && x < W - 1) out[y * W + x] = 0.5f * (out[y * W + x - 1] + out[y * W + x + 1]);\n}\n")
+
+
+def spec(tmp_path: Path, source: str, launch: tuple[str, str] | None = None, reference: str = "",
+         out_role: str = "output") -> Path:
+    folder = tmp_path / "spec"
+    shutil.copytree(NAIVE / "stencil5", folder)
+    (folder / "kernel.cl").write_text(source)
+    toml = (folder / "kernel.toml").read_text().replace('sources = { cuda = "kernel.cu", opencl = "kernel.cl" }',
+                                                       'sources = { opencl = "kernel.cl" }')
+    if launch is not None:
+        toml = toml.replace('grid = ["ceil_div(W, 32)", "ceil_div(H, 8)"]', f'grid = {list(launch)!r}'.replace("'", '"'))
+        toml = toml.replace("block = [32, 8]", "block = [8, 32]")
+    toml = toml.replace('name = "out"\ndtype = "float32"\nrole = "output"', f'name = "out"\ndtype = "float32"\nrole = "{out_role}"')
+    (folder / "kernel.toml").write_text(toml)
+    if reference:
+        (folder / "reference.py").write_text(reference)
+    return folder
+
+
+CASES = {
+    "rows across the block's y": (ACROSS, ("ceil_div(H, 8)", "ceil_div(W, 32)"), "", "output", "1/1 x 1/1"),
+    "a row through a local pointer": (ROWS, None, "", "output", "1/1 x 1/1"),
+    "interior points, offset coordinates": (INTERIOR, None, INTERIOR_REFERENCE, "inout", "0/2 x 0/2"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_tile_serves_stencils_as_people_write_them_and_reproduces_the_original(case, tmp_path, opencl_backend):
+    source, launch, reference, role, halo = CASES[case]
+    original = load_template(spec(tmp_path, source, launch, reference, role))
+    made = rules_template(original, "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["stencil"], made.applied.declined
+    assert f"halo of {halo}" in made.applied.rewrites[0].description
+    proposal = made.proposal
+    assert "TILE" in {p.name for p in proposal.parameters}
+    verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=original.problem("small", {}), limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
+    config = {**template.default_config(), "TILE": 1, "ITEMS": 2}
+    ok, _, message = ev.reproduces_original(config, (3, 4))
+    assert ok, (config, message)
+
+
+def test_what_the_tile_cannot_place_stays_global_and_an_array_written_is_never_staged(tmp_path):
+    clamped = rules_template(load_template(spec(tmp_path / "a", CLAMPED)), "opencl", CPU)
+    assert [r.name for r in clamped.applied.rewrites] == ["stencil"]
+    assert "TILE" not in {p.name for p in clamped.proposal.parameters}
+    assert "no tile: no input is read at its neighbours' points" in clamped.applied.rewrites[0].description
+    in_place = rules_template(load_template(spec(tmp_path / "b", IN_PLACE)), "opencl", CPU)
+    assert "TILE" not in {p.name for p in in_place.proposal.parameters}
+    assert "kt_s0" not in in_place.proposal.sources["opencl"]
