@@ -58,6 +58,30 @@ class Body:
     guard_at: list[int] = field(default_factory=list)  # for each guard, the statements before it
 
 
+def char_offsets(source: str):
+    """A function from a span of the kernel model (bytes of the source) to (start, end) in
+    characters of `source`."""
+    raw = source.encode("utf-8")
+    if len(raw) == len(source):
+        return lambda span: (span.start, span.end)
+    return lambda span: (len(raw[:span.start].decode("utf-8", "replace")),
+                         len(raw[:span.end].decode("utf-8", "replace")))
+
+
+@dataclass(frozen=True)
+class KernelSpans:
+    """Where the model's kernel and its body stand, in characters of the source: what `header`
+    and `beside` read."""
+
+    span: Span
+    body: Span
+
+
+def kernel_spans(source: str, model) -> KernelSpans:
+    chars = char_offsets(source)
+    return KernelSpans(Span(*chars(model.kernel.span)), Span(*chars(model.kernel.body)))
+
+
 def body_of(source: str, a: KernelAnalysis) -> Body:
     """The analysed kernel's body, flattened; Decline when it holds a return other than a guard's,
     an `if` with statements after it, or an `else`."""

@@ -37,7 +37,7 @@ from kerntune.engine.proposal import ParamProposal
 from . import affine
 from .cooperate import (Decline, Dialect, beside, body_of, expression_names, guard_parts, header, inlined, pinned,
                         reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted, within)
-from .kernel_tree import span_of
+from .kernel_tree import span_of, syntax_nodes
 from .passes import Declined, Rewrite, RewriteContext
 
 
@@ -322,10 +322,41 @@ def _subscripts(text: str) -> list[str]:
     return out
 
 
+def vector_operands(ctx: RewriteContext, s: Contraction) -> tuple[str, str]:
+    """For X and Y, the array element the operand is (`A[kt_r * K + kt_k]`) where four neighbours
+    along the index it walks contiguously are four neighbours in memory of the accumulator's
+    type, so VEC = 4 may load them as one vector; "" where the operand is anything else (a
+    conversion, a product, another type)."""
+    types = {x.name: x.ctype for x in ctx.analysis.signature.args if x.pointer and not x.local}
+    out = []
+    for text, fast, other, coord in ((s.x, s.x_k_fast, "kt_r", "kt_r"), (s.y, s.y_k_fast, "kt_c", "kt_c")):
+        found = syntax_nodes(f"auto kt_e = {text};", ("subscript_expression",))
+        node = strip_parens(syntax_nodes(f"auto kt_e = {text};", ("parenthesized_expression",))[0][0]) \
+            if found else None
+        if node is None or node.type != "subscript_expression":
+            out.append("")
+            continue
+        text_of = found[0][1]
+        array = text_of(node.child_by_field_name("argument")).strip()
+        idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
+        inner = [c for c in idx.named_children if c.type != "comment"] if idx is not None else []
+        index = text_of(inner[0]) if idx is not None and idx.type == "subscript_argument_list" and len(inner) == 1 \
+            else (text_of(idx) if idx is not None else "")
+        walk = "kt_k" if fast else coord
+        still = {coord, "kt_k"} - {walk}
+        if types.get(array) != s.acc_type or s.acc_type != "float" or not index or \
+                affine.slope(index, walk, still) != 1:
+            out.append("")
+            continue
+        out.append(f"{array}[{index}]")
+    return out[0], out[1]
+
+
 def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     d = Dialect.of(ctx.backend)
     a = ctx.analysis
-    kernel = _kernel(header(ctx.source, a), s, d)
+    vectors = vector_operands(ctx, s)
+    kernel = _kernel(header(ctx.source, a), s, d, vectors)
     acc_bytes = ELEMENT_BYTES.get(s.acc_type.split()[-1], 4)
     params = [
         ParamProposal("BM", (16, 32, 64, 128, 256), 64, "rows of outputs per block (a tile)", "tile"),
@@ -337,15 +368,20 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
         ParamProposal("STAGES", (1, 2), 1, "2: the next step's tiles are loaded into registers while this step "
                                            "computes", "tile"),
     ]
+    if any(vectors):
+        params.append(ParamProposal("VEC", (1, 4), 1, "4: the operands' tiles loaded four neighbours at a time as "
+                                                      "one vector where they are aligned and in range", "vector"))
+    vec_off = " and VEC == 1" if any(vectors) else ""
     off = f"{SWITCH} == 0"
     constraints = [
-        f"{SWITCH} > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1)",  # unread by the original
+        f"{SWITCH} > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1{vec_off})",  # unread by the original
         "BM % TM == 0 and BN % TN == 0",
         f"{off} or (BM // TM) * (BN // TN) <= max_threads_per_block",
         f"{off} or (BM // TM) * (BN // TN) >= warp_size",
         f"{off} or {SWITCH} * (BM + BN + 8) * {acc_bytes} <= max_shared_per_block",
         "TM * TN <= 64",
-    ] + pinned(ctx, off)
+    ] + ([f"VEC == 1 or ({SWITCH} % 4 == 0 and BM % 4 == 0 and BN % 4 == 0)"] if any(vectors) else []) \
+        + pinned(ctx, off)
     grid = list(ctx.grid)
     block = list(ctx.block)
     tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + list(grid[2:])
@@ -360,7 +396,9 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
         first[name] = (value,)
     what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "
             f"{'k' if s.y_k_fast else s.c}-contiguous Y: BM x BN tiles through shared memory in BK steps, TM x TN "
-            f"outputs per thread in registers, STAGES 2 loading the next step while this one computes, any size")
+            f"outputs per thread in registers, STAGES 2 loading the next step while this one computes"
+            + (f", VEC 4 loading {' and '.join(n for n, v in zip('XY', vectors) if v)} four elements at a time"
+               if any(vectors) else "") + ", any size")
     return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block, first=first,
                    helps="compute")
 
@@ -370,7 +408,16 @@ def _helpers(d: Dialect) -> str:
             "#define KT_CEIL(a, b) (((a) + (b) - 1) / (b))\n")
 
 
-def _kernel(head: str, s: Contraction, d: Dialect) -> str:
+def _groups(size: str, k_fast: bool) -> tuple[str, str, str]:
+    """A tile's groups of four neighbours along the index its operand walks contiguously: how many,
+    and group `kt_g`'s first element (its offset along the tile's side, its depth)."""
+    groups = f"({size} * {SWITCH} / 4)"
+    if k_fast:
+        return groups, f"kt_g / ({SWITCH} / 4)", f"4 * (kt_g % ({SWITCH} / 4))"
+    return groups, f"4 * (kt_g % ({size} / 4))", f"kt_g / ({size} / 4)"
+
+
+def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[str, str] = ("", "")) -> str:
     cuda = d.name == "cuda"
     T = s.acc_type
     vec = cuda and T == "float"
@@ -390,34 +437,88 @@ def _kernel(head: str, s: Contraction, d: Dialect) -> str:
               "            } else\n            ") if vec else ""
     read_b = read_a.replace("TM", "TN").replace("kt_as", "kt_bs").replace("kt_tr", "kt_tc").replace("kt_a[", "kt_b[")
     epilogue = "\n".join(f"                {st}" for st in s.epilogue)
+
+    def regs(size: str, element: str) -> str:
+        scalar = f"KT_CEIL({size} * {SWITCH}, KT_THREADS)"
+        return f"(VEC == 4 ? 4 * KT_CEIL({size} * {SWITCH} / 4, KT_THREADS) : {scalar})" if element else scalar
     next_cond = s.kb_cond.replace("kt_kb", "kt_next")
+
+    operands = (("kt_ra", "BM", (a_m, a_q), "kt_r", s.r_type, r_ok, s.x, s.x_k_fast, vectors[0], "kt_as"),
+                ("kt_rb", "BN", (b_n, b_q), "kt_c", s.c_type, c_ok, s.y, s.y_k_fast, vectors[1], "kt_bs"))
 
     def fetch(base: str, ind: str) -> str:
         """This thread's elements of both tiles at depth `base`, into registers (zero outside)."""
         out = ""
-        for reg, size, fast_split, coord, ctype, conds, value in (
-                ("kt_ra", "BM", (a_m, a_q), "kt_r", s.r_type, r_ok, s.x),
-                ("kt_rb", "BN", (b_n, b_q), "kt_c", s.c_type, c_ok, s.y)):
+        for reg, size, fast_split, coord, ctype, conds, value, k_fast, element, _ in operands:
             first, q = fast_split
             origin = "kt_r0" if coord == "kt_r" else "kt_c0"
-            out += (f"{ind}#pragma unroll\n{ind}for (int kt_j = 0; kt_j < KT_CEIL({size} * {SWITCH}, KT_THREADS); ++kt_j) {{\n"
-                    f"{ind}    const int kt_i = kt_t + kt_j * KT_THREADS;\n"
-                    f"{ind}    const int kt_o = {first}, kt_q = {q};\n"
-                    f"{ind}    const {ctype} {coord} = {origin} + kt_o;\n"
-                    f"{ind}    const {s.k_type} kt_k = {base} + kt_q;\n"
-                    f"{ind}    {reg}[kt_j] = (kt_i < {size} * {SWITCH} && {conds} && ({s.k_cond})) ? ({T})({value}) : ({T})0;\n"
-                    f"{ind}}}\n")
+            scalar = (f"{ind}#pragma unroll\n{ind}for (int kt_j = 0; kt_j < KT_CEIL({size} * {SWITCH}, KT_THREADS); ++kt_j) {{\n"
+                      f"{ind}    const int kt_i = kt_t + kt_j * KT_THREADS;\n"
+                      f"{ind}    const int kt_o = {first}, kt_q = {q};\n"
+                      f"{ind}    const {ctype} {coord} = {origin} + kt_o;\n"
+                      f"{ind}    const {s.k_type} kt_k = {base} + kt_q;\n"
+                      f"{ind}    {reg}[kt_j] = (kt_i < {size} * {SWITCH} && {conds} && ({s.k_cond})) ? ({T})({value}) : ({T})0;\n"
+                      f"{ind}}}\n")
+            if not element:
+                out += scalar
+                continue
+            # four neighbours along the contiguous index a group: one vector where all four are in
+            # range and (CUDA) the first is 16-byte aligned, else each as the scalar path reads it
+            groups, o, qq = _groups(size, k_fast)
+            step = ("0", "kt_v") if k_fast else ("kt_v", "0")
+            aligned = f" && ((unsigned long)&{element} & 15) == 0" if cuda else ""
+            load = (f"*reinterpret_cast<const float4 *>(&{element})" if cuda else f"vload4(0, &{element})")
+            out += (f"{ind}#if VEC == 4\n"
+                    f"{ind}#pragma unroll\n{ind}for (int kt_j = 0; kt_j < KT_CEIL({groups}, KT_THREADS); ++kt_j) {{\n"
+                    f"{ind}    const int kt_g = kt_t + kt_j * KT_THREADS;\n"
+                    f"{ind}    const int kt_o = {o}, kt_q = {qq};\n"
+                    f"{ind}    bool kt_all = kt_g < {groups};\n"
+                    f"{ind}    bool kt_in[4];\n"
+                    f"{ind}#pragma unroll\n{ind}    for (int kt_v = 0; kt_v < 4; ++kt_v) {{\n"
+                    f"{ind}        const {ctype} {coord} = {origin} + kt_o + {step[0]};\n"
+                    f"{ind}        const {s.k_type} kt_k = {base} + kt_q + {step[1]};\n"
+                    f"{ind}        kt_in[kt_v] = kt_g < {groups} && {conds} && ({s.k_cond});\n"
+                    f"{ind}        kt_all = kt_all && kt_in[kt_v];\n"
+                    f"{ind}    }}\n"
+                    f"{ind}    {{\n"
+                    f"{ind}        const {ctype} {coord} = {origin} + kt_o;\n"
+                    f"{ind}        const {s.k_type} kt_k = {base} + kt_q;\n"
+                    f"{ind}        if (kt_all{aligned}) {{\n"
+                    f"{ind}            const float4 kt_w = {load};\n"
+                    f"{ind}            {reg}[4 * kt_j] = kt_w.x; {reg}[4 * kt_j + 1] = kt_w.y; "
+                    f"{reg}[4 * kt_j + 2] = kt_w.z; {reg}[4 * kt_j + 3] = kt_w.w;\n"
+                    f"{ind}            continue;\n"
+                    f"{ind}        }}\n"
+                    f"{ind}    }}\n"
+                    f"{ind}#pragma unroll\n{ind}    for (int kt_v = 0; kt_v < 4; ++kt_v) {{\n"
+                    f"{ind}        const {ctype} {coord} = {origin} + kt_o + {step[0]};\n"
+                    f"{ind}        const {s.k_type} kt_k = {base} + kt_q + {step[1]};\n"
+                    f"{ind}        {reg}[4 * kt_j + kt_v] = kt_in[kt_v] ? ({T})({value}) : ({T})0;\n"
+                    f"{ind}    }}\n"
+                    f"{ind}}}\n{ind}#else\n{scalar}{ind}#endif\n")
         return out
 
     def stash(ind: str) -> str:
         """The registers of `fetch` into the shared tiles."""
         out = ""
-        for reg, size, fast_split, tile in (("kt_ra", "BM", (a_m, a_q), "kt_as"), ("kt_rb", "BN", (b_n, b_q), "kt_bs")):
+        for reg, size, fast_split, _, _, _, _, k_fast, element, tile in operands:
             first, q = fast_split
-            out += (f"{ind}#pragma unroll\n{ind}for (int kt_j = 0; kt_j < KT_CEIL({size} * {SWITCH}, KT_THREADS); ++kt_j) {{\n"
-                    f"{ind}    const int kt_i = kt_t + kt_j * KT_THREADS;\n"
-                    f"{ind}    if (kt_i < {size} * {SWITCH}) {tile}[{q}][{first}] = {reg}[kt_j];\n"
-                    f"{ind}}}\n")
+            scalar = (f"{ind}#pragma unroll\n{ind}for (int kt_j = 0; kt_j < KT_CEIL({size} * {SWITCH}, KT_THREADS); ++kt_j) {{\n"
+                      f"{ind}    const int kt_i = kt_t + kt_j * KT_THREADS;\n"
+                      f"{ind}    if (kt_i < {size} * {SWITCH}) {tile}[{q}][{first}] = {reg}[kt_j];\n"
+                      f"{ind}}}\n")
+            if not element:
+                out += scalar
+                continue
+            groups, o, qq = _groups(size, k_fast)
+            at = "[kt_q + kt_v][kt_o]" if k_fast else "[kt_q][kt_o + kt_v]"
+            out += (f"{ind}#if VEC == 4\n"
+                    f"{ind}#pragma unroll\n{ind}for (int kt_j = 0; kt_j < KT_CEIL({groups}, KT_THREADS); ++kt_j) {{\n"
+                    f"{ind}    const int kt_g = kt_t + kt_j * KT_THREADS;\n"
+                    f"{ind}    const int kt_o = {o}, kt_q = {qq};\n"
+                    f"{ind}    if (kt_g < {groups})\n"
+                    f"{ind}#pragma unroll\n{ind}        for (int kt_v = 0; kt_v < 4; ++kt_v) {tile}{at} = {reg}[4 * kt_j + kt_v];\n"
+                    f"{ind}}}\n{ind}#else\n{scalar}{ind}#endif\n")
         return out
 
     return f"""{head}
@@ -431,7 +532,7 @@ def _kernel(head: str, s: Contraction, d: Dialect) -> str:
     {T} kt_acc[TM][TN];
     for (int kt_m = 0; kt_m < TM; ++kt_m)
         for (int kt_n = 0; kt_n < TN; ++kt_n) kt_acc[kt_m][kt_n] = {s.acc_init};
-    {T} kt_ra[KT_CEIL(BM * {SWITCH}, KT_THREADS)], kt_rb[KT_CEIL(BN * {SWITCH}, KT_THREADS)];
+    {T} kt_ra[{regs("BM", vectors[0])}], kt_rb[{regs("BN", vectors[1])}];
 {start}{fetch("kt_kb0", "    ")}{stash("    ")}    {d.barrier};
     for ({s.k_type} kt_kb = kt_kb0; {s.kb_cond}; kt_kb += {SWITCH}) {{
         const {s.k_type} kt_next = kt_kb + {SWITCH};

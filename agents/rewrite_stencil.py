@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, raw_text, reads_thread_ids,
-                        spec_scalars, spec_text, with_names)
+from .cooperate import (Decline, Dialect, beside, char_offsets, fresh_names, guard_parts, header, kernel_spans, raw_text,
+                        reads_thread_ids, spec_scalars, spec_text, with_names)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly
 from .passes import Declined, Rewrite, RewriteContext
@@ -360,30 +360,22 @@ def _read(model: KernelModel, x, form, two_d: bool):
 
 # the rewrite --------------------------------------------------------------------------------------------------
 
-def _char_offsets(source: str):
-    """A function from a model span (bytes) to (start, end) in characters of `source`."""
-    raw = source.encode("utf-8")
-    if len(raw) == len(source):
-        return lambda span: (span.start, span.end)
-    return lambda span: (len(raw[:span.start].decode("utf-8", "replace")), len(raw[:span.end].decode("utf-8", "replace")))
-
-
 def _compile_time(text: str, ctx: RewriteContext) -> bool:
     t = text.strip()
     return t.isdigit() or t in ctx.defaults
 
 
 def _rewrite(ctx: RewriteContext) -> Rewrite:
-    a = ctx.analysis
-    if a.signature.is_template:
-        raise Decline("a template kernel")
-    if a.barriers or a.shared or a.atomics:
-        raise Decline("its threads already cooperate (barriers, shared memory or atomics)")
     try:
         model = ctx.model
     except ModelError as e:
         raise Decline(str(e)) from None
-    chars = _char_offsets(ctx.source)
+    if model.signature.is_template:
+        raise Decline("a template kernel")
+    if model.cooperates:
+        raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
+    a = kernel_spans(ctx.source, model)
+    chars = char_offsets(ctx.source)
     (cx, ox), y = _coordinates(model)
     cy, oy = y if y is not None else (None, 0)
     two_d = cy is not None
@@ -415,7 +407,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     # the body as a function of the point: each coordinate's initialiser becomes the point's value
     points = [(cx, "kt_x" + (f" + {ox}" if ox else ""))] + ([(cy, "kt_y" + (f" + {oy}" if oy else ""))] if two_d else [])
     plain, tiled = _bodies(ctx, a, points, found, two_d, chars)
-    params, args = _parameters(fn, ctx, d)
+    params, args = _parameters(fn, ctx, d, model)
     qualifier = "static __device__ __forceinline__ void" if d.name == "cuda" else "static inline void"
     point = params + ["const int kt_x"] + (["const int kt_y"] if two_d else [])
     local = "" if d.name == "cuda" else "__local "
@@ -442,7 +434,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     source = beside(ctx.source, a, switch, params_out, helpers, kernel, NAME)
     first = {items: (1, 4, 8)}
     constraints = []
-    what = (f"stencil: ITEMS points per thread along {'y' if two_d else 'x'}, pointers restricted so neighbouring "
+    what = (f"ITEMS points per thread along {'y' if two_d else 'x'}, pointers restricted so neighbouring "
             f"{'rows' if two_d else 'points'} stay in registers")
     if found:
         first[tile] = (0, 1)
@@ -540,7 +532,7 @@ def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, 
             f"    {d.barrier};\n{points}#else\n{plain}#endif\n}}")
 
 
-def _parameters(fn, ctx, d: Dialect) -> tuple[list[str], list[str]]:
+def _parameters(fn, ctx, d: Dialect, model: KernelModel) -> tuple[list[str], list[str]]:
     """The kernel's parameters as the point function declares them (pointers restricted) and
     the names that pass them on."""
     decl = fn.child_by_field_name("declarator")
@@ -562,7 +554,7 @@ def _parameters(fn, ctx, d: Dialect) -> tuple[list[str], list[str]]:
             node = node.child_by_field_name("declarator")
         if node is None:
             raise Decline(f"the parameter `{text}` has no name")
-        arg = next((x for x in ctx.analysis.signature.args if x.name == node.text.decode()), None)
+        arg = next((x for x in model.signature.args if x.name == node.text.decode()), None)
         if arg is not None and arg.pointer and not arg.local and "restrict" not in text:
             star = text.rfind("*")
             text = text[:star + 1] + f" {restrict} " + text[star + 1:].lstrip()

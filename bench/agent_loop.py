@@ -80,8 +80,8 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "reduce_firstadd": (None, "64M"),
     "stencil5": ("stencil5_tiled", "8k"),
     "stencil9": (None, "8k"),
-    "conv_rows": (None, "8k"),
-    "conv_cols": (None, "8k"),
+    "conv_rows": ("conv_rows_tiled", "8k"),
+    "conv_cols": ("conv_cols_tiled", "8k"),
     "stencil1d": (None, "64M"),
     "embedding_gather": ("gather_rows", "llama-t8192"),
 }

@@ -33,10 +33,12 @@ FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
 # kernel -> (the rewrite, configurations away from the defaults that must give the original's outputs)
 CASES = {
     "matmul_naive": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 4, "TN": 2, "STAGES": 2},
-                                     {"BK": 4, "BM": 16, "BN": 64, "TM": 1, "TN": 8})),
-    "matmul_coalesced": ("contraction", ({"BK": 16, "BM": 64, "BN": 16, "TM": 8, "TN": 1},)),
+                                     {"BK": 4, "BM": 16, "BN": 64, "TM": 1, "TN": 8},
+                                     {"BK": 8, "BM": 32, "BN": 16, "TM": 4, "TN": 2, "VEC": 4, "STAGES": 2})),
+    "matmul_coalesced": ("contraction", ({"BK": 16, "BM": 64, "BN": 16, "TM": 8, "TN": 1},
+                                         {"BK": 4, "BM": 16, "BN": 32, "TM": 2, "TN": 2, "VEC": 4})),
     "matmul_half": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 2, "TN": 4},)),
-    "matmul_batched": ("contraction", ({"BK": 8, "BM": 32, "BN": 16, "TM": 2, "TN": 2, "STAGES": 2},)),
+    "matmul_batched": ("contraction", ({"BK": 8, "BM": 32, "BN": 16, "TM": 2, "TN": 2, "STAGES": 2, "VEC": 4},)),
     "reduce_nodivergence": ("reduction", ({"LANES": 16}, {"LANES": 8, "THREADS": 64, "GRID": 1})),
     "reduce_atomic": ("reduction", ({"GRID": 1, "THREADS_SIZE": 64, "ITEMS": 4}, {"GRID": 8})),
     "reduce_firstadd": ("reduction", ({"LANES": 32, "THREADS": 64, "GRID": 1},)),
@@ -228,7 +230,9 @@ def test_affine_reads_indices_as_polynomials():
 
 CUDA_CONFIGS = {
     "matmul_naive": ({}, {"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2}, {"BK": 16, "BM": 64, "BN": 32, "TM": 2,
-                                                                          "TN": 1}),
+                                                                          "TN": 1},
+                     {"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "VEC": 4},
+                     {"BK": 16, "BM": 128, "BN": 64, "TM": 8, "TN": 4, "VEC": 4}),
     "matmul_half": ({"BK": 32, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "STAGES": 2},),
     "reduce_interleaved": ({"LANES": 32}, {"LANES": 8, "THREADS": 128, "GRID": 4}),
     "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
@@ -291,7 +295,8 @@ def test_on_cuda_the_rewritten_kernels_gate_and_every_tuned_configuration_verifi
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bar", ("block_sums", "reduce_total", "stencil5_tiled", "gather_rows"))
+@pytest.mark.parametrize("bar", ("block_sums", "reduce_total", "stencil5_tiled", "gather_rows", "conv_rows_tiled",
+                                 "conv_cols_tiled"))
 def test_on_cuda_the_hand_written_bars_verify(bar, tmp_path):
     bars = Path(__file__).resolve().parent.parent / "bench" / "bars"
     run = TuneRun(load_template(bars / bar), TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
