@@ -35,9 +35,11 @@ from dataclasses import dataclass
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, body_of, expression_names, guard_parts, header, inlined, pinned,
-                        reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted, within)
-from .kernel_tree import span_of, syntax_nodes
+from .cooperate import (Decline, Dialect, beside, body_of, char_offsets, expression_names, guard_parts, header, inlined,
+                        kernel_spans, pinned, reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted,
+                        within)
+from .kernel_tree import Span, span_of, syntax_nodes
+from .model import ModelError
 from .passes import Declined, Rewrite, RewriteContext
 
 
@@ -85,24 +87,29 @@ def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
 
 def read(ctx: RewriteContext) -> Contraction:
     """The contraction the kernel computes; Decline with the reason when it is none."""
-    a = ctx.analysis
+    try:
+        a = ctx.model
+    except ModelError as e:
+        raise Decline(str(e)) from None
+    chars = char_offsets(ctx.source)
     if a.signature.is_template:
         raise Decline("a template kernel")
-    if a.barriers or a.shared or a.atomics:
-        raise Decline("its threads already cooperate (barriers, shared memory or atomics)")
+    if a.cooperates:
+        raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
+    _no_pointer_passed(a)
     sums = [acc for acc in a.accumulators if acc.op == "sum"]
     if len(sums) != 1 or len(a.accumulators) != 1:
         raise Decline("not one sum carried across a loop" if not sums else "more than one accumulator")
     acc = sums[0]
     loop = a.loops[acc.loop]
-    if len(a.loops) != 1 or loop.depth:
+    if sum(lp.in_kernel for lp in a.loops) != 1 or loop.depth or not loop.in_kernel:
         raise Decline("not one loop around the sum (a loop nest)")
-    if loop.step != "1" or not loop.var or not loop.bound:
+    if loop.step != "1" or not loop.var or not loop.bound or loop.compare not in ("<", "<="):
         raise Decline(f"the loop over `{loop.var or '?'}` does not step by one to a bound")
-    body = body_of(ctx.source, a)
+    body = body_of(ctx.source, kernel_spans(ctx.source, a))
     text_of = body.text_of
     loops = [s for s in body.statements if s.type == "for_statement"]
-    if len(loops) != 1 or span_of(ctx.source, loops[0]) != loop.span:
+    if len(loops) != 1 or span_of(ctx.source, loops[0]) != Span(*chars(loop.span)):
         raise Decline("the loop is not a statement of the kernel's body")
     at = body.statements.index(loops[0])
     before, after = body.statements[:at], body.statements[at + 1:]
@@ -114,7 +121,7 @@ def read(ctx: RewriteContext) -> Contraction:
             raise Decline(f"a statement after the loop that is neither a declaration nor an expression (line "
                           f"{s.start_point[0] + 1})")
     # a batch: locals made from the grid's z index alone (the tiles keep the original's z dimension)
-    batch = {t.name for t in a.thread_indices if t.reads and set(t.reads) <= {("group", 2)}}
+    batch = {t.name for t in a.thread_indices if t.reads and set(t.reads) <= {("blockIdx", 2)}}
     coords = {t.name for t in a.thread_indices} - batch
     # the update, its product and its factors
     update, factors = _update(loops[0], acc.var, text_of)
@@ -133,7 +140,7 @@ def read(ctx: RewriteContext) -> Contraction:
     if len(used) != 2:
         raise Decline("the product's factors do not read two different coordinates of the output (no "
                       "contraction of two operands)")
-    r, c = _order(ctx, a, body, after, used)
+    r, c = _order(ctx, a, after, used, chars)
     x = " * ".join(f"({f})" for f, d in deps if c not in d)
     y = " * ".join(f"({f})" for f, d in deps if c in d)
     ren = {r: "kt_r", c: "kt_c", k: "kt_k", acc.var: "kt_v"}
@@ -171,7 +178,7 @@ def read(ctx: RewriteContext) -> Contraction:
         if _reads_ids(text):
             raise Decline(f"the statement after the loop reads thread ids (line {s.start_point[0] + 1})")
         epilogue.append(" ".join(text.split()))
-    _own_outputs(ctx, a, after, {r: "kt_r", c: "kt_c"}, x_text + " " + y_text)
+    _own_outputs(ctx, a, after, {r: "kt_r", c: "kt_c"}, x_text + " " + y_text, chars)
     acc_type = _declared_type(before, acc.var, text_of) or "float"
     return Contraction(
         r, c, _declared_type(before, r, text_of) or "int", _declared_type(before, c, text_of) or "int",
@@ -179,6 +186,42 @@ def read(ctx: RewriteContext) -> Contraction:
         acc_type, inlined(a, acc.init, {}) if acc.init else "0", x_text, y_text, update, tuple(epilogue),
         _fast(x_text, "kt_k", "kt_r"), _fast(y_text, "kt_k", "kt_c"),
         inlined(a, f"{k} {'<=' if loop.inclusive else '<'} {loop.bound}", {k: "kt_kb"}))
+
+
+def _no_pointer_passed(model) -> None:
+    """Decline a kernel that hands one of its arrays to a function of the file that may write
+    through it (a parameter that is a pointer to non-const): what it writes is not the model's to see."""
+    raw = model.source.encode("utf-8")
+    writable = {f.name: _writable_parameters(raw[f.span.start:f.body.start].decode("utf-8", "replace"))
+                for f in model.functions[1:]}
+    for call in model.calls:
+        if call.name not in writable or call.function != model.name:
+            continue
+        text = raw[call.span.start:call.span.end].decode("utf-8", "replace")
+        found = syntax_nodes(f"auto kt_e = {text};", ("argument_list",))
+        if not found:
+            continue
+        node, text_of = found[0]
+        args = [c for c in node.named_children if c.type != "comment"]
+        for i, arg in enumerate(args):
+            if i in writable[call.name] and expression_names(text_of(arg)) & set(model.pointers):
+                raise Decline(f"it hands an array to `{call.name}`, which may write through it")
+
+
+def _writable_parameters(head: str) -> set[int]:
+    """The positions of a function's parameters that are pointers to non-const data."""
+    found = syntax_nodes(head + ";", ("parameter_list",))
+    if not found:
+        return set()
+    node, text_of = found[0]
+    out = set()
+    for i, p in enumerate(c for c in node.named_children if c.type == "parameter_declaration"):
+        decl = p.child_by_field_name("declarator")
+        if decl is not None and decl.type in ("pointer_declarator", "abstract_pointer_declarator"):
+            before = text_of(p)[:text_of(p).find("*")]
+            if "const" not in before.split():
+                out.add(i)
+    return out
 
 
 def _reads_ids(text: str) -> bool:
@@ -228,9 +271,10 @@ def _factors(node, text_of) -> list[str]:
     return [text_of(node)]
 
 
-def _order(ctx, a, body, after, used: list[str]) -> tuple[str, str]:
+def _order(ctx, a, after, used: list[str], chars) -> tuple[str, str]:
     """(r, c): c is the coordinate along which the output's index walks contiguously."""
-    stores = [x for x in a.accesses if x.write and any(within(x.span, span_of(ctx.source, s)) for s in after)]
+    stores = [x for x in a.accesses if x.write and any(within(Span(*chars(x.span)), span_of(ctx.source, s))
+                                                        for s in after)]
     for x in stores:
         idx = inlined(a, x.index, {used[0]: "kt_0", used[1]: "kt_1"})
         if affine.slope(idx, "kt_0", {"kt_1"}) == 1:
@@ -274,7 +318,7 @@ def _loop_type(loop_node, text_of) -> str:
     return "int"
 
 
-def _own_outputs(ctx, a, after, ren: dict[str, str], operands: str) -> None:
+def _own_outputs(ctx, a, after, ren: dict[str, str], operands: str, chars) -> None:
     """Every write is after the loop, at an index reading both coordinates, into an array the
     operands do not read."""
     spans = [span_of(ctx.source, s) for s in after]
@@ -282,7 +326,7 @@ def _own_outputs(ctx, a, after, ren: dict[str, str], operands: str) -> None:
     for x in a.accesses:
         if not x.write:
             continue
-        if not any(within(x.span, sp) for sp in spans):
+        if not any(within(Span(*chars(x.span)), sp) for sp in spans):
             raise Decline(f"`{x.array}` is written inside the loop or before it")
         idx = expression_names(inlined(a, x.index, ren))
         if not {"kt_r", "kt_c"} <= idx:
@@ -327,7 +371,7 @@ def vector_operands(ctx: RewriteContext, s: Contraction) -> tuple[str, str]:
     along the index it walks contiguously are four neighbours in memory of the accumulator's
     type, so VEC = 4 may load them as one vector; "" where the operand is anything else (a
     conversion, a product, another type)."""
-    types = {x.name: x.ctype for x in ctx.analysis.signature.args if x.pointer and not x.local}
+    types = {x.name: x.ctype for x in ctx.model.signature.args if x.pointer and not x.local}
     out = []
     for text, fast, other, coord in ((s.x, s.x_k_fast, "kt_r", "kt_r"), (s.y, s.y_k_fast, "kt_c", "kt_c")):
         found = syntax_nodes(f"auto kt_e = {text};", ("subscript_expression",))
@@ -354,7 +398,7 @@ def vector_operands(ctx: RewriteContext, s: Contraction) -> tuple[str, str]:
 
 def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     d = Dialect.of(ctx.backend)
-    a = ctx.analysis
+    a = kernel_spans(ctx.source, ctx.model)
     vectors = vector_operands(ctx, s)
     kernel = _kernel(header(ctx.source, a), s, d, vectors)
     acc_bytes = ELEMENT_BYTES.get(s.acc_type.split()[-1], 4)
@@ -370,7 +414,8 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     ]
     if any(vectors):
         params.append(ParamProposal("VEC", (1, 4), 1, "4: the operands' tiles loaded four neighbours at a time as "
-                                                      "one vector where they are aligned and in range", "vector"))
+                                                      "one vector where they are aligned and in range (a switch: tried on the leaders "
+                                                      "once the tiles are chosen)", "flag"))
     vec_off = " and VEC == 1" if any(vectors) else ""
     off = f"{SWITCH} == 0"
     constraints = [

@@ -250,12 +250,14 @@ def _assigned_in(model: KernelModel, var: str, span) -> bool:
     return False
 
 
-def _count(ctx, arg: str, scalars: dict[str, str]) -> str | None:
-    """The array's elements as C over the kernel's scalar arguments, from the spec's shape."""
+def _count(ctx, arg: str, scalars: dict[str, str], defines) -> str | None:
+    """The array's elements as C over the kernel's scalar arguments, from the spec's shape (a size
+    the source #defines under the problem's name is read as the macro: the kernel indexes by it)."""
     spec = next((x for x in ctx.original.arguments if x.name == arg), None)
     if spec is None or not spec.shape:
         return None
-    by_problem = {v.strip(): k for k, v in scalars.items() if v.strip().isidentifier()}
+    by_problem = {name: name for name in defines}
+    by_problem.update({v.strip(): k for k, v in scalars.items() if v.strip().isidentifier()})
     factors = []
     for dim in spec.shape:
         try:
@@ -293,7 +295,9 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars) -> tuple[
             if form is None or (x.call and x.call not in hints) or x.function != model.name or x.write:
                 continue
             got = _read(model, x, form, two_d)
-            if got is None:
+            if isinstance(got, str):
+                if got:
+                    why = f"`{array}[{' '.join(x.index.split())}]` {got}"
                 continue
             (gx, gy), (dx, dy), (ex, ey), base = got
             if strides is None:
@@ -310,7 +314,7 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars) -> tuple[
             continue
         gx, gy, base = strides
         texts = [_c_text(p, scalars_c) for p in (gx, gy if gy is not None else Poly(), base)]
-        count = _count(ctx, array, scalars)
+        count = _count(ctx, array, scalars, model.defines)
         if any(t is None for t in texts) or count is None:
             why = (f"the size or layout of `{array}` is not known to the kernel (its shape over the scalar "
                    f"arguments, strides over scalars and #defines)")
@@ -323,15 +327,18 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars) -> tuple[
 
 
 def _read(model: KernelModel, x, form, two_d: bool):
-    """((stride along x, along y), (offset along x, along y) over the loop variables, their ranges)
-    of a read at the point's neighbour, with the rest of its index; None for any other read."""
+    """((stride along x, along y), (offset along x, along y) over the loop variables, their ranges,
+    the rest of its index) of a read at the point's neighbour; else why not ("" for a read that does
+    not move with the point at all, a coefficient or a table)."""
     bd = {"x": Poly.of("blockDim.x"), "y": Poly.of("blockDim.y")}
     gx = form.coeff("threadIdx.x")
     gy = form.coeff("threadIdx.y") if two_d else None
+    if gx.is_zero and (gy is None or gy.is_zero):
+        return ""
     if gx.is_zero or form.coeff("blockIdx.x") != gx * bd["x"]:
-        return None
+        return "does not move with x as the point does"
     if two_d and (gy.is_zero or form.coeff("blockIdx.y") != gy * bd["y"]):
-        return None
+        return "does not move with y as the point does"
     loops = {lp.var: lp for lp in model.nest(x.loop) if lp.var}
     allowed = {"threadIdx.x", "blockIdx.x"} | ({"threadIdx.y", "blockIdx.y"} if two_d else set())
     tx, ty = [], []
@@ -339,19 +346,23 @@ def _read(model: KernelModel, x, form, two_d: bool):
         if sym in allowed:
             continue
         lp = loops.get(sym)
-        if lp is None or not lp.in_kernel or _assigned_in(model, sym, lp.body):
-            return None
+        if lp is None or not lp.in_kernel:
+            return f"moves with `{sym}`, no loop of the kernel's own"
+        if _assigned_in(model, sym, lp.body):
+            return f"moves with `{sym}`, which the loop's body assigns"
         rng = _range(model, lp)
+        if rng is None:
+            return f"moves with `{sym}`, whose loop's bounds are not numbers or #defines"
         parts = _split(coeff, gx, gy)
-        if rng is None or parts is None or not parts[2].is_zero:
-            return None
+        if parts is None or not parts[2].is_zero:
+            return f"moves with `{sym}` other than by whole points along x and y"
         if parts[0]:
             tx.append((parts[0], sym, rng))
         if parts[1]:
             ty.append((parts[1], sym, rng))
     parts = _split(form.const, gx, gy)
     if parts is None:
-        return None
+        return "has no stride of one along x or y"
     a, b, base = parts
     ex = _extent([(c, r) for c, _, r in tx], a)
     ey = _extent([(c, r) for c, _, r in ty], b)

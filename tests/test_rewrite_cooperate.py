@@ -5,6 +5,7 @@ the CUDA sources compiled with nvcc at several values, and the kernels they must
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ CASES = {
 
 
 def context(source: str, entry: str, backend: str, limits: DeviceLimits, name: str) -> RewriteContext:
-    t = load_template(NAIVE / name)
+    t = replace(load_template(NAIVE / name), entry=entry)  # the spec of `name` for the kernel `entry`
     grid, block = original_launch(t, limits)
     return RewriteContext(t, backend, source, classify(source, entry), tuple(grid), tuple(block), {}, limits)
 
@@ -163,6 +164,21 @@ def test_the_contraction_refuses_what_it_cannot_prove(case):
            "        C[r * N + c] = s;\n    }\n}\n")
     with pytest.raises(Decline, match=why):
         read_contraction(context(src, "mm", "cuda", GPU, "matmul_naive"))
+
+
+def test_the_contraction_refuses_an_output_written_by_a_function_it_cannot_see_into():
+    src = ("__device__ void put(float *p, int i, float v) { p[i] = v; }\n"
+           "__device__ float get(const float *p, int i) { return p[i]; }\n"
+           "__global__ void mm(const float *A, const float *B, float *C, int M, int N, int K) {\n"
+           "    int r = blockIdx.y * blockDim.y + threadIdx.y;\n    int c = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    if (r < M && c < N) {\n        float s = 0.0f;\n"
+           "        for (int k = 0; k < K; ++k) s += A[r * K + k] * B[k * N + c];\n        STORE;\n    }\n}\n")
+    with pytest.raises(Decline, match="hands an array to `put`, which may write through it"):
+        read_contraction(context(src.replace("STORE", "put(C, r * N + c, s)"), "mm", "cuda", GPU, "matmul_naive"))
+    # a function reading through a const pointer is part of the epilogue, as written
+    c = read_contraction(context(src.replace("STORE", "C[r * N + c] = s + get(A, 0)"), "mm", "cuda", GPU,
+                                 "matmul_naive"))
+    assert c.epilogue == ("C[kt_r * N + kt_c] = kt_v + get(A, 0);",)
 
 
 def test_a_tiled_matrix_product_is_left_alone():
