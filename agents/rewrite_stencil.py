@@ -445,7 +445,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     source = beside(ctx.source, a, switch, params_out, helpers, kernel, NAME)
     first = {items: (1, 4, 8)}
     constraints = []
-    what = (f"ITEMS points per thread along {'y' if two_d else 'x'}, pointers restricted so neighbouring "
+    what = (f"stencil: ITEMS points per thread along {'y' if two_d else 'x'}, pointers restricted so neighbouring "
             f"{'rows' if two_d else 'points'} stay in registers")
     if found:
         first[tile] = (0, 1)
