@@ -455,9 +455,18 @@ def _validate(p: Path, data: dict, warnings: list[str]) -> Session:
     return Session(p, SessionHeader(**header), events, warnings)
 
 
+def file_stem(text: str, fallback: str = "kernel") -> str:
+    """A name read from a file made into a plain file name: letters, digits, `_`, `-` and `.`
+    kept (anything else `_`), no leading dot, at most 80 characters. A name from a session or a
+    spec never picks a folder (`../..`, `/etc`): a file written under it stays where it is put."""
+    stem = "".join(c if c.isascii() and (c.isalnum() or c in "_-.") else "_" for c in str(text)[:80]).lstrip(".")
+    return stem or fallback
+
+
 def default_path(template: str, directory: Path | None = None) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = directory if directory is not None else Path("sessions")
+    template = file_stem(template)
     path = base / f"{template}-{stamp}.toml"
     n = 2
     while path.exists():

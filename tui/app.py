@@ -27,15 +27,16 @@ from textual.filter import LineFilter, Monochrome, NoColor
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
-from kerntune.engine.contrast import contrast_lines, printable
+from kerntune.engine.contrast import contrast_lines
 from kerntune.engine.energy import front_lines
 from kerntune.engine.nvml import NVMLUnavailable, Telemetry
-from kerntune.engine.session import Session, default_path
+from kerntune.engine.session import Session, default_path, file_stem
 
 from .export import ExportError, best_header, best_json, config_source, save_copy, source_name, write_file
 from .feeds import Batch, LiveFeed, ReplayFeed, speed_label
 from .messages import RunEnded, TelemetryRead
 from .state import DashboardState, contrast_of
+from .terminal import printable
 from .widgets.details import DetailsScreen
 from .widgets.device import REMOTE_NOTE, DevicePanel, Reading
 from .widgets.diff import DiffPanel, diff_counts
@@ -701,8 +702,15 @@ class Dashboard(App[int]):
 
     # files -------------------------------------------------------------------------------------
     def _default_export(self, suffix: str) -> Path:
-        name = str(self.state.template.get("name") or "kernel")
-        return Path(f"{name}-best{suffix}")
+        # the session's template name is the default's stem, never its folder: the working folder
+        return Path(f"{file_stem(str(self.state.template.get('name') or ''))}-best{suffix}")
+
+    def notify(self, message: str, *, title: str = "", severity: str = "information",  # type: ignore[override]
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every notification's words are shown as they are: printable (tui/terminal.py), never
+        read as markup (a path or an error quotes names from files)."""
+        super().notify(printable(message), title=printable(title), severity=severity,  # type: ignore[arg-type]
+                       timeout=timeout, markup=False)
 
     def action_save(self) -> None:
         if self.session_path is None:

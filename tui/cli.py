@@ -18,10 +18,16 @@ from typing import Any, Callable, Sequence
 
 from kerntune.tui.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, UsageError, one_line, print_error
 from kerntune.tui.parser import build_parser, command_of
+from kerntune.tui.terminal import guarded_output, printable, printable_source
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    with guarded_output():  # what any command prints reaches the terminal with its controls escaped
+        return _run(argv)
+
+
+def _run(argv: list[str]) -> int:
     try:
         for arg in argv:
             if "\0" in arg:  # no file name or value holds one; the OS would refuse it later, unclearly
@@ -99,12 +105,12 @@ def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     def say(label: str, text: str) -> None:  # `    label      text`, wrapped at the width under the text
         head = f"    {label:<10} "
-        print(textwrap.fill(text, width, initial_indent=head, subsequent_indent=" " * len(head),
+        print(textwrap.fill(printable(text), width, initial_indent=printable(head), subsequent_indent=" " * len(head),
                             break_on_hyphens=False))
 
     for name in templates.names():
         t = load_template(templates.path(name))
-        print(textwrap.fill(f"{t.name}: {t.description}", width, subsequent_indent="    ", break_on_hyphens=False))
+        print(textwrap.fill(printable(f"{t.name}: {t.description}"), width, subsequent_indent="    ", break_on_hyphens=False))
         say("backends", ", ".join(sorted(t.sources)))
         for p in t.parameters:
             say(p.name, f"{', '.join(map(str, p.values))}  (default {p.default})")
@@ -123,29 +129,29 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
         try:
             devices = list_devices(backend)
         except BackendError as e:
-            print(f"{backend}: {e}")
+            print(printable(f"{backend}: {e}"))
             devices, said = [], True
         unusable = _unusable(backend)
         if not devices and not unusable and not said:
-            print(f"{backend}: no devices")
+            print(printable(f"{backend}: no devices"))
         for d in devices:
             found += 1
-            print(f"{backend} device {d.index}: {d.limits.name}")
+            print(printable(f"{backend} device {d.index}: {d.limits.name}"))
             for label, value in describe(d.limits):
                 if label in ("backend", "name"):
                     continue
-                print(f"    {label:<22} {value}")
+                print(printable(f"    {label:<22} {value}"))
             for defect in _defects(d.limits):
-                print(f"    {'runtime defect':<22} {defect}")
+                print(printable(f"    {'runtime defect':<22} {defect}"))
         for line in unusable:
-            print(f"{backend} (not used): {line}")
+            print(printable(f"{backend} (not used): {line}"))
     try:
         from kerntune.engine import nvml
     except ImportError:
         nvml = None
     if nvml is not None:
         for line in nvml.describe_all():
-            print(line)
+            print(printable(line))
     return 0 if found else EXIT_FAILED
 
 
@@ -207,7 +213,7 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
             sys.stdout.write(text)
         else:
             args.output.write_text(text, encoding="utf-8")
-            print(f"{args.session}: leaderboard -> {args.output}")
+            print(printable(f"{args.session}: leaderboard -> {args.output}"))
         return 0
     summary = session.summary()
     if args.json:
@@ -216,27 +222,27 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune.tui.text import TextRenderer, fmt_config
 
     for w in session.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        print(printable(f"warning: {w}"), file=sys.stderr)
     out = TextRenderer()
-    print(f"session {summary['id']} ({summary['created']}): {summary['template']} on {summary['device']} "
-          f"({summary['backend']}), problem {fmt_config(summary['problem'])}")
+    print(printable(f"session {summary['id']} ({summary['created']}): {summary['template']} on {summary['device']} "
+          f"({summary['backend']}), problem {fmt_config(summary['problem'])}"))
     from kerntune.engine.certificate import certificate_line, checked
 
     cert = checked(session.device.get("selftest"))
     if cert is not None:
-        print(f"selftest of this device and driver: {certificate_line(cert)}")
+        print(printable(f"selftest of this device and driver: {certificate_line(cert)}"))
     failed = ", ".join(f"{k} {v}" for k, v in summary["failed"].items()) or "none"
     # an agent loop's session has no one space (each round searches its own): no "of N feasible"
     of = f" of {summary['feasible']} feasible" if summary["feasible"] else ""
-    print(f"evaluated {summary['evaluated']}{of}; verified {summary['verified']}; "
-          f"failed: {failed}")
+    print(printable(f"evaluated {summary['evaluated']}{of}; verified {summary['verified']}; "
+          f"failed: {failed}"))
     for line in summary.get("calibration", []):
-        print(line)
+        print(printable(line))
     if summary["speedup"]:
         interval = summary["best"].get("speedup_interval")
         within = f" (95% interval {interval[0]:.2f}-{interval[1]:.2f}, paired)" if interval else ""
-        print(f"best {fmt_num(summary['best']['median_us'])} us, {fmt_ratio(summary['speedup'])} the default "
-              f"configuration{within}")
+        print(printable(f"best {fmt_num(summary['best']['median_us'])} us, {fmt_ratio(summary['speedup'])} the default "
+              f"configuration{within}"))
     out.results = session.results()
     out.baseline = session.baseline()
     out.leaders = session.leaders()
@@ -261,8 +267,8 @@ def _show_summary(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2, default=str))
         return 0
     head = summary["summary"]
-    print(f"campaign {head.get('name', '')} ({head.get('created', '')}): {len(summary['pair'])} pairs; "
-          f"sessions in {Path(summary['path']).parent}")
+    print(printable(f"campaign {head.get('name', '')} ({head.get('created', '')}): {len(summary['pair'])} pairs; "
+          f"sessions in {Path(summary['path']).parent}"))
     print_campaign(summary)
     return 0
 
@@ -301,7 +307,7 @@ def _show_source(session: Any, rank: int) -> int:
                              template=state.template_of(key))
     except ExportError as e:
         raise UsageError(f"{session.path}: {e}") from None
-    sys.stdout.write(text)
+    sys.stdout.write(printable_source(text))
     return 0
 
 
@@ -322,14 +328,14 @@ def cmd_simulate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from kerntune.tui.words import fmt_params
 
     need = sim.within[args.within]
-    print(f"{sim.strategy} (seed {sim.seed}) on {args.session}: {sim.evaluations} of {sim.space_size} evaluated "
-          f"({sim.reason})")
-    print(f"recorded best {fmt_num(sim.recorded_best.median_us)} us: {fmt_params(sim.recorded_best.config)}")
+    print(printable(f"{sim.strategy} (seed {sim.seed}) on {args.session}: {sim.evaluations} of {sim.space_size} evaluated "
+          f"({sim.reason})"))
+    print(printable(f"recorded best {fmt_num(sim.recorded_best.median_us)} us: {fmt_params(sim.recorded_best.config)}"))
     if sim.best is not None:
-        print(f"found         {fmt_num(sim.best.median_us)} us: {fmt_params(sim.best.config)} "
-              f"({fmt_ratio(sim.ratio)} the best)")
-    print(f"within {100 * args.within:g}% of the best after "
-          + (f"{need} evaluations ({100 * need / sim.space_size:.1f}% of the space)" if need else "never"))
+        print(printable(f"found         {fmt_num(sim.best.median_us)} us: {fmt_params(sim.best.config)} "
+              f"({fmt_ratio(sim.ratio)} the best)"))
+    print(printable(f"within {100 * args.within:g}% of the best after "
+          + (f"{need} evaluations ({100 * need / sim.space_size:.1f}% of the space)" if need else "never")))
     return 0
 
 
@@ -340,7 +346,7 @@ def cmd_kt_import(args: argparse.Namespace, argv: Sequence[str]) -> int:
     refuse_overwrite(args.output, args.force)
     out = import_cache(args.cache, args.output)
     s = load_session(out)
-    print(f"{args.cache}: {len(s.results())} configurations of {s.template.get('name')} -> {out}")
+    print(printable(f"{args.cache}: {len(s.results())} configurations of {s.template.get('name')} -> {out}"))
     return 0
 
 
@@ -351,7 +357,7 @@ def cmd_kt_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
     refuse_overwrite(args.output, args.force)
     data = export_cache(load_session(args.session))
     args.output.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"{args.session}: {len(data['cache'])} configurations -> {args.output}")
+    print(printable(f"{args.session}: {len(data['cache'])} configurations -> {args.output}"))
     return 0
 
 
@@ -453,24 +459,24 @@ def cmd_probe(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if cached is not None:
             known = [f"copy bandwidth {fmt_num(cached.bandwidth_gbs)} GB/s" if cached.bandwidth_gbs else "",
                      f"fp32 FMA {fmt_num(cached.gflops)} GFLOP/s" if cached.gflops else ""]
-            print(f"{backend.limits.name} ({backend.name}): {', '.join(k for k in known if k)} "
-                  f"(spread {100 * cached.spread:.1f}%, {cached.source}); `kerntune probe --refresh` measures again")
+            print(printable(f"{backend.limits.name} ({backend.name}): {', '.join(k for k in known if k)} "
+                  f"(spread {100 * cached.spread:.1f}%, {cached.source}); `kerntune probe --refresh` measures again"))
             return 0
         refused: list[str] = []
         r, peaks = measure_peaks(backend, refused.append)
     finally:
         backend.close()
-    print(f"{backend.limits.name} ({backend.name}): copy bandwidth {fmt_num(r.bandwidth_gbs)} GB/s "
+    print(printable(f"{backend.limits.name} ({backend.name}): copy bandwidth {fmt_num(r.bandwidth_gbs)} GB/s "
           f"(spread {100 * r.bandwidth_spread:.1f}% over {r.bandwidth_rounds} rounds, "
           f"{r.copy_bytes / 2**20:.0f} MiB each way), fp32 FMA {fmt_num(r.gflops)} GFLOP/s "
-          f"(spread {100 * r.gflops_spread:.1f}% over {r.gflops_rounds} rounds)"
+          f"(spread {100 * r.gflops_spread:.1f}% over {r.gflops_rounds} rounds)")
           )
     for line in refused:
-        print(line)
+        print(printable(line))
     if peaks is None or not r.stable:
         print("nothing saved")
         return 1
-    print(f"saved to {cache_dir() / 'peaks.toml'}")
+    print(printable(f"saved to {cache_dir() / 'peaks.toml'}"))
     return 0
 
 
@@ -483,19 +489,19 @@ def cmd_selftest(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     sinks = [TextRenderer(verbose=True)] if args.verbose else []
     verdict, cert = run_selftest(args.backend, args.device, sinks)
-    print(f"{cert['device']} ({cert['backend']}{', ' + cert['driver'] if cert['driver'] else ''}): "
+    print(printable(f"{cert['device']} ({cert['backend']}{', ' + cert['driver'] if cert['driver'] else ''}): "
           f"caught {cert['caught']} of {cert['hostile']}, ties found {cert['ties']} of {cert['twins']} "
-          f"in {cert['seconds']:.0f} s")
+          f"in {cert['seconds']:.0f} s"))
     for line in verdict.missed:
-        print(f"missed: {line}")
+        print(printable(f"missed: {line}"))
     if verdict.ties < verdict.twins:
-        print(verdict.tie_text)
+        print(printable(verdict.tie_text))
     if verdict.same_program:
-        print(f"{verdict.same_program} of the twins were found built to the same program as the original")
+        print(printable(f"{verdict.same_program} of the twins were found built to the same program as the original"))
     if "unsaved" in cert:
-        print(f"could not save to {certificate_file()}: {cert['unsaved']}")
+        print(printable(f"could not save to {certificate_file()}: {cert['unsaved']}"))
     else:
-        print(f"saved to {certificate_file()}: later sessions on this device record it")
+        print(printable(f"saved to {certificate_file()}: later sessions on this device record it"))
     return 0 if verdict.passed else EXIT_FAILED
 
 
@@ -509,12 +515,12 @@ def cmd_profile(args: argparse.Namespace, argv: Sequence[str]) -> int:
                               "measured_us": ev.measured_us, "bytes_moved": ev.bytes_moved,
                               "metrics": dict(ev.metrics), "tool": ev.tool}), flush=True)
             return
-        print(f"#{ev.rank} {fmt_config(ev.config)}")
+        print(printable(f"#{ev.rank} {fmt_config(ev.config)}"))
         if not ev.ok:
-            print(f"    not profiled: {ev.message}")
+            print(printable(f"    not profiled: {ev.message}"))
             return
-        print(f"    {ProfileMetrics.from_dict(ev.metrics).summary()}")
-        print(f"    {consistency(ev)}", flush=True)
+        print(printable(f"    {ProfileMetrics.from_dict(ev.metrics).summary()}"))
+        print(printable(f"    {consistency(ev)}"), flush=True)
 
     try:
         profile_session(args.session, args.config or [1], device=args.device, timeout=args.timeout,
@@ -523,7 +529,7 @@ def cmd_profile(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print_error(e)
         return EXIT_FAILED
     if not args.no_record and not args.json:
-        print(f"appended to {args.session}")
+        print(printable(f"appended to {args.session}"))
     return 0
 
 
@@ -539,7 +545,7 @@ def cmd_init(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.kernel is not None:
             raise UsageError("init: give a kernel source or --check SPEC, not both")
         line = check_spec(args.check)
-        print(line)
+        print(printable(line))
         return 0 if ": complete:" in line else 1
     if args.kernel is None:
         raise UsageError("init: give a kernel source (KERNEL.cu or KERNEL.cl), or --check SPEC")
@@ -583,13 +589,13 @@ def cmd_init(args: argparse.Namespace, argv: Sequence[str]) -> int:
     spec.write_text(starter.text, encoding="utf-8")
     sig = starter.signature
     roles = ", ".join(f"{a.name} {a.role}" for a in sig.args)
-    print(f"wrote {spec} for {sig.name}: {len(sig.args)} arguments ({roles})"
+    print(printable(f"wrote {spec} for {sig.name}: {len(sig.args)} arguments ({roles})"
           + (f"; copied {', '.join(copied)} beside it" if copied else "")
           + (f"; wrote {', '.join(written)} beside it with the instantiation {sig.name}{sig.instantiations[0].text}"
-             if written else ""))
+             if written else "")))
     if sig.notes:
-        print(f"could not read: {'; '.join(sig.notes)} (the rest is written)")
-    print(f"to fill in: {', '.join(starter.todo)}; then: kerntune init --check {spec}")
+        print(printable(f"could not read: {'; '.join(sig.notes)} (the rest is written)"))
+    print(printable(f"to fill in: {', '.join(starter.todo)}; then: kerntune init --check {spec}"))
     return 0
 
 

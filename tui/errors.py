@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 
+from kerntune.tui.terminal import printable
+
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -64,4 +66,4 @@ def one_line(e: BaseException) -> tuple[int, str] | None:
 
 def print_error(text: object) -> None:
     """`kerntune: error: ...` on stderr, on one line whatever the text holds."""
-    print(f"kerntune: error: {' '.join(str(text).split())}", file=sys.stderr)
+    print(f"kerntune: error: {printable(' '.join(str(text).split()))}", file=sys.stderr)

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from kerntune.engine.export import IDENT, ExportError, c_value, comment
 from kerntune.engine.result import Result
+from kerntune.engine.session import file_stem
 
 from .state import DashboardState
 
@@ -188,7 +189,7 @@ def source_name(template: str, backend: str, rank: int | None, status: str, fold
     """`<template>-<rank>.cu` (or `.cl`; `-<status>` for a row without a rank), with `-2`, `-3`, …
     added until no file of that name exists."""
     suffix = SOURCE_SUFFIX.get(backend, ".c")
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{template or 'kernel'}-{rank if rank else status}")
+    stem = file_stem(f"{file_stem(template)}-{rank if rank else file_stem(status, 'failed')}")
     names = itertools.chain([f"{stem}{suffix}"], (f"{stem}-{n}{suffix}" for n in itertools.count(2)))
     return next(folder / name for name in names if not (folder / name).exists())
 

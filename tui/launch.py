@@ -20,7 +20,7 @@ from kerntune.engine.session import default_path, load_session
 from kerntune.engine.template import Template, TemplateError, load_template
 from kerntune.tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError, print_error
 from kerntune.tui.parser import DEFAULT_SOL_TARGET, parse_shape
-from kerntune.tui.terminal import dashboard_possible
+from kerntune.tui.terminal import dashboard_possible, printable
 
 if TYPE_CHECKING:  # the run machinery is imported when a run starts: `replay` does without it
     from kerntune.engine.loop import LoopOptions, LoopOutcome
@@ -94,7 +94,7 @@ class SingleRun:
         outcome = TuneRun(self.template, self.options, [renderer]).run()
         title = f"{self.template.name} - {outcome.space.problem.label()} - {outcome.limits.name}"
         renderer.finish(title, self.show_failed)
-        print(f"session: {outcome.session_path}")
+        print(printable(f"session: {outcome.session_path}"))
         if outcome.reason == "interrupted":
             print_error("interrupted")
             return EXIT_INTERRUPTED
@@ -103,7 +103,7 @@ class SingleRun:
             return EXIT_FAILED
         why = default_is_best(outcome.results, outcome.best, self.template.default_config())
         if why:
-            print(why)
+            print(printable(why))
         return 0
 
 
@@ -138,7 +138,7 @@ def _leave_leaders(app: LiveDashboard) -> None:
     if results:
         Console().print(leaderboard_table(results, state.baseline, limit=5))
     if app.session_path is not None:
-        print(f"session: {app.session_path}")
+        print(printable(f"session: {app.session_path}"))
 
 
 # the agent loop --------------------------------------------------------------------------------
@@ -172,9 +172,9 @@ class AgentLoop:
         outcome = app.outcome
         if isinstance(outcome, LoopOutcome):
             for line in summary_lines(outcome):
-                print(line)
+                print(printable(line))
             return 0 if outcome.best is not None else EXIT_FAILED
-        print(f"session: {self.options.tune.session_path}")
+        print(printable(f"session: {self.options.tune.session_path}"))
         return EXIT_FAILED
 
     def run_as_text(self) -> tuple[LoopOutcome, Any]:
@@ -376,8 +376,8 @@ def tune_served(template: Template, options: TuneOptions, folder: Path | None, r
     from kerntune.engine.campaign import Campaign, served_kernel
 
     where = served_folder(template, folder, resume)
-    print(f"{template.name} serves {', '.join(template.serves)}: each size is tuned, then one configuration "
-          f"is chosen for all of them (sessions in {where})")
+    print(printable(f"{template.name} serves {', '.join(template.serves)}: each size is tuned, then one configuration "
+          f"is chosen for all of them (sessions in {where})"))
     campaign = Campaign([served_kernel(template)], where, replace(options, session_path=None, resume=False),
                         name=template.name, start_from={template.name: options.start_from}, tolerance=tolerance)
     return run_campaign(campaign, f"{template.name}: every size it serves")
@@ -392,17 +392,17 @@ def serve_after_loop(template: Template, outcome: LoopOutcome, lopts: LoopOption
     from kerntune.engine.campaign import Campaign, Kernel
 
     if outcome.template_dir is None:
-        print(f"served sizes: no template passed the gate, so only the original kernel was measured (at "
-              f"{template.serves[0]}); the other sizes ({', '.join(template.serves[1:])}) are not tuned")
+        print(printable(f"served sizes: no template passed the gate, so only the original kernel was measured (at "
+              f"{template.serves[0]}); the other sizes ({', '.join(template.serves[1:])}) are not tuned"))
         return 0 if outcome.best is not None else EXIT_FAILED
     tuned = load_template(outcome.template_dir / "kernel.toml")
     measured = [r for rec in outcome.rounds if rec.template_dir == outcome.template_dir for r in rec.results]
     fastest = tuple(dict(r.config) for r in ranked(measured)[:5])
     budget = lopts.budget * lopts.rounds if lopts.budget else max(len(measured), len(fastest) + 1)
     folder = outcome.session_path.with_name(outcome.session_path.stem + "-serves")
-    print(f"{template.name} serves {', '.join(template.serves)}: the template of {outcome.template_dir} is tuned at "
+    print(printable(f"{template.name} serves {', '.join(template.serves)}: the template of {outcome.template_dir} is tuned at "
           f"each ({budget} configurations at most, the loop's fastest first), then one configuration is chosen "
-          f"for all of them (sessions in {folder})")
+          f"for all of them (sessions in {folder})"))
     options = replace(lopts.tune, problem=None, session_path=None, resume=False, budget=budget, skip=(),
                       baseline=None, sol_target=0.0)
     campaign = Campaign([Kernel(tuned.spec_path, tuned.name, tuple((n, n, {}) for n in template.serves))], folder,
@@ -417,16 +417,16 @@ def run_campaign(campaign: Any, title: str) -> int:
 
     def sinks_for(job: Any) -> list:
         what = "measuring the other sizes' leaders" if job.configs else "tuning"
-        print(f"-- {job.size}: {what} ({job.session})", flush=True)
+        print(printable(f"-- {job.size}: {what} ({job.session})"), flush=True)
         return [TextRenderer()]
 
     def said(pair: Any) -> None:
         what = {"skipped": "finished before: kept", "failed": f"failed: {pair.error}"}.get(pair.status, pair.status)
-        print(f"{pair.template} at {pair.size}: {what}", flush=True)
+        print(printable(f"{pair.template} at {pair.size}: {what}"), flush=True)
 
     outcome = campaign.run(sinks_for, said)
     print_campaign(load_summary(outcome.summary_path), title=title)
-    print(f"summary: {outcome.summary_path}")
+    print(printable(f"summary: {outcome.summary_path}"))
     ok = all(g.config is not None for g in outcome.generals) and not any(p.status == "failed" for p in outcome.pairs)
     return 0 if ok else EXIT_FAILED
 
@@ -450,7 +450,7 @@ def campaign(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder}: not a folder")
     pairs = sum(len(k.sizes) for k in kernels)
-    print(f"campaign {name}: {len(kernels)} template{'s' if len(kernels) != 1 else ''}, {pairs} pairs, in {folder}")
+    print(printable(f"campaign {name}: {len(kernels)} template{'s' if len(kernels) != 1 else ''}, {pairs} pairs, in {folder}"))
     return run_campaign(Campaign(kernels, folder, options, top=top, name=name, tolerance=dispatch_tolerance(args)),
                         f"campaign {name}")
 
@@ -476,10 +476,10 @@ def templatize(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print_error(f"no template passed the gate ({outcome.reason}); session: {outcome.session_path}")
         return EXIT_FAILED
     written = write_templatized(template, outcome.template, outcome.template_dir, out)
-    print(f"template: {out} ({len(outcome.template.parameters)} parameters: "
-          f"{', '.join(p.name for p in outcome.template.parameters)})")
-    print(f"diff:     {written}")
-    print(f"session:  {outcome.session_path}")
+    print(printable(f"template: {out} ({len(outcome.template.parameters)} parameters: "
+          f"{', '.join(p.name for p in outcome.template.parameters)})"))
+    print(printable(f"diff:     {written}"))
+    print(printable(f"session:  {outcome.session_path}"))
     return 0
 
 
@@ -516,7 +516,7 @@ def _replay_text(session: Any) -> int:
     from kerntune.tui.text import TextRenderer
 
     for w in session.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        print(printable(f"warning: {w}"), file=sys.stderr)
     out = TextRenderer()
     default = session.template.get("default_config")
     if isinstance(default, dict):

@@ -10,6 +10,7 @@ from typing import Any
 
 from kerntune.engine.events import Event, RunStarted
 from kerntune.engine.loop import LoopOutcome
+from kerntune.tui.terminal import printable
 
 
 class LoopText:
@@ -37,7 +38,7 @@ class LoopText:
         name = outcome.template.name if outcome.template else ""
         board.finish(f"{name} - {outcome.limits.name}: every round", show_failed)
         for line in summary_lines(outcome):
-            print(line, file=self.out)
+            print(printable(line), file=self.out)
 
 
 def summary_lines(outcome: LoopOutcome) -> list[str]:

@@ -1,12 +1,99 @@
-"""Whether this process can show the full-screen dashboard, or prints text instead, and how wide
-its text may be."""
+"""Whether this process can show the full-screen dashboard, or prints text instead, how wide
+its text may be, and what of a string may reach the terminal.
+
+Every string read from a file (a session, a spec, a campaign summary, a kernel's source) is
+data: before it is printed, `printable` writes its control characters as escapes (`\\x1b`), so
+no file can set the window title, write the clipboard (OSC 52), draw a hyperlink, clear the
+screen, ring the bell or rewrite a line with `\\r`. The command line's output streams are
+guarded too (`guarded_output`): what a command prints passes the same function, keeping only
+line breaks, tabs, the progress line's `\\r` and, on a terminal, the colour sequences the text
+tables draw themselves.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import re
 import shutil
 import sys
-from typing import TextIO
+from typing import Iterator, TextIO
+
+# Control characters (C0, DEL, C1), Unicode's line and paragraph separators, and the format
+# characters that reorder or hide what follows them (bidirectional embeddings, overrides,
+# isolates and marks): a terminal acts on each, or shows text in an order that is not its own.
+_CONTROLS = ("\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069")
+# A colour or weight (SGR: ESC [ digits m) is the only sequence the text tables write themselves.
+_SGR = "\x1b\\[[0-9;:]*m"
+
+
+@functools.lru_cache(maxsize=8)
+def _pattern(keep: str) -> re.Pattern[str]:
+    kept = "".join(re.escape(c) for c in keep)
+    return re.compile(f"(?![{kept}])[{_CONTROLS}]" if kept else f"[{_CONTROLS}]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    c = ord(match.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(text: object, keep: str = "") -> str:
+    """`text` with every control character written as an escape (`\\x1b`, `\\u202e`), but for
+    the ones in `keep` (`"\\n\\t"` for a kernel's source shown whole). One line by default."""
+    s = text if isinstance(text, str) else str(text)
+    return _pattern(keep).sub(_escape, s)
+
+
+def printable_source(text: str) -> str:
+    """A file's text shown as lines (a kernel's source): its line breaks (Windows' too) and tabs
+    kept, every other control character escaped."""
+    return printable(text.replace("\r\n", "\n"), keep="\n\t")
+
+
+class GuardedStream:
+    """A text stream that escapes, as `printable` does, every control character written to it
+    but line breaks, tabs and `\\r`; on a terminal it lets through the colour sequences (SGR)
+    the text tables draw. The command line wraps stdout and stderr in it while a command runs."""
+
+    def __init__(self, raw: TextIO):
+        self.raw = raw
+        try:
+            tty = raw.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        keep = "\n\r\t"
+        self._pattern = re.compile(f"({_SGR})|{_pattern(keep).pattern}") if tty else _pattern(keep)
+
+    def write(self, s: str) -> int:
+        self.raw.write(self._pattern.sub(_keep_sgr, s))
+        return len(s)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):  # flush, isatty, fileno, encoding, errors, buffer, ...
+        return getattr(self.raw, name)
+
+
+def _keep_sgr(match: re.Match[str]) -> str:
+    if match.lastindex:  # the colour sequence's group
+        return match.group()
+    return _escape(match)
+
+
+@contextlib.contextmanager
+def guarded_output() -> Iterator[None]:
+    """While a command runs, what it prints to stdout and stderr reaches the terminal escaped
+    (GuardedStream); the streams are put back after."""
+    before = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = GuardedStream(sys.stdout), GuardedStream(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = before
 
 
 def dashboard_possible(stream: TextIO | None = None) -> bool:

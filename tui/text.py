@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, TextIO
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kerntune.engine.events import (
     Analysis,
@@ -31,7 +32,7 @@ from kerntune.engine.result import Result, config_key, ranked
 
 from .columns import Column, csv_columns, energy_measured, several_devices, text_columns
 from .numbers import fmt_num, fmt_speedup
-from .terminal import text_width
+from .terminal import printable, text_width
 from .words import describe, fmt_config, fmt_params, fmt_value, leaders_text, tie_marks  # noqa: F401 (fmt_config: the command line's too)
 
 
@@ -111,7 +112,8 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
     columns = csv_columns(several_devices(results), energy_measured(results))
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(["rank", "label", *names, *(c.csv for c in columns), "message"])
+    # names, values and messages from the session: printable here too (a CSV file gets printed)
+    w.writerow(["rank", "label", *map(printable, names), *(c.csv for c in columns), "message"])
     base = _base_us(baseline)
 
     def cell(v: Any) -> str:
@@ -119,19 +121,25 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
 
     for rank, r in _board_order(results, failed=failed):
         w.writerow([rank, "" if r.config else "original", *(cell(r.config.get(n)) for n in names),
-                    *(cell(c.value(r, base)) for c in columns), r.message])
+                    *(cell(c.value(r, base)) for c in columns), printable(r.message)])
     return out.getvalue()
 
 
 def leaderboard_table(results: Iterable[Result], baseline: Result | None, title: str = "",
                       limit: int = 15, failed: bool = False, marks: Mapping[str, str] | None = None) -> Table:
     results = list(results)
-    table = Table(title=title or None, title_justify="left", header_style="bold")
+    table = Table(title=_cell(title) if title else None, title_justify="left", header_style="bold")
     for h in headers(several_devices(results), energy_measured(results)):
         table.add_column(h, justify="left" if h in _LEFT else "right", overflow="fold")
     for row in leaderboard_rows(results, baseline, limit, failed, marks):
-        table.add_row(*row)
+        table.add_row(*map(_cell, row))
     return table
+
+
+def _cell(text: object) -> Text:
+    """A table cell: printable (tui/terminal.py), never read as Rich markup (a session's
+    message can hold `[link=...]`)."""
+    return Text(printable(text))
 
 
 # What text output leaves to the progress line (the best so far) and to the dashboard and the
@@ -209,7 +217,8 @@ class TextRenderer:
         if self._line:
             self.out.write("\n")
             self._line = False
-        self.console.print(text, markup=False, soft_wrap=False)  # wrapped at the width, words kept whole
+        # wrapped at the width, words kept whole; names, statuses and messages from files printable
+        self.console.print(printable(text), markup=False, soft_wrap=False, emoji=False)
 
     def finish(self, title: str = "", show_failed: bool = False) -> None:
         if self._line:
@@ -219,7 +228,7 @@ class TextRenderer:
                                              marks=tie_marks(self.leaders)))
         for legend in (tie_legend(self.leaders), disturbed_legend(self.results)):
             if legend:
-                self.console.print(legend, markup=False)
+                self.console.print(printable(legend), markup=False, emoji=False)
 
 
 # campaigns and served sizes (engine/campaign.py): the summary it writes, as a table --------------
@@ -233,7 +242,7 @@ def campaign_table(summary: Mapping[str, Any], title: str = "") -> Table:
     the template's general configuration's time there with its speedup."""
     general = {(g.get("template"), s.get("size")): s for g in summary.get("general", []) for s in g.get("size", [])}
     dispatch = {(d.get("template"), s.get("size")): s for d in summary.get("dispatch", []) for s in d.get("size", [])}
-    table = Table(title=title or None, title_justify="left", header_style="bold")
+    table = Table(title=_cell(title) if title else None, title_justify="left", header_style="bold")
     for h in CAMPAIGN_HEADERS:
         table.add_column(h, justify="left" if h in ("template", "size", "status") else "right", overflow="fold")
     for p in summary.get("pair", []):
@@ -242,10 +251,11 @@ def campaign_table(summary: Mapping[str, Any], title: str = "") -> Table:
         status = p.get("status", "")
         if p.get("error"):
             status = f"{status}: {p['error']}"
-        table.add_row(str(p.get("template", "")), str(p.get("size", "")), fmt_num(orig), fmt_num(p.get("best_us")),
-                      fmt_speedup(orig, p.get("best_us")), fmt_num(g.get("general_us")),
-                      fmt_speedup(orig, g.get("general_us")),
-                      fmt_speedup(orig, dispatch.get((p.get("template"), p.get("size")), {}).get("time_us")), status)
+        table.add_row(*map(_cell, (p.get("template", ""), p.get("size", ""), fmt_num(orig), fmt_num(p.get("best_us")),
+                                    fmt_speedup(orig, p.get("best_us")), fmt_num(g.get("general_us")),
+                                    fmt_speedup(orig, g.get("general_us")),
+                                    fmt_speedup(orig, dispatch.get((p.get("template"), p.get("size")), {}).get("time_us")),
+                                    status)))
     return table
 
 
@@ -304,4 +314,4 @@ def print_campaign(summary: Mapping[str, Any], out: TextIO | None = None, title:
     console = Console(file=out or sys.stdout, highlight=False, soft_wrap=False, width=text_width())
     console.print(campaign_table(summary, title))
     for line in campaign_lines(summary):
-        console.print(line, markup=False)
+        console.print(printable(line), markup=False, emoji=False)

@@ -17,16 +17,18 @@ from kerntune.engine.events import AgentCall, Event
 from kerntune.engine.result import config_key
 
 from .numbers import fmt_us
+from .terminal import printable
 
 
 def fmt_value(v: Any) -> str:
-    """A parameter's value as written in a configuration: flags as 0 and 1."""
-    return str(int(v)) if isinstance(v, bool) else str(v)
+    """A parameter's value as written in a configuration: flags as 0 and 1; what a file wrote in
+    it is printable (tui/terminal.py)."""
+    return str(int(v)) if isinstance(v, bool) else printable(v)
 
 
 def fmt_config(config: Mapping[str, Any]) -> str:
     """A configuration as `NAME=value` pairs."""
-    return " ".join(f"{k}={fmt_value(v)}" for k, v in config.items())
+    return " ".join(f"{printable(k)}={fmt_value(v)}" for k, v in config.items())
 
 
 def fmt_params(config: Mapping[str, Any]) -> str:
@@ -41,6 +43,10 @@ class Words:
     source: str
     text: str
     kind: str = "note"  # note, info, best, good, warn, error
+
+    def __post_init__(self) -> None:  # the words hold names and messages from files: printable, one line
+        object.__setattr__(self, "source", printable(self.source))
+        object.__setattr__(self, "text", printable(self.text))
 
     @property
     def speaker(self) -> str:

@@ -13,6 +13,7 @@ from textual.widgets import Sparkline, Static
 
 from ..numbers import fmt_gbs, fmt_percent, fmt_us
 from ..state import DashboardState
+from ..terminal import printable, printable_source
 from ..words import fmt_config
 
 
@@ -22,23 +23,23 @@ def details_renderable(state: DashboardState, key: str):
     rank = state.rank(key)
     where = f"rank {rank} of {state.ranked_count}" if rank else ("not ranked: faster than its bound"
                                                                  if r.status == "suspect" else "failed")
-    head = Text.assemble((fmt_config(r.config), "bold"), "  ", (r.status, "green" if r.verified else "bold red"),
+    head = Text.assemble((fmt_config(r.config), "bold"), "  ", (printable(r.status), "green" if r.verified else "bold red"),
                          (f"  ({where})", "dim"))
     parts: list = [head]
     if r.message:
         parts += [Text(""), Text("verification error" if r.status == "wrong_result" else "message", "bold"),
-                  Text(r.message, "red" if not r.verified else "")]
+                  Text(printable_source(r.message), "red" if not r.verified else "")]
     w = state.winner
     if w is not None and dict(w.config) == dict(r.config):
         state_text = "passed" if w.ok else f"FAILED: {w.message}"
-        parts.append(Text(f"re-verified on new inputs (seeds {', '.join(map(str, w.seeds))}): {state_text}",
+        parts.append(Text(printable(f"re-verified on new inputs (seeds {', '.join(map(str, w.seeds))}): {state_text}"),
                           "green" if w.ok else "bold red"))
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
 
-    def row(label: str, value: str) -> None:
-        grid.add_row(label, value)
+    def row(label: str, value: str) -> None:  # values name devices and files: printable, never markup
+        grid.add_row(label, Text(printable(value)))
 
     if r.median_us is not None:
         row("median", f"{fmt_us(r.median_us)} µs" + (f"   min {fmt_us(r.min_us)} µs" if r.min_us is not None else ""))
@@ -81,14 +82,14 @@ def profile_renderable(ev):
     """Nsight Compute's reading of the configuration, against the run's own timing."""
     from kerntune.engine.profile import ProfileMetrics, consistency
 
-    title = Text(f"profiler (Nsight Compute{' ' + ev.tool if ev.tool else ''})", "bold")
+    title = Text(printable(f"profiler (Nsight Compute{' ' + ev.tool if ev.tool else ''})"), "bold")
     if not ev.ok:
-        return Group(title, Text(f"not profiled: {ev.message}", "yellow"))
+        return Group(title, Text(printable(f"not profiled: {ev.message}"), "yellow"))
     m = ProfileMetrics.from_dict(ev.metrics)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
-    grid.add_row("bound", Text(m.bound, "bold"))
+    grid.add_row("bound", Text(printable(m.bound), "bold"))
     grid.add_row("DRAM", f"{fmt_gbs(m.dram_gbs)} GB/s, {m.dram_pct:.1f}% of peak; {m.dram_bytes / 1e6:,.1f} MB in "
                  f"{fmt_us(m.duration_us)} µs")
     grid.add_row("throughput", f"memory {m.memory_pct:.1f}% · SM {m.sm_pct:.1f}% of peak")
@@ -97,11 +98,11 @@ def profile_renderable(ev):
     grid.add_row("hit rates", f"L1 {m.l1_hit_pct:.1f}% · L2 {m.l2_hit_pct:.1f}%")
     grid.add_row("per block", f"{m.registers} registers/thread · {m.shared_bytes} B shared · {m.block_size} threads")
     if m.stalls:
-        grid.add_row("warp stalls", " · ".join(f"{n.replace('_', ' ')} {v:.1f}" for n, v in m.stalls)
-                     + f"  (cycles per issued instruction, of {m.cycles_per_issue:.1f})")
+        grid.add_row("warp stalls", Text(printable(" · ".join(f"{n.replace('_', ' ')} {v:.1f}" for n, v in m.stalls)
+                     + f"  (cycles per issued instruction, of {m.cycles_per_issue:.1f})")))
     check = consistency(ev)
     if check:
-        grid.add_row("against timing", check)
+        grid.add_row("against timing", Text(printable(check)))
     return Group(title, grid)
 
 

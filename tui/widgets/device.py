@@ -22,6 +22,7 @@ from kerntune.engine.nvml import Telemetry
 
 from ..numbers import fmt_us
 from ..state import DashboardState
+from ..terminal import printable
 from .progress import fmt_rate
 
 # What the panel knows of one local device's telemetry: a reading, or why there is none.
@@ -124,7 +125,7 @@ def progress_rows(state: DashboardState) -> DeviceRows:
         mine = state.device_best(d)
         rate = state.device_rate(d)
         holds_best = "bold" if mine is not None and mine is best else ""
-        rows.append((Text(d.label, holds_best), [
+        rows.append((Text(printable(d.label), holds_best), [
             Text(str(d.results)), Text(fmt_rate(rate) if rate else "-"), Text(str(d.failed), "red" if d.failed else ""),
             Text(fmt_us(mine.median_us) if mine is not None else "-", holds_best)]))
     return DeviceRows(("device", "results", "rate", "failed", "best µs"), rows)
@@ -136,15 +137,15 @@ def readings_renderable(readings: Mapping[str, Reading]) -> Group:
     rows, throttled, unread = [], [], []
     for label, t in readings.items():
         if isinstance(t, str):
-            unread.append(Text(f"{label}: {t}", "italic"))
+            unread.append(Text(printable(f"{label}: {t}"), "italic"))
             continue
-        rows.append((Text(label), [Text(f"{t.sm_clock_mhz} MHz"),
+        rows.append((Text(printable(label)), [Text(f"{t.sm_clock_mhz} MHz"),
                                    Text(f"{t.power_w:.0f} W", "yellow" if _at_power_limit(t) else ""),
                                    Text(f"{t.temperature_c} °C", "bold yellow" if _near_slowdown(t) else ""),
                                    Text(f"{t.utilization_pct}%")]))
         throttle = _throttling(t)
         if throttle.plain != "none":
-            throttled.append(Text.assemble(f"{label} throttling: ", throttle))
+            throttled.append(Text.assemble(f"{printable(label)} throttling: ", throttle))
     if not rows:
         return Group(*unread)
     if not throttled:
@@ -159,7 +160,7 @@ def selftest_text(cert: Any) -> Text:
     if checked is None:
         return Text("a record that does not read as a selftest's", "dim")
     whole = checked["caught"] == checked["hostile"] and checked["ties"] == checked["twins"]
-    return Text(certificate_line(checked), "green" if whole else "bold red")
+    return Text(printable(certificate_line(checked)), "green" if whole else "bold red")
 
 
 def _shows_devices(state: DashboardState | None, readings: Mapping[str, Reading]) -> bool:
@@ -175,7 +176,7 @@ def device_renderable(device: Mapping[str, Any], telemetry: Telemetry | None, no
     limits = limits_of(device)
     if limits is None:
         return Text("waiting for the run to open its device", style="dim")
-    head = Text(limits.name, style="bold")
+    head = Text(printable(limits.name), style="bold")  # a session's header: printable, never markup
     sub = [limits.backend]
     if limits.compute_capability:
         sub.append(f"compute capability {limits.compute_capability}")
@@ -191,10 +192,10 @@ def device_renderable(device: Mapping[str, Any], telemetry: Telemetry | None, no
     for label, value in describe(limits):
         if label in ("backend", "name", "driver", "compute capability"):
             continue
-        grid.add_row(label, value)
+        grid.add_row(label, Text(printable(value)))
     if "selftest" in device:  # `kerntune selftest` was run on this device and driver
         grid.add_row("selftest", selftest_text(device.get("selftest")))
-    parts: list = [head, Text(" · ".join(sub), style="dim")]
+    parts: list = [head, Text(printable(" · ".join(sub)), style="dim")]
     if several:
         if state is not None and state.devices:
             parts.append(progress_rows(state))
@@ -203,9 +204,9 @@ def device_renderable(device: Mapping[str, Any], telemetry: Telemetry | None, no
         if state is not None and any(d.remote for d in state.devices.values()):
             parts.append(Text(REMOTE_NOTE, style="italic"))
         elif not readings and note:
-            parts.append(Text(note, style="italic"))
+            parts.append(Text(printable(note), style="italic"))
     elif telemetry is None and note:
-        parts.append(Text(note, style="italic"))  # why there is no telemetry, in one line
+        parts.append(Text(printable(note), style="italic"))  # why there is no telemetry, in one line
     return Group(*parts, grid)
 
 

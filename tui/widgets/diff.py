@@ -15,6 +15,8 @@ from rich.text import Text
 from textual.containers import ScrollableContainer
 from textual.widgets import Static
 
+from ..terminal import printable_source
+
 ADDED = "on #15301f"
 REMOVED = "on #3a1a1f"
 MODES = ("unified", "split")
@@ -24,6 +26,7 @@ def _lines(code: str, lexer: str) -> list[Text]:
     """Each source line, highlighted as code (the lexer sees the whole file, so comments span)."""
     if not code:
         return []
+    code = printable_source(code)  # a file's text: its control characters escaped (tui/terminal.py)
     text = Syntax(code, lexer, theme="ansi_dark").highlight(code)
     lines = text.split("\n", allow_blank=True)
     if lines and not lines[-1].plain and code.endswith("\n"):

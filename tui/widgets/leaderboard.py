@@ -26,6 +26,7 @@ from textual.widgets import DataTable, Input, Static
 
 from ..columns import COLUMN, COLUMNS, columns_for, optional
 from ..state import BoardView, DashboardState, FilterError
+from ..terminal import printable
 from ..words import fmt_value
 
 # The columns after the rank and the parameters come from tui/columns.py, which also says which
@@ -116,7 +117,7 @@ def all_cells(state: DashboardState, key: str, names: Mapping[str, str]) -> dict
 def first_line(message: str) -> str:
     """A message's first paragraph on one line (a compile error's log follows after a blank line)."""
     head = message.strip().split("\n\n", 1)[0]
-    return " ".join(head.split())
+    return printable(" ".join(head.split()))
 
 
 def row_cells(state: DashboardState, key: str, columns: list[tuple[str, str]]) -> tuple[Cell, ...]:
@@ -183,7 +184,7 @@ _RIGHT = {"rank"} | {c.key for c in COLUMNS if c.right}
 
 def _text(col: str, cell: Cell) -> Text:
     right = col in _RIGHT or col.startswith("param:")
-    return Text(cell[0], style=cell[1], justify="right" if right else "left", no_wrap=True, overflow="ellipsis")
+    return Text(printable(cell[0]), style=cell[1], justify="right" if right else "left", no_wrap=True, overflow="ellipsis")
 
 
 class FilterLine(Input):
@@ -272,7 +273,7 @@ class Leaderboard(Vertical):
         """Column labels; the sort column's carries an arrow (a parameter's marks the configuration)."""
         names = self._names
         labels = {"rank": "#", "config": "config", "message": "message"}
-        labels.update({f"param:{p}": names.get(p, p) for p in self.state.parameters})
+        labels.update({f"param:{p}": printable(names.get(p, p)) for p in self.state.parameters})
         labels.update((c.key, c.header) for c in COLUMNS)
         sort, arrow = self.view.sort, ARROWS[self.view.reverse]
         if sort in labels:
@@ -366,7 +367,7 @@ class Leaderboard(Vertical):
         line = self.query_one("#board-message", Static)
         if self.filter_error:
             line.display = True
-            line.update(Text.assemble(("filter error: ", "bold red"), self.filter_error))
+            line.update(Text.assemble(("filter error: ", "bold red"), printable(self.filter_error)))
             return
         key = self.selected_key()
         r = self.state.entries[key].result if key in self.state.entries else None
@@ -374,7 +375,7 @@ class Leaderboard(Vertical):
             line.display = False
             return
         line.display = True
-        line.update(Text.assemble((f"{r.status}: ", "bold red"), first_line(r.message)))
+        line.update(Text.assemble((f"{printable(r.status)}: ", "bold red"), first_line(r.message)))
 
     def on_resize(self, event) -> None:
         # The columns are chosen for the board's width, which changes with the layout.
@@ -412,7 +413,7 @@ class Leaderboard(Vertical):
             sub = "filter error (see below)"
         elif view.filter.strip():
             sub = f"filter: {view.filter.strip()} ({self.matched} match) · " + sub
-        self.border_subtitle = sub
+        self.border_subtitle = Text(printable(sub))
 
 
 def _descending(column: str) -> bool:

@@ -6,6 +6,8 @@ Every figure comes from the events' timestamps, so a replay shows what the live 
 from __future__ import annotations
 
 from rich.text import Text
+
+from ..terminal import printable
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widget import Widget
@@ -51,7 +53,7 @@ def progress_counts(state: DashboardState) -> Text:
     rate = state.rate()
     if state.finished is not None:
         out.append(" · ")
-        out.append(f"finished: {state.finished.reason}", "bold")
+        out.append(f"finished: {printable(state.finished.reason)}", "bold")
     elif state.error is not None:
         out.append(" · ")
         out.append("the run failed", "bold red")

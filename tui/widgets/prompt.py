@@ -12,6 +12,9 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
+from rich.text import Text
+
+from ..terminal import printable
 
 
 class PathPrompt(ModalScreen[Path | None]):
@@ -27,7 +30,7 @@ class PathPrompt(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="prompt-box") as box:
-            box.border_title = self.title_text
+            box.border_title = Text(printable(self.title_text))
             box.border_subtitle = "enter writes · esc cancels"
             yield Static("Path:", id="prompt-label")
             yield Input(str(self.default), id="prompt-input")
@@ -42,7 +45,7 @@ class PathPrompt(ModalScreen[Path | None]):
         if path.expanduser().is_file() and path != self._confirmed:
             self._confirmed = path
             self.query_one("#prompt-label", Static).update(
-                f"{path} exists. Enter again to overwrite it, or change the name:")
+                Text(f"{printable(path)} exists. Enter again to overwrite it, or change the name:"))
             return
         self.dismiss(path)
 

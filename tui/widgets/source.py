@@ -10,6 +10,9 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+from rich.text import Text
+
+from ..terminal import printable, printable_source
 
 from ..export import ExportError, write_file
 from .prompt import PathPrompt
@@ -35,10 +38,10 @@ class SourceScreen(ModalScreen[Path | None]):
     def compose(self) -> ComposeResult:
         lexer = "cuda" if self.backend == "cuda" else "c"
         with Vertical(id="source-box") as box:
-            box.border_title = self.title_text
+            box.border_title = Text(printable(self.title_text))
             box.border_subtitle = "s saves · esc closes"
             with VerticalScroll(id="source-scroll"):
-                yield Static(Syntax(self.source, lexer, theme="ansi_dark", background_color="default",
+                yield Static(Syntax(printable_source(self.source), lexer, theme="ansi_dark", background_color="default",
                                     word_wrap=False), id="source-body")
 
     def on_mount(self) -> None:

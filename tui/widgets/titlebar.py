@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from ..state import DashboardState
+from ..terminal import printable
 from ..words import fmt_config
 
 
@@ -24,7 +25,7 @@ def run_title(state: DashboardState) -> str:
     parts = [x for x in (template, problem) if x]
     if device:
         parts.append(f"{device} ({backend})" if backend else device)
-    return " · ".join(parts) or "waiting for the run to start"
+    return printable(" · ".join(parts)) or "waiting for the run to start"
 
 
 class TitleBar(Widget):
