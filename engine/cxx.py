@@ -15,7 +15,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .template import TemplateError
 
 LAUNCH = re.compile(rb"<<<([^;]*?)>>>")  # a host launch's chevrons, within one statement
 
@@ -67,7 +66,8 @@ def parser():
         import tree_sitter_cpp
         from tree_sitter import Language, Parser
     except ImportError as e:  # pragma: no cover - a dependency of kerntune
-        raise TemplateError(f"tree-sitter and tree-sitter-cpp are needed to read kernels ({e})") from None
+        # (a dependency of kerntune's; no error of ours, so that engine/template.py can read includes)
+        raise ImportError(f"tree-sitter and tree-sitter-cpp are needed to read kernels ({e})") from None
     return Parser(Language(tree_sitter_cpp.language()))
 
 
@@ -221,3 +221,26 @@ def code_nodes(node) -> Iterator:
             continue
         yield n
         stack.extend(reversed(n.children))
+
+
+def includes(source: str) -> list[tuple[str, str]]:
+    """Every `#include` of a source, in #if branches too, as (kind, name): kind `quoted`
+    (`"x.h"`), `system` (`<x.h>`) or `computed` (a macro's value, unknown until preprocessed);
+    the name as written, without its quotes or brackets."""
+    out = []
+    stack = [parser().parse(source.encode("utf-8", "replace")).root_node]
+    while stack:
+        n = stack.pop()
+        if n.type == "preproc_include":
+            path = n.child_by_field_name("path")
+            if path is not None and path.type == "string_literal":
+                out.append(("quoted", text(path)[1:-1]))
+            elif path is not None and path.type == "system_lib_string":
+                out.append(("system", text(path)[1:-1]))
+            else:
+                out.append(("computed", text(path)))
+            continue
+        if n.type in SKIPPED:
+            continue
+        stack.extend(reversed(n.children))
+    return out

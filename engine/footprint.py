@@ -74,15 +74,23 @@ def footprint(template: Template, problem: Problem, pool: int) -> Footprint:
     return Footprint(device, host)
 
 
-def check_values(template: Template, problem: Problem) -> None:
+def check_values(template: Template, problem: Problem, ranges: bool = True) -> None:
     """The problem's scalar arguments and cost model evaluate to finite numbers (one line if not)."""
-    exprs = [(f"arg.{a.name}.value", a.value) for a in template.arguments if a.value is not None]
-    exprs += [("cost.bytes", template.cost_bytes), ("cost.flops", template.cost_flops)]
-    for key, e in exprs:
+    exprs = [(f"arg.{a.name}.value", a.value, a.dtype) for a in template.arguments if a.value is not None]
+    exprs += [("cost.bytes", template.cost_bytes, ""), ("cost.flops", template.cost_flops, "")]
+    for key, e, dtype in exprs:
         try:
-            e.evaluate(problem.values)
+            v = e.evaluate(problem.values)
         except ExpressionError as err:
             raise TemplateError(f"{template.spec_path}: [{key}] at {problem.label()}: {err}") from None
+        if ranges and dtype in INT_RANGES and not (INT_RANGES[dtype][0] <= v <= INT_RANGES[dtype][1] and float(v).is_integer()):
+            raise TemplateError(f"{template.spec_path}: [{key}] at {problem.label()}: `{e.source}` is {v}, "
+                                f"not a {dtype} value")
+
+
+# the values an integer scalar argument can take, by dtype
+INT_RANGES = {f"{sign}int{bits}": ((0, 2**bits - 1) if sign else (-2**(bits - 1), 2**(bits - 1) - 1))
+              for sign in ("", "u") for bits in (8, 16, 32, 64)}
 
 
 def available_host_bytes() -> int | None:
@@ -104,7 +112,7 @@ def check_fits(template: Template, problem: Problem, limits: DeviceLimits, pool:
                host_available: int | None = None) -> Footprint:
     """The problem's footprint; TemplateError, one line with the figures, when the device's
     global memory or the host's available memory cannot hold it."""
-    check_values(template, problem)
+    check_values(template, problem, ranges=False)  # (memory first: a size far too large says so)
     need = footprint(template, problem, pool)
     where = f"{template.name} at {problem.label()}"
     if limits.global_mem_bytes and need.device_bytes > limits.global_mem_bytes:
@@ -115,6 +123,7 @@ def check_fits(template: Template, problem: Problem, limits: DeviceLimits, pool:
     if host is not None and need.host_bytes > host:
         raise TemplateError(f"{where} needs at least {fmt_bytes(need.host_bytes)} of host memory "
                             f"({pool} input sets with their references); {fmt_bytes(host)} is available")
+    check_values(template, problem)  # a scalar that its dtype cannot hold
     return need
 
 

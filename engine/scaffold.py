@@ -9,6 +9,7 @@ must move — which `check_spec` finds and names in one line.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -16,8 +17,9 @@ from typing import Any, Mapping
 from . import host_launch
 from .device import DeviceLimits
 from .expressions import ExpressionError
+from .footprint import available_host_bytes, check_values, fmt_bytes
 from .signature import CTYPES, INTEGER_DTYPES, IndexUse, KernelArg, KernelSignature, SignatureError, index_uses, parse_kernel
-from .template import DTYPES, NAME_RE, TemplateError, load_template, read_text_file, read_toml_file
+from .template import DTYPES, NAME_RE, SOURCE_BYTES, TemplateError, load_template, read_text_file, read_toml_file
 
 TODO = "TODO"
 
@@ -72,7 +74,7 @@ def _toml_list(values: list[str]) -> str:
 
 def read_kernel(path: Path, entry: str | None = None) -> KernelSignature:
     """The kernel in a source file; SignatureError (one line) when there is none."""
-    return parse_kernel(read_text_file(path, SignatureError), entry, str(path), folders=(path.resolve().parent,))
+    return parse_kernel(read_text_file(path, SignatureError, SOURCE_BYTES), entry, str(path), folders=(path.resolve().parent,))
 
 
 def merged_args(cuda: KernelSignature | None, opencl: KernelSignature | None) -> tuple[KernelArg, ...]:
@@ -409,22 +411,27 @@ def _expression_problems(template) -> list[str]:
                 if a.is_buffer:
                     arg_shape(a, problem)
             geometry(template, template.default_config(), problem, limits)
-            template.cost_bytes.evaluate(problem.values)
+            check_values(template, problem)  # scalars that fit their dtype, a finite cost model
         except ExpressionError as e:
             out.append(f"at problem {problem.label()}: {e}")
+        except TemplateError as e:
+            out.append(str(e).removeprefix(f"{template.spec_path}: "))
     return out
 
 
 def _shared_problems(template) -> list[str]:
     """A kernel that declares dynamic shared memory (`extern __shared__`, a `__local` pointer
     argument) with no launch.shared_bytes to size it: every launch would run it without any."""
-    if template.shared_bytes is not None:
-        return []
     out = []
     for backend, source in sorted(template.sources.items()):
         try:
             sig = parse_kernel(source, template.entry)
         except TemplateError:
+            continue
+        if template.shared_bytes is not None:
+            if backend == "opencl" and not any(a.local for a in sig.args):  # nothing to take the bytes
+                out.append("launch.shared_bytes sizes dynamic local memory, but the opencl kernel has no "
+                           "`__local` pointer argument to take it")
             continue
         if sig.dynamic_shared:
             out.append(f"the {backend} kernel declares dynamic shared memory (`{sig.dynamic_shared}`): "
@@ -451,6 +458,9 @@ def _verification_problems(template) -> list[str]:
             "that skips a tail)"]
 
 
+REFERENCE_CHECK_BYTES = 1 << 30  # the most the reference's check allocates (or a quarter of the free memory)
+
+
 def _reference_problems(template) -> list[str]:
     """Import the reference and run it on the smallest problem's inputs."""
     import numpy as np
@@ -465,13 +475,18 @@ def _reference_problems(template) -> list[str]:
         return []
     every = template.problems + template.verify_problems
 
-    def size(pr) -> int:
+    def size(pr) -> int:  # bytes of its buffers (Python's integers: no shape wraps around)
         try:
-            return sum(int(np.prod(arg_shape(a, pr))) for a in template.arguments if a.is_buffer)
-        except ExpressionError:
+            return sum(math.prod(map(int, arg_shape(a, pr))) * DTYPES[a.dtype] for a in template.arguments if a.is_buffer)
+        except (ExpressionError, ValueError, OverflowError):
             return 1 << 62
 
     smallest = min(every, key=size)
+    need = size(smallest)
+    room = min(REFERENCE_CHECK_BYTES, (available_host_bytes() or REFERENCE_CHECK_BYTES) // 4)
+    if need > room:  # drawn before anything is allocated: a check never asks for gigabytes
+        return [f"the smallest problem ({smallest.label()}) has {fmt_bytes(need)} of buffers; init --check runs "
+                f"the reference only up to {fmt_bytes(room)}: add a smaller [[verify.problem]]"]
     inputs = make_inputs(template, smallest, seed=1)
     given = {**{k: v.copy() for k, v in inputs.host.items()}, **inputs.scalars}
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import json
+import math
 import os
 import re
 import sys
@@ -354,6 +355,7 @@ def load_session(path: str | Path) -> Session:
         if e.reason != "unexpected end of data":  # (that one is a write cut inside a character)
             raise SessionError(f"{p}: not a text file (byte {e.start} is not UTF-8)") from None
         text = raw[: e.start].decode("utf-8")
+    check_line_sizes(p, text, SessionError)
     warnings: list[str] = []
     complete = _complete_prefix(text)
     if complete != text:
@@ -371,7 +373,54 @@ def _read(p: Path, text: str, warnings: list[str]) -> Session:
         raise SessionError(f"{p}: not a valid session file: {e}") from None
     except RecursionError:
         raise SessionError(f"{p}: not a valid session file: nested too deeply") from None
+    if '"""' in text or "'''" in text:  # multi-line strings (kerntune writes none): their lines are short
+        check_string_sizes(p, data, SessionError)
     return _validate(p, data, warnings)
+
+
+# The most a string of a session may hold: a kernel's source (or the spec, or the original's
+# source) as much as a spec may name, escaped; any other string (a message, a name) 256 KiB. A
+# session is written by kerntune, one string a line: a longer one was put there by hand, and
+# would cost seconds and gigabytes to show.
+STRING_BYTES = 256 << 10
+# (twice what engine/template.py lets a spec and a source hold, SPEC_BYTES and SOURCE_BYTES: escapes)
+SOURCE_KEYS = {"source": 16 << 20, "original_source": 16 << 20, "spec": 2 << 20}
+
+
+def check_line_sizes(p: Path, text: str, error: type[Exception]) -> None:
+    """`error` (one line) for a line of the file longer than its key allows (STRING_BYTES, or
+    SOURCE_KEYS'). Only windows of the text are searched for a line end: a file of ordinary lines
+    costs a few hundred finds, whatever its size."""
+    window = STRING_BYTES // 2
+    pos, end = 0, len(text)
+    while pos + window < end:
+        if text.find("\n", pos, pos + window) >= 0:
+            pos += window
+            continue
+        start = text.rfind("\n", 0, pos) + 1  # a line of at least `window` characters: measured whole
+        stop = text.find("\n", pos)
+        stop = end if stop < 0 else stop
+        key = text[start:min(stop, start + 64)].split("=", 1)[0].strip()
+        limit = SOURCE_KEYS.get(key, STRING_BYTES)
+        if stop - start > limit:
+            raise error(f"{p}: line {text.count(chr(10), 0, start) + 1} holds {stop - start} characters; "
+                        f"{'`' + key + '`' if key in SOURCE_KEYS else 'a string'} of a session may hold {limit}")
+        pos = stop + 1
+
+
+def check_string_sizes(p: Path, data: Any, error: type[Exception]) -> None:
+    """`error` (one line) for a string anywhere in `data` longer than its key allows."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        key, v = stack.pop()
+        if isinstance(v, str):
+            limit = SOURCE_KEYS.get(key, STRING_BYTES)
+            if len(v) > limit:
+                raise error(f"{p}: `{key}` holds {len(v)} characters; a session's may hold {limit}")
+        elif isinstance(v, dict):
+            stack.extend(v.items())
+        elif isinstance(v, list):
+            stack.extend((key, x) for x in v)
 
 
 @contextmanager
@@ -413,6 +462,30 @@ def _complete_prefix(text: str) -> str:
     return text[: marker + 1 + len(END_MARK)]
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int) or (isinstance(v, float) and math.isfinite(v))
+
+
+def _is_value(v: Any) -> bool:  # a parameter's value: a number, a flag or a word
+    return _is_number(v) or isinstance(v, str)
+
+
+# The header's fields that the commands read, with what each must be: a session edited by hand
+# (a date for a string, a table for a number) is one line, never a traceback further on.
+HEADER_FIELDS: dict[tuple[str, str], tuple[str, Any]] = {
+    ("session", "id"): ("a string", lambda v: isinstance(v, str)),
+    ("session", "created"): ("a string", lambda v: isinstance(v, str)),
+    ("template", "parameters"): ("an array of names", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    ("template", "default_config"): ("a table of parameter values",
+                                     lambda v: isinstance(v, dict) and all(_is_value(x) for x in v.values())),
+    ("space", "problem"): ("a table of sizes", lambda v: isinstance(v, dict) and all(
+        _is_number(x) and not isinstance(x, bool) for x in v.values())),
+    ("space", "problem_name"): ("a string", lambda v: isinstance(v, str)),
+    ("space", "total"): ("a count", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    ("space", "feasible"): ("a count", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+}
+
+
 def _validate(p: Path, data: dict, warnings: list[str]) -> Session:
     info = data.get("session")
     if not isinstance(info, dict):
@@ -438,6 +511,9 @@ def _validate(p: Path, data: dict, warnings: list[str]) -> Session:
     for key in ("name", "backend"):
         if not isinstance(template.get(key), str):
             raise SessionError(f"{p}: [template] {key} must be a string")
+    for (table, key), (what, fits) in HEADER_FIELDS.items():
+        if key in header[table] and not fits(header[table][key]):
+            raise SessionError(f"{p}: [{table}] {key} must be {what}")
     raw_events = data.get("event", [])
     if not isinstance(raw_events, list):
         raise SessionError(f"{p}: `event` must be an array of tables ([[event]])")

@@ -144,6 +144,8 @@ def device_violation(geo: Geometry, limits: DeviceLimits) -> str | None:
         return "block dimension < 1"
     if any(d < 1 for d in geo.grid):
         return "grid dimension < 1"
+    if geo.shared_bytes < 0:  # a negative parameter in launch.shared_bytes
+        return "shared memory per block < 0"
     if geo.threads_per_block > limits.max_threads_per_block:
         return f"threads per block > {limits.max_threads_per_block}"
     for i, (d, m) in enumerate(zip(geo.block, limits.max_block_dims)):

@@ -11,15 +11,18 @@ was expected.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import importlib.util
 import math
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .cxx import includes
 from .expressions import Expression, ExpressionError, parse
 
 if sys.version_info >= (3, 11):
@@ -56,6 +59,9 @@ def np_dtype(name: str) -> Any:
     return np.dtype(name)
 INITS = ("normal", "uniform", "randint", "positive")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SPEC_BYTES = 1 << 20  # the most a spec (kernel.toml) may hold: a page of TOML, generously
+SOURCE_BYTES = 8 << 20  # the most a kernel source, or a header it includes, may hold
+INCLUDE_DEPTH = 16  # headers including headers, as deep as they are followed
 # Names that expressions may use to reach the device's limits (see engine/space.py).
 DEVICE_NAMES = (
     "max_threads_per_block",
@@ -177,6 +183,7 @@ class Template:
     baseline_block: tuple[Expression, ...] = ()
     reference_path: Path | None = None
     reference_function: str = "reference"
+    reference_timeout: float = 120.0  # seconds one call of the reference (or its import) may take
     original_sources: Mapping[str, str] = field(default_factory=dict)
     forbid_spills: bool = False
     compile_options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -250,8 +257,11 @@ class Template:
         if spec is None or spec.loader is None:
             raise TemplateError(f"{self.spec_path}: cannot load reference {self.reference_path}")
         module = importlib.util.module_from_spec(spec)
+        seconds = self.reference_timeout
         try:
-            spec.loader.exec_module(module)
+            time_limited(spec.loader.exec_module, seconds, f"{self.reference_path}: importing the reference")(module)
+        except ReferenceTimeout:
+            raise
         except Exception as e:  # the reference is the template author's code
             raise TemplateError(f"{self.reference_path}: reference failed to import: {e}") from None
         fn = getattr(module, self.reference_function, None)
@@ -261,7 +271,42 @@ class Template:
             )
         from .inputs_cache import cached_reference  # within a run that asks: each input set's outputs once
 
+        fn = time_limited(fn, seconds, f"{self.reference_path}: the reference")
         return cached_reference(fn, self.reference_path, self.reference_function)
+
+
+class ReferenceTimeout(TemplateError):
+    """The spec's reference (or its import) ran past the spec's `reference_timeout`."""
+
+
+def time_limited(fn: Callable[..., Any], seconds: float, what: str) -> Callable[..., Any]:
+    """`fn`, but a call that has not returned after `seconds` raises ReferenceTimeout. The call
+    runs in a thread of its own (numpy lets go of the interpreter in its loops, so it runs as
+    fast); one that never returns is left to the process's end, which a run's worker reaches
+    at once (it reports the error and is stopped), and the command line too."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as e:  # noqa: B036 (handed to the caller as it is)
+                box["error"] = e
+
+        # the caller's context goes with the call (numpy's errstate, say, is kept in it)
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(run,), name="kerntune-reference", daemon=True)
+        thread.start()
+        thread.join(seconds)
+        if thread.is_alive():
+            raise ReferenceTimeout(f"{what} did not return within {seconds:g} s (the spec's "
+                                   "[kernel] reference_timeout)")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
 
 
 class _Spec:
@@ -350,7 +395,7 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
     s.check_keys(
         kernel,
         {"name", "description", "entry", "sources", "baseline", "reference", "forbid_spills", "options",
-         "absolute_includes"},
+         "absolute_includes", "reference_timeout"},
         "kernel",
     )
     name = s.string(kernel, "name", "kernel")
@@ -399,10 +444,21 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         options[backend] = tuple(_option(s, directory, o, f"kernel.options.{backend}", absolute_includes)
                                  for o in opts)
 
+    if sources is None:  # what the compiler would read besides the sources: never outside the folders
+        roots = [directory.resolve(), *(Path(o[2:]) for opts in options.values() for o in opts if o.startswith("-I"))]
+        for table, files, texts in (("sources", source_files, loaded), ("baseline", baseline, originals)):
+            for backend, fname in files.items():
+                _check_includes(s, texts[backend], [(directory / fname).resolve().parent, *roots[1:]], roots,
+                                absolute_includes, f"kernel.{table}.{backend}")
+
     forbid_spills = kernel.get("forbid_spills", False)
     if not isinstance(forbid_spills, bool):
         raise s.fail("kernel.forbid_spills", "true or false", forbid_spills)
 
+    reference_timeout = kernel.get("reference_timeout", 120.0)
+    if (isinstance(reference_timeout, bool) or not isinstance(reference_timeout, (int, float))
+            or not 0 < reference_timeout <= 86400):
+        raise s.fail("kernel.reference_timeout", "seconds, more than 0 and at most a day", reference_timeout)
     reference_path: Path | None = None
     reference_fn = "reference"
     if "reference" in kernel:
@@ -506,6 +562,7 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         baseline_block=baseline_block,
         reference_path=reference_path,
         reference_function=reference_fn,
+        reference_timeout=float(reference_timeout),
         original_sources=originals,
         forbid_spills=forbid_spills,
         compile_options=options,
@@ -549,19 +606,80 @@ def _option(s: _Spec, directory: Path, opt: str, key: str, absolute_ok: bool) ->
         return f"-I{where}"
     if not re.match(r"^-[A-Za-z0-9_=.,+-]+$", opt):
         raise s.fail(key, "a list of compiler flags such as \"-O3\"", opt)
+    if opt.startswith(_FOLDER_OPTIONS):
+        raise s.fail(key, "include folders written -IDIR, inside the spec's folder", opt)
+    if opt.split("=", 1)[0] in _FILE_OPTIONS or ".." in opt:
+        raise s.fail(key, "compiler flags that name no file or folder (include folders: -IDIR)", opt)
     return opt
+
+
+# Compiler options (nvcc's, clang's, OpenCL's) that name an include folder some other way than
+# -I, or a file to read, write or run: a spec's options never reach outside its folder.
+_FOLDER_OPTIONS = ("--include-path", "-isystem", "--system-include", "-iquote", "-idirafter", "-iprefix",
+                   "-iwithprefix", "-isysroot", "--sysroot", "-cl-include")
+_FILE_OPTIONS = {"-include", "--pre-include", "-imacros", "-optf", "--options-file", "-o", "--output-file", "-odir",
+                 "--output-directory", "-MF", "--dependency-output", "--keep-dir", "-ccbin", "--compiler-bindir",
+                 "-L", "--library-path", "-l", "--library", "-Xcompiler", "--compiler-options", "-Xlinker",
+                 "--linker-options", "-keep", "--keep", "-save-temps", "--save-temps", "-M", "-MM", "-MD", "-MMD",
+                 "--generate-dependencies", "-Xptxas=--output-file"}
 
 
 def _beside(s: _Spec, directory: Path, fname: str, key: str) -> Path:
     """A file the spec names: in the spec's folder or below it, never an absolute path or `..`."""
     if not fname or "\0" in fname or Path(fname).is_absolute() or ".." in Path(fname).parts:
         raise s.fail(key, "a file name beside the spec", fname)
-    return directory / fname
+    path = directory / fname
+    try:
+        inside = path.resolve().is_relative_to(directory.resolve())
+    except (OSError, RuntimeError):  # a loop of links
+        inside = False
+    if not inside:  # a symbolic link (of the file or a folder on the way) out of the spec's folder
+        raise s.fail(key, "a file in the spec's folder (a link out of it is not followed)", fname)
+    return path
+
+
+def _check_includes(s: _Spec, source: str, search: list[Path], roots: list[Path], absolute_ok: bool, key: str,
+                    depth: int = INCLUDE_DEPTH, seen: set[Path] | None = None) -> None:
+    """Every file the source includes, looked for as the compiler looks (a quoted name in the
+    including file's folder first, then the include folders), and what those include in turn,
+    is inside the spec's folder or one of its include folders (`roots`). An absolute path, a
+    `..` out of them, a link out of them or a name a macro gives needs `absolute_includes`."""
+    if absolute_ok:
+        return
+    seen = set() if seen is None else seen
+    need = "absolute_includes = true in [kernel]"
+    for kind, name in includes(source):
+        if kind == "computed":
+            raise s.fail(key, f"includes by name (an `#include` of a macro needs {need})", name)
+        wanted = Path(name)
+        if wanted.is_absolute() or "\0" in name:
+            raise s.fail(key, f"includes inside the spec's folder (an `#include` of an absolute path needs {need})", name)
+        for folder in (search if kind == "quoted" else roots[1:]):
+            try:
+                found = folder / wanted
+                if not found.is_file():
+                    continue
+                real = found.resolve()
+            except (OSError, RuntimeError, ValueError):
+                continue
+            if not any(real.is_relative_to(r) for r in roots):
+                raise s.fail(key, f"includes inside the spec's folder or its -I folders ({need} lets it out)", name)
+            if real not in seen and depth > 0 and real.stat().st_size <= SOURCE_BYTES:
+                seen.add(real)
+                text = real.read_text(encoding="utf-8", errors="replace")
+                _check_includes(s, text, [real.parent, *search[1:]], roots, absolute_ok, key, depth - 1, seen)
+            break
+        else:
+            if ".." in wanted.parts:  # not beside: the compiler's own search would climb out of its folders
+                raise s.fail(key, f"includes inside the spec's folder (a `..` out of it needs {need})", name)
 
 
 def _read_beside(s: _Spec, directory: Path, fname: str, key: str) -> str:
     path = _beside(s, directory, fname, key)
     try:
+        size = path.stat().st_size
+        if size > SOURCE_BYTES:
+            raise s.fail(key, f"a source of at most {SOURCE_BYTES >> 20} MiB ({fname} holds {size} bytes)")
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise s.fail(key, f"an existing file beside the spec ({fname} not found)") from None
@@ -743,9 +861,13 @@ def _arguments(s: _Spec, raw: Any, checked: Callable, problem_names: set[str]) -
     return tuple(out)
 
 
-def read_text_file(path: Path, error: type[Exception] = TemplateError) -> str:
-    """A UTF-8 file's text; a file that is missing or unreadable is `error`, one line."""
+def read_text_file(path: Path, error: type[Exception] = TemplateError, limit: int = SPEC_BYTES) -> str:
+    """A UTF-8 file's text; a file that is missing, unreadable or larger than `limit` bytes (a
+    spec is a page of TOML) is `error`, one line."""
     try:
+        size = Path(path).stat().st_size
+        if size > limit:
+            raise error(f"{path}: {size} bytes, more than the {limit} such a file may hold")
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise error(f"{path}: no such file") from None

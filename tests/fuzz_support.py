@@ -89,15 +89,20 @@ def spec_case(data: bytes, where: Path, source_dir: Path) -> None:
 
 
 def session_case(data: bytes, path: Path) -> None:
-    """Load a mutated session, summarise it, and show it as the commands do."""
+    """Load a mutated session, summarise it, and show it, simulate it and export it as the
+    commands do."""
     path.write_bytes(data)
+    commands = [["show"], ["show", "--json"]]
     try:
         s = load_session(path)
         s.summary()
     except LOADER_ERRORS as e:
         one_line(str(e))
-    command(["show", str(path)])
-    command(["show", "--json", str(path)])
+    else:  # (a session that does not load fails every command the same way, at its load)
+        commands += [["show", "--failed"], ["show", "--csv"], ["show", "--source"], ["simulate", "--seed", "1"],
+                     ["kt-export", "--force", "-o", str(path.with_suffix(".json"))]]
+    for argv in commands:
+        command([*argv, str(path)])
 
 
 def command(argv: list[str]) -> None:

@@ -7,6 +7,7 @@ and a fuzz test over mutated real specs and sessions (tests/fuzz_support.py; ben
 """
 
 import random
+import re
 import shutil
 import time
 from pathlib import Path
@@ -162,3 +163,117 @@ def test_mutated_sessions_load_or_fail_in_one_line(tmp_path, seed, which):
     t0 = time.monotonic()
     fuzz_support.session_case(fuzz_support.mutate(SESSION_SEEDS[which], random.Random(seed)), tmp_path / "s.toml")
     assert time.monotonic() - t0 < 10
+
+
+# hostile files: wrong types, sizes, links, includes, options, a reference that never returns -----
+
+@pytest.mark.parametrize("old, new, message", [
+    ('created = "2026-11-22T05:21:03Z"', "created = 2026-11-22T05:21:03Z", r"\[session\] created must be a string"),
+    ('parameters = [\n    "BLOCK",', 'parameters = [\n    7,', r"\[template\] parameters must be an array of names"),
+    ("\n[space.problem]\nn = 1048576\n", "\n[space.problem]\nn = nan\n", r"\[space\] problem must be a table of sizes"),
+])
+def test_a_session_header_field_of_the_wrong_type_is_one_line_in_every_command(tmp_path, capsys, old, new, message):
+    text = (ROOT / "tests/data/sessions/vector_add.toml").read_text()
+    assert old in text, old
+    session = tmp_path / "s.toml"
+    session.write_text(text.replace(old, new, 1))
+    for argv in (["show"], ["simulate"], ["kt-export", "-o", str(tmp_path / "k.json")]):
+        code, err = run(capsys, *argv, str(session))
+        assert code == 2 and re.search(message, one_error_line(err)), (argv, err)
+
+
+def test_a_string_longer_than_a_session_may_hold_is_one_line(tmp_path, capsys):
+    text = (ROOT / "tests/data/sessions/hostile.toml").read_text()
+    session = tmp_path / "s.toml"
+    session.write_text(text.replace('message = "the worker died', 'message = "' + "x" * 300_000, 1))
+    code, err = run(capsys, "show", str(session))
+    assert code == 2 and "a string of a session may hold 262144" in one_error_line(err)
+
+
+def test_a_spec_or_a_source_larger_than_it_may_be_is_one_line(spec):
+    spec.write_text(spec.read_text() + "#" * (1 << 20) + "\n")
+    with pytest.raises(TemplateError, match=r"more than the 1048576 such a file may hold"):
+        load_template(spec)
+    shutil.copyfile(VECTOR_ADD / "kernel.toml", spec)
+    (spec.parent / "kernel.cl").write_text((VECTOR_ADD / "kernel.cl").read_text() + "//" * (5 << 20))
+    with pytest.raises(TemplateError, match=r"\[kernel.sources.opencl\] expected a source of at most 8 MiB"):
+        load_template(spec)
+
+
+@pytest.mark.parametrize("link", ["kernel.cl", "reference.py", "folder"])
+def test_a_link_out_of_the_spec_s_folder_is_not_followed(tmp_path, spec, link):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("kernel.cl", "reference.py"):
+        shutil.copyfile(VECTOR_ADD / name, outside / name)
+    if link == "folder":  # a folder of the spec's that is a link out of it
+        (spec.parent / "sub").symlink_to(outside)
+        edit(spec, 'reference = "reference.py"', 'reference = "sub/reference.py"')
+        key = "kernel.reference"
+    else:
+        (spec.parent / link).unlink()
+        (spec.parent / link).symlink_to(outside / link)
+        key = "kernel.sources.opencl" if link == "kernel.cl" else "kernel.reference"
+    with pytest.raises(TemplateError, match=rf"\[{key}\] expected a file in the spec's folder \(a link out of it"):
+        load_template(spec)
+
+
+@pytest.mark.parametrize("include, message", [
+    ('"/etc/hostname"', "an `#include` of an absolute path"),
+    ('"../secret.h"', "inside the spec's folder or its -I folders"),
+    ("HEADER", "an `#include` of a macro"),
+    ('"inc/up.h"', "inside the spec's folder or its -I folders"),  # a header that includes one outside
+])
+def test_includes_outside_the_spec_s_folder_need_absolute_includes(tmp_path, spec, include, message):
+    (tmp_path / "secret.h").write_text("#define SECRET 1\n")
+    (spec.parent / "inc").mkdir()
+    (spec.parent / "inc" / "up.h").write_text('#include "../../secret.h"\n')
+    source = spec.parent / "kernel.cl"
+    source.write_text(f'#define HEADER "x.h"\n#include {include}\n' + source.read_text())
+    with pytest.raises(TemplateError, match=rf"\[kernel.sources.opencl\] expected .*{re.escape(message)}"):
+        load_template(spec)
+    edit(spec, 'reference = "reference.py"', 'reference = "reference.py"\nabsolute_includes = true')
+    assert load_template(spec).sources["opencl"].startswith('#define HEADER')
+
+
+@pytest.mark.parametrize("option", ["--include-path=..", "-isystem..", "-ccbin=cc", "--pre-include=x.h", "-o=out"])
+def test_compiler_options_that_name_files_or_other_include_folders_are_refused(spec, option):
+    edit(spec, 'reference = "reference.py"', f'reference = "reference.py"\noptions = {{ opencl = ["{option}"] }}')
+    with pytest.raises(TemplateError, match=r"\[kernel.options.opencl\] expected (include folders written -IDIR|compiler flags that name no file)"):
+        load_template(spec)
+
+
+def test_a_reference_that_never_returns_is_one_line_after_its_time_limit(spec, capsys):
+    (spec.parent / "reference.py").write_text("def reference(inputs, sizes):\n    while True:\n        pass\n")
+    edit(spec, 'reference = "reference.py"', 'reference = "reference.py"\nreference_timeout = 1')
+    code = main(["init", "--check", str(spec)])
+    out = capsys.readouterr().out
+    assert code == 1 and "the reference did not return within 1 s" in out, out
+    (spec.parent / "reference.py").write_text("while True:\n    pass\n")  # its import never ends
+    with pytest.raises(TemplateError, match=r"importing the reference did not return within 1 s"):
+        load_template(spec).load_reference()
+
+
+def test_init_check_refuses_to_run_the_reference_at_a_size_that_needs_gigabytes(spec, capsys):
+    text = re.sub(r"\nn = \d+\n", "\nn = 1000000000\n", spec.read_text())
+    spec.write_text(text)
+    code = main(["init", "--check", str(spec)])
+    out = capsys.readouterr().out
+    assert code == 1 and "has 11.2 GiB of buffers; init --check runs the reference only up to" in out, out
+
+
+def test_a_scalar_that_does_not_fit_its_dtype_and_shared_bytes_without_a_local_pointer_are_said(spec, capsys):
+    text = spec.read_text().replace('block = ["BLOCK"]', 'block = ["BLOCK"]\nshared_bytes = "BLOCK * 4"')
+    spec.write_text(text.replace('dtype = "int32"\nrole = "scalar"', 'dtype = "uint8"\nrole = "scalar"'))
+    code = main(["init", "--check", str(spec)])
+    out = capsys.readouterr().out
+    assert code == 1 and "`n` is 1048576, not a uint8 value" in out
+    assert "the opencl kernel has no `__local` pointer argument to take it" in out
+
+
+def test_negative_shared_bytes_are_a_device_violation_not_a_launch():
+    from kerntune.engine.space import Geometry, device_violation
+
+    limits = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
+                          max_grid_dims=(1 << 31, 65535, 65535), max_shared_per_block=49152)
+    assert device_violation(Geometry((4, 1, 1), (64, 1, 1), -4), limits) == "shared memory per block < 0"

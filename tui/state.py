@@ -523,7 +523,8 @@ def _table(v: Any) -> Mapping[str, Any]:
 
 
 def _int(v: Any, default: int) -> int:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+    ok = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v))
+    return int(v) if ok and not isinstance(v, bool) else default
 
 
 def _sortable(v: Any) -> Any:

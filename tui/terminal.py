@@ -52,6 +52,14 @@ def printable_source(text: str) -> str:
     return printable(text.replace("\r\n", "\n"), keep="\n\t")
 
 
+def clipped(text: str, limit: int) -> str:
+    """At most `limit` characters of a message, saying how many were left out (a session may hold
+    a megabyte in one; a table of it would take seconds to lay out)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters; `show --json` has them all)"
+
+
 class GuardedStream:
     """A text stream that escapes, as `printable` does, every control character written to it
     but line breaks, tabs and `\\r`; on a terminal it lets through the colour sequences (SGR)

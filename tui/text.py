@@ -32,7 +32,9 @@ from kerntune.engine.result import Result, config_key, ranked
 
 from .columns import Column, csv_columns, energy_measured, several_devices, text_columns
 from .numbers import fmt_num, fmt_speedup
-from .terminal import printable, text_width
+from .terminal import clipped, printable, text_width
+
+MESSAGE_CHARS = 2000  # of a message in the text table (a compile error's first lines)
 from .words import describe, fmt_config, fmt_params, fmt_value, leaders_text, tie_marks  # noqa: F401 (fmt_config: the command line's too)
 
 
@@ -92,7 +94,7 @@ def _row(rank: str, r: Result, base: float | None, columns: tuple[Column, ...]) 
     for c in columns:
         cell = c.text(c.value(r, base))  # type: ignore[misc]
         if c.key == "status" and r.message and not r.verified:  # no message column: it follows the status
-            cell = f"{cell}: {r.message}"
+            cell = f"{cell}: {clipped(r.message, MESSAGE_CHARS)}"
         elif c.key == "status" and r.disturbed:  # measured again and still disturbed: said, not hidden
             cell = f"{cell} ~"
         cells.append(cell)

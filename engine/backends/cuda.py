@@ -195,6 +195,12 @@ def open(device: int = 0) -> "CUDABackend":
     return CUDABackend(chosen_device(_devices(), device, "CUDA"))
 
 
+# What a launch can raise for arguments the driver refuses: pycuda's own errors, Python's
+# conversions, and C++ exceptions Boost.Python passes on as RuntimeError ("std::bad_cast" for a
+# value that does not fit its C type, a negative size among them).
+LAUNCH_ERRORS = (*((drv.Error,) if drv is not None else ()), TypeError, ValueError, OverflowError, RuntimeError)
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -471,7 +477,7 @@ class CUDABackend:
             self._allow_shared(kernel, geo.shared_bytes)
             kernel.function(*args, block=tuple(geo.block), grid=tuple(geo.grid),
                             shared=int(geo.shared_bytes))
-        except (drv.Error, TypeError, ValueError) as e:
+        except LAUNCH_ERRORS as e:
             raise LaunchError(_one_line(e)) from None
 
     def _allow_shared(self, kernel: CUDAKernel, shared: int) -> None:
@@ -520,7 +526,7 @@ class CUDABackend:
                                                int(geo.shared_bytes), None)
             end.record()
             return start, end
-        except (drv.Error, TypeError, ValueError) as e:
+        except LAUNCH_ERRORS as e:
             raise LaunchError(_one_line(e)) from None
 
     def elapsed(self, tokens: Sequence[Any]) -> list[float]:

@@ -150,16 +150,16 @@ def find_kernel(program: Any, entry: str) -> Any:
         raise CompileError(f"cannot create kernel {entry!r}: {str(e).strip().splitlines()[0]}") from None
 
 
-def local_arguments(source: str, entry: str, defines: Mapping[str, str] | None = None) -> tuple[int, ...]:
+def local_arguments(source: str, entry: str, defines: Mapping[str, str] | None = None) -> tuple[int, ...] | None:
     """The positions of the kernel's `__local` pointer arguments (the dynamic local memory the
-    spec's `launch.shared_bytes` sizes), read from its signature; () when it cannot be read."""
+    spec's `launch.shared_bytes` sizes), read from its signature; None when it cannot be read."""
     try:
         kernels = parse_kernels(source, defines)
     except SignatureError:
-        return ()
+        return None
     name = entry.split("<")[0].split("::")[-1]
     sig = next((k for k in kernels if k.name == name), None)
-    return tuple(i for i, a in enumerate(sig.args) if a.local) if sig is not None else ()
+    return tuple(i for i, a in enumerate(sig.args) if a.local) if sig is not None else None
 
 
 class OpenCLBackend:
@@ -178,7 +178,7 @@ class OpenCLBackend:
         self._flush_buf = None
         self._flush_kernel = None
         self._flush_count = 0
-        self._local_args: dict[int, tuple[int, ...]] = {}  # kernel -> positions of its `__local` pointers
+        self._local_args: dict[int, tuple[int, ...] | None] = {}  # kernel -> positions of its `__local` pointers
 
     # compile -----------------------------------------------------------------------------------
     def compile(self, source: str, entry: str, defines: Mapping[str, str],
@@ -272,14 +272,20 @@ class OpenCLBackend:
         args = [a.buffer if isinstance(a, ConstantArg) else a for a in args]  # a `__constant` pointer
         if geo.dynamic_shared:
             local = cl.LocalMemory(max(int(geo.shared_bytes), 16))
+            where = self._local_args.get(kernel.int_ptr)
+            if where == ():
+                raise LaunchError("launch.shared_bytes sizes dynamic local memory, but the kernel has no "
+                                  "`__local` pointer argument to take it")
             # each `__local` pointer argument where the kernel declares it (the last when unread)
-            for at in self._local_args.get(kernel.int_ptr) or (len(args),):
+            for at in where or (len(args),):
                 args.insert(min(at, len(args)), local)
         try:
             kernel.set_args(*args)
             return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, geo.block)
         except cl.Error as e:
             raise LaunchError(str(e).splitlines()[0]) from None
+        except TypeError as e:  # arguments the kernel does not take (pyopencl counts them first)
+            raise LaunchError(f"the kernel's arguments do not match the spec's: {e}") from None
 
     def launch(self, kernel: Any, geo: Geometry, args: Sequence[Any]) -> None:
         ev = self._enqueue(kernel, geo, args)

@@ -13,7 +13,7 @@ from textual.widgets import Sparkline, Static
 
 from ..numbers import fmt_gbs, fmt_percent, fmt_us
 from ..state import DashboardState
-from ..terminal import printable, printable_source
+from ..terminal import clipped, printable, printable_source
 from ..words import fmt_config
 
 
@@ -28,7 +28,7 @@ def details_renderable(state: DashboardState, key: str):
     parts: list = [head]
     if r.message:
         parts += [Text(""), Text("verification error" if r.status == "wrong_result" else "message", "bold"),
-                  Text(printable_source(r.message), "red" if not r.verified else "")]
+                  Text(printable_source(clipped(r.message, 20_000)), "red" if not r.verified else "")]
     w = state.winner
     if w is not None and dict(w.config) == dict(r.config):
         state_text = "passed" if w.ok else f"FAILED: {w.message}"

@@ -116,7 +116,7 @@ def all_cells(state: DashboardState, key: str, names: Mapping[str, str]) -> dict
 
 def first_line(message: str) -> str:
     """A message's first paragraph on one line (a compile error's log follows after a blank line)."""
-    head = message.strip().split("\n\n", 1)[0]
+    head = message[:4096].strip().split("\n\n", 1)[0]  # (the first paragraph of a megabyte is in its start)
     return printable(" ".join(head.split()))
 
 
