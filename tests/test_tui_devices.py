@@ -150,7 +150,7 @@ def test_the_text_mode_names_the_device_of_each_result_and_the_board_has_a_devic
                                                          ("64", "cuda:0"), ("1024", "cuda:1")]
     table = leaderboard_table(results, results[0])
     assert [c.header for c in table.columns][-2:] == ["device", "status"]
-    assert list(table.columns[-2].cells) == ["cuda:0", "cuda:1", "cuda:0", "cuda:0"]
+    assert [str(c) for c in table.columns[-2].cells] == ["cuda:0", "cuda:1", "cuda:0", "cuda:0"]  # (cells: Text, never markup)
 
 
 # the live dashboard ---------------------------------------------------------------------------------
