@@ -32,8 +32,10 @@ import functools
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from kerntune.engine.signature import (KernelSignature, _blank, _callee, _first_error, _leaves, _parser, _text,
-                                       parse_kernels)
+from kerntune.engine import cxx
+from kerntune.engine.signature import KernelSignature, parse_kernels
+
+from .model import function_name, parse_expression
 
 # ids a thread reads, by kind: CUDA fields and OpenCL functions
 CUDA_IDS = {"threadIdx": "local", "blockIdx": "group", "blockDim": "local_size", "gridDim": "groups"}
@@ -238,7 +240,7 @@ class Slope:
 def index_slope(analysis: KernelAnalysis, index: str, var: str | None = None) -> Slope:
     """`slope` with the conditions under which it holds; operands are inlined (locals replaced by
     their initialisers) so that they can be evaluated anywhere in the kernel."""
-    node = _parse_expression(index)
+    node = parse_expression(index)
     if node is None:
         return Slope(None)
     var = var or analysis.element
@@ -251,7 +253,7 @@ def index_slope(analysis: KernelAnalysis, index: str, var: str | None = None) ->
 def inline(analysis: KernelAnalysis, expr: str, rename: dict[str, str] | None = None) -> str:
     """`expr` with the kernel's single-assignment locals replaced by their initialisers (in
     parentheses) and the names in `rename` renamed: an expression that can be evaluated anywhere."""
-    node = _parse_expression(expr)
+    node = parse_expression(expr)
     if node is None:
         return expr
     return _inline(node, analysis.locals, rename or {}, 0)
@@ -267,10 +269,10 @@ def tree_reductions(analysis: KernelAnalysis) -> tuple[frozenset[str], frozenset
     for lp in analysis.loops:
         if not lp.halving:
             continue
-        node = _parse_expression(inline(analysis, lp.start))
+        node = parse_expression(inline(analysis, lp.start))
         if node is None:
             continue
-        names |= {_text(n) for n in _identifiers(node)}
+        names |= {cxx.text(n) for n in _identifiers(node)}
         dims |= {d for kind, d in thread_reads(node, analysis.dialect) if kind == "local_size"}
     return frozenset(names), frozenset(dims)
 
@@ -280,14 +282,14 @@ class _File:
     def __init__(self, source: str, defines: dict[str, str] | None):
         self.source = source
         self.raw = source.encode("utf-8")
-        self.blanked, self.dialect, self.marks = _blank(self.raw)
-        self.root = _parser().parse(self.blanked).root_node
+        self.blanked, self.dialect, self.marks = cxx.blank(self.raw)
+        self.root = cxx.parser().parse(self.blanked).root_node
         self.signatures = {s.name: s for s in parse_kernels(source, defines)}
         ascii_only = len(self.raw) == len(source)
         self._chars = None if ascii_only else self._char_map()
-        raw_root = _parser().parse(self.raw).root_node
-        self.shared_marks = sorted(leaf.start_byte for leaf in _leaves(raw_root)
-                                   if _text(leaf) in ("__shared__", "__local", "local" if self.dialect == "opencl" else ""))
+        raw_root = cxx.parser().parse(self.raw).root_node
+        self.shared_marks = sorted(leaf.start_byte for leaf in cxx.leaves(raw_root)
+                                   if cxx.text(leaf) in ("__shared__", "__local", "local" if self.dialect == "opencl" else ""))
 
     def _char_map(self) -> list[int]:
         out, pos = [0] * (len(self.raw) + 1), 0
@@ -330,7 +332,7 @@ class _File:
         for fn in fns:
             if not self.is_kernel(fn):
                 continue
-            name = _function_name(fn)
+            name = function_name(fn)
             sig = self.signatures.get(name)
             if sig is None:
                 continue
@@ -338,25 +340,6 @@ class _File:
         return out
 
 
-def _function_name(fn) -> str:
-    d = fn.child_by_field_name("declarator")
-    while d is not None and d.type != "function_declarator":
-        d = d.child_by_field_name("declarator")
-    return _callee(d.child_by_field_name("declarator")) if d is not None else ""
-
-
-def _parse_expression(text: str):
-    """The syntax tree of one expression (parsed as an initialiser, where C++ reads no declaration)."""
-    root = _parser().parse(f"auto kt_e = ({text});".encode("utf-8")).root_node
-    if root.has_error:
-        return None
-    decl = root.named_children[0] if root.named_children else None
-    init = decl.child_by_field_name("declarator") if decl is not None else None
-    value = init.child_by_field_name("value") if init is not None else None
-    if value is None or value.type != "parenthesized_expression":
-        return None
-    named = [c for c in value.named_children if c.type != "comment"]
-    return named[0] if len(named) == 1 else None
 
 
 def _unwrap(node):
@@ -367,7 +350,7 @@ def _unwrap(node):
             node = named[0] if len(named) == 1 else None
         elif node.type == "cast_expression":
             node = node.child_by_field_name("value")
-        elif node.type == "call_expression" and _callee(node.child_by_field_name("function")) in (
+        elif node.type == "call_expression" and cxx.callee(node.child_by_field_name("function")) in (
                 "static_cast", "size_t", "long", "int", "unsigned"):
             args = node.child_by_field_name("arguments").named_children
             node = args[0] if len(args) == 1 else None
@@ -386,14 +369,14 @@ def thread_reads(node, dialect: str) -> set[tuple[str, int]]:
         n = stack.pop()
         if n.type == "field_expression":
             arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
-            if arg is not None and arg.type == "identifier" and _text(arg) in CUDA_IDS and _text(fld) in DIMS:
-                out.add((CUDA_IDS[_text(arg)], DIMS[_text(fld)]))
+            if arg is not None and arg.type == "identifier" and cxx.text(arg) in CUDA_IDS and cxx.text(fld) in DIMS:
+                out.add((CUDA_IDS[cxx.text(arg)], DIMS[cxx.text(fld)]))
                 continue
         if n.type == "call_expression":
-            name = _callee(n.child_by_field_name("function"))
+            name = cxx.callee(n.child_by_field_name("function"))
             if name in OPENCL_IDS:
                 args = n.child_by_field_name("arguments").named_children
-                dim = int(_text(args[0])) if args and _text(args[0]).isdigit() else 0
+                dim = int(cxx.text(args[0])) if args and cxx.text(args[0]).isdigit() else 0
                 out.add((OPENCL_IDS[name], dim))
                 continue
         stack.extend(n.children)
@@ -406,10 +389,10 @@ def _global_index(node, dialect: str) -> tuple[bool, int | None, tuple[int, ...]
     node = _unwrap(node)
     if node is None:
         return False, None, ()
-    if node.type == "call_expression" and _callee(node.child_by_field_name("function")) == "get_global_id":
+    if node.type == "call_expression" and cxx.callee(node.child_by_field_name("function")) == "get_global_id":
         (kind, dim), = thread_reads(node, dialect)
         return True, dim, ()
-    if node.type != "binary_expression" or _text(node.child_by_field_name("operator")) != "+":
+    if node.type != "binary_expression" or cxx.text(node.child_by_field_name("operator")) != "+":
         return False, None, ()
     left, right = _unwrap(node.child_by_field_name("left")), _unwrap(node.child_by_field_name("right"))
     for prod, local in ((left, right), (right, left)):
@@ -419,7 +402,7 @@ def _global_index(node, dialect: str) -> tuple[bool, int | None, tuple[int, ...]
         if len(lr) != 1 or next(iter(lr))[0] != "local" or _unwrap(local) is None:
             continue
         dim = next(iter(lr))[1]
-        if prod.type != "binary_expression" or _text(prod.child_by_field_name("operator")) != "*":
+        if prod.type != "binary_expression" or cxx.text(prod.child_by_field_name("operator")) != "*":
             continue
         a, b = _unwrap(prod.child_by_field_name("left")), _unwrap(prod.child_by_field_name("right"))
         if a is None or b is None:
@@ -429,8 +412,8 @@ def _global_index(node, dialect: str) -> tuple[bool, int | None, tuple[int, ...]
             if rg == {("group", dim)}:
                 if rs == {("local_size", dim)}:
                     return True, dim, ()
-                if not rs and s.type == "number_literal" and _text(s).rstrip("uUlL").isdigit():
-                    return True, dim, ((int(_text(s).rstrip("uUlL")), s),)
+                if not rs and s.type == "number_literal" and cxx.text(s).rstrip("uUlL").isdigit():
+                    return True, dim, ((int(cxx.text(s).rstrip("uUlL")), s),)
     return False, None, ()
 
 
@@ -441,7 +424,7 @@ class _Body:
         self.f = f
         self.fn = fn
         self.kernel = kernel
-        self.name = _function_name(fn)
+        self.name = function_name(fn)
         self.body = fn.child_by_field_name("body")
         self.loops: list[Loop] = []
         self.loop_nodes: list = []
@@ -482,7 +465,7 @@ class _Body:
                 while name_node is not None and name_node.type not in ("identifier",):
                     name_node = name_node.child_by_field_name("declarator")
                 if name_node is not None and value is not None:
-                    name = _text(name_node)
+                    name = cxx.text(name_node)
                     if name in self.inits:
                         self.assigned[name] = self.assigned.get(name, 0) + 1
                     self.inits[name] = value
@@ -497,11 +480,11 @@ class _Body:
             elif n.type == "assignment_expression":
                 left = _unwrap(n.child_by_field_name("left"))
                 if left is not None and left.type == "identifier":
-                    self.assigned[_text(left)] = self.assigned.get(_text(left), 0) + 1
+                    self.assigned[cxx.text(left)] = self.assigned.get(cxx.text(left), 0) + 1
             elif n.type == "update_expression":
                 arg = _unwrap(n.child_by_field_name("argument"))
                 if arg is not None and arg.type == "identifier":
-                    self.assigned[_text(arg)] = self.assigned.get(_text(arg), 0) + 1
+                    self.assigned[cxx.text(arg)] = self.assigned.get(cxx.text(arg), 0) + 1
             stack.extend(n.children)
 
     def _pointer_root(self, value) -> tuple[str | None, str]:
@@ -509,20 +492,20 @@ class _Body:
         if v is None:
             return None, ""
         if v.type == "identifier":
-            name = _text(v)
+            name = cxx.text(v)
             if name in self.pointers:
                 return name, "0"
             if name in self.ptr_alias:
                 return self.ptr_alias[name]
             return None, ""
-        if v.type == "binary_expression" and _text(v.child_by_field_name("operator")) == "+":
+        if v.type == "binary_expression" and cxx.text(v.child_by_field_name("operator")) == "+":
             left, right = v.child_by_field_name("left"), v.child_by_field_name("right")
             root, off = self._pointer_root(left)
             if root is not None:
-                return root, _plus(off, _text(right))
+                return root, _plus(off, cxx.text(right))
             root, off = self._pointer_root(right)
             if root is not None:
-                return root, _plus(off, _text(left))
+                return root, _plus(off, cxx.text(left))
         return None, ""
 
     def _cast_root(self, value) -> str | None:
@@ -531,7 +514,7 @@ class _Body:
         while stack:
             n = stack.pop()
             if n.type == "identifier":
-                name = _text(n)
+                name = cxx.text(n)
                 if name in self.pointers:
                     return name
                 if name in self.ptr_alias:
@@ -567,14 +550,14 @@ class _Body:
                 self._walk(c, loops, unconditional and cond is not None and c.id == cond.id)
             self.under.pop()
             return
-        if t == "binary_expression" and _text(node.child_by_field_name("operator")) in ("&&", "||"):
+        if t == "binary_expression" and cxx.text(node.child_by_field_name("operator")) in ("&&", "||"):
             self._walk(node.child_by_field_name("left"), loops, unconditional)
             self.under.append(self.f.node_span(node))  # the right side runs only sometimes
             self._walk(node.child_by_field_name("right"), loops, False)
             self.under.pop()
             return
         if t == "call_expression":
-            name = _callee(node.child_by_field_name("function"))
+            name = cxx.callee(node.child_by_field_name("function"))
             if name in BARRIERS:
                 self.barriers = True
             if name.startswith(ATOMIC_PREFIXES):
@@ -585,7 +568,7 @@ class _Body:
             self._access(node, loops, unconditional)
         if t == "subscript_expression" and loops:
             self._register_index(node, loops)
-        if t == "identifier" and self.kernel and loops and _text(node) in \
+        if t == "identifier" and self.kernel and loops and cxx.text(node) in \
                 self.pointers | set(self.ptr_alias) | set(self.cast_alias):
             for lp in loops:
                 self.loops[lp] = _with(self.loops[lp], accesses=self.loops[lp].accesses + 1)
@@ -603,7 +586,7 @@ class _Body:
             "subscript_argument_list" else [idx_list]
         if len(inner) != 1:
             return
-        name = _text(arr)
+        name = cxx.text(arr)
         via, offset = "", ""
         if name in self.ptr_alias:
             via, (name, offset) = name, self.ptr_alias[name]
@@ -617,30 +600,30 @@ class _Body:
         if parent is not None and parent.type == "assignment_expression" and \
                 parent.child_by_field_name("left").start_byte == node.start_byte:
             write = True
-            read = _text(parent.child_by_field_name("operator")) != "="
+            read = cxx.text(parent.child_by_field_name("operator")) != "="
         elif parent is not None and parent.type == "update_expression":
             write = read = True
         elif parent is not None and parent.type == "pointer_expression" and \
-                _text(parent.child_by_field_name("operator")) == "&":
+                cxx.text(parent.child_by_field_name("operator")) == "&":
             call, value = _intrinsic(parent)
             if call is None:
                 write = read = True  # its address escapes: taken as both, and opaque
                 self.escaped.append(name)
-            elif _callee(call.child_by_field_name("function")) in LOAD_INTRINSICS:
+            elif cxx.callee(call.child_by_field_name("function")) in LOAD_INTRINSICS:
                 read = True
             else:
                 write = True
         else:
             read = True
             call = value = None
-        index = _text(inner[0])
+        index = cxx.text(inner[0])
         if via and offset != "0":
             index = f"{offset} + ({index})"
         span = self.f.node_span(call) if call is not None else self.f.node_span(node)
         self.accesses.append(Access(name, index, write, read, span,
                                     self.f.node_span(inner[0]), loops[-1] if loops else None,
                                     unconditional, via, offset if via else "", tuple(self.under),
-                                    _callee(call.child_by_field_name("function")) if call is not None else "",
+                                    cxx.callee(call.child_by_field_name("function")) if call is not None else "",
                                     self.f.node_span(value) if value is not None else None))
 
     def _half_access(self, call, name: str, loops: list[int], unconditional: bool) -> None:
@@ -650,13 +633,13 @@ class _Body:
         want = 2 if name in HALF_LOADS else 3
         if len(args) != want or args[-1].type != "identifier":
             return
-        array = _text(args[-1])
+        array = cxx.text(args[-1])
         via, offset = "", ""
         if array in self.ptr_alias:
             via, (array, offset) = array, self.ptr_alias[array]
         if array not in self.pointers:
             return
-        index = _text(args[-2])
+        index = cxx.text(args[-2])
         if via and offset != "0":
             index = f"{offset} + ({index})"
         self.half_args.add(args[-1].id)
@@ -669,10 +652,10 @@ class _Body:
     def _register_index(self, node, loops: list[int]) -> None:
         """Mark the loops whose variable indexes an array that is no pointer argument."""
         arr = _unwrap(node.child_by_field_name("argument"))
-        if arr is None or (arr.type == "identifier" and _text(arr) in
+        if arr is None or (arr.type == "identifier" and cxx.text(arr) in
                            self.pointers | set(self.ptr_alias) | set(self.cast_alias)):
             return
-        if arr.type == "identifier" and _text(arr) not in self.inits and not self.kernel:
+        if arr.type == "identifier" and cxx.text(arr) not in self.inits and not self.kernel:
             return  # a helper's parameter: a pointer the helper was given
         names = _names(node.child_by_field_name("indices") or node)
         for lp in loops:
@@ -684,8 +667,8 @@ class _Body:
         prev = node.prev_named_sibling
         pragma = None
         if prev is not None and prev.type == "preproc_call" and \
-                _text(prev.child_by_field_name("directive")) == "#pragma":
-            arg = _text(prev.child_by_field_name("argument")).split()
+                cxx.text(prev.child_by_field_name("directive")) == "#pragma":
+            arg = cxx.text(prev.child_by_field_name("argument")).split()
             if arg and arg[0] == "unroll":
                 pragma = span_of(self.f.source, prev, self.f)
         body = node.child_by_field_name("body")
@@ -705,33 +688,33 @@ class _Body:
         if init is not None and init.type == "declaration":
             d = init.child_by_field_name("declarator")
             if d is not None and d.type == "init_declarator":
-                var, start = _text(d.child_by_field_name("declarator")), _text(d.child_by_field_name("value"))
+                var, start = cxx.text(d.child_by_field_name("declarator")), cxx.text(d.child_by_field_name("value"))
         elif init is not None and init.type == "assignment_expression":
-            var, start = _text(init.child_by_field_name("left")), _text(init.child_by_field_name("right"))
+            var, start = cxx.text(init.child_by_field_name("left")), cxx.text(init.child_by_field_name("right"))
         bound, inclusive = "", False
         c = _unwrap(cond) if cond is not None else None
-        if c is not None and c.type == "binary_expression" and _text(c.child_by_field_name("left")) == var:
-            op = _text(c.child_by_field_name("operator"))
+        if c is not None and c.type == "binary_expression" and cxx.text(c.child_by_field_name("left")) == var:
+            op = cxx.text(c.child_by_field_name("operator"))
             if op in ("<", "<=", "!="):
-                bound, inclusive = _text(c.child_by_field_name("right")), op == "<="
+                bound, inclusive = cxx.text(c.child_by_field_name("right")), op == "<="
         step = ""
         halving = False
         u = update
-        if u is not None and u.type == "update_expression" and _text(u.child_by_field_name("argument")) == var:
-            step = "1" if "++" in _text(u) else ""
-        elif u is not None and u.type == "assignment_expression" and _text(u.child_by_field_name("left")) == var:
-            op = _text(u.child_by_field_name("operator"))
+        if u is not None and u.type == "update_expression" and cxx.text(u.child_by_field_name("argument")) == var:
+            step = "1" if "++" in cxx.text(u) else ""
+        elif u is not None and u.type == "assignment_expression" and cxx.text(u.child_by_field_name("left")) == var:
+            op = cxx.text(u.child_by_field_name("operator"))
             right = u.child_by_field_name("right")
             if op == "+=":
-                step = _text(right)
+                step = cxx.text(right)
             elif op == "=" and right.type == "binary_expression" and \
-                    _text(right.child_by_field_name("operator")) == "+" and \
-                    _text(right.child_by_field_name("left")) == var:
-                step = _text(right.child_by_field_name("right"))
-            halving = (op, _literal(_text(right))) in (("/=", 2), (">>=", 1))
-            if op == "=" and right.type == "binary_expression" and _text(right.child_by_field_name("left")) == var:
-                halving = (_text(right.child_by_field_name("operator")),
-                           _literal(_text(right.child_by_field_name("right")))) in (("/", 2), (">>", 1))
+                    cxx.text(right.child_by_field_name("operator")) == "+" and \
+                    cxx.text(right.child_by_field_name("left")) == var:
+                step = cxx.text(right.child_by_field_name("right"))
+            halving = (op, _literal(cxx.text(right))) in (("/=", 2), (">>=", 1))
+            if op == "=" and right.type == "binary_expression" and cxx.text(right.child_by_field_name("left")) == var:
+                halving = (cxx.text(right.child_by_field_name("operator")),
+                           _literal(cxx.text(right.child_by_field_name("right")))) in (("/", 2), (">>", 1))
         trip = None
         s, b, st = _literal(start), _literal(bound), _literal(step)
         if s is not None and b is not None and st:
@@ -750,21 +733,21 @@ class _Body:
         left = _unwrap(node.child_by_field_name("left"))
         if left is None or left.type != "identifier":
             return
-        var = _text(left)
-        op = _text(node.child_by_field_name("operator"))
+        var = cxx.text(left)
+        op = cxx.text(node.child_by_field_name("operator"))
         right = node.child_by_field_name("right")
         kind = None
         if op in ("+=", "-="):
             kind = "sum"
         elif op == "=":
             r = _unwrap(right)
-            if r is not None and r.type == "binary_expression" and _text(r.child_by_field_name("operator")) == "+" \
-                    and var in (_text(_unwrap(r.child_by_field_name("left"))),
-                                _text(_unwrap(r.child_by_field_name("right")))):
+            if r is not None and r.type == "binary_expression" and cxx.text(r.child_by_field_name("operator")) == "+" \
+                    and var in (cxx.text(_unwrap(r.child_by_field_name("left"))),
+                                cxx.text(_unwrap(r.child_by_field_name("right")))):
                 kind = "sum"
             elif r is not None and r.type == "call_expression":
-                fname = _callee(r.child_by_field_name("function"))
-                args = [_text(_unwrap(a)) for a in r.child_by_field_name("arguments").named_children]
+                fname = cxx.callee(r.child_by_field_name("function"))
+                args = [cxx.text(_unwrap(a)) for a in r.child_by_field_name("arguments").named_children]
                 if var in args and fname in MAX_FUNCTIONS:
                     kind = "max"
                 elif var in args and fname in MIN_FUNCTIONS:
@@ -772,8 +755,8 @@ class _Body:
             elif r is not None and r.type == "conditional_expression":
                 cnd = _unwrap(r.child_by_field_name("condition"))
                 if cnd is not None and cnd.type == "binary_expression" and var in _names(cnd):
-                    o = _text(cnd.child_by_field_name("operator"))
-                    first = _text(_unwrap(cnd.child_by_field_name("left")))
+                    o = cxx.text(cnd.child_by_field_name("operator"))
+                    first = cxx.text(_unwrap(cnd.child_by_field_name("left")))
                     big = (o in (">", ">=")) == (first != var)  # `x > acc ? x : acc` is a max
                     kind = "max" if big else "min"
         if kind is None:
@@ -782,8 +765,8 @@ class _Body:
             if stmt is not None and stmt.type == "if_statement" and op == "=":
                 cnd = _unwrap(stmt.child_by_field_name("condition"))
                 if cnd is not None and cnd.type == "binary_expression" and var in _names(cnd):
-                    o = _text(cnd.child_by_field_name("operator"))
-                    first = _text(_unwrap(cnd.child_by_field_name("left")))
+                    o = cxx.text(cnd.child_by_field_name("operator"))
+                    first = cxx.text(_unwrap(cnd.child_by_field_name("left")))
                     if o in (">", ">=", "<", "<="):
                         kind = "max" if (o in (">", ">=")) == (first != var) else "min"
         if kind is None or any(lp.var == var for lp in self.loops):
@@ -793,7 +776,7 @@ class _Body:
         init = self.inits.get(var)
         if init is not None and loop_node.start_byte <= init.start_byte < loop_node.end_byte:
             return
-        self.accumulators.append(Accumulator(var, kind, loop, _text(init) if init is not None else "",
+        self.accumulators.append(Accumulator(var, kind, loop, cxx.text(init) if init is not None else "",
                                              self.f.node_span(node)))
 
     # the kernel's analysis -------------------------------------------------------------------
@@ -809,7 +792,7 @@ class _Body:
             is_global, _, literal = _global_index(value, f.dialect)
             fixed += [(v, f.node_span(node)) for v, node in literal]
             decl = value.parent.parent if value.parent is not None else value
-            indices.append(ThreadIndex(name, _text(value), tuple(sorted(reads)), is_global, f.node_span(decl)))
+            indices.append(ThreadIndex(name, cxx.text(value), tuple(sorted(reads)), is_global, f.node_span(decl)))
         dims = {d for d in range(3) if any(d == dim for _, dim in thread_reads(self.body, f.dialect))}
         shared = any(self.f.marks.head(self.fn) <= o < self.fn.end_byte for o in f.shared_marks)
         element = next((t.name for t in indices if t.is_global and t.reads[0][1] == 0 and
@@ -831,13 +814,13 @@ class _Body:
             tuple(indices), element, guard, tuple(self.loops), helper_loops, tuple(self.accesses),
             tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(v for v, _ in fixed)), tuple(fixed),
             self.barriers, shared, self.atomics, opaque,
-            locals={n: _text(v) for n, v in locals_.items()}, arg_types=self._arg_types(),
+            locals={n: cxx.text(v) for n, v in locals_.items()}, arg_types=self._arg_types(),
             returns=tuple(self.returns), changing=frozenset(self.declared - set(locals_)),
             statements=tuple(f.node_span(c) for c in self.body.named_children if c.type != "comment"),
             name_span=self._name_span(), stride_loop=stride)
         kind, reasons = _classify(analysis)
         if self.fn.has_error:  # what the parser could not read may hide an access: no rewrite
-            bad = _first_error(self.fn)
+            bad = cxx.first_error(self.fn)
             line = (bad.start_point[0] + 1) if bad is not None else self.fn.start_point[0] + 1
             kind, reasons = "neither", [f"the parser could not read line {line} of it"]
         return KernelAnalysis(**{**analysis.__dict__, "kind": kind, "reasons": tuple(reasons)})
@@ -868,7 +851,7 @@ class _Body:
                 continue
             name, pointer = _declared(p.child_by_field_name("declarator"))
             if pointer and name:
-                words = [w for w in _text(p.child_by_field_name("type")).split()
+                words = [w for w in cxx.text(p.child_by_field_name("type")).split()
                          if w not in ("const", "volatile", "__restrict__", "restrict", "__restrict")]
                 out[name] = " ".join(words)
         return out
@@ -881,7 +864,7 @@ class _Body:
         stack = [self.body]
         while stack:
             n = stack.pop()
-            if n.type == "identifier" and _text(n) in names:
+            if n.type == "identifier" and cxx.text(n) in names:
                 parent = n.parent
                 ok = parent is not None and parent.type == "subscript_expression" and \
                     parent.child_by_field_name("argument") == n or n.id in self.half_args
@@ -891,9 +874,9 @@ class _Body:
                 if decl is not None and decl.type == "init_declarator":
                     target = decl.child_by_field_name("declarator")
                     ok = ok or (target is not None and target.type == "pointer_declarator" and
-                                _text(target).lstrip("*").strip().split()[-1] in self.ptr_alias)
+                                cxx.text(target).lstrip("*").strip().split()[-1] in self.ptr_alias)
                 if not ok:
-                    root = self.ptr_alias.get(_text(n), (_text(n), ""))[0]
+                    root = self.ptr_alias.get(cxx.text(n), (cxx.text(n), ""))[0]
                     out.append(root)
                 continue
             stack.extend(n.children)
@@ -939,21 +922,21 @@ class _Body:
                 cond = _unwrap(named[0]) if len(named) == 1 else None
             if cond is None or cond.type != "binary_expression":
                 return None
-            op = _text(cond.child_by_field_name("operator"))
+            op = cxx.text(cond.child_by_field_name("operator"))
             left, right = _unwrap(cond.child_by_field_name("left")), _unwrap(cond.child_by_field_name("right"))
             if left is None or right is None:
                 return None
-            if _text(right) == var:  # `n > i` reads as `i < n`
+            if cxx.text(right) == var:  # `n > i` reads as `i < n`
                 left, right = right, left
                 op = {">": "<", ">=": "<=", "<": ">", "<=": ">="}.get(op, op)
-            if _text(left) != var:
+            if cxx.text(left) != var:
                 return None
             then = stmt.child_by_field_name("consequence")
             alt = stmt.child_by_field_name("alternative")
             if op == "<" and alt is None:
-                return Guard(var, _text(right), "if", self.f.node_span(stmt))
+                return Guard(var, cxx.text(right), "if", self.f.node_span(stmt))
             if op == ">=" and alt is None and _returns(then):
-                return Guard(var, _text(right), "return", self.f.node_span(stmt))
+                return Guard(var, cxx.text(right), "return", self.f.node_span(stmt))
             return None
         return None
 
@@ -965,7 +948,7 @@ def _intrinsic(address) -> tuple[object | None, object | None]:
     call = args.parent if args is not None and args.type == "argument_list" else None
     if call is None or call.type != "call_expression":
         return None, None
-    name = _callee(call.child_by_field_name("function"))
+    name = cxx.callee(call.child_by_field_name("function"))
     named = [c for c in args.named_children if c.type != "comment"]
     if name in LOAD_INTRINSICS and len(named) == 1:
         return call, None
@@ -985,7 +968,7 @@ def _declared(node) -> tuple[str, bool]:
             named = [c for c in node.named_children if c.type not in ("type_qualifier", "comment")]
             inner = named[-1] if named else None
         node = inner
-    return (_text(node) if node is not None else ""), pointer
+    return (cxx.text(node) if node is not None else ""), pointer
 
 
 def _with(lp: Loop, **changes) -> Loop:
@@ -1009,7 +992,7 @@ def _names(node) -> set[str]:
     while stack:
         n = stack.pop()
         if n.type == "identifier":
-            out.add(_text(n))
+            out.add(cxx.text(n))
         stack.extend(n.children)
     return out
 
@@ -1023,7 +1006,7 @@ def _exp_of(node, var: str, inits: dict) -> bool:
     seen: set[str] = set()
     while stack:
         n = stack.pop()
-        if n.type == "call_expression" and _callee(n.child_by_field_name("function")) in EXP_FUNCTIONS:
+        if n.type == "call_expression" and cxx.callee(n.child_by_field_name("function")) in EXP_FUNCTIONS:
             names = _names(n.child_by_field_name("arguments"))
             todo = list(names)
             while todo:
@@ -1033,9 +1016,9 @@ def _exp_of(node, var: str, inits: dict) -> bool:
                 if x in inits and x not in seen:
                     seen.add(x)
                     todo.extend(_names(inits[x]))
-        if n.type == "identifier" and _text(n) in inits and _text(n) not in seen:
-            seen.add(_text(n))
-            stack.append(inits[_text(n)])
+        if n.type == "identifier" and cxx.text(n) in inits and cxx.text(n) not in seen:
+            seen.add(cxx.text(n))
+            stack.append(inits[cxx.text(n)])
         stack.extend(n.children)
     return False
 
@@ -1073,12 +1056,12 @@ class _Slopes:
         if t == "number_literal":
             return 0
         if t == "identifier":
-            name = _text(node)
+            name = cxx.text(node)
             if name == self.var:
                 return 1
             if name in self.locals and self.depth < 32:
                 self.depth += 1
-                value = _parse_expression(self.locals[name])
+                value = parse_expression(self.locals[name])
                 got = self.of(value) if value is not None else None
                 self.depth -= 1
                 return got
@@ -1095,10 +1078,10 @@ class _Slopes:
             return 0 if all(s == 0 for s in slopes) else None
         if t == "unary_expression":
             v = self.of(node.child_by_field_name("argument"))
-            op = _text(node.child_by_field_name("operator"))
+            op = cxx.text(node.child_by_field_name("operator"))
             return v if op == "+" else (0 if v == 0 else None)
         if t == "binary_expression":
-            op = _text(node.child_by_field_name("operator"))
+            op = cxx.text(node.child_by_field_name("operator"))
             left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
             a, b = self.of(left), self.of(right)
             if a is None or b is None:
@@ -1110,21 +1093,21 @@ class _Slopes:
             if op == "*":
                 if a == 0 and b == 0:
                     return 0
-                one = _literal(_text(_unwrap(right) if a == 1 else _unwrap(left)) or "")
+                one = _literal(cxx.text(_unwrap(right) if a == 1 else _unwrap(left)) or "")
                 return 1 if one == 1 else None
             if op in ("/", "%", ">>", "&"):
                 if b != 0:
                     return None
                 if a == 0:
                     return 0
-                divisor = _text(right)
+                divisor = cxx.text(right)
                 if op == ">>":
                     divisor = f"(1 << ({divisor}))"
                     op = "/"
                 if op == "&":
                     return None
                 keep = {k: v for k, v in self.locals.items() if k != self.var}  # the variable stays by name
-                self.conditions.append((_inline_text(_text(left), keep, {}), _inline_text(divisor, keep, {})))
+                self.conditions.append((_inline_text(cxx.text(left), keep, {}), _inline_text(divisor, keep, {})))
                 return 0 if op == "/" else 1
             return 0 if a == 0 and b == 0 else None
         if t == "conditional_expression":
@@ -1136,7 +1119,7 @@ class _Slopes:
 
 
 def _inline_text(expr: str, locals_: dict[str, str], rename: dict[str, str]) -> str:
-    node = _parse_expression(expr)
+    node = parse_expression(expr)
     return _inline(node, locals_, rename, 0) if node is not None else expr
 
 
@@ -1147,7 +1130,7 @@ def _inline(node, locals_: dict[str, str], rename: dict[str, str], depth: int) -
     base = node.start_byte
     src = node.text
     for ident in _identifiers(node):
-        name = _text(ident)
+        name = cxx.text(ident)
         if name in rename:
             text = rename[name]
         elif name in locals_ and depth < 32:
@@ -1248,7 +1231,7 @@ def syntax_nodes(source: str, types: tuple[str, ...]) -> list:
         if n.type in types:
             out.append(n)
         stack.extend(reversed(n.children))
-    return [(n, _text) for n in sorted(out, key=lambda n: n.start_byte)]
+    return [(n, cxx.text) for n in sorted(out, key=lambda n: n.start_byte)]
 
 
 def span_of(source: str, node, f: "_File | None" = None) -> Span:
@@ -1264,8 +1247,8 @@ def source_tokens(source: str) -> list[tuple[str, Span]]:
     """The source's tokens as written (CUDA and OpenCL words included), comments and string
     literals left out, with their spans."""
     f = _file(source)
-    root = _parser().parse(f.raw).root_node
-    return [(_text(leaf), f.node_span(leaf)) for leaf in _leaves(root)]
+    root = cxx.parser().parse(f.raw).root_node
+    return [(cxx.text(leaf), f.node_span(leaf)) for leaf in cxx.leaves(root)]
 
 
 @dataclass(frozen=True)
@@ -1296,15 +1279,15 @@ def explicit_instantiations(source: str, kernel: str) -> list[ExplicitInstantiat
     params: list[tuple[str, str]] | None = None  # (name, type as written; "" for a type parameter)
     for node, _ in syntax_nodes(source, ("template_declaration",)):
         fn = next((c for c in node.named_children if c.type == "function_definition"), None)
-        if fn is None or _function_name(fn) != kernel or not f.is_kernel(fn):
+        if fn is None or function_name(fn) != kernel or not f.is_kernel(fn):
             continue
         plist = node.child_by_field_name("parameters")
         params = []
         for p in plist.named_children if plist is not None else []:
             if p.type in ("parameter_declaration", "optional_parameter_declaration"):
                 decl = p.child_by_field_name("declarator")
-                params.append((_text(decl) if decl is not None and decl.type == "identifier" else "",
-                               " ".join(_text(p.child_by_field_name("type")).split())))
+                params.append((cxx.text(decl) if decl is not None and decl.type == "identifier" else "",
+                               " ".join(cxx.text(p.child_by_field_name("type")).split())))
             elif p.type != "comment":
                 params.append(("", ""))
         break
@@ -1318,16 +1301,16 @@ def explicit_instantiations(source: str, kernel: str) -> list[ExplicitInstantiat
         target = d.child_by_field_name("declarator") if d is not None else None
         while target is not None and target.type == "qualified_identifier":
             target = target.child_by_field_name("name")
-        if target is None or target.type != "template_function" or _callee(target) != kernel:
+        if target is None or target.type != "template_function" or cxx.callee(target) != kernel:
             continue
         targs = target.child_by_field_name("arguments")
         args = [c for c in targs.named_children if c.type != "comment"]
         literals = []
         for (name, ctype), arg in zip(params, args):
-            value = _literal(_text(arg)) if arg.type == "number_literal" else None
+            value = _literal(cxx.text(arg)) if arg.type == "number_literal" else None
             if name and ctype and value is not None:
                 literals.append(TemplateArgument(name, ctype, value, span_of(source, arg, f)))
-        out.append(ExplicitInstantiation(kernel, " ".join(_text(targs).split()), span_of(source, node, f),
+        out.append(ExplicitInstantiation(kernel, " ".join(cxx.text(targs).split()), span_of(source, node, f),
                                          tuple(literals)))
     return out
 
@@ -1357,14 +1340,14 @@ def kernel_view(source: str, entry: str) -> KernelView:
     """The view of `source` for the kernel named `entry` (`ns::k<float>` names `k`); the source as
     it is when it holds nothing else to hide, or no kernel of that name."""
     raw = source.encode("utf-8")
-    blanked, _, marks = _blank(raw)
-    root = _parser().parse(blanked).root_node
+    blanked, _, marks = cxx.blank(raw)
+    root = cxx.parser().parse(blanked).root_node
     f = _File.__new__(_File)
     f.root, f.marks = root, marks
     fns = [fn for fn in f.functions() if not _in_class(fn)]
     by_name: dict[str, list] = {}
     for fn in fns:
-        by_name.setdefault(_function_name(fn), []).append(fn)
+        by_name.setdefault(function_name(fn), []).append(fn)
     base = entry.split("<")[0].split("::")[-1].strip()
     if base not in by_name:
         return KernelView(source)
@@ -1373,7 +1356,7 @@ def kernel_view(source: str, entry: str) -> KernelView:
         name = node.child_by_field_name("name")
         value = node.child_by_field_name("value")
         if name is not None and value is not None:
-            macros.setdefault(_text(name), set()).update(w for w, _ in source_tokens(_text(value)))
+            macros.setdefault(cxx.text(name), set()).update(w for w, _ in source_tokens(cxx.text(value)))
     kept, todo, seen = set(), [base], set()
     while todo:  # the kernel, what it names, and what that names in turn
         word = todo.pop()
@@ -1382,7 +1365,7 @@ def kernel_view(source: str, entry: str) -> KernelView:
         seen.add(word)
         for fn in by_name.get(word, ()):
             kept.add(fn.start_byte)
-            todo += [_text(leaf) for leaf in _leaves(_outer(fn)) if leaf.type in _NAME_TYPES]
+            todo += [cxx.text(leaf) for leaf in cxx.leaves(_outer(fn)) if leaf.type in _NAME_TYPES]
         todo += list(macros.get(word, ()))
     spans = []
     for fn in fns:

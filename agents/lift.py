@@ -351,10 +351,10 @@ def apply(source: str, lifts: list[Lift], launches: list[tuple[str, int]] = (),
         head += PRAGMA_HELPER
     if not head:
         return out
-    return _insert_after_prelude(out, head)
+    return insert_after_prelude(out, head)
 
 
-def _insert_after_prelude(source: str, text: str) -> str:
+def insert_after_prelude(source: str, text: str) -> str:
     """After the leading comments and #include lines (and #if groups of includes, typedefs and
     defines, such as one choosing the element type): before anything that could use a parameter."""
     (root, _), = syntax_nodes(source, ("translation_unit",)) or [(None, None)]

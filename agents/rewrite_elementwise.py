@@ -28,6 +28,7 @@ from kerntune.engine.proposal import ParamProposal
 
 from .kernel_tree import HALF_LOADS, HALF_STORES, Span, index_slope, inline, source_tokens, thread_reads
 from .lift import fresh_name
+from .model import parse_expression as parse_c
 from .passes import Declined, Rewrite, RewriteContext
 
 
@@ -228,7 +229,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         body_first = after[0].start if after else a.body.end - 1
         body_last = after[-1].end if after else a.body.end - 1
     column = body_first - (src.rfind("\n", 0, body_first) + 1)
-    element_code = _indented(src[body_first:body_last], column, 20)
+    element_code = indented(src[body_first:body_last], column, 20)
     if a.guard.form == "loop":
         element_code = f"if ({a.element} < {a.guard.bound}) {{\n{' ' * 24}{element_code}\n{' ' * 20}}}"
 
@@ -277,7 +278,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
                 replace.append((Span(x.value_span.end, x.span.end), "))"))
             else:
                 replace.append((x.span, f"{reg}[kt_k]"))
-    vector_code = _indented(_replaced(src, body_first, body_last, replace), column, 20)
+    vector_code = indented(_replaced(src, body_first, body_last, replace), column, 20)
 
     ind = "    "
     prelude = "".join(src[st.start:st.end] + "\n" + ind for st in before)
@@ -350,7 +351,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
                    first=first)
 
 
-def _indented(code: str, column: int, indent: int) -> str:
+def indented(code: str, column: int, indent: int) -> str:
     """Code cut from a kernel at `column`, its later lines moved to `indent` spaces (where they
     start with that much blank)."""
     lines = code.split("\n")
@@ -375,18 +376,14 @@ def _replaced(src: str, start: int, end: int, edits: list[tuple[Span, str]]) -> 
 
 def thread_reads_text(text: str) -> bool:
     """Whether an expression reads thread or block ids."""
-    from .kernel_tree import _parse_expression
-
-    node = _parse_expression(text)
+    node = parse_c(text)
     return node is None or bool(thread_reads(node, ""))
 
 
 def _spec_expression(bound: str, ctx: RewriteContext) -> str:
     """The guard's bound over the spec's problem names: each scalar argument replaced by its value."""
     values = {a.name: a.value.source for a in ctx.original.arguments if a.role == "scalar" and a.value is not None}
-    from .kernel_tree import _parse_expression
-
-    node = _parse_expression(bound)
+    node = parse_c(bound)
     if node is None:
         raise _Decline(f"the guard's bound `{bound}` cannot be read")
     return _spec_text(node, values, bound)

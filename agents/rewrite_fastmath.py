@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from kerntune.engine.proposal import ParamProposal
-from kerntune.engine.signature import _words
+from kerntune.engine.cxx import type_words
 
-from .kernel_tree import _function_name, source_tokens, span_of, syntax_nodes
-from .lift import _insert_after_prelude, fresh_name
+from .kernel_tree import source_tokens, span_of, syntax_nodes
+from .lift import insert_after_prelude, fresh_name
+from .model import function_name
 from .passes import Declined, Rewrite, RewriteContext
-from .row_syntax import _strip, _t, _walk
+from . import syntax as sx
 
 
 NAME = "fast_math"
@@ -83,7 +84,7 @@ def fast_calls(source: str, entry: str, dialect: str) -> Calls:
     fns = [n for n, _ in syntax_nodes(source, ("function_definition",))]
     by_name: dict[str, list] = {}
     for fn in fns:
-        by_name.setdefault(_function_name(fn), []).append(fn)
+        by_name.setdefault(function_name(fn), []).append(fn)
     base = entry.split("<")[0].split("::")[-1]
     reached, todo = set(), [base]
     while todo:  # the kernel (each copy the rewrites before left of it) and what it calls
@@ -92,19 +93,19 @@ def fast_calls(source: str, entry: str, dialect: str) -> Calls:
             continue
         reached.add(name)
         for fn in by_name[name]:
-            todo += [_t(c.child_by_field_name("function")) for c in _walk(fn) if c.type == "call_expression"]
+            todo += [sx.text(c.child_by_field_name("function")) for c in sx.walk(fn) if c.type == "call_expression"]
     globals_ = _declarations([n for n, _ in syntax_nodes(source, ("declaration",)) if not _in_function(n)])
     sites, kept = [], []
     for fn in sorted((f for name in reached for f in by_name[name]), key=lambda f: f.start_byte):
         types = None
-        for call in (c for c in _walk(fn) if c.type == "call_expression"):
+        for call in (c for c in sx.walk(fn) if c.type == "call_expression"):
             callee = call.child_by_field_name("function")
             name = _math_name(callee)
             if name not in table or name in by_name:  # a function of the file's own by that name is not the builtin
                 continue
             if dialect == "opencl":
                 if types is None:
-                    types = {**globals_, **_declarations(list(_walk(fn)))}
+                    types = {**globals_, **_declarations(list(sx.walk(fn)))}
                 args = call.child_by_field_name("arguments")
                 kinds = [_kind(a, types, by_name) for a in (args.named_children if args is not None else [])
                          if a.type != "comment"]
@@ -124,11 +125,11 @@ def _math_name(callee) -> str:
     if callee is None:
         return ""
     if callee.type == "identifier":
-        return _t(callee)
+        return sx.text(callee)
     if callee.type == "qualified_identifier":
         scope, name = callee.child_by_field_name("scope"), callee.child_by_field_name("name")
-        if (scope is None or _t(scope) == "std") and name is not None and name.type == "identifier":
-            return _t(name)
+        if (scope is None or sx.text(scope) == "std") and name is not None and name.type == "identifier":
+            return sx.text(name)
     return ""
 
 
@@ -145,7 +146,7 @@ def _declarations(nodes: list) -> dict[str, tuple[str, int] | None]:
     for n in nodes:
         if n.type not in ("declaration", "parameter_declaration"):
             continue
-        words = _words(n.child_by_field_name("type"))
+        words = type_words(n.child_by_field_name("type"))
         for d in n.children_by_field_name("declarator"):
             name, depth = _declarator(d)
             if name:
@@ -165,7 +166,7 @@ def _declarator(d) -> tuple[str, int]:
         if inner is None and d.type in ("reference_declarator", "parenthesized_declarator"):
             inner = next((c for c in d.named_children if c.type != "type_qualifier"), None)
         d = inner
-    return (_t(d) if d is not None else ""), depth
+    return (sx.text(d) if d is not None else ""), depth
 
 
 def _type_kind(words: str) -> str | None:
@@ -189,44 +190,44 @@ def _combine(kinds: list) -> str | None:
 def _kind(node, types: dict, functions: dict) -> str | None:
     """The kind of value an expression has, from the declarations of the names it reads; None when
     the syntax does not tell (a macro, a field, a call of an unknown function)."""
-    node = _strip(node)
+    node = sx.strip(node)
     t = node.type
     if t == "number_literal":
-        text = _t(node).lower()
+        text = sx.text(node).lower()
         if text.startswith("0x"):
             return ("float" if text.endswith("f") else "double") if "p" in text else "int"
         if any(c in text for c in ".e"):
             return "half" if text.endswith("h") else "float" if text.endswith("f") else "double"
         return "int"
     if t == "identifier":
-        decl = types.get(_t(node))
+        decl = types.get(sx.text(node))
         return _type_kind(decl[0]) if decl is not None and decl[1] == 0 else None
     if t == "subscript_expression":
         levels, base = 0, node
         while base.type == "subscript_expression":
-            levels, base = levels + 1, _strip(base.child_by_field_name("argument"))
-        decl = types.get(_t(base)) if base.type == "identifier" else None
+            levels, base = levels + 1, sx.strip(base.child_by_field_name("argument"))
+        decl = types.get(sx.text(base)) if base.type == "identifier" else None
         return _type_kind(decl[0]) if decl is not None and decl[1] == levels else None
     if t == "unary_expression":
-        op = _t(node.child_by_field_name("operator"))
+        op = sx.text(node.child_by_field_name("operator"))
         return _kind(node.child_by_field_name("argument"), types, functions) if op in ("-", "+") else None
     if t == "binary_expression":
-        op = _t(node.child_by_field_name("operator"))
+        op = sx.text(node.child_by_field_name("operator"))
         if op not in ("+", "-", "*", "/"):
             return None
         return _combine([_kind(node.child_by_field_name(s), types, functions) for s in ("left", "right")])
     if t == "conditional_expression":
         return _combine([_kind(node.child_by_field_name(s), types, functions) for s in ("consequence", "alternative")])
     if t == "cast_expression":
-        return _type_kind(_words(node.child_by_field_name("type")))
+        return _type_kind(type_words(node.child_by_field_name("type")))
     if t == "call_expression":
         callee = node.child_by_field_name("function")
-        name = _t(callee) if callee is not None and callee.type == "identifier" else ""
+        name = sx.text(callee) if callee is not None and callee.type == "identifier" else ""
         args = node.child_by_field_name("arguments")
         if name in GENTYPE and name not in functions and args is not None and args.named_child_count:
             return _combine([_kind(a, types, functions) for a in args.named_children if a.type != "comment"])
         defs = functions.get(name, [])
-        returns = {_words(f.child_by_field_name("type")) for f in defs}
+        returns = {type_words(f.child_by_field_name("type")) for f in defs}
         return _type_kind(returns.pop()) if len(returns) == 1 else None
     return None
 
@@ -253,7 +254,7 @@ def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
             # parameter, which changes nothing here, rather than leave the template
             text = (f"// kerntune: {param} has no call to switch in this source (the {', '.join(elsewhere)} "
                     f"source's calls take their fast forms)\n{guard}")
-            return Rewrite(NAME, _insert_after_prelude(ctx.source, text), (_param(param),),
+            return Rewrite(NAME, insert_after_prelude(ctx.source, text), (_param(param),),
                            f"fast math: none of the {ctx.backend} source's calls has a fast form ({param} changes "
                            "nothing there)")
         names = ", ".join(CUDA_FAST if ctx.backend == "cuda" else OPENCL_FAST)
@@ -266,7 +267,7 @@ def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     text = (f"// kerntune: {param} 1 calls the hardware's fast approximate math functions, 0 those written\n"
             f"{guard}#if {param}\n#define {macro}(slow, fast) fast\n#else\n#define {macro}(slow, fast) slow\n#endif\n")
     kept = f"; left as written: {', '.join(calls.kept)}" if calls.kept else ""
-    return Rewrite(NAME, _insert_after_prelude(out, text), (_param(param),),
+    return Rewrite(NAME, insert_after_prelude(out, text), (_param(param),),
                    f"fast math ({param}): {calls.switched()}{kept}")
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .row_syntax import _t, _walk
+from . import syntax as sx
 
 NAME = "rowwise_chains"
 PREFIX = "kt_ch_"
@@ -101,7 +101,7 @@ def chain_loop(body, accumulators: tuple) -> ChainLoop:
     (the first stage's analysis proved nothing else is carried, and that no name in the body is
     declared there again: those are not its accumulators)."""
     names = {n for a in accumulators for n in (a.name, a.partner) if n}
-    sites = tuple((n.start_byte, n.end_byte, _t(n)) for n in _walk(body) if n.type == "identifier" and _t(n) in names)
+    sites = tuple((n.start_byte, n.end_byte, sx.text(n)) for n in sx.walk(body) if n.type == "identifier" and sx.text(n) in names)
     return ChainLoop(tuple(accumulators), sites)
 
 

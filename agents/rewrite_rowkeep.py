@@ -31,8 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPERS, _indented
-from .row_syntax import _args, _callee, _element, _line, _names, _same, _strip, _t, _target, _walk, _within
+from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPERS, indented
+from . import syntax as sx
 
 NAME = "rowwise_keep"
 MACROS = ("KT_ALIGNED", "KT_ROW_LOAD", "KT_ROW_STORE", "KT_LOAD", "KT_STORE", "KT_LOAD_HALF", "KT_STORE_HALF",
@@ -139,20 +139,20 @@ def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: 
     are `stores` ((node, array, index)); NotKept says why nothing can."""
     pointers = _pointers(fn, body)
     escaped = _escaped(body, pointers)
-    assigned = {_t(t) for n in _walk(body) for t in [_target(n)] if t is not None and t.type == "identifier"}
+    assigned = {sx.text(t) for n in sx.walk(body) for t in [sx.target(n)] if t is not None and t.type == "identifier"}
     written_roots = {pointers.get(a, ("", None))[1] for _, a, _ in stores}
     reached: dict[str | None, set[str]] = {}  # buffer -> the names its elements are reached through
-    for n in _walk(body):
-        el = _element(n)
+    for n in sx.walk(body):
+        el = sx.element(n)
         if el is not None and el[0]:
             reached.setdefault(pointers.get(el[0], ("", None))[1], set()).add(el[0])
     facts = _Facts(src, pointers, escaped, assigned, written_roots, reached, sites)
     out = [_keep_loop(facts, lp) for lp in loops]
     # an array one loop writes and another touches: every loop must give its elements to the same lanes
-    written = {a for n, a, _ in stores if any(_within(n, lp.node) for lp in loops)}
+    written = {a for n, a, _ in stores if any(sx.within(n, lp.node) for lp in loops)}
     for a in written:
         ranges = {(k.start, k.end) for k, lp in zip(out, loops)
-                  if any(el is not None and el[0] == a for el in map(_element, _walk(lp.node)))}
+                  if any(el is not None and el[0] == a for el in map(sx.element, sx.walk(lp.node)))}
         if len(ranges) > 1:
             raise NotKept(f"{a} is written in one loop and touched in another over a different range: "
                           "their elements would go to different lanes")
@@ -172,7 +172,7 @@ def _bounds(src: bytes, fn, body, head: int) -> tuple[str, str] | None:
             or b"__launch_bounds__" in src[head:body.start_byte]:
         return None
     start = p.start_byte if p is not None and p.type == "linkage_specification" and \
-        _same(p.child_by_field_name("body"), fn) else head
+        sx.same(p.child_by_field_name("body"), fn) else head
     start = min(start, head)
     name = decl.child_by_field_name("declarator").start_byte
     return src[start:name].decode("utf-8"), src[name:body.start_byte].decode("utf-8").rstrip()
@@ -192,7 +192,7 @@ class _Facts:
 
 
 def _keep_loop(facts: _Facts, lp) -> KeepLoop:
-    src, node, line = facts.src, lp.node, _line(lp.node)
+    src, node, line = facts.src, lp.node, sx.line(lp.node)
     init = node.child_by_field_name("initializer")
     if init is None or init.type != "declaration":
         raise NotKept(f"line {line}: the loop's counter {lp.var} is declared outside the loop")
@@ -213,13 +213,13 @@ def _keep_loop(facts: _Facts, lp) -> KeepLoop:
             break
         start = above
     value = init.named_children[-1].child_by_field_name("value")
-    end = _strip(node.child_by_field_name("condition")).child_by_field_name("right")
+    end = sx.strip(node.child_by_field_name("condition")).child_by_field_name("right")
     for what, n in (("start", value), ("end", end)):
         why = _impure(n, facts.assigned)
         if why:
-            raise NotKept(f"line {line}: the loop's {what} `{_t(n)}` {why}")
+            raise NotKept(f"line {line}: the loop's {what} `{sx.text(n)}` {why}")
     body = node.child_by_field_name("body")
-    return KeepLoop((start, node.end_byte), lp.var, _t(init.child_by_field_name("type")), _text(src, value),
+    return KeepLoop((start, node.end_byte), lp.var, sx.text(init.child_by_field_name("type")), _text(src, value),
                     _text(src, end), (body.start_byte, body.end_byte), src[line_start:node.start_byte].decode(),
                     parent.start_byte, tuple(_streams(facts, lp, body)))
 
@@ -228,20 +228,20 @@ def _streams(facts: _Facts, lp, body) -> list[Stream]:
     """The arrays that move with the loop's element, and how."""
     by_array: dict[str, list] = {}
     excluded: set[str] = set()
-    for n in _walk(body):
-        el = _element(n)
+    for n in sx.walk(body):
+        el = sx.element(n)
         if el is None or not el[0]:
             continue
         array, index = el
-        if n.type == "call_expression" and _callee(n) not in (HALF_LOAD, HALF_STORE):
+        if n.type == "call_expression" and sx.call_name(n) not in (HALF_LOAD, HALF_STORE):
             excluded.add(array)  # vloadN reads N elements
             continue
         own, offset = _offset(index, lp.var)
         if own:
             by_array.setdefault(array, []).append((n, offset))
-        elif index is not None and lp.var in _names(index):
+        elif index is not None and lp.var in sx.names(index):
             excluded.add(array)  # p[2 * i]: not the loop's element
-    always = not any(n.type == "continue_statement" for n in _walk(body))
+    always = not any(n.type == "continue_statement" for n in sx.walk(body))
     out = []
     for array, xs in by_array.items():
         ptype, root = facts.pointers.get(array, ("", None))
@@ -272,8 +272,8 @@ def _streams(facts: _Facts, lp, body) -> list[Stream]:
 
 def _access(n) -> Access:
     if n.type == "call_expression":
-        if _callee(n) == HALF_STORE:
-            value = _args(n)[0]
+        if sx.call_name(n) == HALF_STORE:
+            value = sx.call_args(n)[0]
             return Access((n.start_byte, n.end_byte), "vstore", (value.start_byte, value.end_byte))
         return Access((n.start_byte, n.end_byte), "read")
     up = n
@@ -281,7 +281,7 @@ def _access(n) -> Access:
         up = up.parent
     p = up.parent
     target = p is not None and (p.type == "update_expression" or
-                                (p.type == "assignment_expression" and _same(p.child_by_field_name("left"), up)))
+                                (p.type == "assignment_expression" and sx.same(p.child_by_field_name("left"), up)))
     return Access((n.start_byte, n.end_byte), "write" if target else "read")
 
 
@@ -306,14 +306,14 @@ def _store_first(body, nodes: list) -> bool:
     """Whether the loop's first statement that touches the array writes its element whole (`p[i] = v;`,
     `vstore_half(v, i, p);`) without reading it: then a pack need not be read first."""
     for st in body.named_children if body.type == "compound_statement" else [body]:
-        mine = [n for n in nodes if _within(n, st)]
+        mine = [n for n in nodes if sx.within(n, st)]
         if not mine:
             continue
         e = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
-        if e is not None and e.type == "assignment_expression" and _t(e.child_by_field_name("operator")) == "=":
-            return len(mine) == 1 and _same(_strip(e.child_by_field_name("left")), mine[0])
-        if e is not None and e.type == "call_expression" and _callee(e) == HALF_STORE:
-            return len(mine) == 1 and _same(e, mine[0])
+        if e is not None and e.type == "assignment_expression" and sx.text(e.child_by_field_name("operator")) == "=":
+            return len(mine) == 1 and sx.same(sx.strip(e.child_by_field_name("left")), mine[0])
+        if e is not None and e.type == "call_expression" and sx.call_name(e) == HALF_STORE:
+            return len(mine) == 1 and sx.same(e, mine[0])
         return False
     return False
 
@@ -321,12 +321,12 @@ def _store_first(body, nodes: list) -> bool:
 def _always(node, body) -> bool:
     """Whether `node` runs on every iteration of the loop whose body is `body` (no branch between)."""
     child, p = node, node.parent
-    while p is not None and not _same(child, body):
+    while p is not None and not sx.same(child, body):
         if p.type in ("if_statement", "conditional_expression") and \
-                not _same(child, p.child_by_field_name("condition")):
+                not sx.same(child, p.child_by_field_name("condition")):
             return False
-        if p.type == "binary_expression" and _t(p.child_by_field_name("operator")) in ("&&", "||") \
-                and _same(child, p.child_by_field_name("right")):
+        if p.type == "binary_expression" and sx.text(p.child_by_field_name("operator")) in ("&&", "||") \
+                and sx.same(child, p.child_by_field_name("right")):
             return False
         if p.type in BRANCHING:
             return False
@@ -337,17 +337,17 @@ def _always(node, body) -> bool:
 def _offset(index, var: str) -> tuple[bool, object]:
     """(True, None) for the index `var`, (True, e) for `e + var` or `var + e` with e free of var,
     (False, None) for any other index."""
-    index = _strip(index)
+    index = sx.strip(index)
     if index is not None and index.type == "subscript_argument_list" and index.named_child_count == 1:
-        index = _strip(index.named_children[0])
+        index = sx.strip(index.named_children[0])
     if index is None:
         return False, None
-    if index.type == "identifier" and _t(index) == var:
+    if index.type == "identifier" and sx.text(index) == var:
         return True, None
-    if index.type == "binary_expression" and _t(index.child_by_field_name("operator")) == "+":
-        left, right = _strip(index.child_by_field_name("left")), _strip(index.child_by_field_name("right"))
+    if index.type == "binary_expression" and sx.text(index.child_by_field_name("operator")) == "+":
+        left, right = sx.strip(index.child_by_field_name("left")), sx.strip(index.child_by_field_name("right"))
         for a, b in ((left, right), (right, left)):
-            if a is not None and a.type == "identifier" and _t(a) == var and var not in _names(b):
+            if a is not None and a.type == "identifier" and sx.text(a) == var and var not in sx.names(b):
                 return True, b
     return False, None
 
@@ -355,15 +355,15 @@ def _offset(index, var: str) -> tuple[bool, object]:
 def _impure(node, assigned: set) -> str:
     """Why an expression may change between passes or cannot be copied (a call, a memory read, a name
     the kernel assigns); '' when it is made of constants and names the kernel never assigns."""
-    for n in _walk(node) if node is not None else ():
+    for n in sx.walk(node) if node is not None else ():
         if not n.is_named:
             continue
         if n.type not in PURE:
             return f"is not made of names and constants (a {n.type.replace('_', ' ')})"
-        if n.type == "identifier" and _t(n) in assigned:
-            return f"reads {_t(n)}, which the kernel assigns"
-        if n.type == "unary_expression" and _t(n.child_by_field_name("operator")) not in ("-", "+", "~", "!"):
-            return f"applies {_t(n.child_by_field_name('operator'))}"
+        if n.type == "identifier" and sx.text(n) in assigned:
+            return f"reads {sx.text(n)}, which the kernel assigns"
+        if n.type == "unary_expression" and sx.text(n.child_by_field_name("operator")) not in ("-", "+", "~", "!"):
+            return f"applies {sx.text(n.child_by_field_name('operator'))}"
     return ""
 
 
@@ -384,24 +384,24 @@ def _pointers(fn, body) -> dict[str, tuple[str, str | None]]:
         d = p.child_by_field_name("declarator")
         name = _pointer_name(d) if p.type == "parameter_declaration" and d is not None else ""
         if name:
-            out[name] = (_t(p.child_by_field_name("type")), name)
-    for n in _walk(body):
+            out[name] = (sx.text(p.child_by_field_name("type")), name)
+    for n in sx.walk(body):
         if n.type != "declaration":
             continue
         for d in n.named_children:
             name = _pointer_name(d.child_by_field_name("declarator")) if d.type == "init_declarator" else ""
             if not name:
                 continue
-            value = _strip(d.child_by_field_name("value"))
+            value = sx.strip(d.child_by_field_name("value"))
             while value is not None and value.type == "cast_expression":
-                value = _strip(value.child_by_field_name("value"))
+                value = sx.strip(value.child_by_field_name("value"))
             bases = [value]
             if value is not None and value.type == "binary_expression":
-                op = _t(value.child_by_field_name("operator"))
-                left, right = (_strip(value.child_by_field_name(k)) for k in ("left", "right"))
+                op = sx.text(value.child_by_field_name("operator"))
+                left, right = (sx.strip(value.child_by_field_name(k)) for k in ("left", "right"))
                 bases = [left, right] if op == "+" else [left] if op == "-" else []
-            known = [out[_t(b)][1] for b in bases if b is not None and b.type == "identifier" and _t(b) in out]
-            out[name] = (_t(n.child_by_field_name("type")), known[0] if len(known) == 1 else None)
+            known = [out[sx.text(b)][1] for b in bases if b is not None and b.type == "identifier" and sx.text(b) in out]
+            out[name] = (sx.text(n.child_by_field_name("type")), known[0] if len(known) == 1 else None)
     return out
 
 
@@ -410,44 +410,44 @@ def _pointer_name(d) -> str:
         return ""
     while d is not None and d.type == "pointer_declarator":
         d = d.child_by_field_name("declarator")
-    return _t(d) if d is not None and d.type == "identifier" else ""
+    return sx.text(d) if d is not None and d.type == "identifier" else ""
 
 
 def _escaped(body, pointers: dict) -> set[str | None]:
     """The buffers a pointer into which is used otherwise than to reach an element or to make another
     pointer: passed to a function, compared, assigned, an element's address taken."""
     out: set[str | None] = set()
-    for n in _walk(body):
-        if n.type != "identifier" or _t(n) not in pointers:
+    for n in sx.walk(body):
+        if n.type != "identifier" or sx.text(n) not in pointers:
             continue
         child, p = n, n.parent
         while p is not None and p.type == "parenthesized_expression":
             child, p = p, p.parent
         if p is None or _used_for_an_element(child, p):
             continue
-        out.add(pointers[_t(n)][1])
+        out.add(pointers[sx.text(n)][1])
     return out
 
 
 def _used_for_an_element(child, p) -> bool:
-    if p.type in ("pointer_declarator", "init_declarator") and _same(child, p.child_by_field_name("declarator")):
+    if p.type in ("pointer_declarator", "init_declarator") and sx.same(child, p.child_by_field_name("declarator")):
         return True  # its own declaration
-    if p.type == "subscript_expression" and _same(child, p.child_by_field_name("argument")):
+    if p.type == "subscript_expression" and sx.same(child, p.child_by_field_name("argument")):
         q = _up(p)
-        return not (q is not None and q.type == "pointer_expression" and _t(q.child_by_field_name("operator")) == "&")
+        return not (q is not None and q.type == "pointer_expression" and sx.text(q.child_by_field_name("operator")) == "&")
     if p.type == "pointer_expression":
-        return _t(p.child_by_field_name("operator")) == "*"
-    if p.type == "binary_expression" and _t(p.child_by_field_name("operator")) in ("+", "-"):
+        return sx.text(p.child_by_field_name("operator")) == "*"
+    if p.type == "binary_expression" and sx.text(p.child_by_field_name("operator")) in ("+", "-"):
         q = _up(p)
         while q is not None and q.type == "cast_expression":
             q = _up(q)
         return q is not None and (q.type == "init_declarator" or (
-            q.type == "pointer_expression" and _t(q.child_by_field_name("operator")) == "*"))
+            q.type == "pointer_expression" and sx.text(q.child_by_field_name("operator")) == "*"))
     if p.type in ("init_declarator", "cast_expression"):
         q = p if p.type == "init_declarator" else _up(p)
-        return q is not None and q.type == "init_declarator" and not _same(child, q.child_by_field_name("declarator"))
+        return q is not None and q.type == "init_declarator" and not sx.same(child, q.child_by_field_name("declarator"))
     if p.type == "argument_list":
-        return _callee(p.parent).startswith(("vload", "vstore")) and _same(child, p.named_children[-1])
+        return sx.call_name(p.parent).startswith(("vload", "vstore")) and sx.same(child, p.named_children[-1])
     return False
 
 
@@ -622,7 +622,7 @@ def _body(src: bytes, lp: KeepLoop, edits: list, regs: dict, ind: str) -> str:
                 mine += [(x.span[0], x.value[0], f"({reg} = ("), (x.value[1], x.span[1], "))")]
             else:
                 mine.append((x.span[0], x.span[1], reg))
-    return _indented(_spliced(src, lp.body[0], lp.body[1], mine + list(edits)), len(lp.indent), len(ind))
+    return indented(_spliced(src, lp.body[0], lp.body[1], mine + list(edits)), len(lp.indent), len(ind))
 
 
 def _spliced(src: bytes, start: int, end: int, edits: list) -> str:

@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from kerntune.engine.backends.opencl_check import DEFECTS, STORE_AFTER_BARRIER
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal
-from kerntune.engine.signature import _blank, _parser
+from kerntune.engine.cxx import blank, parser
 
 from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
 from .passes import Declined, Rewrite, RewriteContext
 from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
 from .rewrite_rowkeep import KeepPlan
-from .row_syntax import _args, _callee, _element, _line, _names, _same, _strip, _t, _target, _walk, _within
+from . import syntax as sx
 
 LANES = "LANES"
 ROWS = "ROWS"
@@ -111,35 +111,35 @@ class RowKernel:
 
 
 def _is_zero(node) -> bool:
-    node = _strip(node)
+    node = sx.strip(node)
     if node is None or node.type != "number_literal":
         return False
     try:
-        return float(_t(node).rstrip("fFlLuU") or "x") == 0.0
+        return float(sx.text(node).rstrip("fFlLuU") or "x") == 0.0
     except ValueError:
         return False
 
 
 def _field(node, obj: str, member: str = "x") -> bool:
-    node = _strip(node)
+    node = sx.strip(node)
     return (node is not None and node.type == "field_expression"
-            and _t(node.child_by_field_name("argument")) == obj and _t(node.child_by_field_name("field")) == member)
+            and sx.text(node.child_by_field_name("argument")) == obj and sx.text(node.child_by_field_name("field")) == member)
 
 
 def _is_index_site(node) -> bool:
     """`blockIdx.x * blockDim.x + threadIdx.x` in any order, or `get_global_id(0)`."""
-    node = _strip(node)
+    node = sx.strip(node)
     if node is None:
         return False
     if node.type == "call_expression":
-        args = _args(node)
-        return _callee(node) == "get_global_id" and len(args) == 1 and _t(args[0]) == "0"
-    if node.type != "binary_expression" or _t(node.child_by_field_name("operator")) != "+":
+        args = sx.call_args(node)
+        return sx.call_name(node) == "get_global_id" and len(args) == 1 and sx.text(args[0]) == "0"
+    if node.type != "binary_expression" or sx.text(node.child_by_field_name("operator")) != "+":
         return False
-    left, right = _strip(node.child_by_field_name("left")), _strip(node.child_by_field_name("right"))
+    left, right = sx.strip(node.child_by_field_name("left")), sx.strip(node.child_by_field_name("right"))
     for a, b in ((left, right), (right, left)):
         if _field(b, "threadIdx") and a is not None and a.type == "binary_expression" \
-                and _t(a.child_by_field_name("operator")) == "*":
+                and sx.text(a.child_by_field_name("operator")) == "*":
             x, y = a.child_by_field_name("left"), a.child_by_field_name("right")
             if (_field(x, "blockIdx") and _field(y, "blockDim")) or (_field(x, "blockDim") and _field(y, "blockIdx")):
                 return True
@@ -148,13 +148,13 @@ def _is_index_site(node) -> bool:
 
 def _find_kernel(root, entry: str):
     name = re.sub(r"<.*$", "", entry).split("::")[-1].strip()
-    for n in _walk(root):
+    for n in sx.walk(root):
         if n.type != "function_definition":
             continue
         decl = n.child_by_field_name("declarator")
         while decl is not None and decl.type != "function_declarator":
             decl = decl.child_by_field_name("declarator")
-        if decl is not None and _t(decl.child_by_field_name("declarator")).split("::")[-1] == name:
+        if decl is not None and sx.text(decl.child_by_field_name("declarator")).split("::")[-1] == name:
             return n
     return None
 
@@ -172,8 +172,8 @@ class _Loop:
 def analyse(source: str, entry: str) -> RowKernel:
     """The row-wise structure of `entry` in `source` (CUDA or OpenCL); NotRowwise says why not."""
     src = source.encode("utf-8")
-    text, dialect, marks = _blank(src)
-    root = _parser().parse(text).root_node
+    text, dialect, marks = blank(src)
+    root = parser().parse(text).root_node
     fn = _find_kernel(root, entry)
     if fn is None:
         raise NotRowwise(f"no kernel named {entry} in the source")
@@ -184,32 +184,32 @@ def analyse(source: str, entry: str) -> RowKernel:
         raise NotRowwise("the kernel already uses shared memory: its threads cooperate")
 
     # the one thread index, and nothing else that tells threads apart
-    sites = [n for n in _walk(body) if _is_index_site(n)]
-    sites = [s for s in sites if not any(o is not s and _within(s, o) for o in sites)]
+    sites = [n for n in sx.walk(body) if _is_index_site(n)]
+    sites = [s for s in sites if not any(o is not s and sx.within(s, o) for o in sites)]
     if not sites:
         raise NotRowwise("no thread index of the form blockIdx.x * blockDim.x + threadIdx.x or get_global_id(0)")
-    for n in _walk(root):
+    for n in sx.walk(root):
         word = ""
-        if n.type == "identifier" and _t(n) in CUDA_IDS:
-            word = _t(n)
-        elif n.type == "call_expression" and _callee(n) in OPENCL_IDS:
-            word = _callee(n)
-        if word and not any(_within(n, s) for s in sites):
-            raise NotRowwise(f"line {_line(n)}: {word} is read outside the thread index: the kernel is not "
+        if n.type == "identifier" and sx.text(n) in CUDA_IDS:
+            word = sx.text(n)
+        elif n.type == "call_expression" and sx.call_name(n) in OPENCL_IDS:
+            word = sx.call_name(n)
+        if word and not any(sx.within(n, s) for s in sites):
+            raise NotRowwise(f"line {sx.line(n)}: {word} is read outside the thread index: the kernel is not "
                              "one thread per row")
-        if n.type == "call_expression" and (_callee(n) in COOPERATING or _callee(n).startswith(("atomic", "atom_"))):
-            raise NotRowwise(f"line {_line(n)}: {_callee(n)}: the kernel's threads already cooperate")
-    for n in _walk(body):
+        if n.type == "call_expression" and (sx.call_name(n) in COOPERATING or sx.call_name(n).startswith(("atomic", "atom_"))):
+            raise NotRowwise(f"line {sx.line(n)}: {sx.call_name(n)}: the kernel's threads already cooperate")
+    for n in sx.walk(body):
         if n.type in ("while_statement", "do_statement"):
-            raise NotRowwise(f"line {_line(n)}: a {n.type.split('_')[0]} loop: its trip count is unknown")
+            raise NotRowwise(f"line {sx.line(n)}: a {n.type.split('_')[0]} loop: its trip count is unknown")
 
-    loops = [_loop_header(n) for n in _walk(body) if n.type == "for_statement"]
+    loops = [_loop_header(n) for n in sx.walk(body) if n.type == "for_statement"]
     if not loops:
         raise NotRowwise("no loop over a row: each thread owns single elements (an elementwise kernel)")
     for lp in loops:
         for other in loops:
-            if other is not lp and _within(lp.node, other.node):
-                raise NotRowwise(f"line {_line(lp.node)}: a loop inside the row loop of line {_line(other.node)}")
+            if other is not lp and sx.within(lp.node, other.node):
+                raise NotRowwise(f"line {sx.line(lp.node)}: a loop inside the row loop of line {sx.line(other.node)}")
 
     decls = _declarations(body)
     carried_in: dict[str, int] = {}
@@ -217,21 +217,21 @@ def analyse(source: str, entry: str) -> RowKernel:
     written: dict[str, str] = {}  # array -> its normalised index, for arrays written in a row loop
     chains: list[ChainLoop | None] = []
     for lp in loops:
-        lp.locals = {_declared_name(d) for d in _walk(lp.node.child_by_field_name("body"))
+        lp.locals = {_declared_name(d) for d in sx.walk(lp.node.child_by_field_name("body"))
                      if d.type in ("declaration", "init_declarator")} | {lp.var}
         accs = _accumulators(lp, decls, src)
         for a in accs:
             for name in (a.name, a.partner):
                 if name and name in carried_in:
-                    raise NotRowwise(f"line {_line(lp.node)}: {name} accumulates in two loops (and the one of line "
+                    raise NotRowwise(f"line {sx.line(lp.node)}: {name} accumulates in two loops (and the one of line "
                                      f"{carried_in[name]}): each lane would add the combined value again")
                 if name:
-                    carried_in[name] = _line(lp.node)
+                    carried_in[name] = sx.line(lp.node)
         _check_elements(lp, written)
         chains.append(rewrite_rowchains.chain_loop(lp.node.child_by_field_name("body"), tuple(accs)) if accs else None)
         parent = lp.node.parent
         if accs and (parent is None or parent.type != "compound_statement"):
-            raise NotRowwise(f"line {_line(lp.node)}: the loop is not a statement of a block: there is no place "
+            raise NotRowwise(f"line {sx.line(lp.node)}: the loop is not a statement of a block: there is no place "
                              "to combine its accumulators after it")
         init = lp.node.child_by_field_name("initializer")
         value = init.child_by_field_name("value") if init.type == "assignment_expression" else \
@@ -239,7 +239,7 @@ def analyse(source: str, entry: str) -> RowKernel:
         update = lp.node.child_by_field_name("update")
         line_start = src.rfind(b"\n", 0, lp.node.start_byte) + 1
         indent = re.match(rb"[ \t]*", src[line_start:lp.node.start_byte]).group(0).decode()
-        row_loops.append(RowLoop(lp.var, _line(lp.node), (value.start_byte, value.end_byte),
+        row_loops.append(RowLoop(lp.var, sx.line(lp.node), (value.start_byte, value.end_byte),
                                  (update.start_byte, update.end_byte), lp.node.end_byte, indent, tuple(accs)))
 
     leads = _lead_stores(body, loops, written)
@@ -266,58 +266,58 @@ def analyse(source: str, entry: str) -> RowKernel:
 
 
 def _loop_header(node) -> _Loop:
-    line = _line(node)
+    line = sx.line(node)
     init, cond, update = (node.child_by_field_name(k) for k in ("initializer", "condition", "update"))
     var = ""
     start = None
     if init is not None and init.type == "declaration":
         decls = [c for c in init.named_children if c.type == "init_declarator"]
         if len(decls) == 1 and decls[0].child_by_field_name("declarator").type == "identifier":
-            var = _t(decls[0].child_by_field_name("declarator"))
+            var = sx.text(decls[0].child_by_field_name("declarator"))
             start = decls[0].child_by_field_name("value")
-    elif init is not None and init.type == "assignment_expression" and _t(init.child_by_field_name("operator")) == "=":
+    elif init is not None and init.type == "assignment_expression" and sx.text(init.child_by_field_name("operator")) == "=":
         if init.child_by_field_name("left").type == "identifier":
-            var = _t(init.child_by_field_name("left"))
+            var = sx.text(init.child_by_field_name("left"))
             start = init.child_by_field_name("right")
     if not var or start is None:
         raise NotRowwise(f"line {line}: a loop whose counter is not set once at its start")
-    cond = _strip(cond)
-    if not (cond is not None and cond.type == "binary_expression" and _t(cond.child_by_field_name("operator")) == "<"
-            and _t(_strip(cond.child_by_field_name("left"))) == var):
+    cond = sx.strip(cond)
+    if not (cond is not None and cond.type == "binary_expression" and sx.text(cond.child_by_field_name("operator")) == "<"
+            and sx.text(sx.strip(cond.child_by_field_name("left"))) == var):
         raise NotRowwise(f"line {line}: the loop's condition is not `{var} < end`")
-    step = _t(update).replace(" ", "") if update is not None else ""
+    step = sx.text(update).replace(" ", "") if update is not None else ""
     if step not in (f"{var}++", f"++{var}", f"{var}+=1", f"{var}={var}+1"):
         raise NotRowwise(f"line {line}: the loop does not step by one element ({step or 'no step'})")
     body = node.child_by_field_name("body")
-    for n in _walk(body):
+    for n in sx.walk(body):
         if n.type in ("break_statement", "return_statement", "goto_statement"):
-            raise NotRowwise(f"line {_line(n)}: the loop over the row may end early ({_t(n).rstrip(';')})")
-        target = _target(n)
-        if target is not None and target.type == "identifier" and _t(target) == var:
-            raise NotRowwise(f"line {_line(n)}: the loop's counter {var} is changed inside the loop")
-    return _Loop(node, var, _t(start))
+            raise NotRowwise(f"line {sx.line(n)}: the loop over the row may end early ({sx.text(n).rstrip(';')})")
+        target = sx.target(n)
+        if target is not None and target.type == "identifier" and sx.text(target) == var:
+            raise NotRowwise(f"line {sx.line(n)}: the loop's counter {var} is changed inside the loop")
+    return _Loop(node, var, sx.text(start))
 
 
 def _declared_name(node) -> str:
     d = node.child_by_field_name("declarator")
     while d is not None and d.type not in ("identifier",):
         d = d.child_by_field_name("declarator")
-    return _t(d)
+    return sx.text(d)
 
 
 def _declarations(body) -> dict[str, tuple[str, bool, object]]:
     """Each name declared in the kernel's body: its type, whether it is a plain scalar, the node."""
     out: dict[str, tuple[str, bool, object]] = {}
-    for n in _walk(body):
+    for n in sx.walk(body):
         if n.type != "declaration":
             continue
-        ctype = _t(n.child_by_field_name("type"))
+        ctype = sx.text(n.child_by_field_name("type"))
         for d in n.named_children:
             if d.type not in ("init_declarator", "identifier", "array_declarator", "pointer_declarator"):
                 continue
             inner = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
             plain = inner is not None and inner.type == "identifier"
-            out.setdefault(_declared_name(d) if d.type != "identifier" else _t(d), (ctype, plain, n))
+            out.setdefault(_declared_name(d) if d.type != "identifier" else sx.text(d), (ctype, plain, n))
     return out
 
 
@@ -330,13 +330,13 @@ def _statement(node):
 def _accumulators(lp: _Loop, decls: dict, src: bytes) -> list[Accumulator]:
     """The values the loop carries from one element to the next, each a reduction, or NotRowwise."""
     body = lp.node.child_by_field_name("body")
-    line = _line(lp.node)
+    line = sx.line(lp.node)
     forms: dict[str, list[tuple[str, object]]] = {}  # name -> [(form, assignment)]
-    for n in _walk(body):
-        target = _target(n)
-        if target is None or target.type != "identifier" or _t(target) in lp.locals:
+    for n in sx.walk(body):
+        target = sx.target(n)
+        if target is None or target.type != "identifier" or sx.text(target) in lp.locals:
             continue
-        forms.setdefault(_t(target), []).append((_form(n, _t(target), lp), n))
+        forms.setdefault(sx.text(target), []).append((_form(n, sx.text(target), lp), n))
     if not forms:
         return []
     assigns = {name: [a for _, a in fs] for name, fs in forms.items()}
@@ -345,9 +345,9 @@ def _accumulators(lp: _Loop, decls: dict, src: bytes) -> list[Accumulator]:
     for name, fs in forms.items():
         reads_ok[name] += [_guarding_if(a).child_by_field_name("condition") for f, a in fs if f in ("max-if", "min-if")]
     extra: dict[str, list] = {}
-    for n in _walk(body):
-        if n.type == "identifier" and _t(n) in forms and not any(_within(n, r) for r in reads_ok[_t(n)]):
-            extra.setdefault(_t(n), []).append(n)
+    for n in sx.walk(body):
+        if n.type == "identifier" and sx.text(n) in forms and not any(sx.within(n, r) for r in reads_ok[sx.text(n)]):
+            extra.setdefault(sx.text(n), []).append(n)
     for name in forms:
         ctype, plain, _ = decls.get(name, ("", False, None))
         if not plain or ctype not in ACC_TYPES:
@@ -366,10 +366,10 @@ def _accumulators(lp: _Loop, decls: dict, src: bytes) -> list[Accumulator]:
             if s == m or "rescale" not in s_ops or not s_ops <= {"sum", "rescale"} or s in extra:
                 continue
             both = assigns[s] + assigns[m]
-            if not all(any(_within(r, a) for a in assigns[s]) or _local_only_in(r, lp, both) for r in extra[m]):
+            if not all(any(sx.within(r, a) for a in assigns[s]) or _local_only_in(r, lp, both) for r in extra[m]):
                 continue
-            exps = {_callee(c) for a in assigns[s] for c in _walk(a)
-                    if c.type == "call_expression" and _callee(c) in EXP_CALLS}
+            exps = {sx.call_name(c) for a in assigns[s] for c in sx.walk(a)
+                    if c.type == "call_expression" and sx.call_name(c) in EXP_CALLS}
             if len(exps) != 1:
                 continue
             _check_start(s, lp, "sum")
@@ -384,7 +384,7 @@ def _accumulators(lp: _Loop, decls: dict, src: bytes) -> list[Accumulator]:
                              "a maximum, a minimum or the online maximum-and-sum of a softmax")
         if name in extra:
             r = extra[name][0]
-            raise NotRowwise(f"line {_line(r)}: {name} is read while it accumulates: each element depends on the "
+            raise NotRowwise(f"line {sx.line(r)}: {name} is read while it accumulates: each element depends on the "
                              "ones before it (a scan), which a group of threads cannot split")
         op = next(iter(name_ops))
         if op == "sum":
@@ -397,14 +397,14 @@ def _local_only_in(read, lp: _Loop, assignments: list) -> bool:
     """A read in the initialiser of a loop-local whose every use is inside `assignments`
     (`float prev = maxval;` read only by the sum's rescaling)."""
     decl = read.parent
-    while decl is not None and decl.type != "init_declarator" and not _same(decl, lp.node):
+    while decl is not None and decl.type != "init_declarator" and not sx.same(decl, lp.node):
         decl = decl.parent
-    if decl is None or decl.type != "init_declarator" or not _within(decl, lp.node):
+    if decl is None or decl.type != "init_declarator" or not sx.within(decl, lp.node):
         return False
     local = _declared_name(decl)
     body = lp.node.child_by_field_name("body")
-    uses = [n for n in _walk(body) if n.type == "identifier" and _t(n) == local and not _within(n, decl)]
-    return all(any(_within(u, a) for a in assignments) for u in uses)
+    uses = [n for n in sx.walk(body) if n.type == "identifier" and sx.text(n) == local and not sx.within(n, decl)]
+    return all(any(sx.within(u, a) for a in assignments) for u in uses)
 
 
 def _guarding_if(assign):
@@ -418,44 +418,44 @@ def _guarding_if(assign):
 def _form(n, v: str, lp: _Loop) -> str:
     """How one assignment changes the carried value v: sum, max, min, rescale (s = s * f + e), or other."""
     if n.type == "update_expression":
-        return "sum" if _t(n.child_by_field_name("operator")) == "++" else "other"
-    op = _t(n.child_by_field_name("operator"))
-    rhs = _strip(n.child_by_field_name("right"))
+        return "sum" if sx.text(n.child_by_field_name("operator")) == "++" else "other"
+    op = sx.text(n.child_by_field_name("operator"))
+    rhs = sx.strip(n.child_by_field_name("right"))
     if op == "+=":
-        return "sum" if v not in _names(rhs) else "other"
+        return "sum" if v not in sx.names(rhs) else "other"
     if op != "=":
         return "other"
-    if rhs.type == "binary_expression" and _t(rhs.child_by_field_name("operator")) == "+":
-        left, right = _strip(rhs.child_by_field_name("left")), _strip(rhs.child_by_field_name("right"))
+    if rhs.type == "binary_expression" and sx.text(rhs.child_by_field_name("operator")) == "+":
+        left, right = sx.strip(rhs.child_by_field_name("left")), sx.strip(rhs.child_by_field_name("right"))
         for a, b in ((left, right), (right, left)):
-            if _t(a) == v and v not in _names(b):
+            if sx.text(a) == v and v not in sx.names(b):
                 return "sum"
-            if v not in _names(b) and a.type == "binary_expression" and _t(a.child_by_field_name("operator")) == "*":
-                x, y = _strip(a.child_by_field_name("left")), _strip(a.child_by_field_name("right"))
+            if v not in sx.names(b) and a.type == "binary_expression" and sx.text(a.child_by_field_name("operator")) == "*":
+                x, y = sx.strip(a.child_by_field_name("left")), sx.strip(a.child_by_field_name("right"))
                 for p, q in ((x, y), (y, x)):
-                    if _t(p) == v and q.type == "call_expression" and _callee(q) in EXP_CALLS and v not in _names(q):
+                    if sx.text(p) == v and q.type == "call_expression" and sx.call_name(q) in EXP_CALLS and v not in sx.names(q):
                         return "rescale"
-    if rhs.type == "call_expression" and len(_args(rhs)) == 2:
-        kind = "max" if _callee(rhs) in MAX_CALLS else "min" if _callee(rhs) in MIN_CALLS else ""
-        a, b = (_strip(x) for x in _args(rhs))
-        if kind and ((_t(a) == v and v not in _names(b)) or (_t(b) == v and v not in _names(a))):
+    if rhs.type == "call_expression" and len(sx.call_args(rhs)) == 2:
+        kind = "max" if sx.call_name(rhs) in MAX_CALLS else "min" if sx.call_name(rhs) in MIN_CALLS else ""
+        a, b = (sx.strip(x) for x in sx.call_args(rhs))
+        if kind and ((sx.text(a) == v and v not in sx.names(b)) or (sx.text(b) == v and v not in sx.names(a))):
             return kind
-    if rhs.type == "identifier" and _t(rhs) in lp.locals:  # m = m_new, with float m_new = fmaxf(m, x)
+    if rhs.type == "identifier" and sx.text(rhs) in lp.locals:  # m = m_new, with float m_new = fmaxf(m, x)
         body = lp.node.child_by_field_name("body")
-        for d in _walk(body):
-            if d.type == "init_declarator" and _declared_name(d) == _t(rhs):
-                value = _strip(d.child_by_field_name("value"))
-                if value is not None and value.type == "call_expression" and len(_args(value)) == 2 \
-                        and v in {_t(_strip(x)) for x in _args(value)}:
-                    return "max" if _callee(value) in MAX_CALLS else "min" if _callee(value) in MIN_CALLS else "other"
+        for d in sx.walk(body):
+            if d.type == "init_declarator" and _declared_name(d) == sx.text(rhs):
+                value = sx.strip(d.child_by_field_name("value"))
+                if value is not None and value.type == "call_expression" and len(sx.call_args(value)) == 2 \
+                        and v in {sx.text(sx.strip(x)) for x in sx.call_args(value)}:
+                    return "max" if sx.call_name(value) in MAX_CALLS else "min" if sx.call_name(value) in MIN_CALLS else "other"
     guard = _guarding_if(n)
-    if guard is not None and _within(n, guard.child_by_field_name("consequence")):
-        cond = _strip(guard.child_by_field_name("condition"))
-        cond = _strip(cond.child_by_field_name("value")) if cond.type == "condition_clause" else cond
+    if guard is not None and sx.within(n, guard.child_by_field_name("consequence")):
+        cond = sx.strip(guard.child_by_field_name("condition"))
+        cond = sx.strip(cond.child_by_field_name("value")) if cond.type == "condition_clause" else cond
         if cond is not None and cond.type == "binary_expression":
-            c_op = _t(cond.child_by_field_name("operator"))
-            left, right = _t(_strip(cond.child_by_field_name("left"))), _t(_strip(cond.child_by_field_name("right")))
-            value = _t(rhs)
+            c_op = sx.text(cond.child_by_field_name("operator"))
+            left, right = sx.text(sx.strip(cond.child_by_field_name("left"))), sx.text(sx.strip(cond.child_by_field_name("right")))
+            value = sx.text(rhs)
             if (c_op in (">", ">=") and left == value and right == v) or (c_op in ("<", "<=") and left == v
                                                                              and right == value):
                 return "max-if"
@@ -477,10 +477,10 @@ def _check_start(name: str, lp: _Loop, op: str) -> None:
                 if value is not None:
                     if _is_zero(value):
                         return
-                    raise NotRowwise(f"line {_line(stmt)}: the {op} {name} starts from {_t(value)}, not 0: "
+                    raise NotRowwise(f"line {sx.line(stmt)}: the {op} {name} starts from {sx.text(value)}, not 0: "
                                      "each lane of a group would add it once")
-                if any(_target(n) is not None and _t(_target(n)) == name for n in _walk(stmt)):
-                    raise NotRowwise(f"line {_line(stmt)}: {name} changes before the loop of line {_line(lp.node)} "
+                if any(sx.target(n) is not None and sx.text(sx.target(n)) == name for n in sx.walk(stmt)):
+                    raise NotRowwise(f"line {sx.line(stmt)}: {name} changes before the loop of line {sx.line(lp.node)} "
                                      "in a way that does not show it starts from 0")
         node = parent
     raise NotRowwise(f"the sum {name} has no starting value in the kernel")
@@ -493,8 +493,8 @@ def _assigned_value(stmt, name: str):
                 return d.child_by_field_name("value")
     if stmt.type == "expression_statement" and stmt.named_child_count == 1:
         e = stmt.named_children[0]
-        if e.type == "assignment_expression" and _t(e.child_by_field_name("operator")) == "=" \
-                and _t(_strip(e.child_by_field_name("left"))) == name:
+        if e.type == "assignment_expression" and sx.text(e.child_by_field_name("operator")) == "=" \
+                and sx.text(sx.strip(e.child_by_field_name("left"))) == name:
             return e.child_by_field_name("right")
     return None
 
@@ -502,20 +502,20 @@ def _assigned_value(stmt, name: str):
 def _stores(node) -> list:
     """Element writes under a node: (the write's node, array, index)."""
     out = []
-    for n in _walk(node):
-        target = _target(n)
+    for n in sx.walk(node):
+        target = sx.target(n)
         if target is not None and target.type != "identifier":
-            el = _element(target)
+            el = sx.element(target)
             if el is None:
-                raise NotRowwise(f"line {_line(n)}: a write through {_t(target)} the rewrite cannot follow")
+                raise NotRowwise(f"line {sx.line(n)}: a write through {sx.text(target)} the rewrite cannot follow")
             out.append((n, *el))
-        elif n.type == "call_expression" and _callee(n).startswith("vstore"):
-            out.append((n, *_element(n)))
+        elif n.type == "call_expression" and sx.call_name(n).startswith("vstore"):
+            out.append((n, *sx.element(n)))
     return out
 
 
 def _key(index, var: str, start: str) -> str:
-    text = re.sub(r"\s+", "", _t(index)) if index is not None else ""
+    text = re.sub(r"\s+", "", sx.text(index)) if index is not None else ""
     return f"{start}|" + re.sub(rf"\b{re.escape(var)}\b", "@", text)
 
 
@@ -524,23 +524,23 @@ def _check_elements(lp: _Loop, written: dict[str, str]) -> None:
     body = lp.node.child_by_field_name("body")
     for n, array, index in _stores(body):
         if not array:
-            raise NotRowwise(f"line {_line(n)}: a write the rewrite cannot follow to an array")
+            raise NotRowwise(f"line {sx.line(n)}: a write the rewrite cannot follow to an array")
         if array in lp.locals:
-            raise NotRowwise(f"line {_line(n)}: {array} is the thread's own array: its elements are not the row's")
-        if index is None or lp.var not in _names(index):
-            raise NotRowwise(f"line {_line(n)}: {array} is written at an element other than the loop's own "
+            raise NotRowwise(f"line {sx.line(n)}: {array} is the thread's own array: its elements are not the row's")
+        if index is None or lp.var not in sx.names(index):
+            raise NotRowwise(f"line {sx.line(n)}: {array} is written at an element other than the loop's own "
                              f"({lp.var}) in every iteration")
         key = _key(index, lp.var, lp.start_text)
         if written.setdefault(array, key) != key:
-            raise NotRowwise(f"line {_line(n)}: {array} is written at two different elements of the row")
-    for n in _walk(body):
+            raise NotRowwise(f"line {sx.line(n)}: {array} is written at two different elements of the row")
+    for n in sx.walk(body):
         if n.type not in ("subscript_expression", "pointer_expression", "call_expression"):
             continue
-        el = _element(n)
+        el = sx.element(n)
         if el is None or el[0] not in written:
             continue
         if _key(el[1], lp.var, lp.start_text) != written[el[0]]:
-            raise NotRowwise(f"line {_line(n)}: {el[0]} is read at another element than the one written there "
+            raise NotRowwise(f"line {sx.line(n)}: {el[0]} is read at another element than the one written there "
                              "(a dependence between elements of the row)")
 
 
@@ -549,27 +549,27 @@ def _lead_stores(body, loops: list[_Loop], written: dict[str, str]) -> list[tupl
     Nothing outside the loops may read an element a loop wrote, nor one such a write made."""
     out, targets, stored = [], [], set()
     for n, array, _ in _stores(body):
-        if any(_within(n, lp.node) for lp in loops):
+        if any(sx.within(n, lp.node) for lp in loops):
             continue
         if array in written:
-            raise NotRowwise(f"line {_line(n)}: {array} is written both inside and outside the row loops")
+            raise NotRowwise(f"line {sx.line(n)}: {array} is written both inside and outside the row loops")
         stmt = _statement(n)
-        if stmt is None or stmt.named_child_count != 1 or not _same(stmt.named_children[0], n):
-            raise NotRowwise(f"line {_line(n)}: a write inside a larger expression, outside the row loops")
+        if stmt is None or stmt.named_child_count != 1 or not sx.same(stmt.named_children[0], n):
+            raise NotRowwise(f"line {sx.line(n)}: a write inside a larger expression, outside the row loops")
         stored.add(array)
         out.append((n.start_byte, n.end_byte))
-        targets.append(n if n.type == "call_expression" else _target(n))
-    for n in _walk(body):
+        targets.append(n if n.type == "call_expression" else sx.target(n))
+    for n in sx.walk(body):
         if n.type not in ("subscript_expression", "pointer_expression", "call_expression"):
             continue
-        el = _element(n)
-        if el is None or any(_within(n, lp.node) for lp in loops):
+        el = sx.element(n)
+        if el is None or any(sx.within(n, lp.node) for lp in loops):
             continue
         if el[0] in written:
-            raise NotRowwise(f"line {_line(n)}: {el[0]} is read outside the row loops, where another lane may "
+            raise NotRowwise(f"line {sx.line(n)}: {el[0]} is read outside the row loops, where another lane may "
                              "have written it")
-        if el[0] in stored and not any(_same(n, t) for t in targets):
-            raise NotRowwise(f"line {_line(n)}: {el[0]} is read back after one lane wrote it")
+        if el[0] in stored and not any(sx.same(n, t) for t in targets):
+            raise NotRowwise(f"line {sx.line(n)}: {el[0]} is read back after one lane wrote it")
     return out
 
 

@@ -209,7 +209,7 @@ class Evaluator:
             # drawn once per loop run (engine/inputs_cache.py): every round's worker reads them back
             self._pools[which] = InputPool(
                 lambda k, problem=problem, base=base, which=which: self._with_reference(
-                    cached_inputs(make_inputs, self.template, problem, base + k), which),
+                    cached_inputs(make_inputs, self.template, problem, base + k, Inputs), which),
                 self.verify_policy.pool)
         return self._pools[which]
 

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from .inputs import Inputs
+from .dtypes import np_dtype
 
 ENV = "KERNTUNE_INPUTS_CACHE"
 OFF = ("off", "0", "no", "false", "none")
@@ -140,10 +140,11 @@ def _drawn_key(digest: bytes, drawn_as: str, sizes: Mapping[str, int]) -> str:
     return hashlib.sha256(digest + b"|drawn|" + drawn_as.encode() + repr(sorted(sizes.items())).encode()).hexdigest()[:40]
 
 
-def cached_inputs(make: Callable[[Any, Any, int], Any], template: Any, problem: Any, seed: int) -> Any:
+def cached_inputs(make: Callable[[Any, Any, int], Any], template: Any, problem: Any, seed: int,
+                  restore: Callable[[int, dict, dict], Any]) -> Any:
     """`make(template, problem, seed)` (inputs.make_inputs), drawn once: a later call for the same
-    arguments, sizes and seed, with the same drawing code, reads the arrays back. With the cache
-    off, `make`."""
+    arguments, sizes and seed, with the same drawing code, reads the arrays back and makes the set
+    with `restore(seed, host arrays, scalars)` (inputs.Inputs). With the cache off, `make`."""
     folder = _folder()
     if folder is None:
         return make(template, problem, seed)
@@ -163,8 +164,8 @@ def cached_inputs(make: Callable[[Any, Any, int], Any], template: Any, problem: 
         _write(file, {**{f"host.{k}": v for k, v in made.host.items()},
                       **{f"scalar.{k}": v for k, v in made.scalars.items()}})
     else:
-        made = Inputs(seed, {k[5:]: v for k, v in found.items() if k.startswith("host.")},
-                      {k[7:]: v[()] for k, v in found.items() if k.startswith("scalar.")})
+        made = restore(seed, {k[5:]: v for k, v in found.items() if k.startswith("host.")},
+                        {k[7:]: v[()] for k, v in found.items() if k.startswith("scalar.")})
     made.key = key
     return made
 
@@ -264,8 +265,6 @@ def _make_room(folder: Path, size: int, keep: Path | None = None) -> bool:
 
 def _read(file: Path) -> dict[str, np.ndarray] | None:
     """The arrays of a cache file, memory-mapped read-only; None when it is missing or damaged."""
-    from .template import np_dtype
-
     try:
         data = np.memmap(file, dtype=np.uint8, mode="r")
         head = len(MAGIC) + 8

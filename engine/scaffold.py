@@ -19,7 +19,8 @@ from .device import DeviceLimits
 from .expressions import ExpressionError
 from .footprint import available_host_bytes, check_values, fmt_bytes
 from .signature import CTYPES, INTEGER_DTYPES, IndexUse, KernelArg, KernelSignature, SignatureError, index_uses, parse_kernel
-from .template import DTYPES, NAME_RE, SOURCE_BYTES, TemplateError, load_template, read_text_file, read_toml_file
+from .template import (DTYPES, NAME_RE, SOURCE_BYTES, TemplateError, load_template, read_text_file, read_toml_file,
+                       spec_options)
 
 TODO = "TODO"
 
@@ -323,7 +324,7 @@ def _compile_problems(p: Path, data: Mapping) -> list[str]:
                 return [f"param {prm['name']!r}: a C identifier with a number as its default, to compile"]
             defines[prm["name"]] = "1" if v is True else "0" if v is False else str(v)
     try:  # options as the spec resolves them (include folders made absolute)
-        options = dict(load_options(p, data))
+        options = dict(spec_options(p, data))
     except TemplateError as e:
         return [str(e).removeprefix(f"{p}: ")]
     out: list[str] = []
@@ -361,20 +362,6 @@ def _opencl():
 
         _OPENCL.append(open_backend("opencl"))
     return _OPENCL[0]
-
-
-def load_options(p: Path, data: Mapping) -> Mapping[str, tuple[str, ...]]:
-    """The spec's compiler options by backend, checked as `load_template` checks them."""
-    from .template import _option, _Spec
-
-    kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
-    raw = kernel.get("options", {})
-    absolute = kernel.get("absolute_includes", False) is True
-    if not isinstance(raw, dict):
-        return {}
-    s = _Spec(p)
-    return {b: tuple(_option(s, p.parent, o, f"kernel.options.{b}", absolute) for o in opts if isinstance(o, str))
-            for b, opts in raw.items() if isinstance(opts, list)}
 
 
 def _division_notes(data: Mapping) -> list[str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .cxx import includes
+from .dtypes import DTYPES, FLOAT_DTYPES, np_dtype  # noqa: F401  (np_dtype: callers take it from here too)
 from .expressions import Expression, ExpressionError, parse
 
 if sys.version_info >= (3, 11):
@@ -32,31 +33,6 @@ else:  # pragma: no cover
 
 BACKENDS = ("cuda", "opencl")
 ROLES = ("input", "output", "inout", "scalar")
-DTYPES = {
-    "float16": 2,
-    "bfloat16": 2,
-    "float32": 4,
-    "float64": 8,
-    "int8": 1,
-    "uint8": 1,
-    "int16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "int64": 8,
-    "uint64": 8,
-}
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-
-
-def np_dtype(name: str) -> Any:
-    """numpy's dtype for a kerntune dtype name; numpy has no bfloat16, ml_dtypes gives it one."""
-    import numpy as np
-
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 INITS = ("normal", "uniform", "randint", "positive")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SPEC_BYTES = 1 << 20  # the most a spec (kernel.toml) may hold: a page of TOML, generously
@@ -622,6 +598,19 @@ _FILE_OPTIONS = {"-include", "--pre-include", "-imacros", "-optf", "--options-fi
                  "-L", "--library-path", "-l", "--library", "-Xcompiler", "--compiler-options", "-Xlinker",
                  "--linker-options", "-keep", "--keep", "-save-temps", "--save-temps", "-M", "-MM", "-MD", "-MMD",
                  "--generate-dependencies", "-Xptxas=--output-file"}
+
+
+def spec_options(p: Path, data: Mapping) -> Mapping[str, tuple[str, ...]]:
+    """A parsed spec's compiler options by backend, checked as `load_template` checks them (the
+    options that are not strings, and backends whose options are not a list, left out)."""
+    kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
+    raw = kernel.get("options", {})
+    absolute = kernel.get("absolute_includes", False) is True
+    if not isinstance(raw, dict):
+        return {}
+    s = _Spec(p)
+    return {b: tuple(_option(s, p.parent, o, f"kernel.options.{b}", absolute) for o in opts if isinstance(o, str))
+            for b, opts in raw.items() if isinstance(opts, list)}
 
 
 def _beside(s: _Spec, directory: Path, fname: str, key: str) -> Path:

@@ -57,8 +57,8 @@ class WorkerSpec:
 KEEP_KERNELS = 16
 
 
-def _child(conn: Any, spec: WorkerSpec | None, log_path: str, spawned: float = 0.0, entered: float = 0.0,
-           opening: threading.Thread | None = None, standby: tuple[str, int] | None = None) -> None:
+def run_child(conn: Any, spec: WorkerSpec | None, log_path: str, spawned: float = 0.0, entered: float = 0.0,
+              opening: threading.Thread | None = None, standby: tuple[str, int] | None = None) -> None:
     # `spawned`: the parent's wall clock when it started this process, `entered`: when the child's
     # entry point (worker_boot.main) began, `opening`: the thread starting the device meanwhile.
     # The ready message reports each step of the start. A spare (engine/standby.py) has no `spec`

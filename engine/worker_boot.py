@@ -68,8 +68,8 @@ def main() -> None:
     except (EOFError, OSError):
         return  # the parent went away before it said how to start
     opening = start_device("cuda" if boot["backend"] == "auto" else boot["backend"], boot["device"])
-    from .worker import _child
+    from .worker import run_child
 
     spec = pickle.loads(boot["spec"]) if boot.get("spec") is not None else None
-    _child(conn, spec, boot["log"], boot["spawned"], entered, opening,
+    run_child(conn, spec, boot["log"], boot["spawned"], entered, opening,
            standby=(boot["backend"], boot["device"]) if spec is None else None)

@@ -112,7 +112,7 @@ def test_cached_outputs_keep_their_dtype_bfloat16_included(counted, tmp_path):
 
 
 def test_an_input_set_is_drawn_once_per_arguments_sizes_and_seed(counted, monkeypatch):
-    from kerntune.engine.inputs import make_inputs
+    from kerntune.engine.inputs import Inputs, make_inputs
 
     drawn = []
 
@@ -122,16 +122,16 @@ def test_an_input_set_is_drawn_once_per_arguments_sizes_and_seed(counted, monkey
 
     t = load_template(counted)
     small = t.problem(None, {"n": 1000})
-    first = cached_inputs(make, t, small, 7)
-    again = cached_inputs(make, load_template(counted), small, 7)  # another worker, or another run
+    first = cached_inputs(make, t, small, 7, Inputs)
+    again = cached_inputs(make, load_template(counted), small, 7, Inputs)  # another worker, or another run
     assert drawn == [7]
     assert set(again.host) == {"a", "b"} and all(np.array_equal(first.host[k], again.host[k]) for k in first.host)
     assert again.scalars["n"] == 1000 and again.scalars["n"].dtype == np.int32
-    cached_inputs(make, t, small, 8)
-    cached_inputs(make, t, t.problem(None, {"n": 999}), 7)
+    cached_inputs(make, t, small, 8, Inputs)
+    cached_inputs(make, t, t.problem(None, {"n": 999}), 7, Inputs)
     assert drawn == [7, 8, 7]
     monkeypatch.setenv(ENV, "off")
-    cached_inputs(make, t, small, 7)  # the cache off: drawn every time
+    cached_inputs(make, t, small, 7, Inputs)  # the cache off: drawn every time
     assert drawn == [7, 8, 7, 7]
 
 
