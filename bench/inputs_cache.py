@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from kerntune import templates
-from kerntune.engine.inputs import make_inputs
+from kerntune.engine.inputs import Inputs, make_inputs
 from kerntune.engine.inputs_cache import ENV, cached_inputs
 from kerntune.engine.template import load_template
 
@@ -53,9 +53,9 @@ def main() -> None:
             given = {**inputs.host, **inputs.scalars}
             draw = seconds(lambda: make_inputs(t, problem, 1))
             plain = seconds(lambda: ref.raw(dict(given), sizes))
-            drawn = cached_inputs(make_inputs, t, problem, 1)  # drawn and stored
+            drawn = cached_inputs(make_inputs, t, problem, 1, Inputs)  # drawn and stored
             ref.store(drawn.key, sizes, ref.raw({**drawn.host, **drawn.scalars}, sizes))
-            read = seconds(lambda: read_all(cached_inputs(make_inputs, t, problem, 1).host))
+            read = seconds(lambda: read_all(cached_inputs(make_inputs, t, problem, 1, Inputs).host))
             again = seconds(lambda: read_all(ref.stored(drawn.key, sizes)))
             print(f"| {name} | {problem.label()} | {draw:.3f} | {plain:.3f} | {read:.3f} | {again:.3f} | "
                   f"{draw + plain - read - again:.2f} s |", flush=True)
