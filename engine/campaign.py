@@ -26,7 +26,7 @@ import tomli_w
 
 from .backends import BackendError
 from .dispatch import TOLERANCE, DispatchSet, choose_dispatch, geomean
-from .result import Result, config_key, ranked
+from .result import Result, config_key, config_label, ranked
 from .session import Session, SessionError, load_session, tool_version
 from .space import build_space
 from .template import NAME_RE, Template, TemplateError, load_template, read_toml_file
@@ -211,10 +211,10 @@ def choose_general(pairs: Sequence[PairResult], top: int = DEFAULT_TOP) -> Gener
         key = config_key(p.best.config)
         missing = [q.size for q, t in zip(live, times[key]) if t is None]
         if missing:
-            notes.append(f"the best at {p.size} ({_fmt(p.best.config)}) was not verified at {', '.join(missing)} "
+            notes.append(f"the best at {p.size} ({config_label(p.best.config)}) was not verified at {', '.join(missing)} "
                          "(infeasible or failed there)")
         for i in slower(key):
-            notes.append(f"the best at {p.size} ({_fmt(p.best.config)}) is slower than the original at "
+            notes.append(f"the best at {p.size} ({config_label(p.best.config)}) is slower than the original at "
                          f"{live[i].size}: {_us(times[key][i])} against {_us(originals[i])} "
                          f"({originals[i] / times[key][i]:.2f}x)")
     everywhere = [k for k in configs if live and all(t is not None for t in times[k])]
@@ -260,10 +260,6 @@ def _candidates(pairs: Sequence[PairResult], top: int) -> list[tuple[str, Mappin
         for r in ranked(p.results)[:top]:
             out.setdefault(config_key(r.config), r.config)
     return list(out.items())
-
-
-def _fmt(config: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items()) or "original"
 
 
 def _us(v: float | None) -> str:

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import replace
 from typing import Any, Mapping
 
+from .messages import Checked
 from .result import Result
 from .space import Config
 from .worker import Worker, WorkerError, WorkerSpec
@@ -78,7 +79,7 @@ def remote_evaluate(spec: WorkerSpec, token: str, config_timeout: float,
 
 
 def remote_verify(spec: WorkerSpec, token: str, config_timeout: float, config: Mapping[str, Any],
-                  seeds: tuple[int, ...]) -> tuple[bool, str]:
+                  seeds: tuple[int, ...]) -> Checked:
     with _LOCK:
         worker, _ = _local(spec, token, config_timeout)
         return worker.verify_again(config, seeds)
@@ -173,13 +174,13 @@ class ClusterEvaluations:
         address = alive.get(label.split("/")[0]) if label else None
         return {"workers": [address], "allow_other_workers": True} if address else {}
 
-    def verify_again(self, config: Config, seeds: tuple[int, ...]) -> tuple[bool, str]:
+    def verify_again(self, config: Config, seeds: tuple[int, ...]) -> Checked:
         future = self.client.submit(remote_verify, *self._args(), config.as_dict(), tuple(seeds), pure=False,
                                     key=f"kerntune-verify-{self.token}-{uuid.uuid4().hex[:8]}", **self._on(config))
         try:
             return future.result()
         except Exception as e:  # noqa: BLE001
-            return False, f"crashed: the cluster could not check it again: {type(e).__name__}: {e}"
+            return Checked(False, "crashed", f"the cluster could not check it again: {type(e).__name__}: {e}")
 
     def retime(self, config: Config) -> list[tuple[str, Result]]:
         """`config` measured again on every Dask worker: (device, result) each."""

@@ -30,19 +30,20 @@ import os
 import random
 import threading
 import time
-from collections import abc
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .backends import GUARD_BYTES, Backend, CompileError, ConstantArg, LaunchError
+from .backends import GUARD_BYTES, Backend, CompileError, LaunchError
+from .buffers import GuardedBuffers, Outputs, out_of_bounds
 from .compare import TOLERANCE, Expected, compare, ratios
 from .expressions import ExpressionError
-from .inputs import (HARD_KINDS, InputPool, Inputs, arg_nbytes, arg_shape, changed, hard_kinds, make_hard_inputs,
+from .inputs import (HARD_KINDS, InputPool, Inputs, arg_shape, changed, hard_kinds, make_hard_inputs,
                      make_inputs, mutation_values, random_change)
 from .inputs_cache import cached_inputs
+from .messages import Checked
 from .result import Resources, Result
 from .sol import SUSPECT_MARGIN, sol_time_us
 from .space import Geometry, compiler_defines, environment, geometry
@@ -51,15 +52,11 @@ from .template import Argument, ParamValue, Problem, Template, np_dtype
 # Output types the device checks against the tolerance itself (backends with `compare_close`);
 # others (float64, integers) are read back and compared by the host.
 DEVICE_CLOSE_DTYPES = ("float32", "float16", "bfloat16")
-INT_POISON = -0x5A5A5A5A
 POISONS = ("nan", "bits", "plausible")
 # Timed launches checked per configuration: as many as TIMING_CHECK_BYTES of outputs read back
 # allow, at most MAX_TIMED_CHECKS, never fewer than two (the last, and one in the first half).
 TIMING_CHECK_BYTES = 16 * 2**20
 MAX_TIMED_CHECKS = 16
-# Elements still holding the poison are called unwritten only from this many on (and when they are
-# most of the failing ones): a wrong value can equal a poison by chance.
-UNWRITTEN_MIN = 8
 
 
 # A candidate may miss the reference by at most this many times the original kernel's own worst
@@ -151,8 +148,6 @@ class Evaluator:
         self.options = template.options_for(backend.name)
         self.reference = reference if reference is not None else template.load_reference()
         self.problems = (problem,) + tuple(template.verify_problems) + tuple(extra_problems)
-        self._buffers: dict[int, dict[str, _Guarded]] = {}
-        self._host_out: dict[tuple[int, str], np.ndarray] = {}
         self._pools: dict[int, InputPool] = {}
         self._next = 0
         self._baseline_kernel: Any = None
@@ -164,12 +159,9 @@ class Evaluator:
         # Poison, guard patterns and which timed launches are checked come from the system's
         # entropy, never from the run's seed: nothing a kernel could be written against.
         self._rng = np.random.default_rng(random.SystemRandom().randrange(1 << 63))
-        self._guards: dict[str, np.ndarray] = {}  # guard pattern by dtype (NaN for floats)
-        self._bits: dict[tuple, np.ndarray] = {}
-        self._timing_poison: dict[str, list[tuple[str, Any, np.ndarray]]] | None = None
-        self._poisoned: dict[tuple[int, str], np.ndarray] = {}  # each output's latest poison
+        # the working buffers of every size, their guards and poisons (engine/buffers.py)
+        self.buffers = GuardedBuffers(backend, template, self.problems, self._rng)
         self._kinds: list[str] = []  # poisons still to use in this configuration's checked runs
-        self._resident: dict[int, tuple[np.ndarray, Any]] = {}
         self.scale: dict[str, float] = {}  # outputs whose default tolerance the calibration widened
         # outputs where the original has a few elements beyond the calibrated tolerance: (their
         # share, how far beyond the worst of them is)
@@ -187,12 +179,10 @@ class Evaluator:
         self._best_us = math.inf  # the fastest median this evaluator has measured
         self._energy_read: Callable[[], float] | None = None  # the energy counter, once opened
         self._roles = {a.name: a.role for a in template.arguments}
-        self._items = {a.name: np_dtype(a.dtype).itemsize for a in template.arguments if a.is_buffer}
         self._calibration_build: Any = None  # the original's build for calibrate(), under way
         # Tolerance checks on the device where the backend has them: only a failure is read back
         # (and described by the host's `compare`, which stays the authority).
         self._device_close = getattr(backend, "compare_close", None)
-        self._generation = 0  # launches so far: outputs read lazily must be read before the next
         env = problem.values
         self.bytes_moved = float(template.cost_bytes.evaluate(env))
         self.flops = float(template.cost_flops.evaluate(env))
@@ -274,95 +264,22 @@ class Evaluator:
         return self._with_reference(make_inputs(self.template, self.problems[which], seed), which)
 
     # device buffers: each between two guard regions --------------------------------------------
-    def _device_buffers(self, which: int) -> dict[str, "_Guarded"]:
-        if which not in self._buffers:
-            bufs = {}
-            for a in self.template.arguments:
-                if a.is_buffer:
-                    nbytes = self._nbytes(a, which)
-                    raw = self.backend.alloc(nbytes + 2 * GUARD_BYTES)
-                    bufs[a.name] = _Guarded(raw, self.backend.view(raw, GUARD_BYTES, nbytes), nbytes)
-            self._buffers[which] = bufs
-        return self._buffers[which]
-
-    def _args(self, which: int, inputs: Inputs) -> list[Any]:
-        bufs = self._device_buffers(which)
-        return [(ConstantArg(a.name, bufs[a.name].view, bufs[a.name].nbytes) if a.constant else bufs[a.name].view)
-                if a.is_buffer else inputs.scalars[a.name] for a in self.template.arguments]
-
-    def _guard(self, a: Argument) -> np.ndarray:
-        """The guard pattern of a buffer (GUARD_BYTES): NaN with random payloads and signs for a
-        float buffer, so that a kernel reading past an input computes NaN; random bytes
-        otherwise. Drawn from the system's entropy: different every run."""
-        if a.dtype not in self._guards:
-            item = np_dtype(a.dtype).itemsize if a.dtype in TOLERANCE else 1
-            words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[item]
-            raw = self._rng.integers(0, 256, GUARD_BYTES, dtype=np.uint8).view(words)
-            if a.dtype in TOLERANCE:
-                mantissa = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}[a.dtype]
-                bits = 8 * item
-                quiet = words(1 << (mantissa - 1))
-                exponent = words(((1 << (bits - 1 - mantissa)) - 1) << mantissa)
-                keep = words(((1 << (mantissa - 1)) - 1) | (1 << (bits - 1)))  # payload and sign
-                raw = (raw & keep) | exponent | quiet
-            self._guards[a.dtype] = np.ascontiguousarray(raw).view(np.uint8)
-        return self._guards[a.dtype]
-
     def _arm_guards(self) -> None:
         """Write the guard pattern around every buffer, at every verification size."""
-        for which in range(len(self.problems)):
-            bufs = self._device_buffers(which)
-            for a in self.template.arguments:
-                if a.is_buffer:
-                    g = bufs[a.name]
-                    self.backend.upload(g.raw, self._guard(a))
-                    self.backend.upload(g.raw, self._guard(a), GUARD_BYTES + g.nbytes)
+        self.buffers.arm()
         self._staged = (None, {})
 
     def _restore(self, which: int, inputs: Inputs, wait: bool = True) -> None:
         """Copy the pristine inputs (uploaded once per input set) into the working buffers."""
         if which == 0:
             self._staged = (None, {})  # the timed launches' next one copies its whole set again
-        bufs = self._device_buffers(which)
-        for a in self.template.arguments:
-            if a.is_buffer and a.name in inputs.host:
-                g = bufs[a.name]
-                if a.name not in inputs.device:
-                    inputs.device[a.name] = self.backend.alloc(g.nbytes)
-                    self.backend.upload(inputs.device[a.name], inputs.host[a.name])
-                self.backend.copy(g.raw, inputs.device[a.name], g.nbytes, dst_offset=GUARD_BYTES, wait=wait)
+        self.buffers.restore(which, inputs, wait)
 
     def _poison(self, which: int, inputs: Inputs, kind: str | None = None) -> None:
         """Overwrite every output with one of the poisons, chosen at random unless `kind` says."""
-        bufs = self._device_buffers(which)
-        for a in self.template.arguments:
-            if not a.is_output or a.role == "inout":
-                continue
-            g = bufs[a.name]
-            how = kind or (self._kinds.pop() if self._kinds else POISONS[int(self._rng.integers(len(POISONS)))])
-            other = self._plausible(which, a.name, inputs) if how == "plausible" else None
-            if other is not None:
-                poison = other
-            elif how == "bits":
-                poison = self._random_bits(which, a)
-            elif a.dtype in TOLERANCE:
-                poison = self._constant(which, a)
-                self.backend.fill(g.raw, 0xFF, g.nbytes, GUARD_BYTES)
-            else:
-                poison = self._constant(which, a)
-            if how != "nan" or a.dtype not in TOLERANCE:
-                self.backend.copy(g.raw, self._on_device(poison), g.nbytes, dst_offset=GUARD_BYTES)
-            self._poisoned[(which, a.name)] = poison
-
-    def _on_device(self, host: np.ndarray) -> Any:
-        """A device copy of a host array that lives as long as the run (poisons, patterns),
-        uploaded the first time it is asked for."""
-        key = id(host)
-        if key not in self._resident:
-            buf = self.backend.alloc(host.nbytes)
-            self.backend.upload(buf, host)
-            self._resident[key] = (host, buf)  # the host array is held so its id stays unique
-        return self._resident[key][1]
+        self.buffers.poison(
+            which, lambda: kind or (self._kinds.pop() if self._kinds else POISONS[int(self._rng.integers(len(POISONS)))]),
+            lambda name: self._plausible(which, name, inputs))
 
     def _plausible(self, which: int, name: str, inputs: Inputs) -> np.ndarray | None:
         """Another input set's correct output: finite values of the right size and kind."""
@@ -373,18 +290,6 @@ class Evaluator:
             if other is not inputs and name in other.expected:
                 return other.expected[name]
         return None
-
-    def _constant(self, which: int, a: Argument) -> np.ndarray:
-        """All-ones bytes (NaN in every float format) for a float output; INT_POISON otherwise."""
-        key = (which, a.name, "constant")
-        if key not in self._bits:
-            if a.dtype in TOLERANCE:
-                self._bits[key] = np.full(self._nbytes(a, which), 0xFF, dtype=np.uint8)
-            else:
-                # the poison's bytes repeated: it fits an integer of every width (int8 ... uint64)
-                self._bits[key] = (np.full(self._nbytes(a, which), INT_POISON & 0xFF, dtype=np.uint8)
-                                   .view(np_dtype(a.dtype)).reshape(arg_shape(a, self.problems[which])))
-        return self._bits[key]
 
     def _failing(self, a: Argument, out: np.ndarray, which: int) -> int:
         """How many elements of a failed output are outside the tolerance (NaN counts)."""
@@ -398,32 +303,15 @@ class Evaluator:
             ok |= exp.nan
         return int(out.size - np.count_nonzero(ok))
 
-    def _random_bits(self, which: int, a: Argument) -> np.ndarray:
-        key = (which, a.name)
-        if key not in self._bits:
-            self._bits[key] = self._rng.integers(0, 256, self._nbytes(a, which), dtype=np.uint8)
-        return self._bits[key]
-
     def _run_checked(self, kernel: Any, geo: Geometry, inputs: Inputs, which: int,
-                     poison: str | None = None) -> "_Outputs":
+                     poison: str | None = None) -> Outputs:
         """Restore the inputs, poison the outputs, launch once; the outputs are read back when
         (and only if) something asks for them."""
         self._restore(which, inputs)
         self._poison(which, inputs, poison)
-        self._generation += 1
-        self.backend.launch(kernel, geo, self._args(which, inputs))
-        return self._read_outputs(which)
-
-    def _read_outputs(self, which: int) -> "_Outputs":
-        return _Outputs(self, which, self._generation)
-
-    def _download_output(self, which: int, name: str) -> np.ndarray:
-        key = (which, name)
-        if key not in self._host_out:
-            a = next(x for x in self.template.arguments if x.name == name)
-            self._host_out[key] = np.empty(arg_shape(a, self.problems[which]), dtype=np_dtype(a.dtype))
-        self.backend.download(self._device_buffers(which)[name].raw, self._host_out[key], GUARD_BYTES)
-        return self._host_out[key]
+        self.buffers.launched()
+        self.backend.launch(kernel, geo, self.buffers.args(which, inputs))
+        return self.buffers.outputs(which)
 
     def _passes_on_device(self, which: int, a: Argument, exp: Expected) -> float | None:
         """The worst error over the tolerance when the device finds the output right; None when
@@ -434,7 +322,7 @@ class Evaluator:
             exp.device = self.backend.alloc(max(exp.values.nbytes, 4))
             self.backend.upload(exp.device, exp.values.astype(np.float32, copy=False))
         nan, inf, sign, bad, _, _, worst = self._device_close(
-            self._device_buffers(which)[a.name].raw, GUARD_BYTES, exp.device, exp.values.size, a.dtype,
+            self.buffers.of(which)[a.name].raw, GUARD_BYTES, exp.device, exp.values.size, a.dtype,
             exp.rtol, exp.atol)
         return None if nan or inf or sign or bad else worst
 
@@ -446,7 +334,7 @@ class Evaluator:
         problem = self.problems[which]
         at = "" if which == 0 and not label else f" at {problem.label()}"
         suffix = f"{at} ({where})"
-        bufs = self._device_buffers(which)
+        bufs = self.buffers.of(which)
         seen = np.empty(GUARD_BYTES, dtype=np.uint8)
         # every guard and every input compared on the device at once: one wait, not one a range
         guards = [(a, side, offset) for a in self.template.arguments if a.is_buffer and full
@@ -454,7 +342,7 @@ class Evaluator:
         kept = [a for a in self.template.arguments
                 if full and a.is_buffer and a.role == "input" and a.name in inputs.host and a.name in inputs.device]
         found = _first_differences(
-            self.backend, [(bufs[a.name].raw, offset, self._on_device(self._guard(a)), 0, GUARD_BYTES)
+            self.backend, [(bufs[a.name].raw, offset, self.buffers.resident(self.buffers.guard(a)), 0, GUARD_BYTES)
                            for a, _, offset in guards]
             + [(bufs[a.name].raw, GUARD_BYTES, inputs.device[a.name], 0, bufs[a.name].nbytes) for a in kept])
         unchanged = {a.name for a, f in zip(kept, found[len(guards):]) if f < 0}
@@ -463,9 +351,9 @@ class Evaluator:
                 continue
             g = bufs[a.name]
             self.backend.download(g.raw, seen, offset)
-            changed = np.flatnonzero(seen != self._guard(a))
+            changed = np.flatnonzero(seen != self.buffers.guard(a))
             if changed.size:
-                raise Rejected("out_of_bounds", _out_of_bounds(a, g.nbytes, side, changed) + suffix)
+                raise Rejected("out_of_bounds", out_of_bounds(a, g.nbytes, side, changed) + suffix)
         for a in self.template.arguments:
             if full and a.is_buffer and a.role == "input" and a.name in inputs.host:
                 if a.name in unchanged:
@@ -491,7 +379,8 @@ class Evaluator:
             worst = max(worst, err)
             if msg:
                 self._last_checks[(which, a.name)] = inputs.checks[a.name]
-                raise Rejected("wrong_result", f"{self._unwritten(which, a, out) or msg}{suffix}")
+                raise Rejected("wrong_result", f"{self.buffers.unwritten(which, a, out, lambda: self._failing(a, out, which)) or msg}"
+                                               f"{suffix}")
         return worst
 
     def intact(self) -> bool:
@@ -506,7 +395,7 @@ class Evaluator:
         if any(_checksum(x) != x.checksum for x in sets if x.checksum is not None):
             return False
         pairs, scratch = [], []
-        for host, buf in self._resident.values():  # guard patterns, poisons
+        for host, buf in self.buffers.residents():  # guard patterns, poisons
             scratch.append(self.backend.alloc(host.nbytes))
             self.backend.upload(scratch[-1], host)
             pairs.append((buf, 0, scratch[-1], 0, host.nbytes))
@@ -523,26 +412,6 @@ class Evaluator:
                     pairs.append((check.device, 0, scratch[-1], 0, values.nbytes))
         return all(f < 0 for f in _first_differences(self.backend, pairs))
 
-    def _unwritten(self, which: int, a: Argument, out: np.ndarray) -> str:
-        """Name the elements of a failed output that still hold the poison, if any do."""
-        poison = self._poisoned.get((which, a.name))
-        if poison is None or a.role == "inout" or poison.nbytes != out.nbytes:
-            return ""
-        item = out.dtype.itemsize
-        kind = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(item)
-        if kind is None:
-            return ""
-        same = np.flatnonzero(out.ravel().view(kind) == np.ascontiguousarray(poison).ravel().view(kind))
-        # a few wrong values may equal the poison by chance: name them unwritten only when they
-        # are most of the elements that fail
-        if same.size < UNWRITTEN_MIN or same.size < 0.5 * self._failing(a, out, which):
-            return ""
-        return (f"{a.name}: {same.size} of {out.size} elements were never written (they still hold the "
-                f"poison written before the launch); first at {int(same[0])}")
-
-    def _nbytes(self, a: Argument, which: int) -> int:
-        return arg_nbytes(a, self.problems[which])
-
     def prepare(self) -> None:
         """Draw the input sets (and their references) the first configuration needs at every
         verification size now, in threads (numpy lets go of the interpreter in its large
@@ -556,7 +425,7 @@ class Evaluator:
         n = max(2, self.verify_policy.seeds)
         list(self._side_by_side(lambda job: pools[job[0]][job[1]], [(w, k) for w in range(len(pools)) for k in range(n)]))
         for which in range(len(self.problems)):
-            self._device_buffers(which)
+            self.buffers.of(which)
 
     def _side_by_side(self, fn: Callable[[Any], Any], jobs: list) -> Any:
         """fn over jobs, in threads where drawing a set is host work only (a numpy reference);
@@ -648,7 +517,7 @@ class Evaluator:
         if not kinds:
             return
         which = min(range(len(self.problems)),
-                    key=lambda w: sum(self._nbytes(a, w) for a in self.template.arguments if a.is_buffer))
+                    key=lambda w: sum(self.buffers.nbytes(a, w) for a in self.template.arguments if a.is_buffer))
         problem = self.problems[which]
         seed = (self.seed * 1_000_003 + which * 7919 + 0x4A2D) & 0x7FFFFFFF
         left: list[str] = []
@@ -967,7 +836,7 @@ class Evaluator:
         lo, hi = max(1, repeats // 4), max(2, repeats // 2)
         chosen = {repeats - 1, int(self._rng.integers(lo, hi)) if hi > lo else 0}
         # outputs the device compares are not read back: only a failure costs a transfer
-        per_check = sum(self._nbytes(a, 0) for a in self.template.arguments
+        per_check = sum(self.buffers.nbytes(a, 0) for a in self.template.arguments
                         if a.is_output and not (self._device_close is not None and a.dtype in DEVICE_CLOSE_DTYPES)) or 1
         extra = min(repeats, most, TIMING_CHECK_BYTES // per_check) - len(chosen)
         rest = [k for k in range(repeats) if k not in chosen]
@@ -989,7 +858,7 @@ class Evaluator:
         launches: as many as VARIANTS (within VARIANT_BYTES of reference outputs), each a set of
         the pool with a change like the unchecked launches' (engine/inputs.py)."""
         if self._variant_pool is None:
-            out = sum(self._nbytes(a, 0) for a in self.template.arguments if a.is_output) or 1
+            out = sum(self.buffers.nbytes(a, 0) for a in self.template.arguments if a.is_output) or 1
             self._variant_pool = InputPool(self._draw_variant, max(2, min(VARIANTS, VARIANT_BYTES // out)))
         return self._variant_pool
 
@@ -1011,27 +880,15 @@ class Evaluator:
         """Queue, without waiting, what makes the working buffers at the tuning size hold `base`
         with `change` made: the whole set copied where another set (or a read-write buffer) is
         there, else the last change undone; then the change."""
-        bufs = self._device_buffers(0)
         now, last = self._staged
         inout = any(a.role == "inout" for a in self.template.arguments)
         if now is not base or inout:
             self._restore(0, base, wait=False)
         else:
-            self._copy_run(bufs, base.device, last, 0)
+            self.buffers.copy_runs(base.device, last, 0)
         values = self._values()
-        self._copy_run(bufs, {n: self._on_device(v) for n, v in values.items() if n in change}, change, 1)
+        self.buffers.copy_runs({n: self.buffers.resident(v) for n, v in values.items() if n in change}, change, 1)
         self._staged = (base, dict(change))
-
-    def _copy_run(self, bufs: Mapping[str, "_Guarded"], sources: Mapping[str, Any],
-                  change: Mapping[str, tuple[int, int, int]], source: int) -> None:
-        """Copy each changed run into the working buffers from `sources` (at the run's own place
-        for source 0, the pristine set; at the values' place for 1)."""
-        for name, spot in change.items():
-            at, count = spot[0], spot[2]
-            item = self._items[name]
-            src = spot[source] * item
-            self.backend.copy(bufs[name].raw, sources[name], count * item, dst_offset=GUARD_BYTES + at * item,
-                              src_offset=src, wait=False)
 
     def _timed_launches(self, kernel: Any, geo: Geometry, count: int, checked: tuple[int, ...]) -> list[float]:
         """`count` timed launches, those in `checked` checked; their times in order. A checked
@@ -1039,7 +896,7 @@ class Evaluator:
         sets) is not counted: an unchecked launch on a new change is timed in its place."""
         pool, variants = self._pool(0), self._variants()
         bases = [pool[i] for i in range(len(pool)) if pool.ready(i)] or [pool[0]]
-        poisons = self._poisons_for_timing(bases[0])
+        poisons = self.buffers.timing_poisons(lambda name: self._plausible(0, name, bases[0]))
         times: list[float] = []
         tokens: list[tuple[Any, bool]] = []  # (the launch's token, whether its time counts)
         checked_set = set(checked)
@@ -1052,9 +909,9 @@ class Evaluator:
                 now = self._staged[0]
                 base = now if now in bases and self._rng.random() < 0.5 else bases[int(self._rng.integers(len(bases)))]
                 self._stage(base, random_change(base, self._values(), self._rng))
-            args = self._args(0, self._staged[0])
-            self._repoison(poisons)
-            self._generation += 1
+            args = self.buffers.args(0, self._staged[0])
+            self.buffers.repoison(poisons)
+            self.buffers.launched()
             tokens.append((self.backend.timed(kernel, geo, args, self.timing.flush), counts))
 
         for k in range(count):
@@ -1075,46 +932,13 @@ class Evaluator:
             if full:  # undo the change of the inputs: they are then compared with the pristine set
                 base, change = self._staged
                 mine = {n: c for n, c in change.items() if self._roles[n] == "input"}
-                self._copy_run(self._device_buffers(0), base.device, mine, 0)
+                self.buffers.copy_runs(base.device, mine, 0)
                 self._staged = (base, {n: c for n, c in change.items() if n not in mine})
             # inputs are never restored while timing, and guards never rewritten: the last
             # check sees what any timed launch did to them
-            self._inspect(0, variant, self._read_outputs(0), f"timed launch {k + 1} of {count}", full=full)
+            self._inspect(0, variant, self.buffers.outputs(0), f"timed launch {k + 1} of {count}", full=full)
         elapsed = self.backend.elapsed([t for t, _ in tokens])
         return times + [t for t, (_, counts) in zip(elapsed, tokens) if counts]
-
-    def _poisons_for_timing(self, inputs: Inputs) -> dict[str, list[tuple[str, Any, np.ndarray]]]:
-        """Device copies of each output's poisons at the tuning size, made once per run."""
-        if self._timing_poison is None:
-            bufs = self._device_buffers(0)
-            self._timing_poison = {}
-            for a in self.template.arguments:
-                if not a.is_output or a.role == "inout":
-                    continue
-                nbytes = bufs[a.name].nbytes
-                fill = np.full(nbytes, 0xFF if a.dtype in TOLERANCE else 0xA5, dtype=np.uint8)
-                choices: list[tuple[str, Any, np.ndarray]] = [("nan", None, fill)]
-                for name, host in (("bits", self._random_bits(0, a)),
-                                   ("plausible", self._plausible(0, a.name, inputs))):
-                    if host is not None:
-                        buf = self.backend.alloc(nbytes)
-                        self.backend.upload(buf, host)
-                        choices.append((name, buf, host))
-                self._timing_poison[a.name] = choices
-        return self._timing_poison
-
-    def _repoison(self, poisons: Mapping[str, list[tuple[str, Any, np.ndarray]]]) -> None:
-        """Queue, without waiting, the poison of every output before a timed launch."""
-        bufs = self._device_buffers(0)
-        for a in self.template.arguments:
-            if a.is_buffer and a.name in poisons:
-                g = bufs[a.name]
-                kind, buf, host = poisons[a.name][int(self._rng.integers(len(poisons[a.name])))]
-                if buf is None:
-                    self.backend.fill(g.raw, int(host[0]), g.nbytes, GUARD_BYTES, wait=False)
-                else:
-                    self.backend.copy(g.raw, buf, g.nbytes, dst_offset=GUARD_BYTES, wait=False)
-                self._poisoned[(0, a.name)] = host
 
     def agrees_with_itself(self, kernel: Any, geo: Geometry, median_us: float, launches: int = RACE_LAUNCHES,
                            seconds: float = RACE_SECONDS) -> None:
@@ -1125,7 +949,7 @@ class Evaluator:
         inputs = self._pool(0)[0]
         count = int(max(30, min(launches, seconds * 1e6 / max(median_us * 1.5 + 20.0, 1.0))))
         self._arm_guards()
-        bufs = self._device_buffers(0)
+        bufs = self.buffers.of(0)
         first: dict[str, Any] = {}
         outputs = [a for a in self.template.arguments if a.is_output]
         for k in range(count):
@@ -1196,6 +1020,11 @@ class Evaluator:
 
     def verify_again(self, config: Mapping[str, ParamValue], seeds: tuple[int, ...],
                      kernel: Any = None) -> tuple[bool, str]:
+        """`check_again` as (passed, "" or `status: why`)."""
+        checked = self.check_again(config, seeds, kernel)
+        return checked.ok, checked.message
+
+    def check_again(self, config: Mapping[str, ParamValue], seeds: tuple[int, ...], kernel: Any = None) -> Checked:
         """Check a configuration on brand-new inputs (the winner, before it is reported).
 
         `kernel` is the module the configuration was timed in, so that state a kernel keeps
@@ -1220,11 +1049,15 @@ class Evaluator:
                 self.agrees_with_itself(kernel, geo, est)
             except Rejected as e:
                 raise Rejected(e.status, f"launched again and again on one input set: {e.message}") from None
-            return True, ""
+            return Checked(True)
         except Rejected as e:
-            return False, f"{e.status}: {e.message}"
-        except (CompileError, LaunchError, ExpressionError) as e:
-            return False, str(e)
+            return Checked(False, e.status, e.message)
+        except CompileError as e:
+            return Checked(False, "compile_error", str(e))
+        except LaunchError as e:
+            return Checked(False, "launch_error", str(e))
+        except ExpressionError as e:
+            return Checked(False, "wrong_result", str(e))
 
 
 def _checksum(inputs: Inputs) -> int:
@@ -1303,54 +1136,6 @@ def median_known(times: list[float], precision: float) -> bool:
     hi = ordered[min(n - 1, int(math.ceil(n / 2 + half)))]
     mid = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
     return mid > 0 and (hi - lo) / 2 <= precision * mid
-
-
-class _Outputs(abc.Mapping):
-    """The outputs of the latest launch, downloaded from the device the first time each is asked
-    for; asking after another launch is a mistake in kerntune, and says so."""
-
-    def __init__(self, ev: "Evaluator", which: int, generation: int):
-        self._ev, self._which, self._generation = ev, which, generation
-        self._names = [a.name for a in ev.template.arguments if a.is_output]
-        self._host: dict[str, np.ndarray] = {}
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self._host:
-            if name not in self._names:
-                raise KeyError(name)
-            if self._ev._generation != self._generation:
-                raise RuntimeError(f"outputs of an earlier launch read after launch {self._ev._generation}")
-            self._host[name] = self._ev._download_output(self._which, name)
-        return self._host[name]
-
-    def __iter__(self):
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-
-@dataclass(frozen=True)
-class _Guarded:
-    """A working buffer: `raw` holds GUARD_BYTES of guard, the data, and GUARD_BYTES of guard;
-    `view` is what the kernel is given."""
-
-    raw: Any
-    view: Any
-    nbytes: int
-
-
-def _out_of_bounds(a: Argument, nbytes: int, side: str, changed: np.ndarray) -> str:
-    item = np_dtype(a.dtype).itemsize
-    n = nbytes // item
-    if side.startswith("before"):
-        first = int(changed[0]) - GUARD_BYTES  # negative: bytes before the start
-        element = f"element {first // item}"
-    else:
-        first = int(changed[0])
-        element = f"element {n + first // item}"
-    return (f"the kernel wrote out of bounds: {changed.size} bytes {side} of `{a.name}` "
-            f"({n} elements) changed, the first at {element}")
 
 
 def suspect_margin(limits: Any) -> float:

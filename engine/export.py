@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from .cexpr import PRELUDE, to_cpp
 from .events import ConfigEvaluated
 from .expressions import ExpressionError
-from .result import Result, config_key, ranked
+from .result import ORIGINAL, Result, config_key, config_text, ranked
 from .session import Session, load_session
 
 FORMATS = ("header", "t4", "json")
@@ -557,7 +557,7 @@ def _arg_names(spec: Mapping[str, Any]) -> list[str]:
 
 
 def _fmt(config: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items()) or "the original"
+    return config_text(config) or f"the {ORIGINAL}"
 
 
 def _figures(s: Shipped) -> str:

@@ -219,11 +219,31 @@ _DEFAULTS = {f.name: f.default for f in fields(Result) if f.default is not MISSI
 _RESOURCE_DEFAULTS = {f.name: f.default for f in fields(Resources)}
 
 
+# The words for the two configurations every run has: the original kernel (no parameters, the
+# spec's own source and launch) and the template's default configuration (every parameter at its
+# default, which reproduces the original).
+ORIGINAL = "original"
+DEFAULT = "default"
+
+
+def value_text(v: Any) -> str:
+    """A parameter's value as a configuration writes it: flags as 0 and 1."""
+    return str(int(v)) if isinstance(v, bool) else str(v)
+
+
+def config_text(config: Mapping[str, Any], sep: str = " ", names: Mapping[str, str] | None = None,
+                text: Callable[[Any], str] = str) -> str:
+    """A configuration as NAME=value pairs joined by `sep` (flags as 0 and 1); `names` shortens
+    names, `text` writes each name and value (the UI makes them printable). The original's is ""."""
+    names = names or {}
+    return sep.join(f"{text(names.get(k, k))}={text(value_text(v))}" for k, v in config.items())
+
+
+def config_label(config: Mapping[str, Any]) -> str:
+    """A configuration as NAME=value words; the original kernel's (no parameters) is `original`."""
+    return config_text(config) or ORIGINAL
+
+
 def config_key(config: Mapping[str, Any]) -> str:
     """The canonical text of a configuration, used to recognise it again (resume, replay)."""
-    def fmt(v: Any) -> str:
-        if isinstance(v, bool):
-            return "1" if v else "0"
-        return str(v)
-
-    return ",".join(f"{k}={fmt(v)}" for k, v in config.items())
+    return config_text(config, ",")

@@ -199,14 +199,14 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
     in a new random order with the protocol's own timing (`ev.measure`) at a fixed launch count.
     Rounds run until `rounds` quiet ones or twice as many in all. Returns plain data:
     {"times": {key: [per-round median us]}, "quiet": [bool per round], "disturbances": [str],
-     "failed": {key: "status: message"}, "digests": {key: hex}, "launches": n}."""
+     "failed": {key: (status, why)}, "digests": {key: hex}, "launches": n}."""
     from .backends import CompileError, LaunchError
     from .expressions import ExpressionError
     from .evaluate import Rejected, launch_geometry
 
     configs = [dict(c) for c in request.configs]
     keys = [config_key(c) for c in configs]
-    failed: dict[str, str] = {}
+    failed: dict[str, tuple[str, str]] = {}
     kernels: dict[str, tuple[Any, Any]] = {}
     digests: dict[str, str] = {}
     build = getattr(ev.backend, "build", None)  # a backend whose binaries say what was built
@@ -220,7 +220,7 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
             if build is not None:
                 digests[key] = program_digest(build(ev.source, ev.template.entry, _defines(config), ev.options)[0])
         except (CompileError, LaunchError, ExpressionError) as e:
-            failed[key] = f"compile_error: {e}"
+            failed[key] = ("compile_error", str(e))
     # never more a round than the run's own timing takes in all (`--repeats N` fixes that)
     n = min(launches_per_round(request.estimates_us, request.rounds, request.budget_s),
             max(MIN_LAUNCHES, ev.timing.max_repeats))
@@ -249,10 +249,10 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
                 try:
                     measured = ev.measure(kernel, geo)
                 except Rejected as e:
-                    failed[key] = f"{e.status}: {e.message} (while re-timed with the leaders)"
+                    failed[key] = (e.status, f"{e.message} (while re-timed with the leaders)")
                     continue
                 except LaunchError as e:
-                    failed[key] = f"launch_error: {e} (while re-timed with the leaders)"
+                    failed[key] = ("launch_error", f"{e} (while re-timed with the leaders)")
                     continue
                 this[key] = _median(measured)
             why = disturbed(t0, time.monotonic()) if disturbed is not None else ""

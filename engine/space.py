@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from .device import DeviceLimits
 from .expressions import ExpressionError, NonFiniteError
-from .result import config_key
+from .result import config_key, config_text, value_text
 from .template import ParamValue, Problem, Template
 
 MAX_SPACE = 2_000_000  # configurations enumerated before we refuse
@@ -50,19 +50,13 @@ class Config:
         return compiler_defines(self.as_dict())
 
     def __str__(self) -> str:
-        return " ".join(f"{k}={_fmt(v)}" for k, v in self.items)
-
-
-def _fmt(v: ParamValue) -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    return str(v)
+        return config_text(self.as_dict())
 
 
 def compiler_defines(config: Mapping[str, ParamValue]) -> dict[str, str]:
     """The preprocessor definitions that set a configuration in the kernel source (-DNAME=VALUE):
     true and false are 1 and 0."""
-    return {k: _fmt(v) for k, v in config.items()}
+    return {k: value_text(v) for k, v in config.items()}
 
 
 @dataclass(frozen=True)

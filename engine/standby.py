@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from . import children
+from .messages import Failed, Standing
 
 # The compile processes to start for a spare CUDA device when the caller does not say: the pool's
 # default (engine/children.py `default_jobs`).
@@ -44,9 +45,9 @@ def enabled() -> bool:
 
 
 class Spare:
-    """A worker process started without a run: it opens the device, says so ("standby" with the
+    """A worker process started without a run: it opens the device, says so (messages.Standing with the
     backend it chose, the device's limits and the steps of its start), and waits for a run's
-    description (engine/worker_boot.py, engine/worker.py `_serve`)."""
+    description (engine/worker_boot.py, engine/worker.py `run_child`)."""
 
     def __init__(self, backend: str, device: int):
         self.backend = backend  # as asked: "cuda", "opencl" or "auto"
@@ -70,10 +71,10 @@ class Spare:
         except (EOFError, OSError):
             self.error = "the spare worker ended before it opened the device"
             return
-        if msg[0] == "standby":
-            self.info = dict(msg[1])
+        if isinstance(msg, Standing):
+            self.info = dict(msg.info)
         else:
-            self.error = str(msg[1]) if len(msg) > 1 else "the spare worker could not start"
+            self.error = msg.text if isinstance(msg, Failed) else "the spare worker could not start"
 
     def wait(self, timeout: float | None = None) -> bool:
         """Whether it stands ready (False: still starting after `timeout`, or failed)."""

@@ -31,7 +31,7 @@ from .events import (
     SpaceBuilt,
     WinnerVerified,
 )
-from .result import FAILED, Result, config_key, fastest, ranked
+from .result import Result, config_key, fastest, ranked
 from .retime import BUDGET_S, ROUNDS, PairedRequest, affordable, leaders, simplicity, verdict
 from .search import ByObjective, Seeded, StopRules, make_strategy
 from .session import Session, SessionWriter, default_path, load_session, lock_session
@@ -470,9 +470,8 @@ class TuneRun(Controlled):
                              "come from each configuration's own timing")
             return winner
         at = {config_key(r.config): i for i, r in enumerate(results)}
-        for key, message in reply.get("failed", {}).items():
+        for key, (status, text) in reply.get("failed", {}).items():
             if key in at:
-                status, text = split_status(message)
                 self._demote(results, at[key], status, text)
         v = verdict(request.configs, reply.get("times", {}), default.key if original is not None else None,
                     default_values, listed,
@@ -488,12 +487,12 @@ class TuneRun(Controlled):
             return winner
         if winner is None or config_key(chosen.config) != config_key(winner.config):
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
-            ok, msg = evaluations.verify_again(Config.of(chosen.config), seeds)
-            self.events.emit(WinnerVerified(self.events.now(), dict(chosen.config), ok, msg, seeds))
-            if not ok:
-                status, text = split_status(msg)
+            checked = evaluations.verify_again(Config.of(chosen.config), seeds)
+            self.events.emit(WinnerVerified(self.events.now(), dict(chosen.config), checked.ok, checked.message, seeds))
+            if not checked.ok:
                 if key in at:
-                    self._demote(results, at[key], status, f"failed its final check on new inputs: {text}")
+                    self._demote(results, at[key], checked.status,
+                                 f"failed its final check on new inputs: {checked.text}")
                 return winner
         disturbances = str(reply.get("summary", ""))
         groups = {i: n + 1 for n, g in enumerate(v.identical) for i in g}
@@ -526,15 +525,14 @@ class TuneRun(Controlled):
             # times anything, so neither disturbs a measurement
             memcheck = (_threads().submit(self._memcheck, sanitizer, template, problem, r)
                         if sanitizer is not None else None)
-            ok, msg = worker.verify_again(Config.of(r.config), seeds)
-            self.events.emit(WinnerVerified(self.events.now(), dict(r.config), ok, msg, seeds))
+            checked = worker.verify_again(Config.of(r.config), seeds)
+            self.events.emit(WinnerVerified(self.events.now(), dict(r.config), checked.ok, checked.message, seeds))
             found = memcheck.result() if memcheck is not None else None
-            if ok and (found is None or self._sanitized(found, results, i)):
+            if checked.ok and (found is None or self._sanitized(found, results, i)):
                 winner = i
                 break
-            if not ok:
-                status, text = split_status(msg)
-                self._demote(results, i, status, f"failed its final check on new inputs: {text}")
+            if not checked.ok:
+                self._demote(results, i, checked.status, f"failed its final check on new inputs: {checked.text}")
             self.events.note(f"the fastest configuration failed its final check ({results[i].status}): "
                              "it is not reported; checking the next")
         if winner is None:
@@ -644,14 +642,6 @@ class TuneRun(Controlled):
 
 # How many of the fastest configurations are checked in turn when the winner fails its re-check.
 MAX_RECHECKS = 32
-
-
-def split_status(message: str) -> tuple[str, str]:
-    """A failed check's message as (status, text): the worker names the status first."""
-    head, sep, rest = message.partition(": ")
-    if sep and head in FAILED:
-        return head, rest
-    return "wrong_result", message
 
 
 @functools.lru_cache(maxsize=1)

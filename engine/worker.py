@@ -21,6 +21,8 @@ from typing import Any, Mapping
 
 from . import children, disturb, retime, standby
 from .evaluate import Evaluator, TimingPolicy, VerifyPolicy
+from .messages import (Checked, Evaluate, Evaluated, Failed, Pair, Paired, Ready, Reproduce, Reproduced, Standing,
+                       Stop, VerifyAgain)
 from .result import Result, config_key
 from .template import Problem, parse_template
 
@@ -124,9 +126,9 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             step("calibration")
             ev.draw_ahead()  # the rest of each size's input sets, while the first configurations run
     except Exception as e:  # reported to the parent as one line; the run cannot go on without it
-        conn.send(("error", f"{type(e).__name__}: {e}"))
+        conn.send(Failed(f"{type(e).__name__}: {e}"))
         return
-    conn.send(("ready", {"limits": backend.limits.to_dict(), "cold_cache": ev.cold_cache,
+    conn.send(Ready({"limits": backend.limits.to_dict(), "cold_cache": ev.cold_cache,
                          "flush_bytes": backend.flush_bytes(), "calibration": calibration,
                          "scale": dict(ev.scale), "spare": {k: v[0] for k, v in ev.spare.items()},
                          "hard": ev.hard_note, "startup": startup, "ahead": ahead}))
@@ -140,8 +142,8 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             if watch is not None:
                 watch.close()
             return
-        if msg[0] == "eval":
-            config, built = msg[1], msg[2] if len(msg) > 2 else None
+        if isinstance(msg, Evaluate):
+            config, built = dict(msg.config), msg.built
             t0 = time.monotonic()
             kernel = None
             if built is None:
@@ -166,26 +168,25 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             # changed (a stray write of an earlier configuration) is measured again in a fresh one
             again = result.status in ("wrong_result", "wrote_input", "out_of_bounds") and not ev.intact()
             ending = cuda and result.status in ("launch_error", "out_of_bounds")
-            conn.send(("result", result.to_dict(), ending or again, again))
+            conn.send(Evaluated(result.to_dict(), ending or again, again))
             if ending:
                 return
-        elif msg[0] == "verify":
-            held = kept.get(config_key(msg[1]))
-            ok, text = ev.verify_again(msg[1], tuple(msg[2]), kernel=held[1] if held else None)
-            conn.send(("verified", ok, text))
-        elif msg[0] == "paired":  # the leaders and the original timed together (engine/retime.py)
+        elif isinstance(msg, VerifyAgain):
+            held = kept.get(config_key(msg.config))
+            conn.send(ev.check_again(msg.config, tuple(msg.seeds), kernel=held[1] if held else None))
+        elif isinstance(msg, Pair):  # the leaders and the original timed together (engine/retime.py)
             try:
-                reply = retime.paired_rounds(ev, msg[1], {k: v[1] for k, v in kept.items()},
+                reply = retime.paired_rounds(ev, msg.request, {k: v[1] for k, v in kept.items()},
                                              watch.during if watch is not None else None)
             except Exception as e:  # the rounds' own failure: the run keeps its per-configuration times
                 reply = {"error": f"{type(e).__name__}: {e}"}
-            conn.send(("paired", reply))
-        elif msg[0] == "reproduce":
+            conn.send(Paired(reply))
+        elif isinstance(msg, Reproduce):
             try:
-                ok, worst, text = ev.reproduces_original(msg[1], tuple(msg[2]))
+                ok, worst, text = ev.reproduces_original(msg.config, tuple(msg.seeds))
             except Exception as e:  # the template's own code (its reference, its shapes): a failed check
                 ok, worst, text = False, math.inf, f"{type(e).__name__}: {e}"
-            conn.send(("reproduced", ok, worst, text))
+            conn.send(Reproduced(ok, worst, text))
         else:
             ev.stop_drawing()
             backend.close()
@@ -214,8 +215,8 @@ def _stand(conn: Any, where: tuple[str, int], startup: dict[str, float]) -> tupl
         except Exception:  # built again, and reported, when the run needs them
             pass
         ahead["engine kernels"] = time.perf_counter() - mark
-    conn.send(("standby", {"backend": name, "device": device, "limits": backend.limits.to_dict(),
-                           "startup": dict(ahead)}))
+    conn.send(Standing({"backend": name, "device": device, "limits": backend.limits.to_dict(),
+                        "startup": dict(ahead)}))
     stood = time.perf_counter()
     try:
         spec = pickle.loads(conn.recv_bytes())
@@ -267,7 +268,7 @@ class Worker:
         self._conn: Any = None
         # Evaluations sent and not answered, oldest first: the parent sends the next one before it
         # handles a result, so the device never waits for the parent.
-        self._pending: deque[tuple] = deque()
+        self._pending: deque[Evaluate] = deque()
         self._head_since = 0.0  # when the oldest pending evaluation became the one running
         self._starting = 0.0  # when a child started without waiting began, until it is ready
         self._spare: Any = None  # the spare taken (engine/standby.py), until its start is read
@@ -341,10 +342,10 @@ class Worker:
         except (EOFError, OSError):
             code = self._kill()
             raise WorkerError(f"the worker died while starting ({_exit_text(code)}){self._log_tail()}") from None
-        if msg[0] == "error":
+        if isinstance(msg, Failed):
             self._kill()
-            raise WorkerError(msg[1])
-        self.info = msg[1]
+            raise WorkerError(msg.text)
+        self.info = dict(msg.info)
         # configurations sent while it started: the oldest one's time runs from now
         self._head_since = time.perf_counter()
         # where the program keeps a spare for this device and a kernel has taken a worker down
@@ -378,7 +379,7 @@ class Worker:
         tail = [l for l in text if l.strip()][-lines:]
         return (": " + " | ".join(tail))[:400] if tail else ""
 
-    def _call(self, msg: tuple, timeout: float | None = None) -> tuple[str, Any]:
+    def _call(self, msg: Any, timeout: float | None = None) -> tuple[str, Any]:
         """Send a request; ('timeout', s), ('crashed', text) or the child's reply (within
         `timeout` seconds, config_timeout unless given)."""
         while self._pending:  # answers come in order: earlier evaluations first
@@ -407,7 +408,7 @@ class Worker:
         """Send a configuration to evaluate; results come back in order from `result`."""
         if not self._pending or self._conn is None:
             self._ensure()  # a child that died with evaluations pending is found by `result`
-        msg = ("eval", dict(config), built)
+        msg = Evaluate(dict(config), built)
         if not self._pending:
             self._head_since, self._head_log = time.perf_counter(), _size(self.log_path)
         self._pending.append(msg)
@@ -456,7 +457,7 @@ class Worker:
         found with its references changed is measured again in a new worker (`again`: this is
         that measurement)."""
         self.wait_ready()
-        config = dict(self._pending[0][1])
+        config = dict(self._pending[0].config)
         left = self.config_timeout - (time.perf_counter() - self._head_since)
         if self._conn is None or not self._conn.poll(max(0.0, left)):
             waited = time.perf_counter() - self._head_since
@@ -476,57 +477,58 @@ class Worker:
             return Result(config=config, status="crashed", message=f"the worker died ({_exit_text(code)}){detail}")
         head = self._pending.popleft()
         self._head_since, self._head_log = time.perf_counter(), _size(self.log_path)
-        if len(payload) > 2 and payload[2]:
+        if payload.ending:
             self._kill()  # the child is ending on its own; what was sent after goes to the next one
-            if len(payload) > 3 and payload[3] and not again:
+            if payload.again and not again:
                 # its references were found changed: the configuration again, first, in a fresh worker
                 self._pending.appendleft(head)
                 self._resend()
                 return self.result(again=True)
             self._resend()
-        return Result.from_dict(payload[1])
+        return Result.from_dict(payload.result)
 
     def _resend(self) -> None:
         rest = list(self._pending)
         self._pending.clear()
-        for _, config, built in rest:
-            self.submit(config, built)
+        for msg in rest:
+            self.submit(msg.config, msg.built)
 
-    def verify_again(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> tuple[bool, str]:
-        kind, payload = self._call(("verify", dict(config), list(seeds)))
+    def verify_again(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> Checked:
+        """A configuration checked on new inputs from `seeds` (Evaluator.check_again)."""
+        kind, payload = self._call(VerifyAgain(dict(config), tuple(seeds)))
         if kind == "timeout":
-            return False, f"timeout: the final check did not end within {self.config_timeout:.0f} s"
+            return Checked(False, "timeout", f"the final check did not end within {self.config_timeout:.0f} s")
         if kind == "crashed":
-            return False, f"crashed: {payload}"
-        return bool(payload[1]), str(payload[2])
+            return Checked(False, "crashed", str(payload))
+        return payload
 
     def paired(self, request: "retime.PairedRequest") -> dict:
         """The leaders and the original timed together, round-robin (engine/retime.py): the
         worker's plain-data answer, or {"error": text}."""
         # the rounds stop once their wall time is spent, after MIN_ROUNDS at least
-        kind, payload = self._call(("paired", request), timeout=self.config_timeout + 2 * request.wall_s)
+        kind, payload = self._call(Pair(request), timeout=self.config_timeout + 2 * request.wall_s)
         if kind == "timeout":
             return {"error": f"the paired re-timing did not end within {self.config_timeout:.0f} s"}
         if kind == "crashed":
             return {"error": str(payload)}
-        return dict(payload[1])
+        return dict(payload.answer)
 
     def reproduces_original(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> tuple[bool, float, str]:
         """Whether `config` gives the original kernel's outputs on fresh inputs from `seeds` (the
         gate's check, Evaluator.reproduces_original): (ok, worst error / tolerance, message)."""
-        kind, payload = self._call(("reproduce", dict(config), list(seeds)))
+        kind, payload = self._call(Reproduce(dict(config), tuple(seeds)))
         if kind == "timeout":
             return False, math.inf, f"timeout: the check did not end within {self.config_timeout:.0f} s"
         if kind == "crashed":
             return False, math.inf, f"crashed: {payload}"
-        return bool(payload[1]), float(payload[2]), str(payload[3])
+        return payload.ok, payload.worst, payload.text
 
     def close(self) -> None:
         starting, self._starting = self._starting, 0.0
         # a child still starting is stopped at once: it has nothing to finish
         if not starting and self._proc is not None and self._proc.is_alive() and self._conn is not None:
             try:
-                self._conn.send(("stop",))
+                self._conn.send(Stop())
                 self._proc.join(5)
             except (OSError, BrokenPipeError):
                 pass

@@ -72,4 +72,4 @@ def main() -> None:
 
     spec = pickle.loads(boot["spec"]) if boot.get("spec") is not None else None
     run_child(conn, spec, boot["log"], boot["spawned"], entered, opening,
-           standby=(boot["backend"], boot["device"]) if spec is None else None)
+              standby=(boot["backend"], boot["device"]) if spec is None else None)

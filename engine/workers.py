@@ -20,6 +20,7 @@ from typing import Sequence
 
 from .backends import CompileError
 from .compile_pool import CompilePool
+from .messages import Checked
 from .result import Result
 from .space import Config
 from .worker import Worker, WorkerError, WorkerSpec
@@ -156,7 +157,7 @@ class Workers:
         """The worker whose module measured `config` (the first when none did)."""
         return self.workers[self.where.get(config, 0)]
 
-    def verify_again(self, config: Config, seeds: tuple[int, ...]) -> tuple[bool, str]:
+    def verify_again(self, config: Config, seeds: tuple[int, ...]) -> Checked:
         self.started()
         return self.worker_for(config).verify_again(config.as_dict(), seeds)
 

@@ -185,7 +185,7 @@ def test_a_memoiser_is_caught_on_the_timed_launches_alone(pocl):
 
     def watch(kernel, geo, args, flush):  # each timed launch's input, as the kernel finds it
         x = np.empty(64 * 256, dtype=np.float32)
-        pocl.download(ev._device_buffers(0)["x"].raw, x, GUARD_BYTES)
+        pocl.download(ev.buffers.of(0)["x"].raw, x, GUARD_BYTES)
         seen.append(x.tobytes())
         return timed(kernel, geo, args, flush)
 
