@@ -10,13 +10,8 @@ from collections import Counter
 from typing import Iterable, Sequence
 
 from kerntune.engine.agent_api import LoopState, RoundRecord
-from kerntune.engine.result import FAILED, Result, ranked
+from kerntune.engine.result import FAILED, Result, config_label, ranked
 from kerntune.engine.sol import sol_time_us
-
-
-def fmt_config(config) -> str:
-    """A configuration as NAME=value words; the original kernel has none."""
-    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items()) or "(the original)"
 
 
 def us(v: float | None) -> str:
@@ -66,7 +61,7 @@ def failures(results: Iterable[Result]) -> str:
     parts = []
     for status, n in by.most_common():
         r = first[status]
-        detail = f" (first: {fmt_config(r.config)}: {' '.join(r.message.split())[:120]})" if r.message else ""
+        detail = f" (first: {config_label(r.config)}: {' '.join(r.message.split())[:120]})" if r.message else ""
         parts.append(f"{status} {n}{detail}")
     return "; ".join(parts)
 
@@ -92,7 +87,7 @@ def round_analysis(state: LoopState, record: RoundRecord) -> str:
                       if default is not None and default.ranked and b.median_us else "")
         sol = f"; {100 * b.sol_fraction:.0f}% of SOL ({us(b.sol_us)})" if b.sol_fraction else ""
         spread = f" (spread {100 * b.spread:.0f}%)" if b.spread is not None else ""
-        lines.append(f"Best verified this round: {fmt_config(b.config)}, {us(b.median_us)}{spread}{vs}{vs_default}"
+        lines.append(f"Best verified this round: {config_label(b.config)}, {us(b.median_us)}{spread}{vs}{vs_default}"
                      f"{sol}; re-checked on new inputs: passed.")
     elif record.winner_ok is False:
         lines.append("The fastest configuration failed its re-check on new inputs: this round has no result.")
@@ -106,7 +101,7 @@ def round_analysis(state: LoopState, record: RoundRecord) -> str:
         lines.append(f"{len(suspect)} configuration(s) measured faster than the speed of light: flagged "
                      "suspect, not ranked (a broken measurement or cost model, not a win).")
     if state.best is not None and state.best_round != record.round:
-        lines.append(f"The best overall stays {fmt_config(state.best.config)} from round {state.best_round} "
+        lines.append(f"The best overall stays {config_label(state.best.config)} from round {state.best_round} "
                      f"({us(state.best.median_us)}).")
     lines.append(sol_line(state))
     return "\n".join(lines)
@@ -145,8 +140,8 @@ def results_table(results: Sequence[Result], limit: int = 15) -> str:
     for i, r in enumerate(board[:limit]):
         sol = f" {100 * r.sol_fraction:.0f}% SOL" if r.sol_fraction else ""
         spread = f" spread {100 * r.spread:.0f}%" if r.spread is not None else ""
-        lines.append(f"{i + 1}. {fmt_config(r.config)}: {us(r.median_us)}{spread}{sol}")
+        lines.append(f"{i + 1}. {config_label(r.config)}: {us(r.median_us)}{spread}{sol}")
     for r in results:
         if r.status == "suspect":
-            lines.append(f"suspect (faster than SOL, not ranked): {fmt_config(r.config)}: {us(r.median_us)}")
+            lines.append(f"suspect (faster than SOL, not ranked): {config_label(r.config)}: {us(r.median_us)}")
     return "\n".join(lines)

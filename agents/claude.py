@@ -45,14 +45,16 @@ from kerntune.engine.agent_api import LoopState, Plan, ProviderError, Report, Ro
 from kerntune.engine.device import describe
 from kerntune.engine.events import AgentCall
 from kerntune.engine.proposal import ParamProposal, TemplateProposal
+from kerntune.engine.result import config_label
 from kerntune.engine.search import STRATEGIES
 
-from .analysis import fmt_config, results_table, round_analysis, sol_line, sol_table, us
+from .analysis import results_table, round_analysis, sol_line, sol_table, us
 from .kernel_tree import KernelTreeError, classify
 from .lift import lift_template
 from .pricing import cost_usd
-from .rewrites import STAGES
-from .rules import rules_template
+from .passes import PARAM_KINDS, builds_on
+from .passes import names as pass_names
+from .rules import rules_template  # fills the pass registry (agents/rewrites.py)
 
 # Claude Sonnet 5: the models overview's "best combination of speed and intelligence", with tool
 # use and prompt caching. `--model` or KERNTUNE_MODEL picks another (claude-opus-5-5, ...).
@@ -114,7 +116,7 @@ light is flagged suspect: a broken measurement or cost model, never a win.
 
 READ_TOOLS = ("read_kernel", "read_device_limits", "read_results", "read_profile")
 LIFT = "lift"  # apply_rewrites' name for the literals lifted into parameters
-REWRITE_NAMES = (LIFT, *(name for name, _ in STAGES))
+REWRITE_NAMES = (LIFT, *pass_names())  # the registered passes, by name
 NOT_ASKED = "not asked for"
 NUMBER = {"type": ["integer", "number", "boolean"]}
 
@@ -158,8 +160,9 @@ TOOLS: list[dict[str, Any]] = [
             "type": "object",
             "properties": {
                 "rewrites": {"type": "array", "items": {"type": "string", "enum": list(REWRITE_NAMES)},
-                             "description": ("which to make (all when left out); a stage needs the one it builds "
-                                             "on: rowwise_keep needs rowwise, rowwise_chains needs rowwise_keep")},
+                             "description": ("which to make (all when left out), in the order they run; a pass "
+                                             "needs the one it builds on: " + ", ".join(
+                                                 f"{n} needs {b}" for n, b in builds_on().items() if b))},
                 "source": {"type": "string",
                            "description": ("a whole source for the backend in use to rewrite instead of the "
                                            "original: the same kernel and arguments, after a change of your own")},
@@ -191,6 +194,10 @@ TOOLS: list[dict[str, Any]] = [
                             "values": {"type": "array", "items": NUMBER},
                             "default": NUMBER,
                             "description": {"type": "string"},
+                            "kind": {"type": "string", "enum": list(PARAM_KINDS),
+                                     "description": ("what it tunes: the tuner orders and spreads its values by "
+                                                     "its kind (threads, vector width, work per thread, tile, "
+                                                     "flag, unroll, ...)")},
                         },
                         "required": ["name", "values", "default"],
                     },
@@ -293,7 +300,8 @@ class ClaudeProvider:
     def tune(self, state: LoopState) -> SearchPlan:
         t = state.template
         assert t is not None
-        params = "; ".join(f"{p.name} in {list(p.values)} (default {p.default})" for p in t.parameters)
+        params = "; ".join(f"{p.name} in {list(p.values)} (default {p.default})" + (f" [{p.kind}]" if p.kind else "")
+                           for p in t.parameters)
         cap = f" At most {state.budget} evaluations." if state.budget else ""
         prompt = (f"[tuner] Round {state.round}: choose the search of the accepted template with run_search. "
                   f"Its parameters: {params}. Configurations measured on it before are not measured again.{cap}")
@@ -314,7 +322,7 @@ class ClaudeProvider:
         if orig is not None:
             lines.append(f"The original kernel: {us(orig.median_us)}.")
         for rec in state.history:
-            best = (f"best {fmt_config(rec.best.config)} at {us(rec.best.median_us)}" if rec.best
+            best = (f"best {config_label(rec.best.config)} at {us(rec.best.median_us)}" if rec.best
                     else "no verified result")
             lines.append(f"Round {rec.round}: {len(rec.results)} evaluated, {best}.")
         if state.template is None:
@@ -746,7 +754,10 @@ def _parse_parameters(raw: Any) -> tuple[ParamProposal, ...]:
         if not _number(default):
             raise ToolInputError(f"parameters[{i}] ({name}): `default` must be a number")
         desc = p.get("description", "")
-        params.append(ParamProposal(name, tuple(values), default, desc if isinstance(desc, str) else ""))
+        kind = p.get("kind", "")
+        if kind not in ("", *PARAM_KINDS):
+            raise ToolInputError(f"parameters[{i}] ({name}): `kind` must be one of {', '.join(PARAM_KINDS)}")
+        params.append(ParamProposal(name, tuple(values), default, desc if isinstance(desc, str) else "", kind))
     return tuple(params)
 
 
@@ -774,7 +785,7 @@ def _parse_rewrites(args: Any) -> RewriteAsk:
     for n in names:
         if n not in REWRITE_NAMES:
             raise ToolInputError(f"`rewrites` names {n!r}, which is none of {', '.join(REWRITE_NAMES)}")
-    for n, before in STAGES:
+    for n, before in builds_on().items():
         if n in names and before and before not in names:
             raise ToolInputError(f"{n} builds on {before}: ask for both")
     source = args.get("source")
@@ -812,7 +823,7 @@ def rewritten(ask: RewriteAsk, state: LoopState) -> tuple[TemplateProposal | Non
     lift = LIFT in ask.rewrites
     if ask.leave_out and not lift:
         raise ToolInputError("`leave_out` names lifts, and `lift` is not among the rewrites asked for")
-    dropped = {n for n, _ in STAGES if n not in ask.rewrites} | set(ask.leave_out)
+    dropped = {n for n in pass_names() if n not in ask.rewrites} | set(ask.leave_out)
     made = rules_template(kernel, backend, state.limits, dropped, lift=lift, left_out=NOT_ASKED)
     applied, lifted = made.applied, made.lifted
     stages = {r.name: r for r in applied.rewrites}
@@ -838,7 +849,7 @@ def rewritten(ask: RewriteAsk, state: LoopState) -> tuple[TemplateProposal | Non
         if ask.leave_out and lifted.proposal is not None:
             made_lines.append(f"- lift: {', '.join(ask.leave_out)} left out as asked")
     reasons = {d.name: d.reason for d in applied.declined if d.reason != NOT_ASKED}
-    before = dict(STAGES)
+    before = builds_on()
     for n in ask.rewrites:
         if n == LIFT:
             continue
@@ -874,7 +885,8 @@ def rewritten(ask: RewriteAsk, state: LoopState) -> tuple[TemplateProposal | Non
 def _template_lines(t: TemplateProposal, backend: str) -> list[str]:
     """A proposal as text for the model: parameters, constraints, launch and source."""
     out = ["parameters:"]
-    out += [f"- {p.name} in {list(p.values)} (default {p.default}): {p.description}" for p in t.parameters]
+    out += [f"- {p.name} in {list(p.values)} (default {p.default})" + (f" [{p.kind}]" if p.kind else "")
+            + f": {p.description}" for p in t.parameters]
     if t.constraints:
         out.append("constraints: " + "; ".join(t.constraints))
     launch = [f"{k} {list(v)}" for k, v in (("grid", t.grid), ("block", t.block)) if v is not None]
@@ -919,7 +931,7 @@ def profiles_text(state: LoopState) -> str:
     out = []
     for rec in state.history:
         for p in rec.profiles:
-            head = f"Round {rec.round}, #{p.rank} {fmt_config(p.config)} ({p.measured_us:.2f} us timed)"
+            head = f"Round {rec.round}, #{p.rank} {config_label(p.config)} ({p.measured_us:.2f} us timed)"
             if not p.ok:
                 out.append(f"{head}: not profiled: {p.message}")
                 continue

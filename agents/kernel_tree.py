@@ -29,31 +29,33 @@ rewrites need to prove a vector access safe.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from kerntune.engine import cxx
 from kerntune.engine.signature import KernelSignature, parse_kernels
 
-from .model import function_name, parse_expression
+from . import model
+from .model import EITHER, Access, Accumulator, Loop, function_name, parse_expression
 
-# ids a thread reads, by kind: CUDA fields and OpenCL functions
-CUDA_IDS = {"threadIdx": "local", "blockIdx": "group", "blockDim": "local_size", "gridDim": "groups"}
-OPENCL_IDS = {"get_global_id": "global", "get_local_id": "local", "get_group_id": "group",
-              "get_local_size": "local_size", "get_num_groups": "groups", "get_global_size": "global_size"}
-DIMS = {"x": 0, "y": 1, "z": 2}
-BARRIERS = {"__syncthreads", "barrier", "work_group_barrier", "__syncwarp", "sub_group_barrier",
-            "__syncthreads_count", "__syncthreads_and", "__syncthreads_or"}
-ATOMIC_PREFIXES = ("atomic", "atom_", "__atomic")
-MAX_FUNCTIONS = {"max", "fmax", "fmaxf", "__hmax", "fmax_", "maxf"}
-MIN_FUNCTIONS = {"min", "fmin", "fminf", "__hmin"}
+# ids a thread reads, by kind: CUDA fields and OpenCL functions (the model's dialect table, in this
+# analysis' words)
+KINDS = {"threadIdx": "local", "blockIdx": "group", "blockDim": "local_size", "gridDim": "groups",
+         "global": "global", "global_size": "global_size"}
+CUDA_IDS = {word: KINDS[kind] for word, kind in model.CUDA_IDS.items()}
+OPENCL_IDS = {word: KINDS[kind] for word, kind in model.OPENCL_IDS.items()}
+DIMS = {x: d for d, x in enumerate(model.DIMS)}
+BARRIERS = EITHER.barriers | EITHER.warp_barriers
+ATOMIC_PREFIXES = EITHER.atomic_prefixes
+MAX_FUNCTIONS = EITHER.max
+MIN_FUNCTIONS = EITHER.min
 # loads and stores with a cache hint, on an element's address: read (or written) as the element
-LOAD_INTRINSICS = {"__ldg", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv"}
-STORE_INTRINSICS = {"__stcs", "__stcg", "__stwb", "__stwt"}
+LOAD_INTRINSICS = EITHER.loads
+STORE_INTRINSICS = EITHER.stores
 # OpenCL's half storage read and written as float: vload_half(i, p), vstore_half(v, i, p)
-HALF_LOADS = {"vload_half", "vloada_half"}
-HALF_STORES = {"vstore_half", "vstore_half_rte", "vstorea_half", "vstorea_half_rte"}
-EXP_FUNCTIONS = {"exp", "expf", "__expf", "exp2", "exp2f", "native_exp", "half_exp", "hexp", "__expf"}
+HALF_LOADS = EITHER.half_loads
+HALF_STORES = EITHER.half_stores
+EXP_FUNCTIONS = EITHER.exp
 
 
 @dataclass(frozen=True)
@@ -73,65 +75,6 @@ class ThreadIndex:
     reads: tuple[tuple[str, int], ...]  # (kind, dimension): ("group", 0) for blockIdx.x
     is_global: bool  # a global index: group * local_size + local, or get_global_id, in one dimension
     span: Span  # the declaration statement
-
-
-@dataclass(frozen=True)
-class Loop:
-    """A loop; for a `for` of the usual shape its variable, bounds, step and trip count."""
-
-    function: str  # the function it is written in
-    in_kernel: bool  # written in the kernel's own body, not in a function it calls
-    var: str = ""
-    start: str = ""
-    bound: str = ""  # `j < bound` (or `j <= bound`, with `inclusive`)
-    inclusive: bool = False
-    step: str = ""
-    trip: int | None = None  # a literal trip count
-    depth: int = 0  # loops around it in the same function
-    strided_by_threads: bool = False  # the step is the block's (or the grid's) thread count
-    span: Span = Span(0, 0)
-    pragma: Span | None = None  # the `#pragma unroll` line just before it
-    body: Span = Span(0, 0)  # the statement it repeats (a block: its braces included)
-    accesses: int = 0  # uses of the kernel's pointer arguments in its body
-    register_index: bool = False  # its variable indexes a local array (a partial unroll puts it in memory)
-    halving: bool = False  # its variable halves each time (`s /= 2`, `s >>= 1`): a tree reduction's loop
-
-    @property
-    def hot(self) -> bool:
-        """The kernel's own loop over its arrays: where an unroll count is worth tuning. A loop
-        over a register array is not (unrolled in part, the array spills to local memory), nor
-        a loop of a function the kernel calls."""
-        return self.in_kernel and self.accesses > 0 and not self.register_index
-
-
-@dataclass(frozen=True)
-class Access:
-    """One array element read or written: `array[index]`, `array` a pointer argument."""
-
-    array: str  # the kernel argument it points into
-    index: str  # the index as written (through a local pointer: `offset + (index)`)
-    write: bool
-    read: bool
-    span: Span  # the subscript expression
-    index_span: Span
-    loop: int | None  # the innermost loop of the kernel it is in (an index into `loops`)
-    unconditional: bool  # reached on every path through the kernel's body (not under an if or loop)
-    via: str = ""  # the local pointer it goes through, when it does
-    offset: str = ""  # that pointer's offset from the argument
-    under: tuple[Span, ...] = ()  # the ifs, loops and conditional expressions around it, outermost first
-    call: str = ""  # a cache-hint intrinsic it goes through (`__ldg(&x[i])`, `__stcs(&y[i], v)`): `span` is the call's
-    value_span: Span | None = None  # a store intrinsic's value
-
-
-@dataclass(frozen=True)
-class Accumulator:
-    """A variable carried across a loop's iterations by a sum, max or min."""
-
-    var: str
-    op: str  # "sum", "max" or "min"
-    loop: int  # index into `loops`
-    init: str  # its initial value, as written ("" when not found)
-    span: Span  # the update statement
 
 
 @dataclass(frozen=True)
@@ -571,7 +514,7 @@ class _Body:
         if t == "identifier" and self.kernel and loops and cxx.text(node) in \
                 self.pointers | set(self.ptr_alias) | set(self.cast_alias):
             for lp in loops:
-                self.loops[lp] = _with(self.loops[lp], accesses=self.loops[lp].accesses + 1)
+                self.loops[lp] = replace(self.loops[lp], accesses=self.loops[lp].accesses + 1)
         if t == "assignment_expression" and loops:
             self._accumulator(node, loops[-1])
         for c in node.children:
@@ -660,7 +603,7 @@ class _Body:
         names = _names(node.child_by_field_name("indices") or node)
         for lp in loops:
             if self.loops[lp].var and self.loops[lp].var in names:
-                self.loops[lp] = _with(self.loops[lp], register_index=True)
+                self.loops[lp] = replace(self.loops[lp], register_index=True)
 
     def _loop(self, node, loops: list[int]) -> int:
         span = self.f.node_span(node)
@@ -971,8 +914,6 @@ def _declared(node) -> tuple[str, bool]:
     return (cxx.text(node) if node is not None else ""), pointer
 
 
-def _with(lp: Loop, **changes) -> Loop:
-    return Loop(**{**lp.__dict__, **changes})
 
 
 def _returns(node) -> bool:

@@ -42,7 +42,7 @@ calls, cache-hint intrinsics).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Iterable, Iterator, Mapping
 
 from kerntune.engine.cxx import blank, callee, first_error, int_literal, parser, text
@@ -75,6 +75,19 @@ class Dialect:
     half_loads: frozenset[str]  # half storage read as float: vload_half(i, p)
     half_stores: frozenset[str]
     shared_words: frozenset[str]  # the words that put an array in a block's shared memory
+    ids: frozenset[str] = frozenset()  # every word that reads the launch: the ids and sizes
+    fast: Mapping[str, str] = field(default_factory=dict)  # math calls with a fast form, and that form
+    # how code written for the dialect spells an id along a dimension (`{d}` 0-2, `{x}` x/y/z)
+    spell: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def cooperating(self) -> frozenset[str]:
+        """Calls through which a block's or a warp's threads work together (atomics aside)."""
+        return self.barriers | self.warp_barriers | self.shuffles
+
+    def id(self, word: str, dim: int = 0) -> str:
+        """`word` (threadIdx, blockIdx, blockDim, gridDim) along dimension `dim`, as written in the dialect."""
+        return self.spell[word].format(d=dim, x=DIMS[dim])
 
 
 _EXP = frozenset({"exp", "expf", "__expf", "exp2", "exp2f", "native_exp", "half_exp", "hexp"})
@@ -92,7 +105,12 @@ DIALECT = {
         loads=frozenset({"__ldg", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv"}),
         stores=frozenset({"__stcs", "__stcg", "__stwb", "__stwt"}),
         half_loads=frozenset(), half_stores=frozenset(),
-        shared_words=frozenset({"__shared__"})),
+        shared_words=frozenset({"__shared__"}),
+        ids=frozenset(CUDA_IDS),
+        fast={"expf": "__expf", "logf": "__logf", "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf",
+              "cosf": "__cosf", "tanf": "__tanf", "powf": "__powf", "exp10f": "__exp10f"},
+        spell={"threadIdx": "threadIdx.{x}", "blockIdx": "blockIdx.{x}", "blockDim": "blockDim.{x}",
+               "gridDim": "gridDim.{x}"}),
     "opencl": Dialect(
         barriers=frozenset({"barrier", "work_group_barrier"}),
         warp_barriers=frozenset({"sub_group_barrier"}),
@@ -104,8 +122,30 @@ DIALECT = {
         loads=frozenset(), stores=frozenset(),
         half_loads=frozenset({"vload_half", "vloada_half"}),
         half_stores=frozenset({"vstore_half", "vstore_half_rte", "vstorea_half", "vstorea_half_rte"}),
-        shared_words=frozenset({"__local", "local"})),
+        shared_words=frozenset({"__local", "local"}),
+        ids=frozenset(OPENCL_IDS) | {"get_global_offset"},
+        fast={n: f"native_{n}" for n in ("exp", "log", "exp2", "log2", "exp10", "log10", "sin", "cos", "tan",
+                                         "sqrt", "rsqrt", "powr")},
+        spell={"threadIdx": "get_local_id({d})", "blockIdx": "get_group_id({d})", "blockDim": "get_local_size({d})",
+               "gridDim": "get_num_groups({d})"}),
 }
+
+
+def _either() -> Dialect:
+    """The words of both dialects together: for what reads a kernel before its dialect matters."""
+    both = {}
+    for f in fields(Dialect):
+        values = [getattr(d, f.name) for d in DIALECT.values()]
+        if isinstance(values[0], tuple):
+            both[f.name] = tuple(dict.fromkeys(w for v in values for w in v))
+        elif isinstance(values[0], frozenset):
+            both[f.name] = frozenset().union(*values)
+        else:
+            both[f.name] = {k: w for v in values for k, w in v.items()}
+    return Dialect(**both)
+
+
+EITHER = _either()
 ELEMENT_BYTES = {"float": 4, "double": 8, "int": 4, "unsigned": 4, "unsigned int": 4, "uint": 4, "short": 2,
                  "unsigned short": 2, "ushort": 2, "char": 1, "unsigned char": 1, "uchar": 1, "long": 8,
                  "unsigned long": 8, "ulong": 8, "half": 2, "__half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2,

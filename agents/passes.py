@@ -311,6 +311,7 @@ def names() -> tuple[str, ...]:
     return tuple(p.name for p in ordered())
 
 
-def stages() -> tuple[tuple[str, str], ...]:
-    """(name, the pass it builds on or "") of every registered pass, in the order they run."""
-    return tuple((p.name, p.follows[-1] if p.follows else "") for p in ordered())
+def builds_on() -> dict[str, str]:
+    """Each registered pass's name and the pass it builds on ("" for none), in the order they run:
+    what a caller may ask for or leave out by name (asking for a pass asks for what it builds on)."""
+    return {p.name: p.follows[-1] if p.follows else "" for p in ordered()}

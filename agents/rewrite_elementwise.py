@@ -22,22 +22,21 @@ of any divisor the indices divide or take the remainder by, and (CUDA) each addr
 
 from __future__ import annotations
 
+from kerntune.engine.dtypes import DTYPES
 from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from .kernel_tree import HALF_LOADS, HALF_STORES, Span, index_slope, inline, source_tokens, thread_reads
 from .lift import fresh_name
+from .model import DIALECT
 from .model import parse_expression as parse_c
 from .passes import Declined, Rewrite, RewriteContext
 
 
 NAME = "elementwise"
-BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
-         "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
-CUDA_IDS = {"size": "blockDim.x", "group": "blockIdx.x", "local": "threadIdx.x", "groups": "gridDim.x"}
-OPENCL_IDS = {"size": "get_local_size(0)", "group": "get_group_id(0)", "local": "get_local_id(0)",
-              "groups": "get_num_groups(0)"}
+# the ids the grid-stride loop reads, by what they are (agents/model.py's table spells them)
+IDS = {"size": "blockDim", "group": "blockIdx", "local": "threadIdx", "groups": "gridDim"}
 
 CUDA_HELPERS = """\
 // kerntune: whole packs of N elements moved as 16-byte words (or one smaller word); C++ linkage
@@ -143,7 +142,7 @@ def _inside(inner: Span, outer: Span) -> bool:
 
 def _rewrite(ctx: RewriteContext) -> Rewrite:
     a, src, cuda = ctx.analysis, ctx.source, ctx.backend == "cuda"
-    ids = CUDA_IDS if cuda else OPENCL_IDS
+    ids = {k: DIALECT[ctx.backend].id(word) for k, word in IDS.items()}
     taken = set(ctx.taken) | set(ctx.defaults)
     names = {}
     for base in ("VEC", "ITEMS", "GRID") + (("CACHE", "BOUNDS") if cuda else ()):
@@ -169,7 +168,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     conditions = [c for xs in streams.values() for x in xs for c in slopes[id(x)].conditions]
     if not streams:
         raise _Decline("no array is read or written on every path through the element")
-    widths = [BYTES.get(dtypes.get(arr, ""), 0) for arr, _ in streams]
+    widths = [DTYPES.get(dtypes.get(arr, ""), 0) for arr, _ in streams]
     if 0 in widths:
         raise _Decline("an array's element size is not known from the spec")
     bound = inline(a, a.guard.bound)

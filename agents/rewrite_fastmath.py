@@ -26,7 +26,7 @@ from kerntune.engine.cxx import type_words
 
 from .kernel_tree import source_tokens, span_of, syntax_nodes
 from .lift import insert_after_prelude, fresh_name
-from .model import function_name
+from .model import DIALECT, function_name
 from .passes import Declined, Rewrite, RewriteContext
 from . import syntax as sx
 
@@ -34,10 +34,9 @@ from . import syntax as sx
 NAME = "fast_math"
 # compiler options that already make every math call its fast form: FAST_MATH would change nothing
 FAST_OPTIONS = {"--use_fast_math", "-use_fast_math", "-cl-fast-relaxed-math", "-cl-unsafe-math-optimizations"}
-CUDA_FAST = {"expf": "__expf", "logf": "__logf", "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf",
-             "cosf": "__cosf", "tanf": "__tanf", "powf": "__powf", "exp10f": "__exp10f"}
-OPENCL_FAST = {n: f"native_{n}" for n in ("exp", "log", "exp2", "log2", "exp10", "log10", "sin", "cos", "tan",
-                                          "sqrt", "rsqrt", "powr")}
+# the math calls with a fast form, and that form (agents/model.py's dialect table)
+CUDA_FAST = DIALECT["cuda"].fast
+OPENCL_FAST = DIALECT["opencl"].fast
 # OpenCL builtins whose result has the type of their arguments (gentype): a call of one is as float
 # as what it is called on
 GENTYPE = set(OPENCL_FAST) | {f"native_{n}" for n in OPENCL_FAST} | {

@@ -53,7 +53,7 @@ def merge(ctype: str, exp: str, dialect: str, m: str, s: str, m2: str, s2: str) 
 
 @dataclass(frozen=True)
 class ChainLoop:
-    """A row loop's accumulators (rewrite_rowwise.Accumulator) and where the loop's body names them."""
+    """A row loop's accumulators (agents/model.py's Accumulator) and where the loop's body names them."""
 
     accumulators: tuple
     sites: tuple[tuple[int, int, str], ...]  # (start, end, name) of each identifier naming one

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .model import Access, Span
 from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPERS, indented
 from . import syntax as sx
 
@@ -53,15 +54,6 @@ BRANCHING = {"switch_statement", "case_statement", "for_statement", "while_state
 
 class NotKept(ValueError):
     """The row cannot be kept or packed; the message says why."""
-
-
-@dataclass(frozen=True)
-class Access:
-    """One access of an array at its loop's element: its span, and how it touches the element."""
-
-    span: tuple[int, int]
-    kind: str  # "read", "write" (assigned or stepped), "vstore" (vstore_half)
-    value: tuple[int, int] = (0, 0)  # vstore_half's value
 
 
 @dataclass(frozen=True)
@@ -271,18 +263,23 @@ def _streams(facts: _Facts, lp, body) -> list[Stream]:
 
 
 def _access(n) -> Access:
+    """An access of the row (the model's Access, in bytes; no loop numbers here: `loop` is None)."""
+    array, index = sx.element(n)
+    common = dict(index=sx.text(index), span=Span(n.start_byte, n.end_byte), loop=None, unconditional=False,
+                  index_span=Span(index.start_byte, index.end_byte) if index is not None else Span(0, 0))
     if n.type == "call_expression":
         if sx.call_name(n) == HALF_STORE:
             value = sx.call_args(n)[0]
-            return Access((n.start_byte, n.end_byte), "vstore", (value.start_byte, value.end_byte))
-        return Access((n.start_byte, n.end_byte), "read")
+            return Access(array, write=True, read=False, call=HALF_STORE,
+                          value_span=Span(value.start_byte, value.end_byte), **common)
+        return Access(array, write=False, read=True, call=sx.call_name(n), **common)
     up = n
     while up.parent is not None and up.parent.type == "parenthesized_expression":
         up = up.parent
     p = up.parent
     target = p is not None and (p.type == "update_expression" or
                                 (p.type == "assignment_expression" and sx.same(p.child_by_field_name("left"), up)))
-    return Access((n.start_byte, n.end_byte), "write" if target else "read")
+    return Access(array, write=target, read=not target, **common)
 
 
 def _kept(loops: list[KeepLoop], written: set[str]) -> tuple[Kept, ...]:
@@ -618,10 +615,10 @@ def _body(src: bytes, lp: KeepLoop, edits: list, regs: dict, ind: str) -> str:
     for s in lp.streams:
         reg = regs.get(s.array)
         for x in s.accesses if reg is not None else ():
-            if x.kind == "vstore":  # vstore_half(v, i, p) -> (reg = (v))
-                mine += [(x.span[0], x.value[0], f"({reg} = ("), (x.value[1], x.span[1], "))")]
+            if x.value_span is not None:  # vstore_half(v, i, p) -> (reg = (v))
+                mine += [(x.span.start, x.value_span.start, f"({reg} = ("), (x.value_span.end, x.span.end, "))")]
             else:
-                mine.append((x.span[0], x.span[1], reg))
+                mine.append((x.span.start, x.span.end, reg))
     return indented(_spliced(src, lp.body[0], lp.body[1], mine + list(edits)), len(lp.indent), len(ind))
 
 

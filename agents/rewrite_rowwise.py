@@ -36,6 +36,7 @@ from kerntune.engine.cxx import blank, parser
 
 from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
+from .model import DIALECT, EITHER, Accumulator
 from .passes import Declined, Rewrite, RewriteContext
 from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
 from .rewrite_rowkeep import KeepPlan
@@ -43,31 +44,18 @@ from . import syntax as sx
 
 LANES = "LANES"
 ROWS = "ROWS"
-EXP_CALLS = {"expf", "__expf", "exp", "native_exp", "half_exp"}
-MAX_CALLS = {"fmaxf", "fmax", "max"}
-MIN_CALLS = {"fminf", "fmin", "min"}
-CUDA_IDS = {"threadIdx", "blockIdx", "blockDim", "gridDim"}
-OPENCL_IDS = {"get_global_id", "get_local_id", "get_group_id", "get_local_size", "get_num_groups",
-              "get_global_size", "get_global_offset"}
-COOPERATING = {"__syncthreads", "__syncwarp", "barrier", "work_group_barrier", "__shfl_sync", "__shfl_xor_sync",
-               "__shfl_down_sync", "__shfl_up_sync"}
+# the words of both dialects (agents/model.py's table)
+EXP_CALLS = EITHER.exp
+MAX_CALLS = EITHER.max
+MIN_CALLS = EITHER.min
+CUDA_IDS = DIALECT["cuda"].ids
+OPENCL_IDS = DIALECT["opencl"].ids
+COOPERATING = EITHER.cooperating
 INDEX_TYPES = {"int", "long", "unsigned", "size_t", "ptrdiff_t", "int64_t", "uint32_t", "int32_t"}
 
 
 class NotRowwise(ValueError):
     """The kernel is not a one-thread-per-row map-reduce the rewrite can spread; the message says why."""
-
-
-@dataclass(frozen=True)
-class Accumulator:
-    """A value a row loop carries from element to element: a sum, a maximum, a minimum, or the online
-    pair (`name` the maximum, `partner` the sum of exponentials taken against it)."""
-
-    name: str
-    op: str
-    ctype: str
-    partner: str = ""
-    exp: str = ""
 
 
 @dataclass(frozen=True)
@@ -197,7 +185,7 @@ def analyse(source: str, entry: str) -> RowKernel:
         if word and not any(sx.within(n, s) for s in sites):
             raise NotRowwise(f"line {sx.line(n)}: {word} is read outside the thread index: the kernel is not "
                              "one thread per row")
-        if n.type == "call_expression" and (sx.call_name(n) in COOPERATING or sx.call_name(n).startswith(("atomic", "atom_"))):
+        if n.type == "call_expression" and (sx.call_name(n) in COOPERATING or sx.call_name(n).startswith(EITHER.atomic_prefixes)):
             raise NotRowwise(f"line {sx.line(n)}: {sx.call_name(n)}: the kernel's threads already cooperate")
     for n in sx.walk(body):
         if n.type in ("while_statement", "do_statement"):
@@ -373,7 +361,7 @@ def _accumulators(lp: _Loop, decls: dict, src: bytes) -> list[Accumulator]:
             if len(exps) != 1:
                 continue
             _check_start(s, lp, "sum")
-            out.append(Accumulator(m, "online", decls[m][0], s, exps.pop()))
+            out.append(Accumulator(m, "online", ctype=decls[m][0], partner=s, exp=exps.pop()))
             done |= {m, s}
             break
     for name, name_ops in ops.items():
@@ -389,7 +377,7 @@ def _accumulators(lp: _Loop, decls: dict, src: bytes) -> list[Accumulator]:
         op = next(iter(name_ops))
         if op == "sum":
             _check_start(name, lp, "sum")
-        out.append(Accumulator(name, op, decls[name][0]))
+        out.append(Accumulator(name, op, ctype=decls[name][0]))
     return out
 
 

@@ -21,9 +21,9 @@ from kerntune.engine.template import Template
 from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_reduction, rewrite_rowchains,
                rewrite_rowkeep, rewrite_rowwise, rewrite_stencil)
 from .kernel_tree import KernelTreeError, classify, source_tokens
-from .passes import PASSES, Declined, FunctionPass, Pass, Rewrite, RewriteContext, ordered, register, stages
+from .passes import PASSES, Declined, FunctionPass, Pass, Rewrite, RewriteContext, ordered, register
 
-__all__ = ["Applied", "Declined", "Rewrite", "RewriteContext", "REWRITES", "STAGES", "apply_rewrites", "compose"]
+__all__ = ["Applied", "Declined", "Rewrite", "RewriteContext", "REWRITES", "apply_rewrites", "compose"]
 
 register(FunctionPass(rewrite_elementwise.NAME, rewrite_elementwise.rewrite))
 register(FunctionPass(rewrite_rowwise.NAME, rewrite_rowwise.rewrite_rowwise))
@@ -45,11 +45,9 @@ def top_level() -> tuple:
                  if not getattr(p, "stage_of", ""))
 
 
-# In order; each sees the source the ones before it made (agents/passes.py's registry).
+# In order; each sees the source the ones before it made (agents/passes.py's registry, which
+# passes.names() and passes.builds_on() read by name).
 REWRITES = top_level()
-# The names of the passes and their stages, in the order they are made, each with the one it
-# builds on ("" for none): what a caller may ask for or leave out by name.
-STAGES = stages()
 GATE_LEFT_OUT = "left out: the gate rejected a template with it"
 
 

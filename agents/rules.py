@@ -29,11 +29,12 @@ from typing import Callable, Iterable, Mapping
 from kerntune.engine.agent_api import LoopState, Plan, ProviderError, Report, RoundRecord, SearchPlan
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import TemplateProposal
+from kerntune.engine.result import config_label
 from kerntune.engine.space import infeasible_reason
 from kerntune.engine.template import Parameter, ParamValue, Problem, Template
 
 from . import rewrite_fastmath, rewrite_rowwise
-from .analysis import fmt_config, round_analysis, sol_line, sol_table, us
+from .analysis import round_analysis, sol_line, sol_table, us
 from .kernel_tree import KernelTreeError, classify, kernel_view
 from .lift import KINDS, Lift, Lifted, lift_template
 from .rewrites import GATE_LEFT_OUT, Applied, Rewrite, compose
@@ -89,7 +90,7 @@ class RulesProvider:
         mine = [r for r in state.history if r.template_dir == state.template_dir]
         if state.best is None:
             return Plan(f"Round {state.round}: no verified result to refine around; stopping.\n{sol}", stop=True)
-        around = fmt_config(state.best.config)
+        around = config_label(state.best.config)
         tried = sum(len(r.results) for r in mine)
         whole = {p.name: p.values for p in state.template.parameters}
         if not GridCount(state.template, state.problem, state.limits, [x for r in mine for x in r.results])(whole):
