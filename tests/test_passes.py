@@ -73,6 +73,41 @@ def test_the_registry_orders_passes_after_what_they_follow_and_last_ones_last():
     assert [p.name for p in ordered([Z(), B(), A(), C()])] == ["a", "b", "c", "z"]
 
 
+def test_what_each_pass_builds_on_comes_from_the_registry_and_claude_asks_by_those_names():
+    from kerntune.agents import claude
+
+    on = passes.builds_on()
+    assert list(on) == list(passes.names()) and on["rowwise_keep"] == "rowwise" and on["elementwise"] == ""
+    assert on["rowwise_chains"] == "rowwise_keep" and on["contraction"] == ""
+    schema = next(t for t in claude.TOOLS if t["name"] == "apply_rewrites")["input_schema"]["properties"]["rewrites"]
+    assert schema["items"]["enum"] == [claude.LIFT, *passes.names()]
+    assert "rowwise_chains needs rowwise_keep" in schema["description"]
+    with pytest.raises(claude.ToolInputError, match="rowwise_chains builds on rowwise_keep"):
+        claude._parse_rewrites({"rewrites": ["rowwise", "rowwise_chains"]})
+
+
+def test_a_parameter_claude_proposes_carries_its_kind_and_an_unknown_kind_is_one_error():
+    from kerntune.agents import claude
+
+    got = claude._parse_parameters([{"name": "VEC", "values": [1, 4], "default": 1, "kind": "vector"},
+                                    {"name": "UNROLL", "values": [1, 2], "default": 1}])
+    assert [(p.name, p.kind) for p in got] == [("VEC", "vector"), ("UNROLL", "")]
+    with pytest.raises(claude.ToolInputError, match="`kind` must be one of threads"):
+        claude._parse_parameters([{"name": "W", "values": [1, 2], "default": 1, "kind": "wide"}])
+
+
+def test_the_kernel_tree_and_the_passes_read_the_models_one_dialect_table():
+    from kerntune.agents import kernel_tree, model, rewrite_fastmath, rewrite_rowwise
+
+    assert kernel_tree.Loop is model.Loop and kernel_tree.Access is model.Access
+    assert kernel_tree.Accumulator is model.Accumulator is rewrite_rowwise.Accumulator
+    assert kernel_tree.EXP_FUNCTIONS == rewrite_rowwise.EXP_CALLS == model.DIALECT["cuda"].exp
+    assert "__syncwarp" in rewrite_rowwise.COOPERATING and "sub_group_barrier" in kernel_tree.BARRIERS
+    assert rewrite_fastmath.OPENCL_FAST["exp"] == "native_exp" and rewrite_fastmath.CUDA_FAST["expf"] == "__expf"
+    assert model.DIALECT["opencl"].id("blockDim", 1) == "get_local_size(1)"
+    assert model.DIALECT["cuda"].id("gridDim", 2) == "gridDim.z"
+
+
 def _alone(name: str, backend: str):
     """The first naive kernel the pass named applies to, made with that pass (and those it follows)
     alone: (its original source, the result)."""

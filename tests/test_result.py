@@ -69,3 +69,17 @@ def test_a_result_needs_its_config_and_status(missing):
     del d[missing]
     with pytest.raises(ValueError, match="a result needs config and status"):
         Result.from_dict(d)
+
+
+def test_one_formatter_writes_every_configuration_flags_as_0_and_1():
+    from kerntune.engine.messages import Checked
+    from kerntune.engine.result import ORIGINAL, config_key, config_label, config_text
+    from kerntune.engine.space import Config
+
+    config = {"BLOCK": 256, "FAST": True, "SCALE": 0.5}
+    assert config_text(config) == "BLOCK=256 FAST=1 SCALE=0.5" == str(Config.of(config))
+    assert config_key(config) == "BLOCK=256,FAST=1,SCALE=0.5"
+    assert config_text(config, names={"BLOCK": "BL"}, text=str.lower) == "bl=256 fast=1 scale=0.5"
+    assert config_label({}) == ORIGINAL == "original" and config_text({}) == ""
+    assert Checked(False, "wrote_input", "x changed").message == "wrote_input: x changed"
+    assert Checked(True).message == ""
