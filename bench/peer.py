@@ -101,8 +101,8 @@ class PeerError(RuntimeError):
 # -- the mapping: kerntune's template as Kernel Tuner's arguments ------------------------------
 
 def reference_inputs(template: Template, problem: Problem, seed: int) -> Inputs:
-    """The input set kerntune's evaluator verifies with first at the tuning size (engine/evaluate.py
-    Evaluator._pool draws it from this seed), with the template's reference outputs."""
+    """The input set kerntune's evaluator verifies with first at the tuning size (engine/input_sets.py
+    draws it from this seed), with the template's reference outputs."""
     inputs = make_inputs(template, problem, (seed * 1_000_003) & 0x7FFFFFFF)
     reference = template.load_reference()
     if reference is None:

@@ -53,7 +53,7 @@ WORKER_PHASES = (
     ("worker: inputs and references", ("engine/evaluate.py", "prepare")),
     ("worker: calibration", ("engine/evaluate.py", "calibrate")),
     ("worker: evaluations", ("engine/evaluate.py", "evaluate")),
-    ("worker: final check on new inputs", ("engine/evaluate.py", "verify_again")),
+    ("worker: final check on new inputs", ("engine/evaluate.py", "check_again")),
 )
 
 

@@ -24,15 +24,12 @@ the cache flush before the next.
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -40,14 +37,13 @@ from .backends import GUARD_BYTES, Backend, CompileError, LaunchError
 from .buffers import GuardedBuffers, Outputs, out_of_bounds
 from .compare import TOLERANCE, Expected, compare, ratios
 from .expressions import ExpressionError
-from .inputs import (HARD_KINDS, InputPool, Inputs, arg_shape, changed, hard_kinds, make_hard_inputs,
-                     make_inputs, mutation_values, random_change)
-from .inputs_cache import cached_inputs
+from .input_sets import InputSets, checksum, threads
+from .inputs import HARD_KINDS, InputPool, Inputs, hard_kinds, make_hard_inputs, make_inputs, random_change
 from .messages import Checked
 from .result import Resources, Result
 from .sol import SUSPECT_MARGIN, sol_time_us
 from .space import Geometry, compiler_defines, environment, geometry
-from .template import Argument, ParamValue, Problem, Template, np_dtype
+from .template import Argument, ParamValue, Problem, Template
 
 # Output types the device checks against the tolerance itself (backends with `compare_close`);
 # others (float64, integers) are read back and compared by the host.
@@ -68,10 +64,6 @@ CALIBRATION_LIMIT = 1e4
 # high quantile, so that one bad element of the original never opens every element's tolerance
 CALIBRATION_QUANTILE = 0.999
 
-# Changed input sets with references computed ahead, for the checked timed launches (at most
-# VARIANTS, their reference outputs within VARIANT_BYTES)
-VARIANTS = 8
-VARIANT_BYTES = 1 << 30
 
 # Leaders (within LEADER_MARGIN of the fastest median the worker has seen) are launched again on
 # one input set up to RACE_LAUNCHES times, or RACE_SECONDS of launches: a race that shows once in
@@ -148,13 +140,11 @@ class Evaluator:
         self.options = template.options_for(backend.name)
         self.reference = reference if reference is not None else template.load_reference()
         self.problems = (problem,) + tuple(template.verify_problems) + tuple(extra_problems)
-        self._pools: dict[int, InputPool] = {}
-        self._next = 0
-        self._baseline_kernel: Any = None
+        self._default_kernel: Any = None
         # Without a numpy reference an input set's outputs come from running the default on the
         # device, in the buffers of that size, and reading them back: the threads that draw sets
         # side by side (prepare, verify_again) take turns
-        self._baseline_lock = threading.Lock()
+        self._default_lock = threading.Lock()
         self.last_kernel: Any = None  # the loaded kernel `evaluate` last ran
         # Poison, guard patterns and which timed launches are checked come from the system's
         # entropy, never from the run's seed: nothing a kernel could be written against.
@@ -167,13 +157,12 @@ class Evaluator:
         # share, how far beyond the worst of them is)
         self.spare: dict[str, tuple[float, float]] = {}
         self._last_checks: dict[tuple[int, str], Expected] = {}  # the reference a failed output missed
-        # the hard input set (make_hard_inputs) every configuration is checked on: (size, set)
-        self._hard: tuple[int, Inputs] | None = None
         self.hard_note = ""  # what the calibration found about the hard kinds
-        # timed launches: the values changes are taken from, the changed sets with references,
-        # and what the working buffers hold now (base set, its change)
-        self._change_values: dict[str, np.ndarray] | None = None
-        self._variant_pool: InputPool | None = None
+        # the input sets of every size, the timed launches' changed sets and the hard set
+        # (make_hard_inputs) every configuration is checked on (engine/input_sets.py)
+        self.sets = InputSets(template, self.problems, seed, verify.pool, self.reference, self._default_outputs,
+                              self.scale, self.spare)
+        # timed launches: what the working buffers hold now (base set, its change)
         self._used_variants: set[int] = set()
         self._staged: tuple[Inputs | None, dict[str, tuple[int, int, int]]] = (None, {})
         self._best_us = math.inf  # the fastest median this evaluator has measured
@@ -192,76 +181,16 @@ class Evaluator:
         self.cold_cache = timing.flush and (backend.flush_bytes() >= cache or self.bytes_moved >= 2 * cache)
 
     # inputs and references -------------------------------------------------------------------
-    def _pool(self, which: int) -> "InputPool":
-        if which not in self._pools:
-            problem = self.problems[which]
-            base = (self.seed * 1_000_003 + which * 7919) & 0x7FFFFFFF
-            # drawn once per loop run (engine/inputs_cache.py): every round's worker reads them back
-            self._pools[which] = InputPool(
-                lambda k, problem=problem, base=base, which=which: self._with_reference(
-                    cached_inputs(make_inputs, self.template, problem, base + k, Inputs), which),
-                self.verify_policy.pool)
-        return self._pools[which]
-
-    def _with_reference(self, inputs: Inputs, which: int) -> Inputs:
-        problem = self.problems[which]
-        outputs = [a for a in self.template.arguments if a.is_output]
-        works: dict[str, np.ndarray] = {}  # each output in the comparisons' working precision
-        if self.reference is not None:
-            sizes = dict(problem.values)
-            # A set from the inputs cache: its outputs found by its name there, as the checks use
-            # them (in the output's dtype, and in the working precision: converting a large float16
-            # output costs more than reading it), or computed and kept so.
-            stored, store = getattr(self.reference, "stored", None), getattr(self.reference, "store", None)
-            keyed = inputs.key is not None and stored is not None and store is not None
-            name = _prepared_name(inputs.key, outputs) if keyed else ""
-            found = stored(name, sizes) if keyed else None
-            if found is not None and all(a.name in found for a in outputs):
-                for a in outputs:
-                    inputs.expected[a.name] = found[a.name].reshape(arg_shape(a, problem))
-                    if f"{a.name}.work" in found:
-                        works[a.name] = found[f"{a.name}.work"]
-            else:
-                given = {**{k: v.copy() for k, v in inputs.host.items()}, **inputs.scalars}
-                try:
-                    expected = (self.reference.raw if keyed else self.reference)(given, sizes)
-                except Exception as e:  # the reference is the template author's code
-                    raise RuntimeError(f"the template's reference failed: {type(e).__name__}: {e}") from None
-                for a in outputs:
-                    if not isinstance(expected, Mapping) or a.name not in expected:
-                        raise RuntimeError(f"the template's reference returned no `{a.name}`")
-                    inputs.expected[a.name] = (np.asarray(expected[a.name]).astype(np_dtype(a.dtype), copy=False)
-                                               .reshape(arg_shape(a, problem)))
-                    check = Expected(inputs.expected[a.name], a.dtype, a)
-                    if not check.exact:
-                        works[a.name] = check.values
-                if keyed:
-                    store(name, sizes, {**{a.name: inputs.expected[a.name] for a in outputs},
-                                        **{f"{k}.work": v for k, v in works.items()}})
-        else:
-            inputs.expected = self._baseline_outputs(inputs, which)
-        for a in outputs:
-            check = Expected(inputs.expected[a.name], a.dtype, a, self.scale.get(a.name, 1.0), values=works.get(a.name),
-                             spare=self.spare.get(a.name, (0.0, 1.0)))
-            if self.reference is not None:
-                _check_finite(a, check.values, inputs, problem)
-            inputs.checks[a.name] = check
-        inputs.checksum = _checksum(inputs)
-        return inputs
-
-    def _baseline_outputs(self, inputs: Inputs, which: int) -> dict[str, np.ndarray]:
+    def _default_outputs(self, inputs: Inputs, which: int) -> dict[str, np.ndarray]:
         """Without a numpy reference, the default configuration's outputs are the reference."""
         default = self.template.default_config()
-        with self._baseline_lock:
-            if self._baseline_kernel is None:
-                self._baseline_kernel = self.backend.compile(self.source, self.template.entry,
+        with self._default_lock:
+            if self._default_kernel is None:
+                self._default_kernel = self.backend.compile(self.source, self.template.entry,
                                                              compiler_defines(default), self.options)
             geo = geometry(self.template, default, self.problems[which], self.backend.limits)
-            outs = self._run_checked(self._baseline_kernel, geo, inputs, which, poison="nan")
+            outs = self._run_checked(self._default_kernel, geo, inputs, which, poison="nan")
             return {k: v.copy() for k, v in outs.items()}  # read before another thread's launch
-
-    def fresh_inputs(self, which: int, seed: int) -> Inputs:
-        return self._with_reference(make_inputs(self.template, self.problems[which], seed), which)
 
     # device buffers: each between two guard regions --------------------------------------------
     def _arm_guards(self) -> None:
@@ -279,17 +208,7 @@ class Evaluator:
         """Overwrite every output with one of the poisons, chosen at random unless `kind` says."""
         self.buffers.poison(
             which, lambda: kind or (self._kinds.pop() if self._kinds else POISONS[int(self._rng.integers(len(POISONS)))]),
-            lambda name: self._plausible(which, name, inputs))
-
-    def _plausible(self, which: int, name: str, inputs: Inputs) -> np.ndarray | None:
-        """Another input set's correct output: finite values of the right size and kind."""
-        # Only sets already drawn: drawing one can run the default configuration on the shared
-        # buffers (no numpy reference), which must never happen between a restore and a launch.
-        pool = self._pools.get(which)
-        for other in pool.drawn() if pool is not None else ():
-            if other is not inputs and name in other.expected:
-                return other.expected[name]
-        return None
+            lambda name: self.sets.plausible(which, name, inputs))
 
     def _failing(self, a: Argument, out: np.ndarray, which: int) -> int:
         """How many elements of a failed output are outside the tolerance (NaN counts)."""
@@ -388,11 +307,8 @@ class Evaluator:
         each drawn set's inputs and references on the host (their checksums) and their copies on
         the device, the guard patterns and poisons. A stray write of a configuration can reach
         them (on a CPU device the kernel's buffers share the worker's memory)."""
-        pools = list(self._pools.values()) + ([self._variant_pool] if self._variant_pool is not None else [])
-        sets = [x for pool in pools for x in pool.drawn()]
-        if self._hard is not None:
-            sets.append(self._hard[1])
-        if any(_checksum(x) != x.checksum for x in sets if x.checksum is not None):
+        sets = self.sets.drawn()
+        if any(checksum(x) != x.checksum for x in sets if x.checksum is not None):
             return False
         pairs, scratch = [], []
         for host, buf in self.buffers.residents():  # guard patterns, poisons
@@ -420,18 +336,12 @@ class Evaluator:
         build = getattr(self.backend, "build", None)
         if build is not None and self.reference is not None:
             _config, args = self._calibration_build_args()
-            self._calibration_build = _threads().submit(build, *args)
-        pools = [self._pool(which) for which in range(len(self.problems))]
+            self._calibration_build = threads().submit(build, *args)
+        pools = [self.sets.pool(which) for which in range(len(self.problems))]
         n = max(2, self.verify_policy.seeds)
-        list(self._side_by_side(lambda job: pools[job[0]][job[1]], [(w, k) for w in range(len(pools)) for k in range(n)]))
+        list(self.sets.side_by_side(lambda job: pools[job[0]][job[1]], [(w, k) for w in range(len(pools)) for k in range(n)]))
         for which in range(len(self.problems)):
             self.buffers.of(which)
-
-    def _side_by_side(self, fn: Callable[[Any], Any], jobs: list) -> Any:
-        """fn over jobs, in threads where drawing a set is host work only (a numpy reference);
-        without one the default runs on the device for each set, and a device context belongs
-        to the thread that made it: one after the other there."""
-        return _threads().map(fn, jobs) if self.reference is not None else map(fn, jobs)
 
     def _calibration_build_args(self) -> tuple[dict | None, tuple]:
         """The calibration's build: (the configuration, None for the original's own source; the
@@ -475,7 +385,7 @@ class Evaluator:
         self._arm_guards()
         for which, problem in enumerate(self.problems):
             geo = self._geometry(config, problem)
-            for inputs in self._pool(which)[:2]:
+            for inputs in self.sets.pool(which)[:2]:
                 outs = self._run_checked(kernel, geo, inputs, which, poison="nan")
                 for a in outputs:
                     default = inputs.checks[a.name].rescaled(a, 1.0)
@@ -499,11 +409,7 @@ class Evaluator:
             if spare[0]:
                 self.spare[a.name] = spare
         if self.scale or self.spare:
-            for pool in self._pools.values():
-                for inputs in pool.drawn():  # sets drawn later get the widened tolerance when drawn
-                    for a in outputs:
-                        inputs.checks[a.name] = inputs.checks[a.name].rescaled(
-                            a, self.scale.get(a.name, 1.0), self.spare.get(a.name, (0.0, 1.0)))
+            self.sets.recalibrated()
         self._hard_inputs(kernel, config)
         return {name: round(err, 4) for name, (err, _) in worst.items()}
 
@@ -527,7 +433,7 @@ class Evaluator:
             there, as calibrate() does on the usual sets; None and why where the reference cannot
             compute it or the original disagrees beyond calibration."""
             try:
-                inputs = self._with_reference(make_hard_inputs(self.template, problem, seed, kinds_now), which)
+                inputs = self.sets.with_reference(make_hard_inputs(self.template, problem, seed, kinds_now), which)
             except RuntimeError as e:
                 return None, str(e)
             if original is None:
@@ -562,7 +468,7 @@ class Evaluator:
         if kinds:
             found, why = passes(tuple(kinds))
             if found is not None:
-                self._hard = (which, found)
+                self.sets.hard = (which, found)
             else:
                 left.append(f"{', '.join(kinds)} together ({why})")
                 kinds = []
@@ -590,8 +496,8 @@ class Evaluator:
         self._arm_guards()
         self._used_variants = set()
         runs = [(which, inputs) for which in range(len(self.problems)) for inputs in inputs_for(which)]
-        if self._hard is not None:  # and the hard kinds of input the original passes
-            runs.append(self._hard)
+        if self.sets.hard is not None:  # and the hard kinds of input the original passes
+            runs.append(self.sets.hard)
         # At least one run with each poison, in a random order: a kernel that computes only when
         # it finds one kind of poison (or skips when it finds one) fails here, every time.
         while runs and len(runs) < len(POISONS):
@@ -675,30 +581,6 @@ class Evaluator:
                     return False, math.inf, f"{e.status.replace('_', ' ')}: {e.message}"
         return True, worst, ""
 
-    def _rotating(self, which: int) -> list[Inputs]:
-        """The input sets the next configuration is checked with: the pool's next ones in turn
-        (never the last configuration's), waited for where they are still being drawn ahead."""
-        pool = self._pool(which)
-        n = min(self.verify_policy.seeds, len(pool))
-        start = self._next % len(pool)
-        return [pool[(start + k) % len(pool)] for k in range(n)]
-
-    def draw_ahead(self) -> None:
-        """The rest of every verification size's pool, drawn now in other threads while the first
-        configuration is checked with the sets `prepare` drew: the next one's are ready sooner, or
-        at once (after `calibrate`, which widens the tolerance of every set drawn by then). Only
-        with a numpy reference: without one a set's reference is the default configuration's
-        launch, on this thread's device context."""
-        if self.reference is None:
-            return
-        for which in range(len(self.problems)):
-            self._pool(which).draw_ahead(_threads().submit)
-
-    def stop_drawing(self) -> None:
-        """Drop the draws ahead not started (the worker is ending)."""
-        for pool in self._pools.values():
-            pool.cancel_ahead()
-
     def evaluate(self, config: Mapping[str, ParamValue], kernel: Any = None, compile_s: float = 0.0,
                  resources: Resources | None = None, cached: bool = False, original: bool = False) -> Result:
         """The whole protocol for one configuration. Failures become statuses, never exceptions."""
@@ -728,13 +610,14 @@ class Evaluator:
 
         t0 = time.perf_counter()
         try:
-            worst, seeds = self._check(kernel, which_config, self._rotating)
+            worst, seeds = self._check(kernel, which_config,
+                                        lambda which: self.sets.rotating(which, self.verify_policy.seeds))
         except LaunchError as e:
             return replace(base, status="launch_error", message=str(e), verify_s=time.perf_counter() - t0)
         except Rejected as e:
             return replace(base, status=e.status, message=e.message, verify_s=time.perf_counter() - t0)
         finally:
-            self._next += self.verify_policy.seeds
+            self.sets.next += self.verify_policy.seeds
         base = replace(base, verify_s=time.perf_counter() - t0, max_error=worst, seeds=seeds)
 
         t0 = time.perf_counter()
@@ -845,36 +728,9 @@ class Evaluator:
         return tuple(sorted(k for k in chosen if 0 <= k < repeats))
 
     # inputs of the timed launches ----------------------------------------------------------------
-    def _values(self) -> dict[str, np.ndarray]:
-        """The values every change of an input is taken from (from the run's seed: the changed
-        sets' references can be kept in the inputs cache)."""
-        if self._change_values is None:
-            rng = np.random.default_rng([self.seed & 0x7FFFFFFF, 0xC4A9])
-            self._change_values = mutation_values(self.template, self.problem, rng)
-        return self._change_values
-
     def _variants(self) -> InputPool:
-        """Changed input sets at the tuning size, each with its reference, for the checked timed
-        launches: as many as VARIANTS (within VARIANT_BYTES of reference outputs), each a set of
-        the pool with a change like the unchecked launches' (engine/inputs.py)."""
-        if self._variant_pool is None:
-            out = sum(self.buffers.nbytes(a, 0) for a in self.template.arguments if a.is_output) or 1
-            self._variant_pool = InputPool(self._draw_variant, max(2, min(VARIANTS, VARIANT_BYTES // out)))
-        return self._variant_pool
-
-    def _draw_variant(self, k: int) -> Inputs:
-        pool = self._pool(0)
-        base = pool[k % len(pool)]
-        values = self._values()
-        change = random_change(base, values, np.random.default_rng([self.seed & 0x7FFFFFFF, 0x7A21, k]))
-        variant = Inputs(base.seed, changed(base, values, change), base.scalars)
-        if base.key is not None:
-            variant.key = base.key + "|changed|" + ";".join(f"{n}:{x[0]},{x[1]},{x[2]}" for n, x in sorted(change.items()))
-        self._with_reference(variant, 0)
-        # its inputs are its base's, changed in the working buffers only
-        variant.host, variant.device, variant.change, variant.base = base.host, base.device, change, base
-        variant.checksum = _checksum(variant)
-        return variant
+        """The timed launches' changed sets (engine/input_sets.py), within its bytes of references."""
+        return self.sets.variants(sum(self.buffers.nbytes(a, 0) for a in self.template.arguments if a.is_output))
 
     def _stage(self, base: Inputs, change: Mapping[str, tuple[int, int, int]]) -> None:
         """Queue, without waiting, what makes the working buffers at the tuning size hold `base`
@@ -886,7 +742,7 @@ class Evaluator:
             self._restore(0, base, wait=False)
         else:
             self.buffers.copy_runs(base.device, last, 0)
-        values = self._values()
+        values = self.sets.change_values()
         self.buffers.copy_runs({n: self.buffers.resident(v) for n, v in values.items() if n in change}, change, 1)
         self._staged = (base, dict(change))
 
@@ -894,9 +750,9 @@ class Evaluator:
         """`count` timed launches, those in `checked` checked; their times in order. A checked
         launch on a changed set this configuration has seen already (more checks than changed
         sets) is not counted: an unchecked launch on a new change is timed in its place."""
-        pool, variants = self._pool(0), self._variants()
+        pool, variants = self.sets.pool(0), self._variants()
         bases = [pool[i] for i in range(len(pool)) if pool.ready(i)] or [pool[0]]
-        poisons = self.buffers.timing_poisons(lambda name: self._plausible(0, name, bases[0]))
+        poisons = self.buffers.timing_poisons(lambda name: self.sets.plausible(0, name, bases[0]))
         times: list[float] = []
         tokens: list[tuple[Any, bool]] = []  # (the launch's token, whether its time counts)
         checked_set = set(checked)
@@ -908,7 +764,7 @@ class Evaluator:
             else:
                 now = self._staged[0]
                 base = now if now in bases and self._rng.random() < 0.5 else bases[int(self._rng.integers(len(bases)))]
-                self._stage(base, random_change(base, self._values(), self._rng))
+                self._stage(base, random_change(base, self.sets.change_values(), self._rng))
             args = self.buffers.args(0, self._staged[0])
             self.buffers.repoison(poisons)
             self.buffers.launched()
@@ -946,7 +802,7 @@ class Evaluator:
         each launch): every output must be byte for byte the first launch's, or, where the order
         of its operations is not fixed (atomics), within the tolerance of the reference. As many
         launches as `launches`, or `seconds` of them; raises Rejected on a difference."""
-        inputs = self._pool(0)[0]
+        inputs = self.sets.pool(0)[0]
         count = int(max(30, min(launches, seconds * 1e6 / max(median_us * 1.5 + 20.0, 1.0))))
         self._arm_guards()
         bufs = self.buffers.of(0)
@@ -1039,7 +895,7 @@ class Evaluator:
             # every size's new sets drawn at once, in threads, as prepare() draws the first ones
             jobs = [(which, s) for which in range(len(self.problems)) for s in seeds]
             fresh: dict[int, list[Inputs]] = {}
-            for (which, _), inputs in zip(jobs, self._side_by_side(lambda job: self.fresh_inputs(*job), jobs)):
+            for (which, _), inputs in zip(jobs, self.sets.side_by_side(lambda job: self.sets.fresh(*job), jobs)):
                 fresh.setdefault(which, []).append(inputs)
             self._check(kernel, config, lambda which: fresh[which])
             # and launched again and again on one input set: a race that shows once in 300
@@ -1060,19 +916,6 @@ class Evaluator:
             return Checked(False, "wrong_result", str(e))
 
 
-def _checksum(inputs: Inputs) -> int:
-    """A checksum of an input set's host arrays and references (Evaluator.intact): the exclusive
-    or of their 8-byte words (fast; any single changed word changes it), and of their tails."""
-    total = 0
-    for arrays in (inputs.host, inputs.expected, {k: c.values for k, c in inputs.checks.items()}):
-        for name in sorted(arrays):
-            raw = np.ascontiguousarray(arrays[name]).reshape(-1).view(np.uint8)
-            whole = raw.size // 8 * 8
-            total ^= int(np.bitwise_xor.reduce(raw[:whole].view(np.uint64))) if whole else 0
-            total ^= int.from_bytes(raw[whole:].tobytes(), "little") ^ (raw.size << 3)
-    return total
-
-
 def _widening(r: np.ndarray, worst: float) -> tuple[float, tuple[float, float]]:
     """From the original's errors over the default tolerance (`r`, its worst `worst`): the
     widening of the tolerance (CALIBRATION_FACTOR times the CALIBRATION_QUANTILE quantile, where
@@ -1087,40 +930,6 @@ def _first_differences(backend: Backend, pairs: list[tuple[Any, int, Any, int, i
     """The backend's first_difference of each pair, all at once where it can."""
     many = getattr(backend, "first_differences", None)
     return many(pairs) if many is not None else [backend.first_difference(*p) for p in pairs]
-
-
-def _prepared_name(key: str, outputs: Sequence[Argument]) -> str:
-    """The name an input set's prepared outputs are kept under: its own, and each output's dtype."""
-    return key + "|prepared|" + ",".join(f"{a.name}:{a.dtype}" for a in outputs)
-
-
-@functools.lru_cache(maxsize=1)
-def _threads() -> ThreadPoolExecutor:
-    """Threads that draw input sets and their references side by side, and build the original
-    for calibration while they do."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return ThreadPoolExecutor(max_workers=max(2, min(8, cores)), thread_name_prefix="kerntune-inputs")
-
-
-def _check_finite(a: Argument, values: np.ndarray, inputs: Inputs, problem: Problem) -> None:
-    """A reference with NaN or Inf where every input is finite is an error (it would leave those
-    elements unchecked), unless the spec says the output may hold them (`nonfinite = true`).
-    `values`: the output in the comparisons' working precision (Expected.values)."""
-    if a.nonfinite_ok or a.dtype not in TOLERANCE:
-        return
-    bad = ~np.isfinite(values)
-    if not bad.any():
-        return
-    infinite = [k for k, v in inputs.host.items() if v.dtype.kind == "f" or v.dtype.name == "bfloat16"
-                if not np.isfinite(v.astype(np.float32, copy=False)).all()]
-    if infinite:
-        return
-    i = int(np.flatnonzero(bad.ravel())[0])
-    inputs_named = ", ".join(f"`{k}`" for k in inputs.host) or "none"
-    raise RuntimeError(
-        f"the template's reference gives {int(bad.sum())} non-finite values of `{a.name}` (first at {i}) "
-        f"at {problem.label()} from finite inputs ({inputs_named}): give those inputs a range that keeps "
-        f"the reference finite (`init`, `range` in [[arg]]), or set `nonfinite = true` on `{a.name}`")
 
 
 def median_known(times: list[float], precision: float) -> bool:

@@ -124,7 +124,7 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             step("inputs and references")
             calibration = ev.calibrate()
             step("calibration")
-            ev.draw_ahead()  # the rest of each size's input sets, while the first configurations run
+            ev.sets.draw_ahead()  # the rest of each size's input sets, while the first configurations run
     except Exception as e:  # reported to the parent as one line; the run cannot go on without it
         conn.send(Failed(f"{type(e).__name__}: {e}"))
         return
@@ -188,7 +188,7 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
                 ok, worst, text = False, math.inf, f"{type(e).__name__}: {e}"
             conn.send(Reproduced(ok, worst, text))
         else:
-            ev.stop_drawing()
+            ev.sets.stop_drawing()
             backend.close()
             return
 

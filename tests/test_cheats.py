@@ -96,7 +96,7 @@ def test_inputs_are_compared_byte_for_byte(opencl_backend):
     ev = Evaluator(opencl_backend, t, t.problem(), timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3))
     r = ev.evaluate({"MODE": 9, "THREADS": 64})
     assert r.status == "wrote_input" and "4096 of 4096 elements differ" in r.message
-    assert np.isfinite(ev._pool(0)[0].host["a"]).all()
+    assert np.isfinite(ev.sets.pool(0)[0].host["a"]).all()
 
 
 def test_a_memcheck_report_reads_as_a_count_and_the_first_finding():
@@ -168,7 +168,7 @@ def test_softmax_cheats_on_inputs_they_cannot_guess_and_memoisers_are_caught(poc
     from cheats import ROWS, ROWS_EXPECTED, check_round2
 
     ev = _evaluator(pocl, ROWS)
-    assert ev._hard is not None and set(ev._hard[1].kinds) == {"large", "outlier", "equal", "tiny"}
+    assert ev.sets.hard is not None and set(ev.sets.hard[1].kinds) == {"large", "outlier", "equal", "tiny"}
     results = [ev.evaluate({"MODE": m, "THREADS": 64}) for m in [0, *ROWS_EXPECTED]]
     check_round2(results, ROWS_EXPECTED)
     assert all("large, outlier" in r.message for r in results if r.config["MODE"] in (1, 2, 3))
@@ -218,7 +218,7 @@ def test_row_sums_in_another_order_pass_and_wrong_racy_or_out_of_bounds_ones_fai
     assert "NaN" in read_past.message  # the guard after an input holds NaN
     # a stray write into what the checks compare with is found before a failure is recorded
     assert ev.intact()
-    inputs = ev._pool(0)[0]
+    inputs = ev.sets.pool(0)[0]
     pocl.upload(inputs.device["x"], inputs.host["x"][::-1].copy())
     assert not ev.intact()
     pocl.upload(inputs.device["x"], inputs.host["x"])

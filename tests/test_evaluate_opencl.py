@@ -56,7 +56,7 @@ def test_each_configuration_sees_different_inputs(opencl_backend):
     a = ev.evaluate({"BLOCK": 64, "ITEMS": 1})
     b = ev.evaluate({"BLOCK": 64, "ITEMS": 2})
     assert set(a.seeds[:2]).isdisjoint(b.seeds[:2])
-    for inputs in ev._pool(0):
+    for inputs in ev.sets.pool(0):
         assert np.count_nonzero(inputs.host["a"]) == inputs.host["a"].size  # never zeros
 
 

@@ -65,17 +65,17 @@ def test_sets_drawn_ahead_are_waited_for_when_a_configuration_needs_them_and_dra
         if i >= 2:
             hold.wait(30)  # a slow reference
         drawn.append(i)
-        return ev._with_reference(make_inputs(t, ev.problems[0], 100 + i), 0)
+        return ev.sets.with_reference(make_inputs(t, ev.problems[0], 100 + i), 0)
 
-    pool = ev._pools[0] = InputPool(draw, 4)
+    pool = ev.sets.pools[0] = InputPool(draw, 4)
     first = pool[:2]
     with ThreadPoolExecutor(2) as threads:
         pool.draw_ahead(threads.submit)
         assert not pool.ready(2) and not pool.ready(3) and pool.ready(0)
         threading.Timer(0.3, hold.set).start()
-        ev._next = 2  # the next configuration's turn: sets 2 and 3, still being drawn
+        ev.sets.next = 2  # the next configuration's turn: sets 2 and 3, still being drawn
         t0 = time.perf_counter()
-        turn = ev._rotating(0)
+        turn = ev.sets.rotating(0, ev.verify_policy.seeds)
         assert time.perf_counter() - t0 >= 0.2  # waited for, never the last configuration's again
         assert [x.seed for x in turn] == [102, 103] and not set(map(id, turn)) & set(map(id, first))
     assert sorted(drawn) == [0, 1, 2, 3]  # each set drawn once

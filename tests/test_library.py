@@ -58,7 +58,7 @@ def test_merge_attn_states_inputs_hold_empty_partials(opencl_backend):
 
     t = load_template(templates.path("merge_attn_states"))
     ev = Evaluator(opencl_backend, t, t.problem(None, {"tokens": 256}), seed=4, timing=FAST)
-    inputs = ev._pool(0)[0]
+    inputs = ev.sets.pool(0)[0]
     both = np.isneginf(inputs.host["s_a"]) & np.isneginf(inputs.host["s_b"])
     assert both.any()  # the both-empty case is always exercised
     assert np.isneginf(inputs.expected["s_out"]).sum() == both.sum()

@@ -21,10 +21,10 @@ def test_sets_drawn_in_threads_each_get_the_default_outputs_of_their_own_inputs(
     ev = Evaluator(opencl_backend, t, t.problem(None, {"n": 30000}), seed=7, timing=FAST,
                    verify=VerifyPolicy(seeds=4, pool=4))
     ev.prepare()  # the first sets of every size, drawn in threads
-    drawn = [s for which in range(len(ev.problems)) for s in ev._pool(which).drawn()]
+    drawn = [s for which in range(len(ev.problems)) for s in ev.sets.pool(which).drawn()]
     assert len(drawn) >= 8
     # the winner's check draws new sets of every size in threads too
     assert ev.verify_again(t.default_config(), (101, 102, 103)) == (True, "")
-    fresh = [ev.fresh_inputs(which, 200 + which) for which in range(len(ev.problems))]
+    fresh = [ev.sets.fresh(which, 200 + which) for which in range(len(ev.problems))]
     for inputs in drawn + fresh:
         assert np.array_equal(inputs.expected["c"], inputs.host["a"] + inputs.host["b"]), inputs.seed
