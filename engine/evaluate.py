@@ -40,9 +40,9 @@ from .expressions import ExpressionError
 from .input_sets import InputSets, checksum, threads
 from .inputs import HARD_KINDS, InputPool, Inputs, hard_kinds, make_hard_inputs, make_inputs, random_change
 from .messages import Checked
-from .result import Resources, Result
+from .result import Rejected, Resources, Result  # noqa: F401  (Rejected: callers take it from here too)
 from .sol import SUSPECT_MARGIN, sol_time_us
-from .space import Geometry, compiler_defines, environment, geometry
+from .space import Geometry, compiler_defines, geometry, launch_geometry
 from .template import Argument, ParamValue, Problem, Template
 
 # Output types the device checks against the tolerance itself (backends with `compare_close`);
@@ -84,15 +84,6 @@ MIN_ENERGY_LAUNCHES = 10
 
 class CalibrationError(RuntimeError):
     """The original kernel and the reference disagree: nothing can be verified against them."""
-
-
-class Rejected(Exception):
-    """A checked launch found the configuration wrong: its status and message."""
-
-    def __init__(self, status: str, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -952,21 +943,3 @@ def suspect_margin(limits: Any) -> float:
     (three times its relative spread), never less than SUSPECT_MARGIN."""
     spread = float(getattr(limits, "peaks_spread", 0.0) or 0.0)
     return max(SUSPECT_MARGIN, 3.0 * spread)
-
-
-def launch_geometry(template: Template, config: Mapping[str, ParamValue] | None, problem: Problem,
-                    limits: Any = None) -> Geometry:
-    """A configuration's launch; None is the original kernel at its own launch (the default
-    configuration's when the template gives none)."""
-    if config is not None:
-        return geometry(template, config, problem, limits)
-    t = template
-    if not t.baseline_block:
-        return geometry(t, t.default_config(), problem, limits)
-    dims = [[int(e.evaluate(problem.values)) for e in exprs] for exprs in (t.baseline_grid, t.baseline_block)]
-    pad = [tuple((d + [1, 1, 1])[:3]) for d in dims]
-    # the dynamic shared memory the template declares, at the defaults (which reproduce the original)
-    shared = 0 if t.shared_bytes is None else \
-        int(t.shared_bytes.evaluate(environment(t, t.default_config(), problem, limits)))
-    return Geometry(pad[0], pad[1], shared, t.shared_bytes is not None)
-

@@ -206,7 +206,7 @@ def _run_target(job_path: str | None) -> int:
     can be started, its modules loaded and its inputs drawn before the configuration is known;
     nothing touches the device until the second line comes. An empty line: not needed after all."""
     from .backends import ConstantArg, open_backend
-    from .evaluate import launch_geometry
+    from .space import launch_geometry
     from .inputs import arg_nbytes, make_inputs
     from .space import compiler_defines, geometry
     from .template import Problem, parse_template

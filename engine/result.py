@@ -24,6 +24,15 @@ STATUSES = (
 FAILED = tuple(s for s in STATUSES if s not in ("ok", "suspect"))
 
 
+class Rejected(Exception):
+    """A check found the configuration wrong: the status its result gets, and why."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
 @dataclass(frozen=True)
 class Resources:
     """What a compiled kernel uses, as reported by the backend."""

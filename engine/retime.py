@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from .result import Result, config_key
+from .result import Rejected, Result, config_key
 
 # Rounds of the paired re-timing, and the fewest that give a 95% interval of the median (with 6,
 # the smallest and the largest ratio hold the median with 96.9% confidence).
@@ -202,7 +202,7 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
      "failed": {key: (status, why)}, "digests": {key: hex}, "launches": n}."""
     from .backends import CompileError, LaunchError
     from .expressions import ExpressionError
-    from .evaluate import Rejected, launch_geometry
+    from .space import launch_geometry
 
     configs = [dict(c) for c in request.configs]
     keys = [config_key(c) for c in configs]

@@ -251,3 +251,20 @@ def odd_problem(template: Template, problem: Problem, configs: Sequence[Config],
         return None
     label = ",".join(f"{k}={v}" for k, v in values.items())
     return Problem(f"odd:{label}", values)
+
+
+def launch_geometry(template: Template, config: Mapping[str, ParamValue] | None, problem: Problem,
+                    limits: Any = None) -> Geometry:
+    """A configuration's launch; None is the original kernel at its own launch (the default
+    configuration's when the template gives none)."""
+    if config is not None:
+        return geometry(template, config, problem, limits)
+    t = template
+    if not t.baseline_block:
+        return geometry(t, t.default_config(), problem, limits)
+    dims = [[int(e.evaluate(problem.values)) for e in exprs] for exprs in (t.baseline_grid, t.baseline_block)]
+    pad = [tuple((d + [1, 1, 1])[:3]) for d in dims]
+    # the dynamic shared memory the template declares, at the defaults (which reproduce the original)
+    shared = 0 if t.shared_bytes is None else \
+        int(t.shared_bytes.evaluate(environment(t, t.default_config(), problem, limits)))
+    return Geometry(pad[0], pad[1], shared, t.shared_bytes is not None)
