@@ -179,7 +179,7 @@ def test_a_cached_input_sets_outputs_are_found_by_its_name_without_reading_its_b
     again.prepare()
     assert len(calls(counted)) == made  # every output read back by the set's name
     for which in range(len(again.problems)):
-        for a, b in zip(first._pool(which).drawn(), again._pool(which).drawn()):
+        for a, b in zip(first.sets.pool(which).drawn(), again.sets.pool(which).drawn()):
             assert a.key == b.key and np.array_equal(a.expected["c"], b.expected["c"])
 
 
@@ -204,13 +204,13 @@ def test_a_half_precision_output_is_kept_as_the_checks_use_it_and_never_converte
     again.prepare()
     assert converted == []  # each output read back in its dtype and in the working precision
     for which in range(len(again.problems)):
-        for a, b in zip(first._pool(which).drawn(), again._pool(which).drawn()):
+        for a, b in zip(first.sets.pool(which).drawn(), again.sets.pool(which).drawn()):
             for name, check in b.checks.items():
                 assert b.expected[name].dtype == np.float16 and check.values.dtype == np.float32
                 assert np.array_equal(check.values, a.checks[name].values, equal_nan=True)
                 assert np.array_equal(check.values, b.expected[name].astype(np.float32).ravel(), equal_nan=True)
     # the calibration's widening shares the values: nothing converted, the tolerance wider
-    check = again._pool(0).drawn()[0].checks["input"]
+    check = again.sets.pool(0).drawn()[0].checks["input"]
     wider = check.rescaled(next(a for a in t.arguments if a.name == "input"), 3.0)
     assert wider.values is check.values and wider.rtol == pytest.approx(3 * check.rtol) and converted == []
 

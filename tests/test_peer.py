@@ -134,7 +134,7 @@ def test_the_input_set_is_the_one_kerntunes_evaluator_verifies_with_first(opencl
     t = load_template(templates.path("silu_and_mul"))
     problem = t.problem("llama7b-t128", {"tokens": 3})
     ours = peer.reference_inputs(t, problem, seed=11)
-    theirs = Evaluator(opencl_backend, t, problem, seed=11)._pool(0)[0]
+    theirs = Evaluator(opencl_backend, t, problem, seed=11).sets.pool(0)[0]
     assert np.array_equal(ours.host["x"], theirs.host["x"])
     assert np.array_equal(ours.expected["out"], theirs.expected["out"])
 
