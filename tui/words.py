@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from kerntune.engine import events
 from kerntune.engine.events import AgentCall, Event
 
-from kerntune.engine.result import config_key
+from kerntune.engine.result import ORIGINAL, config_key, config_text, value_text
 
 from .numbers import fmt_us
 from .terminal import printable
@@ -23,17 +23,17 @@ from .terminal import printable
 def fmt_value(v: Any) -> str:
     """A parameter's value as written in a configuration: flags as 0 and 1; what a file wrote in
     it is printable (tui/terminal.py)."""
-    return str(int(v)) if isinstance(v, bool) else printable(v)
+    return printable(value_text(v))
 
 
 def fmt_config(config: Mapping[str, Any]) -> str:
-    """A configuration as `NAME=value` pairs."""
-    return " ".join(f"{printable(k)}={fmt_value(v)}" for k, v in config.items())
+    """A configuration as `NAME=value` pairs (engine/result.py's one formatter), printable."""
+    return config_text(config, text=printable)
 
 
 def fmt_params(config: Mapping[str, Any]) -> str:
     """A configuration's parameters; the original kernel (no parameters) is labelled `original`."""
-    return fmt_config(config) or "original"
+    return fmt_config(config) or ORIGINAL
 
 
 @dataclass(frozen=True)
