@@ -95,7 +95,8 @@ a block), `rowwise_keep` (on rowwise: KEEP elements of the row in registers betw
 in VEC packs), `rowwise_chains` (on rowwise_keep: CHAINS independent chains of a pass carried \
 through an exponential), `contraction` (a thread per output summing products of two operands, a \
 matrix product in either layout with any epilogue: BM x BN tiles through shared memory in BK \
-steps, BK = 0 the original, TM x TN outputs per thread in registers, any size), `reduction` (a \
+steps, BK = 0 the original, TM x TN outputs per thread in registers, VEC 4 loading the tiles as \
+vectors, any size), `reduction` (a \
 block's shared-memory tree: per-block partials over LANES threads a segment with shuffles, or an \
 atomic total striding GRID blocks per multiprocessor with ITEMS loads in flight) and `stencil` (a \
 thread per point of a 1-D or 2-D grid: ITEMS points per thread along one axis, pointers restricted; \

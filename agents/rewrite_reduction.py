@@ -43,9 +43,11 @@ from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names, header, pinned,
-                        python_text, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted, with_names)
+from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names, header,
+                        kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
+                        substituted, with_names)
 from .kernel_tree import span_of, syntax_nodes
+from .model import ModelError
 from .passes import Declined, Rewrite, RewriteContext
 
 
@@ -88,13 +90,17 @@ def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
 
 def read(ctx: RewriteContext) -> Reduction:
     """The tree reduction the kernel computes; Decline with the reason when it is none."""
-    a = ctx.analysis
+    try:
+        a = ctx.model
+    except ModelError as e:
+        raise Decline(str(e)) from None
     if a.signature.is_template:
         raise Decline("a template kernel")
-    if not (a.shared and a.barriers):
+    shared = a.shared_arrays() or [arg for arg in a.signature.args if arg.local]
+    if not (shared and any(b.scope == "block" for b in a.barriers)):
         raise Decline("no shared-memory tree (barriers and shared memory)")
     B = _block_size(ctx)
-    body = body_of(ctx.source, a)
+    body = body_of(ctx.source, kernel_spans(ctx.source, a))
     text_of = body.text_of
     stmts = body.statements
     shared = _shared_arrays(ctx, a, body)
@@ -544,8 +550,8 @@ def _same_grid(ctx, bound: str, B: int, per: int) -> None:
 
 def _rewrite(ctx: RewriteContext, r: Reduction) -> Rewrite:
     d = Dialect.of(ctx.backend)
-    a = ctx.analysis
-    head = header(ctx.source, a)
+    spans = kernel_spans(ctx.source, ctx.model)
+    head = header(ctx.source, spans)
     names = fresh_names(("LANES", "THREADS", "GRID", "ITEMS"), ctx.taken | set(ctx.defaults))
     spec_bound = spec_text(r.bound, spec_scalars(ctx))
     segments = f"ceil_div({spec_bound}, {r.per * r.B})"
@@ -588,7 +594,7 @@ def _rewrite(ctx: RewriteContext, r: Reduction) -> Rewrite:
     block0 = f"{names['THREADS']} if {switch} > 0 else ({ctx.block[0]})"
     grid = (grid0,) + tuple(ctx.grid[1:])
     block = (block0,) + tuple(ctx.block[1:])
-    source = beside(ctx.source, a, f"{switch} > 0", params, "", kernel, NAME)
+    source = beside(ctx.source, spans, f"{switch} > 0", params, "", kernel, NAME)
     return Rewrite(NAME, source, tuple(params), what, tuple(constraints), grid, block, first=first, helps="memory")
 
 

@@ -93,12 +93,24 @@ class Halo:
         return bool(self.x0 or self.x1 or self.y0 or self.y1)
 
 
-def _coordinates(model: KernelModel) -> tuple:
+def block_size(ctx: RewriteContext) -> dict[str, Poly]:
+    """What a block's size along x and y is, as the kernel's indices read it: `blockDim`, or the
+    launch's literal or parameter where the kernel writes that instead (`blockIdx.x * 16`, the
+    lifted `blockIdx.x * BLOCK`)."""
+    out = {}
+    for d, dim in enumerate("xy"):
+        b = ctx.block[d].strip() if d < len(ctx.block) else "1"
+        own = (Poly.of(int(b)),) if b.isdigit() else (Poly.of(b),) if b.isidentifier() else ()
+        out[dim] = (Poly.of(f"blockDim.{dim}"),) + own
+    return out
+
+
+def _coordinates(model: KernelModel, blocks: dict[str, tuple]) -> tuple:
     """The x thread index (dimension 0) and the y one (dimension 1, None on a one-dimensional
     grid), each with the whole number it adds to the global id (`... + threadIdx.x + 1`)."""
     coords = {}
     for t in model.thread_indices:
-        got = _global(t.form)
+        got = _global(t.form, blocks)
         if got is None:
             raise Decline(f"`{t.name}` is made from thread ids but is not a global index of one dimension")
         d, offset = got
@@ -111,12 +123,12 @@ def _coordinates(model: KernelModel) -> tuple:
     return coords[0], coords.get(1)
 
 
-def _global(form) -> tuple[int, int] | None:
+def _global(form, blocks: dict[str, tuple]) -> tuple[int, int] | None:
     """(dimension, offset) of `blockIdx * blockDim + threadIdx + offset`, the offset a whole number >= 0."""
     if form is None or len(form.coeffs) != 2 or form.const.number is None or form.const.number < 0:
         return None
-    for d, dim in enumerate("xyz"):
-        if form.coeff(f"threadIdx.{dim}") == Poly.of(1) and form.coeff(f"blockIdx.{dim}") == Poly.of(f"blockDim.{dim}"):
+    for d, dim in enumerate("xy"):
+        if form.coeff(f"threadIdx.{dim}") == Poly.of(1) and form.coeff(f"blockIdx.{dim}") in blocks[dim]:
             return d, form.const.number
     return None
 
@@ -274,7 +286,8 @@ def _count(ctx, arg: str, scalars: dict[str, str], defines) -> str | None:
     return " * ".join(factors)
 
 
-def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars) -> tuple[list[Tile], Halo, str]:
+def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars, blocks: dict[str, tuple]) \
+        -> tuple[list[Tile], Halo, str]:
     """The inputs worth staging in shared memory, the halo around the block's points they need,
     and why none is when none is."""
     scalars_c = {a.name for a in model.signature.args if not a.pointer} | set(model.defines)
@@ -294,7 +307,7 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars) -> tuple[
             form = x.expr.affine if x.expr is not None else None
             if form is None or (x.call and x.call not in hints) or x.function != model.name or x.write:
                 continue
-            got = _read(model, x, form, two_d)
+            got = _read(model, x, form, two_d, blocks)
             if isinstance(got, str):
                 if got:
                     why = f"`{array}[{' '.join(x.index.split())}]` {got}"
@@ -326,18 +339,17 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars) -> tuple[
     return out, halo, why
 
 
-def _read(model: KernelModel, x, form, two_d: bool):
+def _read(model: KernelModel, x, form, two_d: bool, blocks: dict[str, tuple]):
     """((stride along x, along y), (offset along x, along y) over the loop variables, their ranges,
     the rest of its index) of a read at the point's neighbour; else why not ("" for a read that does
     not move with the point at all, a coefficient or a table)."""
-    bd = {"x": Poly.of("blockDim.x"), "y": Poly.of("blockDim.y")}
     gx = form.coeff("threadIdx.x")
     gy = form.coeff("threadIdx.y") if two_d else None
     if gx.is_zero and (gy is None or gy.is_zero):
         return ""
-    if gx.is_zero or form.coeff("blockIdx.x") != gx * bd["x"]:
+    if gx.is_zero or form.coeff("blockIdx.x") not in [gx * b for b in blocks["x"]]:
         return "does not move with x as the point does"
-    if two_d and (gy.is_zero or form.coeff("blockIdx.y") != gy * bd["y"]):
+    if two_d and (gy.is_zero or form.coeff("blockIdx.y") not in [gy * b for b in blocks["y"]]):
         return "does not move with y as the point does"
     loops = {lp.var: lp for lp in model.nest(x.loop) if lp.var}
     allowed = {"threadIdx.x", "blockIdx.x"} | ({"threadIdx.y", "blockIdx.y"} if two_d else set())
@@ -387,7 +399,8 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
     a = kernel_spans(ctx.source, model)
     chars = char_offsets(ctx.source)
-    (cx, ox), y = _coordinates(model)
+    blocks = block_size(ctx)
+    (cx, ox), y = _coordinates(model, blocks)
     cy, oy = y if y is not None else (None, 0)
     two_d = cy is not None
     fn, text_of = _function(ctx, a)
@@ -407,7 +420,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     # itself (a coordinate's offset only shrinks what it must cover)
     extent = spec_text(_bound(body, text_of, walk.name, coords), spec_scalars(ctx))
     block = list(ctx.block) + ["1"] * (2 - len(ctx.block))
-    found, halo, no_tile = tiles(ctx, model, two_d, chars)
+    found, halo, no_tile = tiles(ctx, model, two_d, chars, blocks)
     if not all(_compile_time(b, ctx) for b in block[:2]):
         found, no_tile = [], "the block's size is not a parameter or a number"
     if not two_d and not found:

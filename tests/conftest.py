@@ -32,6 +32,9 @@ SLOW_CASES = {
         "gelu", "residual_add", "silu_mul_f32", "adamw"),
     "test_a_naive_row_kernel_is_spread_over_lanes_gated_tuned_and_reverified_on_pocl": (
         "softmax_2pass", "softmax_3pass", "rmsnorm", "cross_entropy", "softmax_online", "layernorm"),
+    # the tile through loops over the neighbourhood: conv_cols and stencil1d hold its every form
+    "test_a_naive_cooperating_kernel_is_rewritten_gated_and_reproduced_on_pocl": ("stencil9", "conv_rows"),
+    "test_the_cuda_rewrites_compile_at_several_values": ("conv_rows",),
     # the largest recorded sessions: the reader's every form is in the others
     "test_the_fast_reader_reads_every_recorded_session_as_tomllib_does": (
         "matmul-2048", "silu_and_mul-llama7b-t2048"),

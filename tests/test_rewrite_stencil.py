@@ -60,9 +60,9 @@ IN_PLACE = ("__kernel void stencil5(__global const float *in, __global float *ou
 
 
 def spec(tmp_path: Path, source: str, launch: tuple[str, str] | None = None, reference: str = "",
-         out_role: str = "output") -> Path:
+         out_role: str = "output", like: str = "stencil5") -> Path:
     folder = tmp_path / "spec"
-    shutil.copytree(NAIVE / "stencil5", folder)
+    shutil.copytree(NAIVE / like, folder)
     (folder / "kernel.cl").write_text(source)
     toml = (folder / "kernel.toml").read_text().replace('sources = { cuda = "kernel.cu", opencl = "kernel.cl" }',
                                                        'sources = { opencl = "kernel.cl" }')
@@ -76,20 +76,30 @@ def spec(tmp_path: Path, source: str, launch: tuple[str, str] | None = None, ref
     return folder
 
 
+# a 1-D stencil whose index writes the block's size as a literal (lifted into BLOCK by the rules)
+LITERAL_BLOCK = ("#define RADIUS 3\n__kernel void stencil_1d(__global const float *in, __global const float *weights, "
+                 "__global float *out, int n) {\n    const int i = get_group_id(0) * 256 + get_local_id(0);\n"
+                 "    if (i >= n) return;\n    float result = 0.0f;\n"
+                 "    for (int j = -RADIUS; j <= RADIUS; j++)\n"
+                 "        if (i + j >= 0 && i + j < n) result += weights[j + RADIUS] * in[i + j];\n"
+                 "    out[i] = result;\n}\n")
+
 CASES = {
     "rows across the block's y": (ACROSS, ("ceil_div(H, 8)", "ceil_div(W, 32)"), "", "output", "1/1 x 1/1"),
     "a row through a local pointer": (ROWS, None, "", "output", "1/1 x 1/1"),
     "interior points, offset coordinates": (INTERIOR, None, INTERIOR_REFERENCE, "inout", "0/2 x 0/2"),
+    "a 1-D index with the block's size written out": (LITERAL_BLOCK, None, "", "output", "3/3"),
 }
 
 
-SLOW = {"a row through a local pointer"}  # the same tile as the others, another way to the element
+SLOW = {"a row through a local pointer", "rows across the block's y"}  # the same tile as the others, another way to the element
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in sorted(CASES)])
 def test_the_tile_serves_stencils_as_people_write_them_and_reproduces_the_original(case, tmp_path, opencl_backend):
     source, launch, reference, role, halo = CASES[case]
-    original = load_template(spec(tmp_path, source, launch, reference, role))
+    like = "stencil1d" if "1-D" in case else "stencil5"
+    original = load_template(spec(tmp_path, source, launch, reference, role, like))
     made = rules_template(original, "opencl", CPU)
     assert [r.name for r in made.applied.rewrites] == ["stencil"], made.applied.declined
     assert f"halo of {halo}" in made.applied.rewrites[0].description
