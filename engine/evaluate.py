@@ -648,7 +648,7 @@ class Evaluator:
                 "pci_bus_id", "")))
         n = int(min(ENERGY_LAUNCHES, max(MIN_ENERGY_LAUNCHES, math.ceil(ENERGY_S * 1e6 / result.median_us))))
         base, change = self._staged
-        args = self._args(0, base if base is not None else self._pool(0)[0])
+        args = self.buffers.args(0, base if base is not None else self.sets.pool(0)[0])
         try:
             self.backend.launch(kernel, geo, args)  # everything queued before has finished
             before = self._energy_read()

@@ -51,12 +51,13 @@ def test_verify_passes_a_fresh_session_and_fails_once_the_kernel_is_made_slower(
     assert main(["tune", str(spec_dir / "kernel.toml"), "--budget", "6", "--session", str(session), *QUICK]) == 0
     capsys.readouterr()
     assert main(["verify", str(session), "--json", "--no-probe"]) == 0, capsys.readouterr().out
-    # every configuration (the original too) now spins before its work: speedups may hold, times do not
+    # every configuration (the original too) now waits 200,000 clocks before its work (a clock the
+    # compiler cannot drop, as it drops an empty loop): speedups may hold, times do not
     source = spec_dir / "kernel.cu"
     text = source.read_text()
     anchor = "const int nvec = d / VEC;"
     assert anchor in text
-    source.write_text(text.replace(anchor, anchor + " for (volatile int spin = 0; spin < 20000; ++spin) {}", 1))
+    source.write_text(text.replace(anchor, anchor + " { const long long t0 = clock64(); while (clock64() - t0 < 200000) {} }", 1))
     capsys.readouterr()
     assert main(["verify", str(session), "--json", "--no-probe"]) == 1
     report = json.loads(capsys.readouterr().out)
