@@ -67,39 +67,24 @@ def summary(results: Sequence[Result], objective: str) -> dict[str, Any] | None:
 
 
 def counter_reader(backend: str, device: int, pci_bus_id: str = "") -> Any:
-    """A function reading the device's total energy in joules; NoEnergyCounter where there is
-    none (any device but an NVIDIA GPU of Volta or later, or no NVML)."""
+    """A function reading the device's total energy in joules (None for a reading that failed);
+    NoEnergyCounter where there is none (any device but an NVIDIA GPU of Volta or later, or no
+    NVML)."""
     if backend != "cuda":
         raise NoEnergyCounter(f"no energy counter on the {backend} backend: energy is read from NVML's "
                               "total-energy counter of an NVIDIA GPU")
     from . import nvml
 
     try:
-        return nvml.energy_reader(device, pci_bus_id)
+        read = nvml.energy_reader(device, pci_bus_id)
     except nvml.NVMLUnavailable as e:
         raise NoEnergyCounter(f"no energy counter: {e}") from None
 
+    def joules() -> float | None:  # a reading NVML cannot give is no reading, never a failure of the run
+        try:
+            return read()
+        except Exception:
+            return None
 
-def front_lines(results: Sequence[Result], objective: str) -> list[str]:
-    """The energy measured and the Pareto front in words (none when no result has energy)."""
-    from .contrast import printable
+    return joules
 
-    front = pareto(results)
-    if not front:
-        return []
-
-    def said(r: Result) -> str:
-        config = " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in r.config.items()) or "original"
-        return f"{r.median_us:.4g} us, {1e6 * r.energy_j:.4g} uJ per launch: {printable(config)}"
-
-    measured = sum(1 for r in results if r.energy_j is not None)
-    lines = [f"energy per launch measured for {measured} configurations (NVML's total-energy counter, read only; "
-             f"objective {objective})",
-             "Pareto front of time against energy (none faster is more frugal), fastest first:"]
-    lines += [f"    {said(r)}" for r in front]
-    lines.append(f"ends: the fastest {said(front[0])}; the most frugal {said(front[-1])}")
-    if objective != "time":
-        best = best_by(results, objective)
-        if best is not None:
-            lines.append(f"best by {objective}: {said(best)}")
-    return lines

@@ -36,6 +36,7 @@ import numpy as np
 from .backends import GUARD_BYTES, Backend, CompileError, LaunchError
 from .buffers import GuardedBuffers, Outputs, out_of_bounds
 from .compare import TOLERANCE, Expected, compare, ratios
+from .energy import NoEnergyCounter, counter_reader
 from .expressions import ExpressionError
 from .input_sets import InputSets, checksum, threads
 from .inputs import HARD_KINDS, InputPool, Inputs, hard_kinds, make_hard_inputs, make_inputs, random_change
@@ -78,7 +79,7 @@ RACE_FIRST_SECONDS = 0.05
 # The energy counter moves in steps of milliseconds of power: each configuration's energy is
 # read over at least this much time of back-to-back launches (and at most ENERGY_LAUNCHES).
 ENERGY_S = 0.1
-ENERGY_LAUNCHES = 100_000
+ENERGY_LAUNCHES = 20_000
 MIN_ENERGY_LAUNCHES = 10
 
 
@@ -157,7 +158,7 @@ class Evaluator:
         self._used_variants: set[int] = set()
         self._staged: tuple[Inputs | None, dict[str, tuple[int, int, int]]] = (None, {})
         self._best_us = math.inf  # the fastest median this evaluator has measured
-        self._energy_read: Callable[[], float] | None = None  # the energy counter, once opened
+        self._energy_read: Callable[[], float | None] | None = None  # the energy counter, once opened
         self._roles = {a.name: a.role for a in template.arguments}
         self._calibration_build: Any = None  # the original's build for calibrate(), under way
         # Tolerance checks on the device where the backend has them: only a failure is read back
@@ -638,29 +639,37 @@ class Evaluator:
 
     def _with_energy(self, result: Result, kernel: Any, geo: Geometry) -> Result:
         """The result with its joules per launch: the device's total-energy counter (read only)
-        around ENERGY_S of back-to-back launches on the tuning size's inputs. A batch whose
-        launches ran in under half the configuration's fastest timed launch did less work than a
-        timed launch (a kernel that skips repeated work): its energy is not recorded."""
+        around ENERGY_S of back-to-back launches on the tuning size's inputs (no flush between
+        them: a flush's own energy would swamp a small kernel's). A batch whose launches ran in
+        under a quarter of the configuration's fastest timed launch did less work than a timed
+        launch, more than a warm cache explains (a kernel that skips repeated work): its energy
+        is not recorded."""
         if self._energy_read is None:
-            from .energy import counter_reader
-
-            self._energy_read = counter_reader(self.backend.name, 0, str(self.backend.limits.extra.get(
-                "pci_bus_id", "")))
+            try:
+                self._energy_read = counter_reader(self.backend.name, 0, str(self.backend.limits.extra.get(
+                    "pci_bus_id", "")))
+            except NoEnergyCounter:
+                self._energy_read = _no_energy
         n = int(min(ENERGY_LAUNCHES, max(MIN_ENERGY_LAUNCHES, math.ceil(ENERGY_S * 1e6 / result.median_us))))
-        base, change = self._staged
+        base = self._staged[0]
         args = self.buffers.args(0, base if base is not None else self.sets.pool(0)[0])
         try:
             self.backend.launch(kernel, geo, args)  # everything queued before has finished
-            before = self._energy_read()
-            times = self.backend.time(kernel, geo, args, n, False)
-            joules = self._energy_read() - before
+            for _ in range(3):  # a counter that did not move over the batch: a batch four times as long
+                before = self._energy_read()
+                times = self.backend.time(kernel, geo, args, n, False)
+                after = self._energy_read()
+                if before is None or after is None or after > before:
+                    break
+                n *= 4
         except LaunchError as e:
             return replace(result, status="launch_error", message=f"while measuring its energy: {e}")
         finally:
             self._staged = (None, {})  # the next timed launch copies its whole set again
-        if joules <= 0 or not times or sum(times) / len(times) < 0.5 * (result.min_us or result.median_us):
+        if before is None or after is None or after <= before or not times \
+                or sum(times) / len(times) < 0.25 * (result.min_us or result.median_us):
             return result
-        return replace(result, energy_j=joules / n)
+        return replace(result, energy_j=(after - before) / n)
 
     def measure_again(self, result: Result, kernel: Any) -> Result:
         """Time again a configuration `evaluate` has just verified and timed, in its loaded
@@ -905,6 +914,11 @@ class Evaluator:
             return Checked(False, "launch_error", str(e))
         except ExpressionError as e:
             return Checked(False, "wrong_result", str(e))
+
+
+def _no_energy() -> None:
+    """The energy counter of a device that has none: no reading."""
+    return None
 
 
 def _widening(r: np.ndarray, worst: float) -> tuple[float, tuple[float, float]]:

@@ -415,6 +415,7 @@ def _preamble(session: Session, spec: Mapping[str, Any], configs: Sequence[Mappi
     `Sizes`, `Launch` and the helpers of the translated expressions."""
     guard, ns = f"KERNTUNE_{name.upper()}_H", f"kerntune_{name}"
     t = session.template
+    local = [line.split(None, 1)[-1] for line in split.includes if '"' in line]
     lines = [f"/* kerntune: {comment(t.get('name'))}, {len(configs)} configuration{'s' if len(configs) != 1 else ''} "
              f"tuned on {comment(session.device.get('name', '?'))} (compute capability "
              f"{comment(session.device.get('compute_capability', '?'))}, {comment(session.device.get('driver', '?'))})",
@@ -426,6 +427,8 @@ def _preamble(session: Session, spec: Mapping[str, Any], configs: Sequence[Mappi
              " * launch(config, sizes, ...) runs one configuration. Both return cudaGetLastError().",
              f" * kerntune built each with: nvcc {comment(' '.join(['-O3', *[str(o) for o in options]]))}"
              + (f" (options a header cannot carry: {comment(' '.join(other))}: give them to nvcc)" if other else ""),
+             *([f" * the source includes files of its own ({comment(', '.join(local))}): put the template's folder "
+                "on nvcc's include path (-I)"] if local else []),
              " */",
              f"#ifndef {guard}", f"#define {guard}", "",
              "#include <cuda_runtime.h>", "#include <cmath>"]

@@ -3,9 +3,10 @@ objective's cost, and one line where there is no energy counter."""
 
 from __future__ import annotations
 
-from kerntune.engine.energy import best_by, cost, front_lines, pareto
+from kerntune.engine.energy import best_by, cost, pareto
 from kerntune.engine.result import Result
 from kerntune.engine.search import ByObjective
+from kerntune.tui.words import front_lines
 
 from cli_support import one_line_error
 

@@ -122,6 +122,11 @@ def test_tune_of_a_served_spec_tunes_every_size_and_show_reports_each(tmp_path, 
     for s in d["size"]:
         assert s["time_us"] <= 1.03 * s["best_us"] and ("original_us" not in s or s["time_us"] <= s["original_us"])
     assert sorted(size for m in d["configs"] for size in m["covers"]) == ["large", "small"]
+    # a replay of one of its sessions says the dispatch set at its end (the file is not changed)
+    before = (out / summary["pair"][0]["session"]).read_bytes()
+    assert main(["replay", str(out / summary["pair"][0]["session"])]) == 0
+    assert "vector_add: dispatch set of" in capsys.readouterr().out
+    assert (out / summary["pair"][0]["session"]).read_bytes() == before
     # exported: JSON ships one configuration per size; a header needs CUDA, T4 one session
     shipped = tmp_path / "shipped.json"
     assert main(["export", str(out), "--format", "json", "-o", str(shipped)]) == 0

@@ -28,7 +28,6 @@ from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
 from kerntune.engine.contrast import contrast_lines
-from kerntune.engine.energy import front_lines
 from kerntune.engine.nvml import NVMLUnavailable, Telemetry
 from kerntune.engine.session import Session, default_path, file_stem
 
@@ -42,7 +41,7 @@ from .widgets.device import REMOTE_NOTE, DevicePanel, Reading
 from .widgets.diff import DiffPanel, diff_counts
 from .widgets.help import HelpScreen
 from .widgets.lines import LinesScreen
-from .words import fmt_config
+from .words import fmt_config, front_lines
 from .widgets.leaderboard import Leaderboard, column_label
 from .widgets.plan import PlanPanel
 from .widgets.progress import ProgressPanel

@@ -247,7 +247,7 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out.baseline = session.baseline()
     out.leaders = session.leaders()
     out.finish(show_failed=args.failed)
-    from kerntune.engine.energy import front_lines
+    from kerntune.tui.words import front_lines
 
     for line in front_lines(session.results(), str(session.header.get("tuning", {}).get("objective", "time"))):
         print(line)

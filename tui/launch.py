@@ -503,13 +503,33 @@ def write_templatized(original: Template, template: Template, source_dir: Path, 
 
 def replay(path: Path, speed: float = 1.0, paused: bool = False) -> int:
     """`kerntune replay SESSION`: the dashboard on a terminal, the text rendering otherwise."""
-    session = load_session(path)
+    session = with_dispatch_set(load_session(path))
     if not on_dashboard():
         return _replay_text(session)
     from kerntune.tui.app import replay_app
 
     replay_app(session, speed=speed, paused=paused).run()
     return 0
+
+
+def with_dispatch_set(session: Any) -> Any:
+    """A session of a served-size run (or a campaign) replays with its template's dispatch set said
+    at its end, as notes, from the summary beside it; the session file itself is not changed."""
+    from kerntune.engine.campaign import CampaignError, is_summary, load_summary
+    from kerntune.engine.events import Note
+    from kerntune.tui.text import dispatch_lines
+
+    folder = Path(session.path).parent
+    if not is_summary(folder):
+        return session
+    try:
+        summary = load_summary(folder)
+    except CampaignError:
+        return session
+    t = session.events[-1].t if session.events else 0.0
+    notes = [Note(t, line.strip(), "dispatch") for d in summary["dispatch"]
+             if d.get("template") == session.template.get("name") for line in dispatch_lines(d)]
+    return replace(session, events=[*session.events, *notes]) if notes else session
 
 
 def _replay_text(session: Any) -> int:

@@ -9,12 +9,13 @@ except the engine's; the dashboard writes it in bold before them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from kerntune.engine import events
 from kerntune.engine.events import AgentCall, Event
 
-from kerntune.engine.result import ORIGINAL, config_key, config_text, value_text
+from kerntune.engine.energy import best_by, pareto
+from kerntune.engine.result import ORIGINAL, Result, config_key, config_text, value_text
 
 from .numbers import fmt_us
 from .terminal import printable
@@ -183,3 +184,25 @@ def _tokens(ev: AgentCall) -> str:
     cost = f", ${ev.cost_usd:.4f}" if ev.cost_usd else ""
     return (f"{ev.input_tokens + ev.cache_read_tokens + ev.cache_write_tokens} tokens in{cached}, "
             f"{ev.output_tokens} out{cost}, {ev.seconds:.1f} s")
+
+
+def front_lines(results: Sequence[Result], objective: str) -> list[str]:
+    """The energy measured and the Pareto front in words (none when no result has energy)."""
+    front = pareto(results)
+    if not front:
+        return []
+
+    def said(r: Result) -> str:
+        return f"{r.median_us:.4g} us, {1e6 * r.energy_j:.4g} uJ per launch: {fmt_config(r.config)}"
+
+    measured = sum(1 for r in results if r.energy_j is not None)
+    lines = [f"energy per launch measured for {measured} configurations (NVML's total-energy counter, read only; "
+             f"objective {objective})",
+             "Pareto front of time against energy (none faster is more frugal), fastest first:"]
+    lines += [f"    {said(r)}" for r in front]
+    lines.append(f"ends: the fastest {said(front[0])}; the most frugal {said(front[-1])}")
+    if objective != "time":
+        best = best_by(results, objective)
+        if best is not None:
+            lines.append(f"best by {objective}: {said(best)}")
+    return lines
