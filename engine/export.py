@@ -19,13 +19,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .cexpr import PRELUDE, to_cpp
-from .events import ConfigEvaluated
+from .events import ConfigEvaluated, LoopStarted
 from .expressions import ExpressionError
 from .result import ORIGINAL, Result, config_key, config_text, ranked
 from .session import Session, load_session
+from .summary import CampaignError, load_summary
 
 FORMATS = ("header", "t4", "json")
 EXPORT_FORMAT = "kerntune-export"
@@ -96,6 +98,10 @@ class Shipped:
 
 def shipped_of(session: Session) -> Shipped:
     """A session's reported best, as shipped: the paired figures when the leaders were re-timed."""
+    if any(isinstance(e, LoopStarted) for e in session.events):
+        # each round measured its own template, which the session's header does not hold
+        raise ExportError(f"{session.path}: an agent loop's session: its rounds' templates are not its header's; "
+                          "tune the template the loop wrote (kerntune tune DIR/kernel.toml) and ship that session")
     best = session.best()
     if best is None:
         raise ExportError(f"{session.path}: no verified configuration: nothing to ship")
@@ -112,10 +118,6 @@ def shipped_of(session: Session) -> Shipped:
 def shipped_of_folder(folder: Any) -> tuple[list[Shipped], dict[str, Session]]:
     """What a served-size run (or a campaign of one template) ships: its dispatch set, one entry
     per size, and each size's session."""
-    from pathlib import Path
-
-    from .campaign import CampaignError, load_summary
-
     try:
         summary = load_summary(Path(folder))
     except CampaignError as e:

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .campaign import is_summary
 from .export import EXPORT_FORMAT, ExportError, Shipped, shipped_of, shipped_of_folder
 from .result import Result, config_key
 from .session import Session, SessionError, load_session
 from .space import build_space
+from .summary import is_summary
 from .template import Template
 from .tune import Sink, TuneOptions, TuneRun, resolve_device
 

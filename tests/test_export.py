@@ -134,3 +134,7 @@ def test_json_holds_the_leaderboard_and_the_shipped_configuration(tmp_path, caps
     err = one_line_error(capsys, ["export", str(HOSTILE), "--format", "header", "-o", str(tmp_path / "h.h")])
     assert "a header is CUDA source" in err and not (tmp_path / "h.h").exists()
     assert export_json(session)["shipped"] == data["shipped"]
+    # an agent loop's rounds each measured their own template: nothing is shipped from its header's
+    loop = ROOT / "bench" / "results" / "silu_and_mul-loop-rules-h100.toml"
+    err = one_line_error(capsys, ["export", str(loop), "--format", "header", "-o", str(tmp_path / "loop.h")])
+    assert "an agent loop's session" in err and not (tmp_path / "loop.h").exists()

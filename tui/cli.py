@@ -363,9 +363,9 @@ def cmd_kt_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def cmd_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """`kerntune export SESSION --format header|t4|json -o FILE`."""
-    from kerntune.engine.campaign import is_summary
     from kerntune.engine.export import ExportError, export_header, export_json, export_t4, shipped_of_folder
     from kerntune.engine.session import load_session
+    from kerntune.engine.summary import is_summary
 
     refuse_overwrite(args.output, args.force)
     try:

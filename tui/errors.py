@@ -32,6 +32,7 @@ BAD_INPUT = (
     "kerntune.engine.simulate:SimulationError",
     "kerntune.engine.kerneltuner:CacheFormatError",
     "kerntune.engine.campaign:CampaignError",
+    "kerntune.engine.summary:CampaignError",
 )
 FAILED = (
     "kerntune.engine.backends:BackendError",

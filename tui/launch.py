@@ -515,13 +515,14 @@ def replay(path: Path, speed: float = 1.0, paused: bool = False) -> int:
 def with_dispatch_set(session: Any) -> Any:
     """A session of a served-size run (or a campaign) replays with its template's dispatch set said
     at its end, as notes, from the summary beside it; the session file itself is not changed."""
-    from kerntune.engine.campaign import CampaignError, is_summary, load_summary
-    from kerntune.engine.events import Note
-    from kerntune.tui.text import dispatch_lines
+    from kerntune.engine.summary import CampaignError, is_summary, load_summary
 
     folder = Path(session.path).parent
     if not is_summary(folder):
         return session
+    from kerntune.engine.events import Note
+    from kerntune.tui.text import dispatch_lines
+
     try:
         summary = load_summary(folder)
     except CampaignError:
