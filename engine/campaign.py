@@ -246,11 +246,15 @@ def dispatch_of(pairs: Sequence[PairResult], general: General, top: int = DEFAUL
 
 
 def _candidates(pairs: Sequence[PairResult], top: int) -> list[tuple[str, Mapping[str, Any]]]:
-    """Each size's `top` fastest verified configurations, and the original (the default configuration)."""
+    """Each size's `top` fastest verified configurations, its reported best (the paired verdict's
+    choice, which may be a simpler one tied with the fastest) and the original (the default
+    configuration)."""
     out: dict[str, Mapping[str, Any]] = {}
     for p in pairs:
         if p.original is not None:
             out.setdefault(config_key(p.original.config), p.original.config)
+        if p.best is not None:
+            out.setdefault(config_key(p.best.config), p.best.config)
         for r in ranked(p.results)[:top]:
             out.setdefault(config_key(r.config), r.config)
     return list(out.items())

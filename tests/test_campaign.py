@@ -220,3 +220,21 @@ def test_ctrl_c_ends_the_campaign_and_the_rerun_resumes_the_cut_pair(tmp_path, c
     assert "vector_add at n=20000: resumed" in rerun and "vector_add at n=3000: tuned" in rerun
     keys = [config_key(r.config) for r in load_session(first).results()]
     assert len(keys) >= 8 and len(keys) == len(set(keys)) and keys[:len(cut)] == cut
+
+
+def test_a_sizes_reported_best_outside_its_fastest_few_is_a_candidate_of_the_general_configuration():
+    # the paired verdict reported a simpler configuration tied with the fastest, ranked fourth by
+    # its own timing: the general configuration and the notes take it as they take the others
+    from kerntune.engine.campaign import choose_general, dispatch_of
+    from kerntune.engine.result import Result
+
+    def r(b, us):
+        return Result(config={"B": b}, status="ok", times_us=(us,) * 5, median_us=us)
+
+    small = [r(1, 10.0), r(2, 9.0), r(3, 9.01), r(4, 9.02), r(5, 9.03)]
+    large = [r(1, 100.0), r(2, 90.0), r(3, 95.0), r(4, 96.0), r(5, 99.0)]
+    pairs = [PairResult("t", "small", {"n": 1}, "a.toml", "tuned", tuple(small), best=small[4], original=small[0]),
+             PairResult("t", "large", {"n": 2}, "b.toml", "tuned", tuple(large), best=large[1], original=large[0])]
+    general = choose_general(pairs, top=3)
+    assert general.config is not None
+    assert dispatch_of(pairs, general, top=3) is not None
