@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .events import LeadersRetimed
+from .printable import printable
 from .result import Result, config_key
 from .retime import timing_interval
 
@@ -27,12 +28,6 @@ class Contrast:
     figures: tuple[tuple[str, str, str], ...]
     metrics: tuple[tuple[str, float, float], ...]  # largest relative difference first
     verdict: str
-
-
-def printable(text: Any) -> str:
-    """Text from a session with what a terminal would act on (escapes, controls) written out."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
-                   for c in str(text))
 
 
 def _flat(metrics: Mapping[str, Any] | None) -> dict[str, float]:

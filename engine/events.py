@@ -87,7 +87,8 @@ class WinnerVerified(Event):
 
 @dataclass(frozen=True)
 class ConfigSanitized(Event):
-    """compute-sanitizer memcheck's verdict on a configuration (CUDA); a finding demotes it."""
+    """A compute-sanitizer tool's verdict on a configuration (CUDA; the message names the tool:
+    memcheck, racecheck or synccheck); a finding demotes it."""
 
     kind: ClassVar[str] = "config_sanitized"
     config: Mapping[str, Any]

@@ -339,7 +339,7 @@ class TuneRun(Controlled):
             if best is not None and not self.events.stopped:
                 best, winner_ok = self._final_check(evaluations, results, template, problem, backend)
                 if best is not None and winner_ok and not self.events.stopped:
-                    best = self._paired(evaluations, results, best, baseline, default, template)
+                    best = self._paired(evaluations, results, best, baseline, default, template, problem, backend)
                     winner_ok = best is not None
                 if best is not None and winner_ok and len(getattr(evaluations, "labels", ())) > 1:
                     self._retime(evaluations, best)
@@ -442,7 +442,8 @@ class TuneRun(Controlled):
                              "are marked ~", source="disturbance")
 
     def _paired(self, evaluations, results: list[Result], winner: Result, baseline: Result | None,
-                default: Config, template: Template) -> Result | None:
+                default: Config, template: Template, problem: Problem | None = None,
+                backend: str = "") -> Result | None:
         """The leaders and the original timed together (engine/retime.py); the configuration to
         report: the winner, or the one the paired times choose among those tied with the fastest
         (checked again on new inputs first when it is not the winner). One event records it all."""
@@ -455,6 +456,9 @@ class TuneRun(Controlled):
         listed = {p.name: list(p.values) for p in template.parameters}
         lead = affordable(leaders([winner] + others, original,
                                   lambda c: simplicity(c, default_values, listed)), wall, original)
+        tool = self._sanitizer(backend) if backend == "cuda" and problem is not None and len(lead) > 1 else None
+        if tool is not None:  # a racy or out-of-bounds leader is never timed against the others, nor reported
+            lead = self._sanitize_leaders(tool, template, problem, results, lead, winner)
         if len(lead) < 2:
             return winner
         if paired is None:
@@ -521,14 +525,13 @@ class TuneRun(Controlled):
         for i in order[:MAX_RECHECKS]:
             r = results[i]
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
-            # memcheck runs in a process of its own while the worker checks on new inputs: neither
-            # times anything, so neither disturbs a measurement
-            memcheck = (_threads().submit(self._memcheck, sanitizer, template, problem, r)
-                        if sanitizer is not None else None)
+            # compute-sanitizer's tools run in processes of their own while the worker checks on new
+            # inputs: none times anything, so none disturbs a measurement
+            checks = self._sanitize_all(sanitizer, template, problem, r) if sanitizer is not None else []
             checked = worker.verify_again(Config.of(r.config), seeds)
             self.events.emit(WinnerVerified(self.events.now(), dict(r.config), checked.ok, checked.message, seeds))
-            found = memcheck.result() if memcheck is not None else None
-            if checked.ok and (found is None or self._sanitized(found, results, i)):
+            found = [c.result() for c in checks]
+            if checked.ok and self._sanitized(found, results, i):
                 winner = i
                 break
             if not checked.ok:
@@ -544,7 +547,8 @@ class TuneRun(Controlled):
             for i in [j for j in order if j != winner][:max(0, self.options.sanitize - 1)]:
                 if self.events.stopped:
                     break
-                self._sanitized(self._memcheck(sanitizer, template, problem, results[i]), results, i)
+                found = [c.result() for c in self._sanitize_all(sanitizer, template, problem, results[i])]
+                self._sanitized(found, results, i)
         return results[winner], True
 
     def _demote(self, results: list[Result], i: int, status: str, message: str) -> None:
@@ -554,26 +558,57 @@ class TuneRun(Controlled):
     def _sanitizer(self, backend: str) -> str | None:
         if backend != "cuda":
             if self.options.sanitize:
-                self.events.note(f"--sanitize needs the CUDA backend; this run used {backend}")
+                self.events.note(f"--sanitize needs the CUDA backend; this run used {backend}", once=True)
             return None
         from .sanitize import find_sanitizer
 
         tool = find_sanitizer()
         if tool is None and self.options.sanitize:
-            self.events.note("compute-sanitizer was not found: --sanitize checks nothing")
+            self.events.note("compute-sanitizer was not found: --sanitize checks nothing", once=True)
         return tool
 
-    def _memcheck(self, tool: str, template: Template, problem: Problem, r: Result) -> tuple[bool, str] | str:
-        """compute-sanitizer's memcheck on one configuration: (clean, message), or why it could not
-        run (a str). Safe in another thread: it emits nothing."""
+    def _sanitize(self, tool: str, template: Template, problem: Problem, r: Result,
+                  which: str) -> tuple[str, bool, str] | str:
+        """One of compute-sanitizer's tools on one configuration: (tool, clean, message), or why it
+        could not run (a str). Safe in another thread: it emits nothing."""
         from .sanitize import SanitizeError, sanitize_config
 
-        ahead, self._ahead = self._ahead, None
+        ahead = None
+        if which == "memcheck":  # the child started with the search is memcheck's
+            ahead, self._ahead = self._ahead, None
         try:
             config = dict(r.config) or None  # {}: the original kernel
-            return sanitize_config(template, problem, config, device=self.options.device, tool=tool, ahead=ahead)
+            clean, message = sanitize_config(template, problem, config, device=self.options.device, tool=tool,
+                                             ahead=ahead, which=which)
+            return which, clean, message
         except SanitizeError as e:
-            return f"compute-sanitizer could not check {fmt_values(r.config)}: {e}"
+            return f"compute-sanitizer {which} could not check {fmt_values(r.config) or 'the original'}: {e}"
+
+    def _sanitize_all(self, tool: str, template: Template, problem: Problem, r: Result) -> list:
+        """memcheck, racecheck and synccheck on one configuration, each in a process of its own,
+        at once: their futures (of what `_sanitize` returns)."""
+        from .sanitize import CHECKS
+
+        return [_threads().submit(self._sanitize, tool, template, problem, r, which) for which in CHECKS]
+
+    def _sanitize_leaders(self, tool: str, template: Template, problem: Problem, results: list[Result],
+                          lead: list[Result], checked: Result) -> list[Result]:
+        """The leaders of the paired rounds (but the original and `checked`, the winner, whose
+        check came first) under compute-sanitizer's three tools before they are timed together:
+        a finding demotes a leader, which leaves the rounds. The leaders that stay."""
+        at = {config_key(r.config): i for i, r in enumerate(results)}
+        todo = [r for r in lead if r.config and r is not checked and config_key(r.config) in at]
+        pending = [(r, self._sanitize_all(tool, template, problem, r)) for r in todo]
+        demoted = 0
+        for r, checks in pending:
+            if not self._sanitized([c.result() for c in checks], results, at[config_key(r.config)]):
+                demoted += 1
+        if todo:
+            self.events.note(f"compute-sanitizer (memcheck, racecheck, synccheck) checked {len(todo)} leader"
+                             f"{'s' if len(todo) != 1 else ''} before timing them together"
+                             + (f": {demoted} demoted" if demoted else ": no finding"), source="sanitizer")
+        fresh = [results[at[config_key(r.config)]] if config_key(r.config) in at else r for r in lead]
+        return [r for r in fresh if r.ranked or not r.config]
 
     def _memcheck_ahead(self, backend: str, template: Template, problem: Problem):
         """memcheck's child started now, for the winner's check when the search ends: its start
@@ -588,16 +623,23 @@ class TuneRun(Controlled):
         except SanitizeError:
             return None  # the check at the end says why, once
 
-    def _sanitized(self, found: tuple[bool, str] | str, results: list[Result], i: int) -> bool:
-        """Record memcheck's finding on results[i]; a finding demotes it. True unless it found
-        something (a check that could not run is a note, and no finding)."""
-        if isinstance(found, str):
-            self.events.note(found)
-            return True
-        clean, message = found
-        self.events.emit(ConfigSanitized(self.events.now(), dict(results[i].config), clean, message))
-        if not clean:
-            self._demote(results, i, "out_of_bounds", message)
+    def _sanitized(self, found: list, results: list[Result], i: int) -> bool:
+        """Record compute-sanitizer's verdicts on results[i] (one a tool: (tool, clean, message),
+        or why it could not run); the first finding demotes it (out_of_bounds for memcheck's,
+        wrong_result for a race or a misused barrier). True unless a tool found something (one
+        that could not run is a note, and no finding)."""
+        from .sanitize import FINDING_STATUS
+
+        clean = True
+        for item in found:
+            if isinstance(item, str):
+                self.events.note(item, once=True)
+                continue
+            which, ok, message = item
+            self.events.emit(ConfigSanitized(self.events.now(), dict(results[i].config), ok, message))
+            if not ok and clean:
+                self._demote(results, i, FINDING_STATUS[which], message)
+            clean = clean and ok
         return clean
 
     def _profile(self, template: Template, problem: Problem, results: list[Result], backend: str,
@@ -647,7 +689,7 @@ MAX_RECHECKS = 32
 @functools.lru_cache(maxsize=1)
 def _threads() -> ThreadPoolExecutor:
     """Threads for what runs beside the worker (memcheck's process)."""
-    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="kerntune-beside")
+    return ThreadPoolExecutor(max_workers=3, thread_name_prefix="kerntune-beside")  # compute-sanitizer's three tools
 
 
 def _fresh_seeds(count: int = 2) -> list[int]:

@@ -184,6 +184,25 @@ def test_compute_sanitizer_finds_a_write_past_the_end_and_passes_an_honest_kerne
     assert not clean and "Invalid __global__ write" in msg, msg
 
 
+@pytest.mark.parametrize("mode, which, finds", [
+    (0, "memcheck", False), (0, "racecheck", False), (0, "synccheck", False),
+    (1, "racecheck", True),  # the tree without its barriers
+    (3, "racecheck", True),  # warp-synchronous steps without __syncwarp
+    (4, "memcheck", True),  # a read one element past the end of x
+    (5, "memcheck", True),  # a write 2 MiB past the end of s
+])
+def test_each_compute_sanitizer_tool_finds_its_class_of_the_second_round(mode, which, finds):
+    from cheats import SUMS
+    from kerntune.engine.sanitize import find_sanitizer, sanitize_config
+
+    if find_sanitizer() is None:
+        pytest.skip("compute-sanitizer is not installed")
+    t = load_template(SUMS)
+    clean, msg = sanitize_config(t, t.problem(), {**t.default_config(), "MODE": mode}, which=which)
+    assert clean != finds, msg
+    assert msg.startswith(f"compute-sanitizer {which}: ")
+
+
 @pytest.mark.parametrize("which", ["rows", "sums"])
 def test_the_second_round_of_cheats_is_caught_on_the_gpu(tmp_path, which):
     """Softmax cheats on inputs they cannot guess, memoisers, races (a dropped barrier, two
@@ -194,8 +213,15 @@ def test_the_second_round_of_cheats_is_caught_on_the_gpu(tmp_path, which):
     path, expected = (ROWS, ROWS_EXPECTED) if which == "rows" else (SUMS, SUMS_ON_GPU)
     opts = TuneOptions(backend="cuda", session_path=tmp_path / "s.toml", timing=QUICK, seed=1, probe=False)
     out = TuneRun(load_template(path), opts).run()
-    results = load_session(out.session_path).results()
+    session = load_session(out.session_path)
+    results = session.results()
     check_round2(results, expected)
+    from kerntune.engine.events import ConfigSanitized
+    from kerntune.engine.sanitize import find_sanitizer
+
+    if find_sanitizer() is not None:  # the winner (and the leaders) went through all three tools
+        tools = {e.message.split(":")[0] for e in session.events if isinstance(e, ConfigSanitized)}
+        assert {f"compute-sanitizer {t}" for t in ("memcheck", "racecheck", "synccheck")} <= tools, tools
     assert out.winner_ok is True and out.best.config["MODE"] in (0, 5)
     # a far writer (sums MODE 5) never makes an honest configuration fail
     assert all(r.status == "ok" for r in results if r.config["MODE"] == 0)

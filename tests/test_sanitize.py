@@ -83,3 +83,46 @@ def test_closing_ends_what_the_tool_started_even_when_it_holds_the_output(tmp_pa
         for _ in range(100):  # killed: gone once its parent shell (killed too) is reaped by init
             os.kill(stray, 0)
             time.sleep(0.05)
+
+
+RACE_REPORT = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at row_sum+0x1f0 in row_sum.cu:21:row_sum(float*, const float*, int)
+=========     and Read access at row_sum+0x230 in row_sum.cu:24:row_sum(float*, const float*, int) [248 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+SYNC_REPORT = """========= COMPUTE-SANITIZER
+========= Barrier error detected. Divergent thread(s) in block
+=========     at row_sum+0x120 in row_sum.cu:18:row_sum(float*, const float*, int)
+=========     by thread (37,0,0) in block (0,0,0)
+=========
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_racecheck_and_synccheck_reports_read_as_a_count_and_the_first_finding():
+    from kerntune.engine.sanitize import parse_report
+
+    errors, first = parse_report(RACE_REPORT, "racecheck")
+    assert errors == 1 and first.startswith("Race reported between Write access at row_sum+0x1f0")
+    assert "and Read access at row_sum+0x230" in first
+    # racecheck's warnings (a write of the same value, say) are not races
+    assert parse_report("========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)\n",
+                        "racecheck") == (0, "")
+    errors, first = parse_report(SYNC_REPORT, "synccheck")
+    assert errors == 1 and first.startswith("Barrier error detected. Divergent thread(s) in block; at row_sum+0x120")
+
+
+@pytest.mark.parametrize("which, report", [("racecheck", RACE_REPORT), ("synccheck", SYNC_REPORT)])
+def test_each_tool_runs_by_its_name_and_its_finding_names_it(tmp_path, which, report):
+    # a stand-in that prints the report only when asked for this tool
+    path = tmp_path / "compute-sanitizer"
+    body = "\n".join(f"echo '{line}'" for line in report.splitlines())
+    path.write_text(f"#!/bin/sh\n[ \"$2\" = \"{which}\" ] || exit 3\n"
+                    "while [ \"${1#-}\" != \"$1\" ]; do shift; shift; done\n\"$@\"\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    t = load_template(templates.path("vector_add"))
+    clean, message = sanitize_config(t, t.problem(), t.default_config(), tool=str(path), which=which)
+    assert not clean and message.startswith(f"compute-sanitizer {which}: 1 errors; ")
+    with pytest.raises(SanitizeError, match="no compute-sanitizer tool"):
+        sanitize_config(t, t.problem(), t.default_config(), tool=str(path), which="initcheck")

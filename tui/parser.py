@@ -110,8 +110,9 @@ def _tune(t: argparse.ArgumentParser) -> None:
     t.add_argument("--resume", action="store_true", help="continue the run recorded in --session")
     t.add_argument("--force", action="store_true", help="write over an existing --session file")
     t.add_argument("--sanitize", type=int, default=0, metavar="K",
-                   help="CUDA: run compute-sanitizer memcheck on the K fastest configurations (the "
-                        "winner is always checked when compute-sanitizer is found); a finding demotes it")
+                   help="CUDA: run compute-sanitizer (memcheck, racecheck, synccheck) on the K fastest "
+                        "configurations too (the winner and the leaders timed again with it are always "
+                        "checked when compute-sanitizer is found); a finding demotes it")
     t.add_argument("--profile-top", type=int, default=0, metavar="K",
                    help="CUDA: profile the K best configurations with Nsight Compute when the search "
                         "(each round of a loop) ends")

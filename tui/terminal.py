@@ -2,7 +2,8 @@
 its text may be, and what of a string may reach the terminal.
 
 Every string read from a file (a session, a spec, a campaign summary, a kernel's source) is
-data: before it is printed, `printable` writes its control characters as escapes (`\\x1b`), so
+data: before it is printed, `printable` (engine/printable.py, the engine's text lines use it
+too) writes its control characters as escapes (`\\x1b`), so
 no file can set the window title, write the clipboard (OSC 52), draw a hyperlink, clear the
 screen, ring the bell or rewrite a line with `\\r`. The command line's output streams are
 guarded too (`guarded_output`): what a command prints passes the same function, keeping only
@@ -13,37 +14,16 @@ tables draw themselves.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import shutil
 import sys
 from typing import Iterator, TextIO
 
-# Control characters (C0, DEL, C1), Unicode's line and paragraph separators, and the format
-# characters that reorder or hide what follows them (bidirectional embeddings, overrides,
-# isolates and marks): a terminal acts on each, or shows text in an order that is not its own.
-_CONTROLS = ("\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069")
+from kerntune.engine.printable import control_pattern, escape_match, printable
+
 # A colour or weight (SGR: ESC [ digits m) is the only sequence the text tables write themselves.
 _SGR = "\x1b\\[[0-9;:]*m"
-
-
-@functools.lru_cache(maxsize=8)
-def _pattern(keep: str) -> re.Pattern[str]:
-    kept = "".join(re.escape(c) for c in keep)
-    return re.compile(f"(?![{kept}])[{_CONTROLS}]" if kept else f"[{_CONTROLS}]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    c = ord(match.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def printable(text: object, keep: str = "") -> str:
-    """`text` with every control character written as an escape (`\\x1b`, `\\u202e`), but for
-    the ones in `keep` (`"\\n\\t"` for a kernel's source shown whole). One line by default."""
-    s = text if isinstance(text, str) else str(text)
-    return _pattern(keep).sub(_escape, s)
 
 
 def printable_source(text: str) -> str:
@@ -72,7 +52,7 @@ class GuardedStream:
         except (AttributeError, ValueError):
             tty = False
         keep = "\n\r\t"
-        self._pattern = re.compile(f"({_SGR})|{_pattern(keep).pattern}") if tty else _pattern(keep)
+        self._pattern = re.compile(f"({_SGR})|{control_pattern(keep).pattern}") if tty else control_pattern(keep)
 
     def write(self, s: str) -> int:
         self.raw.write(self._pattern.sub(_keep_sgr, s))
@@ -89,7 +69,7 @@ class GuardedStream:
 def _keep_sgr(match: re.Match[str]) -> str:
     if match.lastindex:  # the colour sequence's group
         return match.group()
-    return _escape(match)
+    return escape_match(match)
 
 
 @contextlib.contextmanager
