@@ -186,10 +186,12 @@ def test_compute_sanitizer_finds_a_write_past_the_end_and_passes_an_honest_kerne
 
 @pytest.mark.parametrize("mode, which, finds", [
     (0, "memcheck", False), (0, "racecheck", False), (0, "synccheck", False),
-    (1, "racecheck", True),  # the tree without its barriers
-    (3, "racecheck", True),  # warp-synchronous steps without __syncwarp
-    (4, "memcheck", True),  # a read one element past the end of x
+    (1, "racecheck", True),  # the tree without its barriers: one warp reads what the other wrote
     (5, "memcheck", True),  # a write 2 MiB past the end of s
+    # What the tools cannot see, kerntune's own checks catch (the test below): racecheck reports
+    # shared-memory hazards between warps, not within one (MODE 3, warp-synchronous steps) nor
+    # between blocks in global memory (MODE 2); memcheck sees a read one element past x (MODE 4)
+    # land inside kerntune's guard region, a valid allocation, where the NaN it reads spoils the sum.
 ])
 def test_each_compute_sanitizer_tool_finds_its_class_of_the_second_round(mode, which, finds):
     from cheats import SUMS

@@ -196,7 +196,11 @@ def test_a_run_resumed_with_another_strategy_keeps_and_learns_from_its_results(o
     keys = [config_key(r.config) for r in second.results]
     assert len(keys) == 10 and len(set(keys)) == 10
     assert keys[:6] == [config_key(r.config) for r in first.results]
-    assert second.best.median_us <= first.best.median_us
+    # the recorded measurements are kept as they were (the verdict among the leaders may choose
+    # another of them, tied with the fastest, so it is the fastest that cannot get worse)
+    assert [r.median_us for r in second.results[:6]] == [r.median_us for r in first.results]
+    fastest = min(r.median_us for r in second.results if r.status == "ok")
+    assert fastest <= min(r.median_us for r in first.results if r.status == "ok")
 
 
 def test_seeded_configs_go_first_and_the_strategy_never_repeats_them():

@@ -1,6 +1,6 @@
 // Each MODE misbehaves one way; the verifier must catch every one of them (the twin of kernel.cl).
 //  0 honest: a tree of 64 partial sums in shared memory (another order than the original's)
-//  1 the tree without its barriers (a race)
+//  1 the tree without its barriers (a race between the block's two warps)
 //  2 two blocks per row, the second adding into the first's result without atomics (a race)
 //  3 the last five steps of the tree without __syncwarp, warp-synchronous (a race)
 //  4 reads one element past the end of x (the last row's sum takes it)
@@ -24,7 +24,9 @@ extern "C" __global__ void cheat_sums(const float *x, float *s, int rows, int co
     if (r == rows - 1 && t == 0) acc += x[(size_t)rows * cols];
 #endif
     p[t] = acc;
+#if MODE != 1
     __syncthreads();
+#endif
     for (int k = 32; k > 0; k /= 2) {
         if (t < k) p[t] += p[t + k];
 #if MODE == 1
