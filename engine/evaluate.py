@@ -46,8 +46,8 @@ from .sol import SUSPECT_MARGIN, sol_time_us
 from .space import Geometry, compiler_defines, geometry, launch_geometry
 from .template import Argument, ParamValue, Problem, Template
 
-# Output types the device checks against the tolerance itself (backends with `compare_close`);
-# others (float64, integers) are read back and compared by the host.
+# Output types the device checks against the tolerance itself (backends whose capabilities have
+# `compare_close`); others (float64, integers) are read back and compared by the host.
 DEVICE_CLOSE_DTYPES = ("float32", "float16", "bfloat16")
 POISONS = ("nan", "bits", "plausible")
 # Timed launches checked per configuration: as many as TIMING_CHECK_BYTES of outputs read back
@@ -163,7 +163,7 @@ class Evaluator:
         self._calibration_build: Any = None  # the original's build for calibrate(), under way
         # Tolerance checks on the device where the backend has them: only a failure is read back
         # (and described by the host's `compare`, which stays the authority).
-        self._device_close = getattr(backend, "compare_close", None)
+        self._device_close = backend.compare_close if backend.capabilities.compare_close else None
         env = problem.values
         self.bytes_moved = float(template.cost_bytes.evaluate(env))
         self.flops = float(template.cost_flops.evaluate(env))
@@ -324,7 +324,7 @@ class Evaluator:
         verification size now, in threads (numpy lets go of the interpreter in its large
         operations), while the original compiles for the calibration where the backend can build
         apart from its context; the rest of each pool is drawn when first used."""
-        build = getattr(self.backend, "build", None)
+        build = self.backend.build if self.backend.capabilities.build else None
         if build is not None and self.reference is not None:
             _config, args = self._calibration_build_args()
             self._calibration_build = threads().submit(build, *args)
@@ -944,8 +944,9 @@ def _elements_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _first_differences(backend: Backend, pairs: list[tuple[Any, int, Any, int, int]]) -> list[int]:
     """The backend's first_difference of each pair, all at once where it can."""
-    many = getattr(backend, "first_differences", None)
-    return many(pairs) if many is not None else [backend.first_difference(*p) for p in pairs]
+    if backend.capabilities.first_differences:
+        return backend.first_differences(pairs)
+    return [backend.first_difference(*p) for p in pairs]
 
 
 def median_known(times: list[float], precision: float) -> bool:

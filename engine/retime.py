@@ -209,7 +209,8 @@ def paired_rounds(ev: Any, request: PairedRequest, held: Mapping[str, Any],
     failed: dict[str, tuple[str, str]] = {}
     kernels: dict[str, tuple[Any, Any]] = {}
     digests: dict[str, str] = {}
-    build = getattr(ev.backend, "build", None)  # a backend whose binaries say what was built
+    # a backend whose builds say what was built
+    build = ev.backend.build if ev.backend.capabilities.build else None
     for key, config in zip(keys, configs):
         try:
             geo = launch_geometry(ev.template, config, ev.problem, ev.backend.limits)

@@ -207,7 +207,7 @@ def _stand(conn: Any, where: tuple[str, int], startup: dict[str, float]) -> tupl
     backend = open_backend(name, device)
     ahead = dict(startup)
     ahead["device"] = time.perf_counter() - mark
-    warm = getattr(backend, "warm", None)
+    warm = backend.warm if backend.capabilities.warm else None
     if warm is not None:  # the engine's own kernels built, the compiler loaded: nothing of a run's
         mark = time.perf_counter()
         try:

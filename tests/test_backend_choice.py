@@ -28,3 +28,17 @@ def test_auto_says_cuda_was_skipped_for_want_of_pycuda(tmp_path):
                   [lambda ev: notes.append(ev.text) if isinstance(ev, Note) else None])
     run.run()
     assert why in notes  # said in the run, and so in its session
+
+
+@pytest.mark.parametrize("module", ["cuda", "opencl"])
+def test_each_backend_declares_exactly_the_optional_methods_it_has(module):
+    from dataclasses import fields
+
+    from kerntune.engine.backends import Capabilities, cuda, opencl
+
+    cls = {"cuda": cuda.CUDABackend, "opencl": opencl.OpenCLBackend}[module]
+    declared = cls.capabilities
+    assert isinstance(declared, Capabilities)
+    for f in fields(Capabilities):
+        assert getattr(declared, f.name) == callable(getattr(cls, f.name, None)), f.name
+    assert declared.build == declared.warm == (module == "cuda")

@@ -92,11 +92,29 @@ def count_devices(devices: Callable[[], Sequence[Any]]) -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond the protocol's primitives, declared by the backend: the
+    engine asks these fields, never whether a method happens to exist."""
+
+    # build(source, entry, defines, options) without the device's context (in a thread), then
+    # load(binary...) on it; a build returns what was built, so binaries can be compared
+    build: bool = False
+    # first_differences(pairs): first_difference of many pairs of ranges in one device pass
+    first_differences: bool = False
+    # compare_close(out, out_offset, ref, n, dtype, rtol, atol, ...): the tolerance check on the
+    # device, only a failure read back
+    compare_close: bool = False
+    # warm(): the engine's own device kernels built and the compiler loaded ahead of a run
+    warm: bool = False
+
+
 class Backend(Protocol):
     """What the evaluator needs from a compute API."""
 
     name: str
     limits: DeviceLimits
+    capabilities: Capabilities  # the optional methods it has (see Capabilities)
 
     def compile(self, source: str, entry: str, defines: Mapping[str, str],
                 options: Sequence[str] = ()) -> Any:

@@ -14,7 +14,7 @@ import numpy as np
 from ..device import DeviceLimits
 from ..result import Resources
 from ..space import Geometry
-from . import BackendError, CompileError, ConstantArg, chosen_device, count_devices, DeviceInfo, LaunchError
+from . import BackendError, Capabilities, CompileError, ConstantArg, chosen_device, count_devices, DeviceInfo, LaunchError
 from .cuda_symbols import resolve_entry
 
 try:
@@ -241,6 +241,7 @@ class CUDABackend:
     """Compile, launch and time CUDA kernels on one device, in its primary context."""
 
     name = "cuda"
+    capabilities = Capabilities(build=True, first_differences=True, compare_close=True, warm=True)
 
     def __init__(self, dev: Any):
         self.device = dev

@@ -12,7 +12,7 @@ from ..device import DeviceLimits
 from ..result import Resources
 from ..signature import SignatureError, parse_kernels
 from ..space import Geometry
-from . import BackendError, CompileError, ConstantArg, chosen_device, count_devices, compile_message, DeviceInfo, LaunchError
+from . import BackendError, Capabilities, CompileError, ConstantArg, chosen_device, count_devices, compile_message, DeviceInfo, LaunchError
 from .opencl_check import DeviceCheck, build_failure, build_log, checks_for
 
 try:
@@ -166,6 +166,7 @@ class OpenCLBackend:
     """Compile, launch and time OpenCL kernels on one device."""
 
     name = "opencl"
+    capabilities = Capabilities()  # none of the optional methods
 
     def __init__(self, dev: Any, defects: tuple[str, ...] = ()):
         self.device = dev
