@@ -426,8 +426,9 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     if not two_d and not found:
         raise Decline(f"a one-dimensional grid whose points read no neighbours: {no_tile}")
     d = Dialect.of(ctx.backend)
-    names = fresh_names(("ITEMS", "TILE"), ctx.taken | set(ctx.defaults))
-    items, tile = names["ITEMS"], names["TILE"]
+    across = _across(body, text_of, cx.name, coords, ctx) if two_d else None
+    names = fresh_names(("ITEMS", "TILE") + (("RX",) if across is not None else ()), ctx.taken | set(ctx.defaults))
+    items, tile, rx = names["ITEMS"], names["TILE"], names.get("RX")
     # the body as a function of the point: each coordinate's initialiser becomes the point's value
     points = [(cx, "kt_x" + (f" + {ox}" if ox else ""))] + ([(cy, "kt_y" + (f" + {oy}" if oy else ""))] if two_d else [])
     plain, tiled = _bodies(ctx, a, points, found, two_d, chars)
@@ -440,19 +441,25 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     tile_params += ["const int kt_ox"] + (["const int kt_oy"] if two_d else [])
     helpers = f"{qualifier} kt_point({', '.join(point)})\n{plain}\n"
     if found:
-        helpers = (f"#if $TILE > 0\n{_tile_macros(halo, block, two_d)}"
+        helpers = (f"#if $TILE > 0\n{_tile_macros(halo, block, two_d, rx is not None)}"
                    f"{qualifier} kt_point({', '.join(point + tile_params)})\n{tiled}\n#else\n{helpers}#endif\n")
-    kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d), names)
+    kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d, rx is not None), names)
     helpers = with_names(helpers, names)
     params_out = [ParamProposal(items, (1, 2, 4, 8, 16), 1, f"points per thread along {'y, consecutive rows' if two_d else 'x, a block apart'} (1: the original kernel)", "work")]
     switch = f"{items} > 1"
+    if rx is not None:
+        params_out.append(ParamProposal(rx, (1, 2, 4, 8), 1, "points per thread along x, a block's width apart "
+                                        "(1: the original kernel)", "work"))
+        switch += f" || {rx} > 1"
     if found:
         params_out.append(ParamProposal(tile, (0, 1), 0, "1: the block's inputs and their halo staged in shared "
                                         "memory first", "tile"))
-        switch = f"{items} > 1 || {tile} > 0"
+        switch += f" || {tile} > 0"
     grid = list(ctx.grid)
     if two_d:
         grid[1] = f"ceil_div({extent}, ({block[1]}) * {items}) if {items} > 1 else ({grid[1]})"
+        if rx is not None:
+            grid[0] = f"ceil_div({across}, ({block[0]}) * {rx}) if {rx} > 1 else ({grid[0]})"
     else:
         grid[0] = f"ceil_div({extent}, ({block[0]}) * {items}) if {items} > 1 else ({grid[0]})"
     source = beside(ctx.source, a, switch, params_out, helpers, kernel, NAME)
@@ -460,9 +467,13 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     constraints = []
     what = (f"stencil: ITEMS points per thread along {'y' if two_d else 'x'}, pointers restricted so neighbouring "
             f"{'rows' if two_d else 'points'} stay in registers")
+    if rx is not None:
+        first[rx] = (1, 4, 8)
+        constraints.append(f"{rx} * {items} <= 32")
+        what += "; RX points per thread along x, a block's width apart"
     if found:
         first[tile] = (0, 1)
-        elements = _tile_elements(halo, block, items, two_d)
+        elements = _tile_elements(halo, block, items, two_d, rx)
         size = sum(ELEMENT_BYTES[t.ctype] for t in found)
         constraints.append(f"{tile} == 0 or {elements} * {size} <= max_shared_per_block")
         what += (f"; TILE 1 stages {', '.join(t.array for t in found)} with a halo of "
@@ -473,14 +484,16 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
                    helps="memory")
 
 
-def _tile_elements(h: Halo, block: list[str], items: str, two_d: bool) -> str:
+def _tile_elements(h: Halo, block: list[str], items: str, two_d: bool, rx: str | None) -> str:
     if two_d:
-        return f"(({block[1]}) * {items} + {h.y0 + h.y1}) * (({block[0]}) + {h.x0 + h.x1})"
+        width = f"({block[0]}) * {rx}" if rx is not None else f"({block[0]})"
+        return f"(({block[1]}) * {items} + {h.y0 + h.y1}) * ({width} + {h.x0 + h.x1})"
     return f"(({block[0]}) * {items} + {h.x0 + h.x1})"
 
 
-def _tile_macros(h: Halo, block: list[str], two_d: bool) -> str:
-    width = f"(({block[0]}) + {h.x0 + h.x1})" if two_d else f"(({block[0]}) * $ITEMS + {h.x0 + h.x1})"
+def _tile_macros(h: Halo, block: list[str], two_d: bool, across: bool) -> str:
+    per = " * $RX" if across else ""
+    width = f"(({block[0]}){per} + {h.x0 + h.x1})" if two_d else f"(({block[0]}) * $ITEMS + {h.x0 + h.x1})"
     height = f"(({block[1]}) * $ITEMS + {h.y0 + h.y1})" if two_d else "1"
     return f"#define KT_TW {width}\n#define KT_TH {height}\n"
 
@@ -514,16 +527,16 @@ def _bodies(ctx, a, coords, found: list[Tile], two_d: bool, chars) -> tuple[str,
 
 
 def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: list[str],
-            two_d: bool) -> str:
+            two_d: bool, across: bool) -> str:
     cuda = d.name == "cuda"
     gid = ("blockIdx.x", "blockIdx.y") if cuda else ("(int)get_group_id(0)", "(int)get_group_id(1)")
     lid = ("threadIdx.x", "threadIdx.y") if cuda else ("(int)get_local_id(0)", "(int)get_local_id(1)")
     dim = ("blockDim.x", "blockDim.y") if cuda else ("(int)get_local_size(0)", "(int)get_local_size(1)")
     call = ", ".join(args + ["kt_x"] + (["kt_y0 + kt_r"] if two_d else []))
     if two_d:
-        plain = (f"    const int kt_x = {gid[0]} * {dim[0]} + {lid[0]};\n"
-                 f"    const int kt_y0 = ({gid[1]} * {dim[1]} + {lid[1]}) * $ITEMS;\n"
-                 f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) kt_point({call});\n")
+        plain = (f"    const int kt_y0 = ({gid[1]} * {dim[1]} + {lid[1]}) * $ITEMS;\n"
+                 + _across_loop(f"{gid[0]} * {dim[0]} + {lid[0]}", f"({gid[0]} * $RX + kt_q) * {dim[0]} + {lid[0]}",
+                                call, across))
     else:
         plain = (f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) {{\n"
                  f"        const int kt_x = ({gid[0]} * $ITEMS + kt_r) * {dim[0]} + {lid[0]};\n"
@@ -541,11 +554,11 @@ def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, 
     tile_args = [f"kt_s{i}" for i in range(len(found))] + ["kt_ox"] + (["kt_oy"] if two_d else [])
     tcall = ", ".join(args + ["kt_x"] + (["kt_y0 + kt_r"] if two_d else []) + tile_args)
     if two_d:
-        origin = (f"    const int kt_ox = {gid[0]} * {bx} - {halo.x0};\n"
+        origin = (f"    const int kt_ox = {gid[0]} * ({bx}{' * $RX' if across else ''}) - {halo.x0};\n"
                   f"    const int kt_oy = {gid[1]} * ({by} * $ITEMS) - {halo.y0};\n")
-        points = (f"    const int kt_x = {gid[0]} * {bx} + {lid[0]};\n"
-                  f"    const int kt_y0 = ({gid[1]} * {by} + {lid[1]}) * $ITEMS;\n"
-                  f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) kt_point({tcall});\n")
+        points = (f"    const int kt_y0 = ({gid[1]} * {by} + {lid[1]}) * $ITEMS;\n"
+                  + _across_loop(f"{gid[0]} * {bx} + {lid[0]}", f"({gid[0]} * $RX + kt_q) * {bx} + {lid[0]}",
+                                 tcall, across))
     else:
         origin = f"    const int kt_ox = {gid[0]} * ({bx} * $ITEMS) - {halo.x0};\n    const int kt_oy = 0;\n"
         points = (f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) {{\n"
@@ -554,6 +567,25 @@ def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, 
     return (f"{header(ctx.source, a)}\n{{\n#if $TILE > 0\n{shared}{origin}"
             f"    for (int kt_i = {lid[1]} * {bx} + {lid[0]}; kt_i < KT_TH * KT_TW; kt_i += {bx} * {by}) {{\n{loads}    }}\n"
             f"    {d.barrier};\n{points}#else\n{plain}#endif\n}}")
+
+
+def _across_loop(x: str, x_q: str, call: str, across: bool) -> str:
+    """A thread's points of a 2-D grid: ITEMS consecutive rows at its x (`x`), or, with RX, at each
+    of its RX columns a block's width apart (`x_q`, over kt_q)."""
+    if not across:
+        return (f"    const int kt_x = {x};\n"
+                f"#pragma unroll\n    for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) kt_point({call});\n")
+    return (f"#pragma unroll\n    for (int kt_q = 0; kt_q < $RX; ++kt_q) {{\n        const int kt_x = {x_q};\n"
+            f"#pragma unroll\n        for (int kt_r = 0; kt_r < $ITEMS; ++kt_r) kt_point({call});\n    }}\n")
+
+
+def _across(body, text_of, var: str, coords: set[str], ctx: RewriteContext) -> str | None:
+    """The bound the guard sets on x, over the spec's sizes: the grid's columns RX points a thread
+    cover (None where the guard bounds no x: no RX then)."""
+    try:
+        return spec_text(_bound(body, text_of, var, coords), spec_scalars(ctx))
+    except Decline:
+        return None
 
 
 def _parameters(fn, ctx, d: Dialect, model: KernelModel) -> tuple[list[str], list[str]]:

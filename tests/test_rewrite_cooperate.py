@@ -43,10 +43,11 @@ CASES = {
     "reduce_nodivergence": ("reduction", ({"LANES": 16}, {"LANES": 8, "THREADS": 64, "GRID": 1})),
     "reduce_atomic": ("reduction", ({"GRID": 1, "THREADS_SIZE": 64, "ITEMS": 4}, {"GRID": 8})),
     "reduce_firstadd": ("reduction", ({"LANES": 32, "THREADS": 64, "GRID": 1},)),
-    "stencil5": ("stencil", ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 8, "BLOCK_Y": 2}, {"TILE": 1},
-                             {"TILE": 1, "ITEMS": 4, "BLOCK": 8, "BLOCK_Y": 2})),
+    "stencil5": ("stencil", ({"ITEMS": 4}, {"ITEMS": 16, "RX": 2, "BLOCK": 8, "BLOCK_Y": 2}, {"TILE": 1},
+                             {"TILE": 1, "ITEMS": 4, "RX": 4, "BLOCK": 8, "BLOCK_Y": 2})),
     "stencil9": ("stencil", ({"TILE": 1, "ITEMS": 2, "BLOCK": 4},)),
-    "conv_rows": ("stencil", ({"TILE": 1, "BLOCK": 4, "BLOCK_Y": 2},)),
+    "conv_rows": ("stencil", ({"TILE": 1, "BLOCK": 4, "BLOCK_Y": 2}, {"TILE": 1, "RX": 8, "BLOCK": 4, "BLOCK_Y": 1},
+                              {"RX": 4, "BLOCK": 8})),
     "conv_cols": ("stencil", ({"ITEMS": 8}, {"TILE": 1, "ITEMS": 4})),
     "stencil1d": ("stencil", ({"TILE": 1}, {"TILE": 1, "ITEMS": 4, "BLOCK": 64}, {"ITEMS": 2})),
 }
@@ -254,7 +255,8 @@ CUDA_CONFIGS = {
     "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
     "stencil9": ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 64}, {"TILE": 1, "ITEMS": 8}),
     "stencil1d": ({"TILE": 1, "ITEMS": 4}, {"ITEMS": 2}),
-    "conv_rows": ({"TILE": 1, "ITEMS": 4, "BLOCK": 32, "BLOCK_Y": 8},),
+    "conv_rows": ({"TILE": 1, "ITEMS": 4, "BLOCK": 32, "BLOCK_Y": 8}, {"TILE": 1, "RX": 8, "BLOCK": 32, "BLOCK_Y": 1},
+                  {"RX": 4, "ITEMS": 2}),
     "reduce_firstadd": ({"LANES": 16}, {"LANES": 8, "THREADS": 1024, "GRID": 2}),
 }
 
