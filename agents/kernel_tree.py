@@ -106,7 +106,7 @@ class KernelAnalysis:
     softmax_pairs: tuple[tuple[str, str], ...] = ()  # (max variable, sum-of-exp variable)
     launch_dims: frozenset[int] = frozenset()  # dimensions of the launch the kernel reads
     fixed_threads: tuple[int, ...] = ()  # literals the indexing takes as a thread count
-    fixed_spans: tuple[tuple[int, Span], ...] = ()  # each such literal and where it stands
+    fixed_spans: tuple[tuple[int, Span, int], ...] = ()  # each such literal, where it stands, its dimension
     barriers: bool = False
     shared: bool = False  # __shared__ or __local memory
     atomics: bool = False
@@ -732,8 +732,8 @@ class _Body:
             reads = thread_reads(value, f.dialect)
             if not reads:
                 continue
-            is_global, _, literal = _global_index(value, f.dialect)
-            fixed += [(v, f.node_span(node)) for v, node in literal]
+            is_global, dim, literal = _global_index(value, f.dialect)
+            fixed += [(v, f.node_span(node), dim) for v, node in literal]
             decl = value.parent.parent if value.parent is not None else value
             indices.append(ThreadIndex(name, cxx.text(value), tuple(sorted(reads)), is_global, f.node_span(decl)))
         dims = {d for d in range(3) if any(d == dim for _, dim in thread_reads(self.body, f.dialect))}
@@ -755,7 +755,7 @@ class _Body:
         analysis = KernelAnalysis(
             sig.name, f.dialect, sig, f.span(self._start(), self.fn.end_byte), f.node_span(self.body),
             tuple(indices), element, guard, tuple(self.loops), helper_loops, tuple(self.accesses),
-            tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(v for v, _ in fixed)), tuple(fixed),
+            tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(v for v, _, _ in fixed)), tuple(fixed),
             self.barriers, shared, self.atomics, opaque,
             locals={n: cxx.text(v) for n, v in locals_.items()}, arg_types=self._arg_types(),
             returns=tuple(self.returns), changing=frozenset(self.declared - set(locals_)),

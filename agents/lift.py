@@ -697,7 +697,9 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
                          f"{'xyz'[dim]} is left alone")
             continue
         if kernel is not None:
-            fixed = {(s.start, s.end) for _, s in kernel.fixed_spans}
+            # the literal as the block's count in this dimension's global index is lifted with it;
+            # the same number anywhere else (another dimension's index too) is a count it may assume
+            fixed = {(s.start, s.end) for _, s, d in kernel.fixed_spans if d == dim}
             body = [sp for word, sp in source_tokens(source)
                     if kernel.body.start <= sp.start < kernel.body.end and _integer(word) == literal
                     and (sp.start, sp.end) not in fixed]
@@ -800,8 +802,8 @@ def _launch_edits(source: str, launches: list[LaunchLift], kernel: KernelAnalysi
                             f"{lw.literal}")
             edits.append(Edit(spans[lw.dim].start, spans[lw.dim].end, lw.name))
     if kernel is not None:
-        for value, span in kernel.fixed_spans:
-            lw = next((x for x in launches if x.dim == 0 and x.literal == value), None)
+        for value, span, dim in kernel.fixed_spans:
+            lw = next((x for x in launches if x.dim == dim and x.literal == value), None)
             if lw is not None:
                 edits.append(Edit(span.start, span.end, lw.name))
     return edits, ""

@@ -137,3 +137,25 @@ def test_claude_asks_for_each_cooperating_pass_by_name(name, rewrite, params):
     got, lines = rewritten(_parse_rewrites({"rewrites": ["lift", rewrite]}), state(NAIVE / name, [], []))
     assert got is not None and params <= {p.name for p in got.parameters}, lines
     assert any(line.startswith(f"- {rewrite}: ") for line in lines), lines
+
+
+# both global indices write the block's size out, a different literal in each dimension
+LITERAL_2D = (HEAD + "    int x = get_group_id(0) * 32 + get_local_id(0);\n    int y = get_group_id(1) * 8 + get_local_id(1);\n"
+              "    if (x >= W || y >= H) return;\n" + BODY + "    out[y * W + x] = 0.5f * in[y * W + x]\n"
+              "        + 0.125f * (in[(y - 1) * W + x] + in[(y + 1) * W + x] + in[y * W + x - 1] + in[y * W + x + 1]);\n}\n")
+
+
+def test_the_block_literal_of_each_dimensions_index_follows_its_own_parameter(tmp_path, opencl_backend):
+    """`get_group_id(1) * 8 + get_local_id(1)` on a block of (32, 8): BLOCK_Y replaces the 8 as BLOCK
+    the 32, so another BLOCK_Y still covers every row (the 8 left alone wrote a row in four)."""
+    from kerntune.agents.lift import lift_template
+    from kerntune.engine.proposal import write_template
+
+    original = load_template(spec(tmp_path, LITERAL_2D))
+    lifted = lift_template(original, "opencl", CPU).proposal
+    src = lifted.sources["opencl"]
+    assert "get_group_id(0) * BLOCK + get_local_id(0)" in src and "get_group_id(1) * BLOCK_Y + get_local_id(1)" in src
+    template = write_template(original, lifted, tmp_path / "tpl", CPU)
+    ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
+    ok, _, message = ev.reproduces_original({"BLOCK": 8, "BLOCK_Y": 2}, (3,))
+    assert ok, message
