@@ -115,6 +115,22 @@ def shipped_of(session: Session) -> Shipped:
                    speedup_interval=(float(interval[0]), float(interval[1])) if interval else None)
 
 
+def paired_figures(session: Session, config: Mapping[str, Any]) -> tuple[float, float | None, tuple[float, float] | None] | None:
+    """`config`'s figures from the session's paired rounds (the leaders and the original timed
+    together): its paired median time, and its speedup over the original with the 95% interval
+    when the original was among them; None when it was not re-timed with the leaders."""
+    lead = session.leaders()
+    if lead is None:
+        return None
+    keys = [config_key(c) for c in lead.configs]
+    at = keys.index(config_key(config)) if config_key(config) in keys else -1
+    if at < 0:
+        return None
+    if lead.original < 0:
+        return lead.median_us[at], None, None
+    return lead.median_us[at], lead.speedup[at], (lead.low[at], lead.high[at])
+
+
 def shipped_of_folder(folder: Any) -> tuple[list[Shipped], dict[str, Session]]:
     """What a served-size run (or a campaign of one template) ships: its dispatch set, one entry
     per size, and each size's session."""
@@ -141,8 +157,12 @@ def shipped_of_folder(folder: Any) -> tuple[list[Shipped], dict[str, Session]]:
         covers = next((tuple(m.get("covers", ())) for m in d.get("configs", [])
                        if config_key(m.get("config", {})) == config_key(row.get("config", {}))), (size,))
         orig, time = row.get("original_us"), row.get("time_us")
+        speedup, interval = (orig / time if orig and time else None), None
+        paired = paired_figures(sessions[size], row.get("config", {}))
+        if paired is not None and paired[1] is not None:  # re-timed beside the original: those figures
+            time, speedup, interval = paired
         shipped.append(Shipped(size, _problem(sessions[size]), dict(row.get("config", {})), time, orig,
-                               orig / time if orig and time else None, None, covers))
+                               speedup, interval, covers))
     if not shipped:
         raise ExportError(f"{folder}: the dispatch set serves no size")
     return shipped, sessions

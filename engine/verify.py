@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .export import EXPORT_FORMAT, ExportError, Shipped, shipped_of, shipped_of_folder
+from .export import EXPORT_FORMAT, ExportError, Shipped, paired_figures, shipped_of, shipped_of_folder
 from .result import Result, config_key
 from .session import Session, SessionError, load_session
 from .space import build_space
@@ -243,15 +243,10 @@ def _check(entries: Sequence[Shipped], template: Template, options: TuneOptions,
 
 def _judge(s: Shipped, mine: Result, session: Session, original: bool, tolerance: float, same_device: bool,
            where: str) -> Check:
-    lead = session.leaders()
     median, speedup, interval = mine.median_us, None, None
-    if lead is not None:
-        keys = [config_key(c) for c in lead.configs]
-        at = keys.index(config_key(mine.config)) if config_key(mine.config) in keys else -1
-        if at >= 0:
-            median = lead.median_us[at]
-            if lead.original >= 0:
-                speedup, interval = lead.speedup[at], (lead.low[at], lead.high[at])
+    paired = paired_figures(session, mine.config)
+    if paired is not None:
+        median, speedup, interval = paired
     if original:
         speedup, interval = 1.0, (1.0, 1.0)
     reasons = []

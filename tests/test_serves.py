@@ -133,6 +133,14 @@ def test_tune_of_a_served_spec_tunes_every_size_and_show_reports_each(tmp_path, 
     data = json.loads(shipped.read_text())
     assert [(s["size"], s["config"]) for s in data["shipped"]] == [(s["size"], s["config"]) for s in d["size"]]
     assert set(data["leaderboards"]) == {"small", "large"}
+    from kerntune.engine.export import paired_figures
+
+    for row in data["shipped"]:  # a size's configuration re-timed beside its original ships those figures
+        named = {p["size"]: p["session"] for p in summary["pair"]}
+        paired = paired_figures(load_session(out / named[row["size"]]), row["config"])
+        if paired is not None and paired[1] is not None:
+            assert row["speedup"] == paired[1] and row["speedup_interval"] == list(paired[2])
+            assert row["median_us"] == paired[0]
     capsys.readouterr()
     assert "a header is CUDA source" in one_line_error(capsys, ["export", str(out), "--format", "header", "-o",
                                                                 str(tmp_path / "h.h")])

@@ -191,6 +191,17 @@ def test_the_header_export_defines_the_best_configuration():
     assert data["winner_verified"] is True
 
 
+def test_the_header_export_of_a_cuda_session_is_the_shipped_header_and_an_opencl_one_says_why_not():
+    from kerntune.engine.export import export_header
+
+    recorded = Path(__file__).resolve().parent.parent / "sessions" / "silu_and_mul-llama7b-t2048.toml"
+    text = best_header(folded(recorded), recorded)
+    assert text == export_header(load_session(recorded))  # what `kerntune export --format header` writes
+    assert "__global__" in text
+    text = best_header(folded(VECTOR_ADD), VECTOR_ADD)  # recorded on OpenCL
+    assert "only the configuration's #define lines: " in text and "a header is CUDA source" in text
+
+
 def test_the_header_export_refuses_what_is_not_a_c_token():
     state = DashboardState({"template": {"name": "x */ evil", "parameters": ["A"]}})
     state.apply(ConfigEvaluated(1.0, 0, Result({"A": "1; exit(1)"}, "ok", median_us=1.0)))

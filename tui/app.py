@@ -122,7 +122,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("4", "panel('diff')", "Template diff", "Panels"),
     Action("d", "toggle_diff", "Diff: unified or side by side", "Panels", footer="Diff", footer_modes=("live",)),
     Action("ctrl+s", "save", "Save a copy of the session to a path", "Files", shown_keys="ctrl+s"),
-    Action("e", "export_header", "Export the best configuration as a #define header", "Files"),
+    Action("e", "export_header", "Export the best configuration as a header (self-contained on CUDA)", "Files"),
     Action("j", "export_json", "Export the best configuration as JSON", "Files"),
     Action("question_mark,f1", "help", "Show the keys", "App", footer="Help", shown_keys="? f1"),
     Action("ctrl+p", "command_palette", "Every action by name (the command palette)", "App",

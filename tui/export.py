@@ -30,8 +30,24 @@ def _best(state: DashboardState):
 
 
 def best_header(state: DashboardState, session_path: Path | None = None) -> str:
-    """The best configuration as `#define` lines, with where it came from in a comment."""
+    """The header `kerntune export SESSION --format header` writes (the kernel, its launch and the
+    shipped configuration, self-contained) for a CUDA session whose file holds a reported best;
+    otherwise (an OpenCL run, an agent loop's session, no session file) the best configuration as
+    `#define` lines, with where it came from and why it is only that in a comment."""
     best = _best(state)
+    why = "the session is not saved to a file"
+    if session_path is not None:
+        from kerntune.engine.export import export_header
+        from kerntune.engine.session import SessionError, load_session
+
+        try:
+            return export_header(load_session(Path(session_path)))
+        except (ExportError, SessionError, OSError) as e:
+            why = str(e)
+    return _defines_header(state, best, session_path, why)
+
+
+def _defines_header(state: DashboardState, best: Result, session_path: Path | None, why: str) -> str:
     template = str(state.template.get("name") or "kernel")
     guard = "KERNTUNE_" + re.sub(r"[^A-Za-z0-9]", "_", template).upper() + "_BEST_H"
     problem = " ".join(f"{k}={v}" for k, v in _problem(state).items())
@@ -46,7 +62,7 @@ def best_header(state: DashboardState, session_path: Path | None = None) -> str:
     ]
     if session_path is not None:
         lines.append(f" * session {comment(session_path)}")
-    lines += [" */", f"#ifndef {guard}", f"#define {guard}"]
+    lines += [f" * only the configuration's #define lines: {comment(why)}", " */", f"#ifndef {guard}", f"#define {guard}"]
     for name, value in best.config.items():
         if not IDENT.match(str(name)):
             raise ExportError(f"parameter {name!r} is not a C identifier")
