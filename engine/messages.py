@@ -84,11 +84,15 @@ class Evaluated:
 
 @dataclass(frozen=True)
 class Checked:
-    """A check's outcome: passed, or the status it failed with (a Result status) and why."""
+    """A check's outcome: passed, or the status it failed with (a Result status) and why. Failed
+    with no status: the check itself could not run (the template's reference failed or ran past
+    its time limit on the new inputs), which says nothing of the configuration. `ending`: the
+    worker ends after this answer (a reference call it gave up on still runs there)."""
 
     ok: bool
     status: str = ""
     text: str = ""
+    ending: bool = False
 
     @property
     def message(self) -> str:
@@ -103,6 +107,7 @@ class Reproduced:
     ok: bool
     worst: float
     text: str
+    ending: bool = False  # as Checked's
 
 
 @dataclass(frozen=True)

@@ -255,11 +255,24 @@ class ReferenceTimeout(TemplateError):
     """The spec's reference (or its import) ran past the spec's `reference_timeout`."""
 
 
+# the calls of a reference that ran past their time limit, each still running in its thread
+_ABANDONED: list[threading.Thread] = []
+
+
+def stray_references() -> int:
+    """How many reference calls that ran past their time limit are still running in this process.
+    A run's worker ends once it has answered when there are any (engine/worker.py): the process's
+    end is what stops them."""
+    _ABANDONED[:] = [t for t in _ABANDONED if t.is_alive()]
+    return len(_ABANDONED)
+
+
 def time_limited(fn: Callable[..., Any], seconds: float, what: str) -> Callable[..., Any]:
     """`fn`, but a call that has not returned after `seconds` raises ReferenceTimeout. The call
     runs in a thread of its own (numpy lets go of the interpreter in its loops, so it runs as
-    fast); one that never returns is left to the process's end, which a run's worker reaches
-    at once (it reports the error and is stopped), and the command line too."""
+    fast); one that never returns is left to the process's end (`stray_references` counts
+    them), which a run's worker reaches once it has answered (it reports the error and is
+    stopped, a new one takes the next request), and the command line too."""
     def call(*args: Any, **kwargs: Any) -> Any:
         box: dict[str, Any] = {}
 
@@ -275,6 +288,7 @@ def time_limited(fn: Callable[..., Any], seconds: float, what: str) -> Callable[
         thread.start()
         thread.join(seconds)
         if thread.is_alive():
+            _ABANDONED.append(thread)
             raise ReferenceTimeout(f"{what} did not return within {seconds:g} s (the spec's "
                                    "[kernel] reference_timeout)")
         if "error" in box:

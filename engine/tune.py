@@ -494,7 +494,7 @@ class TuneRun(Controlled):
             checked = evaluations.verify_again(Config.of(chosen.config), seeds)
             self.events.emit(WinnerVerified(self.events.now(), dict(chosen.config), checked.ok, checked.message, seeds))
             if not checked.ok:
-                if key in at:
+                if key in at and checked.status:  # (no status: the check could not run at all)
                     self._demote(results, at[key], checked.status,
                                  f"failed its final check on new inputs: {checked.text}")
                 return winner
@@ -534,6 +534,9 @@ class TuneRun(Controlled):
             if checked.ok and self._sanitized(found, results, i):
                 winner = i
                 break
+            if not checked.ok and not checked.status:  # the check itself could not run: none can
+                self.events.note(f"no configuration is reported: {checked.text}")
+                return None, False
             if not checked.ok:
                 self._demote(results, i, checked.status, f"failed its final check on new inputs: {checked.text}")
             self.events.note(f"the fastest configuration failed its final check ({results[i].status}): "

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -24,7 +24,7 @@ from .evaluate import Evaluator, TimingPolicy, VerifyPolicy
 from .messages import (Checked, Evaluate, Evaluated, Failed, Pair, Paired, Ready, Reproduce, Reproduced, Standing,
                        Stop, VerifyAgain)
 from .result import Result, config_key
-from .template import Problem, parse_template
+from .template import Problem, parse_template, stray_references
 
 
 class WorkerError(RuntimeError):
@@ -167,13 +167,21 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             # a failure found with the worker's own references, pristine inputs or guard patterns
             # changed (a stray write of an earlier configuration) is measured again in a fresh one
             again = result.status in ("wrong_result", "wrote_input", "out_of_bounds") and not ev.intact()
-            ending = cuda and result.status in ("launch_error", "out_of_bounds")
+            ending = (cuda and result.status in ("launch_error", "out_of_bounds")) or stray_references() > 0
             conn.send(Evaluated(result.to_dict(), ending or again, again))
             if ending:
                 return
         elif isinstance(msg, VerifyAgain):
             held = kept.get(config_key(msg.config))
-            conn.send(ev.check_again(msg.config, tuple(msg.seeds), kernel=held[1] if held else None))
+            try:
+                checked = ev.check_again(msg.config, tuple(msg.seeds), kernel=held[1] if held else None)
+            except Exception as e:  # the template's reference on the new inputs: no verdict on the configuration
+                checked = Checked(False, "", f"the check on new inputs could not run: {_one_line(e)}")
+            # a reference call given up on still runs in this process: it ends, and with it the call
+            ending = stray_references() > 0
+            conn.send(replace(checked, ending=ending))
+            if ending:
+                return _end(ev, backend, watch)
         elif isinstance(msg, Pair):  # the leaders and the original timed together (engine/retime.py)
             try:
                 reply = retime.paired_rounds(ev, msg.request, {k: v[1] for k, v in kept.items()},
@@ -185,12 +193,26 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             try:
                 ok, worst, text = ev.reproduces_original(msg.config, tuple(msg.seeds))
             except Exception as e:  # the template's own code (its reference, its shapes): a failed check
-                ok, worst, text = False, math.inf, f"{type(e).__name__}: {e}"
-            conn.send(Reproduced(ok, worst, text))
+                ok, worst, text = False, math.inf, _one_line(e)
+            ending = stray_references() > 0
+            conn.send(Reproduced(ok, worst, text, ending))
+            if ending:
+                return _end(ev, backend, watch)
         else:
-            ev.sets.stop_drawing()
-            backend.close()
-            return
+            return _end(ev, backend, watch)
+
+
+def _end(ev: Evaluator, backend: Any, watch: Any) -> None:
+    """The worker's end: no more sets drawn ahead, the device let go."""
+    ev.sets.stop_drawing()
+    if watch is not None:
+        watch.close()
+    backend.close()
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception from the template's own code as one line."""
+    return " ".join(f"{type(e).__name__}: {e}".split())[:1000]
 
 
 def _stand(conn: Any, where: tuple[str, int], startup: dict[str, float]) -> tuple[Any, WorkerSpec | None, dict]:
@@ -500,6 +522,8 @@ class Worker:
             return Checked(False, "timeout", f"the final check did not end within {self.config_timeout:.0f} s")
         if kind == "crashed":
             return Checked(False, "crashed", str(payload))
+        if payload.ending:
+            self._kill()  # the child is ending on its own; the next request starts a new one
         return payload
 
     def paired(self, request: "retime.PairedRequest") -> dict:
@@ -521,6 +545,8 @@ class Worker:
             return False, math.inf, f"timeout: the check did not end within {self.config_timeout:.0f} s"
         if kind == "crashed":
             return False, math.inf, f"crashed: {payload}"
+        if payload.ending:
+            self._kill()
         return payload.ok, payload.worst, payload.text
 
     def close(self) -> None:

@@ -254,6 +254,36 @@ def test_a_reference_that_never_returns_is_one_line_after_its_time_limit(spec, c
         load_template(spec).load_reference()
 
 
+def test_a_reference_that_never_returns_on_the_final_checks_inputs_ends_its_worker(spec):
+    """The final check draws new inputs: a reference that hangs on them is one line after its time
+    limit, no verdict on the configuration, and the worker it hung in ends (its call with it)."""
+    from kerntune.engine.inputs import make_inputs
+    from kerntune.engine.worker import Worker, WorkerSpec
+
+    (spec.parent / "reference.py").write_text(
+        "from pathlib import Path\n\n\ndef reference(inputs, sizes):\n"
+        "    hang = Path(__file__).with_name('hang_on')\n"
+        "    while hang.exists() and float(inputs['a'][0]) == float(hang.read_text()):\n"
+        "        pass\n"
+        "    return {'c': inputs['a'] + inputs['b']}\n")
+    edit(spec, 'reference = "reference.py"', 'reference = "reference.py"\nreference_timeout = 1')
+    edit(spec, "n = 1048576", "n = 4096")
+    t = load_template(spec)
+    p = t.problem()
+    seed = 4242
+    (spec.parent / "hang_on").write_text(repr(float(make_inputs(t, p, seed).host["a"][0])))
+    ws = WorkerSpec("opencl", 0, str(t.spec_path), t.spec_text, dict(t.sources), p.name, dict(p.values), seed=1)
+    with Worker(ws, config_timeout=60) as w:
+        w.start()
+        w.wait_ready()
+        child = w._proc
+        checked = w.verify_again(t.default_config(), (seed, seed + 1))
+        assert (checked.ok, checked.status, checked.ending) == (False, "", True), checked
+        assert "the reference did not return within 1 s" in checked.text and "\n" not in checked.text
+        child.join(10)
+        assert not child.is_alive() and w._proc is None  # the next request starts a new one
+
+
 def test_init_check_refuses_to_run_the_reference_at_a_size_that_needs_gigabytes(spec, capsys):
     text = re.sub(r"\nn = \d+\n", "\nn = 1000000000\n", spec.read_text())
     spec.write_text(text)
