@@ -403,6 +403,9 @@ class TuneRun(Controlled):
                              f"{err:.3g}x the default{widened}", source="calibration", once=True)
         if info.get("hard"):
             self.events.note(str(info["hard"]), source="calibration")
+        if info.get("unfenced"):  # an OpenCL CPU runtime that copies the host memory it is given
+            self.events.note(f"{info['unfenced']}: a write far past a buffer (beyond its guard regions) is not "
+                             "stopped on this device, and may change what the checks compare with", once=True)
         if not info.get("cold_cache", True):
             flush = info.get("flush_bytes", 0) / 2**20
             self.events.note(f"the cache ({limits.l2_bytes / 2**20:.0f} MiB) is larger than the {flush:.0f} MiB "

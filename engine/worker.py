@@ -131,7 +131,9 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
     conn.send(Ready({"limits": backend.limits.to_dict(), "cold_cache": ev.cold_cache,
                          "flush_bytes": backend.flush_bytes(), "calibration": calibration,
                          "scale": dict(ev.scale), "spare": {k: v[0] for k, v in ev.spare.items()},
-                         "hard": ev.hard_note, "startup": startup, "ahead": ahead}))
+                         "hard": ev.hard_note, "startup": startup, "ahead": ahead,
+                         "fenced": bool(getattr(backend, "fenced", False)),
+                         "unfenced": str(getattr(backend, "unfenced", ""))}))
     kept: dict[str, tuple[float, Any]] = {}  # config key -> (median, loaded kernel)
     watch = disturb.watch_for(backend, spec.device) if not spec.check_only else None
     steady = disturb.Steadier(watch)
@@ -419,7 +421,7 @@ class Worker:
         except (EOFError, OSError):
             code = self._kill()
             detail = _read_from(self.log_path, log_size)
-            return "crashed", f"the worker died ({_exit_text(code)}){detail}"
+            return "crashed", self._died(code, detail)
 
     def evaluate(self, config: Mapping[str, Any], built: tuple | None = None) -> Result:
         """Evaluate one configuration; `built` is (binary, info, cached, seconds) from the pool."""
@@ -496,7 +498,7 @@ class Worker:
             code = self._kill()
             detail = _read_from(self.log_path, self._head_log)
             self._resend()
-            return Result(config=config, status="crashed", message=f"the worker died ({_exit_text(code)}){detail}")
+            return Result(config=config, status="crashed", message=self._died(code, detail))
         head = self._pending.popleft()
         self._head_since, self._head_log = time.perf_counter(), _size(self.log_path)
         if payload.ending:
@@ -514,6 +516,17 @@ class Worker:
         self._pending.clear()
         for msg in rest:
             self.submit(msg.config, msg.built)
+
+    def _died(self, code: int | None, detail: str) -> str:
+        """Why the child ended, in one line; on a CPU device whose buffers sit in unmapped address
+        space (engine/backends/host_memory.py), a segmentation fault is a kernel's access outside them."""
+        import signal
+
+        text = f"the worker died ({_exit_text(code)})"
+        if self.info.get("fenced") and code in (-signal.SIGSEGV, -signal.SIGBUS):
+            text += (": the kernel read or wrote outside its buffers (on this CPU device the address space "
+                     "around every buffer is unmapped)")
+        return text + detail
 
     def verify_again(self, config: Mapping[str, Any], seeds: tuple[int, ...]) -> Checked:
         """A configuration checked on new inputs from `seeds` (Evaluator.check_again)."""

@@ -43,13 +43,16 @@ def check_statuses(results) -> None:
 
 # The second round: tests/data/cheats/rows (softmax) and tests/data/cheats/sums (row sums).
 # MODE -> status wherever it runs; the races of sums (2, 3) show only where blocks or warps really
-# run side by side, and its far writer (5) only where something watches the memory it reaches
-# (compute-sanitizer on CUDA): those are checked on the GPU only, and honest ones stay ok anyway.
+# run side by side: they are checked on the GPU only, and honest ones stay ok anyway. Its far
+# writer (SUMS_FAR) faults: on a CPU device it takes SIGSEGV in the worker (the address space
+# around every buffer is unmapped), on CUDA compute-sanitizer's memcheck finds it; it is run
+# through a worker, never in the test's own process.
 ROWS = CHEATS / "rows"
 SUMS = CHEATS / "sums"
 ROWS_EXPECTED = {1: "wrong_result", 2: "wrong_result", 3: "wrong_result", 4: "wrong_result",
                  5: "ok", 6: "wrong_result"}
 SUMS_EXPECTED = {1: "wrong_result", 4: "wrong_result", 6: "wrong_result"}
+SUMS_FAR = 5
 SUMS_ON_GPU = {**SUMS_EXPECTED, 2: "wrong_result", 3: "wrong_result"}
 
 

@@ -225,6 +225,65 @@ def test_row_sums_in_another_order_pass_and_wrong_racy_or_out_of_bounds_ones_fai
     assert ev.intact()
 
 
+def test_a_write_far_past_an_output_faults_in_its_worker_and_frames_no_one():
+    """On a CPU device every buffer sits in unmapped address space: the sums' far writer (2 MiB
+    past `s`, beyond the guard regions) takes SIGSEGV in the worker instead of landing in its
+    input sets or references, and the honest configurations measured before and after it stay ok."""
+    from cheats import SUMS, SUMS_FAR
+    from kerntune.engine.worker import Worker, WorkerSpec
+
+    t = load_template(SUMS)
+    p = t.problem()
+    spec = WorkerSpec("opencl", 0, str(t.spec_path), t.spec_text, dict(t.sources), p.name, dict(p.values), seed=1)
+    with Worker(spec, config_timeout=120) as w:
+        modes = (0, SUMS_FAR, 0)
+        for mode in modes:
+            w.submit({"MODE": mode, "SPLIT": 1})
+        results = [w.result() for _ in modes]
+        if not w.info.get("fenced"):
+            pytest.skip(f"this OpenCL runtime does not use the host memory it is given: {w.info.get('unfenced')}")
+    assert [r.status for r in results] == ["ok", "crashed", "ok"], [r.message for r in results]
+    assert "read or wrote outside its buffers" in results[1].message
+
+
+def test_a_runtime_that_copies_the_host_memory_it_is_given_is_told_apart():
+    from kerntune.engine.backends.host_memory import uses_host_memory
+
+    def using(host):
+        return host
+
+    def copying(host):
+        return host.copy()
+
+    def fill(buf, byte):
+        buf[:] = byte
+
+    def read(buf):
+        return buf.copy()
+
+    assert uses_host_memory(fill, read, using) == ""
+    assert "keeps a buffer's data apart" in uses_host_memory(fill, read, copying)
+
+    def copied_on_write(host):  # the device's writes reach the host, the host's do not reach it
+        class Mirror:
+            def __init__(self):
+                self.data = host.copy()
+
+        return Mirror()
+
+    def fill_both(buf, byte):
+        buf.data[:] = byte
+        host_of[0][:] = byte
+
+    host_of = []
+
+    def over(host):
+        host_of[:] = [host]
+        return copied_on_write(host)
+
+    assert "copies the host memory" in uses_host_memory(fill_both, lambda b: b.data.copy(), over)
+
+
 def test_one_bad_element_of_the_original_opens_no_tolerance():
     from kerntune.engine.compare import Expected, compare
     from kerntune.engine.evaluate import _widening

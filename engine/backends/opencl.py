@@ -13,6 +13,7 @@ from ..result import Resources
 from ..signature import SignatureError, parse_kernels
 from ..space import Geometry
 from . import BackendError, Capabilities, CompileError, ConstantArg, chosen_device, count_devices, compile_message, DeviceInfo, LaunchError
+from .host_memory import HostMemoryError, fenced, uses_host_memory
 from .opencl_check import DeviceCheck, build_failure, build_log, checks_for
 
 try:
@@ -180,6 +181,35 @@ class OpenCLBackend:
         self._flush_kernel = None
         self._flush_count = 0
         self._local_args: dict[int, tuple[int, ...] | None] = {}  # kernel -> positions of its `__local` pointers
+        # On a CPU device every buffer is host memory of its own inside unmapped address space
+        # (engine/backends/host_memory.py): a write far past a buffer faults instead of landing in
+        # the worker's memory (`fenced`). On a CPU device where the runtime does not use such memory
+        # as it is, `unfenced` says so.
+        self.fenced, self.unfenced = False, ""
+        if self.limits.extra.get("device_type") == "cpu":
+            self.unfenced = self._fence_check()
+            self.fenced = not self.unfenced
+
+    def _fence_check(self) -> str:
+        """"" when the runtime uses the host memory a buffer is given as it is, else why not."""
+        def over(host: np.ndarray) -> Any:
+            return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=host)
+
+        def write(buf: Any, byte: int) -> None:
+            cl.enqueue_fill_buffer(self.queue, buf, np.uint8(byte), 0, buf.size).wait()
+
+        def read(buf: Any) -> np.ndarray:
+            out = np.empty(buf.size, dtype=np.uint8)
+            cl.enqueue_copy(self.queue, out, buf, is_blocking=True)
+            return out
+
+        try:
+            return uses_host_memory(write, read, over)
+        except (HostMemoryError, cl.Error) as e:
+            return f"its buffers cannot be placed in host memory of their own: {str(e).splitlines()[0]}"
+
+    def _finished(self) -> None:
+        self.queue.finish()
 
     # compile -----------------------------------------------------------------------------------
     def compile(self, source: str, entry: str, defines: Mapping[str, str],
@@ -213,16 +243,22 @@ class OpenCLBackend:
 
     # memory ------------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> Any:
+        size = max(int(nbytes), 1)
         try:
-            return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
-        except cl.Error as e:
+            if self.fenced:  # the runtime uses this memory as it is (checked when the device opened)
+                host = fenced(size, self._finished)[:size]
+                return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=host)
+            return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, size)
+        except (cl.Error, HostMemoryError) as e:
             raise LaunchError(f"cannot allocate {nbytes} bytes: {e}") from None
 
     def view(self, buffer: Any, offset: int, nbytes: int) -> Any:
         try:
-            return buffer.get_sub_region(int(offset), max(int(nbytes), 1))
+            sub = buffer.get_sub_region(int(offset), max(int(nbytes), 1))
         except cl.Error as e:
             raise LaunchError(f"cannot make a view of {nbytes} bytes at {offset}: {e}") from None
+        sub.whole = buffer  # the whole buffer, and the host memory under it, live as long as a view
+        return sub
 
     def copy(self, dst: Any, src: Any, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
              wait: bool = True) -> None:
