@@ -40,6 +40,7 @@ class ProfileJob:
     seed: int = 12345
     originals: Mapping[str, str] = field(default_factory=dict)
     launches: int = 2  # ncu profiles the second; memcheck needs one
+    backend: str = "cuda"  # (the tools are CUDA's; a test runs the child on OpenCL)
 
 
 def profile_job(job: ProfileJob, *, ncu: str | None = None, timeout: float = DEFAULT_TIMEOUT,
@@ -199,17 +200,21 @@ def consistency(ev: Any) -> str:
 
 
 # the profiled child ----------------------------------------------------------------------------
+# What the child prints around each configuration of a list, so that the parent knows which ones
+# began and which ended (never which one a tool's finding belongs to: the tool prints apart)
+STARTED, DONE = "kerntune-check-started", "kerntune-check-done"
+
+
 def _run_target(job_path: str | None) -> int:
     """Compile one configuration, upload inputs, launch (twice: ncu profiles the second). Runs
     under ncu or compute-sanitizer. With no path the job comes on standard input in two lines:
-    the job, then which configuration (`{"config": {...}, "original": false}`), so that the child
-    can be started, its modules loaded and its inputs drawn before the configuration is known;
-    nothing touches the device until the second line comes. An empty line: not needed after all."""
-    from .backends import ConstantArg, open_backend
-    from .space import launch_geometry
-    from .inputs import arg_nbytes, make_inputs
-    from .space import compiler_defines, geometry
+    the job, then which configuration (`{"config": {...}, "original": false}`), or several
+    (`{"configs": [{...}, ...]}`: each compiled and launched in turn on fresh copies of the
+    inputs, between a STARTED and a DONE line), so that the child can be started, its modules
+    loaded and its inputs drawn before the configurations are known; nothing touches the device
+    until the second line comes. An empty line: not needed after all."""
     from .template import Problem, parse_template
+    from .inputs import make_inputs
 
     try:
         text = Path(job_path).read_text() if job_path is not None else sys.stdin.readline()
@@ -219,42 +224,64 @@ def _run_target(job_path: str | None) -> int:
         template = parse_template(job.spec_text, Path(job.spec_path), job.sources)
         problem = Problem(job.problem_name, dict(job.problem))
         inputs = make_inputs(template, problem, job.seed)
+        chosen: list[Mapping[str, Any]] = [{"config": job.config, "original": job.original}]
+        listed = False
         if job_path is None:
             which = sys.stdin.readline()
             if not which.strip():
                 return 0
-            chosen = json.loads(which)
-            job = replace(job, config=dict(chosen.get("config") or {}), original=bool(chosen.get("original")))
-        backend = open_backend("cuda", job.device)
-        if job.original:
-            # a spec with no baseline file is its own original (the agent loop's, with no
-            # parameters): its source as written, no defines
-            source = job.originals.get("cuda") or template.original_sources.get("cuda") or template.source_for("cuda")
-            kernel = backend.compile(source, template.entry, {}, template.options_for("cuda"))
-            geo = launch_geometry(template, None, problem, backend.limits)
-        else:
-            kernel = backend.compile(template.source_for("cuda"), template.entry, compiler_defines(job.config),
-                                     template.options_for("cuda"))
-            geo = geometry(template, job.config, problem, backend.limits)
-        args = []
-        for a in template.arguments:
-            if not a.is_buffer:
-                args.append(inputs.scalars[a.name])
-                continue
-            nbytes = arg_nbytes(a, problem)
-            buf = backend.alloc(nbytes)
-            if a.name in inputs.host:
-                backend.upload(buf, inputs.host[a.name])
-            else:
-                backend.fill(buf, 0, nbytes)
-            args.append(ConstantArg(a.name, buf, nbytes) if a.constant else buf)
-        for _ in range(max(1, job.launches)):  # under ncu: a warm-up, then the profiled launch
-            backend.launch(kernel, geo, args)
+            given = json.loads(which)
+            listed = "configs" in given
+            chosen = list(given["configs"]) if listed else [given]
+        from .backends import open_backend
+
+        backend = open_backend(job.backend, job.device)
+        for i, c in enumerate(chosen):
+            if listed:
+                print(f"{STARTED} {i}", flush=True)
+            _launch(backend, template, problem, inputs,
+                    replace(job, config=dict(c.get("config") or {}), original=bool(c.get("original"))))
+            if listed:
+                print(f"{DONE} {i}", flush=True)
         backend.close()
-    except Exception as e:  # reported to the parent through ncu's output, as one line
+    except Exception as e:  # reported to the parent through the tool's output, as one line
         print(f"kerntune-profile-error: {type(e).__name__}: {e}", flush=True)
         return 1
     return 0
+
+
+def _launch(backend: Any, template: Any, problem: Any, inputs: Any, job: ProfileJob) -> None:
+    """One configuration compiled and launched `job.launches` times on fresh copies of the
+    inputs, in buffers of its own (let go when it returns)."""
+    from .backends import ConstantArg
+    from .inputs import arg_nbytes
+    from .space import compiler_defines, geometry, launch_geometry
+
+    name = job.backend
+    if job.original:
+        # a spec with no baseline file is its own original (the agent loop's, with no
+        # parameters): its source as written, no defines
+        source = job.originals.get(name) or template.original_sources.get(name) or template.source_for(name)
+        kernel = backend.compile(source, template.entry, {}, template.options_for(name))
+        geo = launch_geometry(template, None, problem, backend.limits)
+    else:
+        kernel = backend.compile(template.source_for(name), template.entry, compiler_defines(job.config),
+                                 template.options_for(name))
+        geo = geometry(template, job.config, problem, backend.limits)
+    args = []
+    for a in template.arguments:
+        if not a.is_buffer:
+            args.append(inputs.scalars[a.name])
+            continue
+        nbytes = arg_nbytes(a, problem)
+        buf = backend.alloc(nbytes)
+        if a.name in inputs.host:
+            backend.upload(buf, inputs.host[a.name])
+        else:
+            backend.fill(buf, 0, nbytes)
+        args.append(ConstantArg(a.name, buf, nbytes) if a.constant else buf)
+    for _ in range(max(1, job.launches)):  # under ncu: a warm-up, then the profiled launch
+        backend.launch(kernel, geo, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,15 +1,22 @@
-"""compute-sanitizer on a configuration (CUDA): memcheck for out-of-bounds and misaligned
+"""compute-sanitizer on configurations (CUDA): memcheck for out-of-bounds and misaligned
 accesses, reads as well as writes, that the guard regions around every buffer cannot see;
 racecheck for shared-memory hazards (a dropped barrier, warp-synchronous code without
 `__syncwarp`); synccheck for barriers used where not every thread reaches them.
 
-It runs the same child as the profiler (`python -m kerntune.engine.profile --target -`: compile the
+It runs the same child as the profiler (`python -m kerntune.engine.profile --target -`: compile a
 configuration, upload inputs, launch once) under `compute-sanitizer --tool memcheck`, the job on
 its standard input, so that a run can start it ahead (`Memcheck`) while it tunes; found
 like ncu is: $KERNTUNE_SANITIZER, PATH, the CUDA toolkit. The reported winner and the leaders
 timed again with it are always checked by all three tools when it is found; `tune --sanitize K`
 checks the K fastest too. A finding demotes the configuration: out_of_bounds for memcheck's,
 wrong_result for a race or a barrier misused.
+
+Several configurations are checked by one child a tool (`check_all`): each compiled and launched
+in turn on fresh copies of the inputs. A tool's report does not say which launch a finding came
+from, so a group with a finding is split in halves and each half checked again in a fresh child,
+down to the configurations it belongs to; only those are demoted. The child says which
+configurations it began: one it never began has no part in a finding (memcheck's first finding
+ends the child's CUDA context, and with it the rest of the group, which is checked again apart).
 """
 
 from __future__ import annotations
@@ -17,11 +24,11 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import asdict, replace
-from typing import Any, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Mapping, Sequence, Union
 
-from .backends.cuda_toolchain import find_cuda_tool, finish_cuda_tool, start_cuda_tool, stop_cuda_tool
-from .profile import job_for
+from .backends.cuda_toolchain import find_cuda_tool, follow_cuda_tool, start_cuda_tool, stop_cuda_tool
+from .profile import DONE, STARTED, job_for
 
 # memcheck runs a kernel tens to hundreds of times slower than the device: a configuration is
 # checked at the smallest of the spec's sizes (its odd verification sizes are there for tails and
@@ -97,9 +104,20 @@ class Sanitizer:
     def check(self, config: Mapping[str, Any] | None, *, timeout: float = DEFAULT_TIMEOUT) -> tuple[bool, str]:
         """Run one configuration (None: the original) under the tool: (clean, message).
         SanitizeError when the tool or the child cannot run it."""
-        which = json.dumps({"config": dict(config or {}), "original": config is None})
-        text, code = finish_cuda_tool(self._proc, "compute-sanitizer", timeout, SanitizeError, stdin=which + "\n")
-        return read_report(text, code, self.which)
+        run = self.run([config], timeout=timeout)
+        if run.ended:
+            raise SanitizeError(f"compute-sanitizer did not finish within {timeout:.0f} s")
+        return read_report(run.text, run.code, self.which)
+
+    def run(self, configs: Sequence[Mapping[str, Any] | None], *, timeout: float = DEFAULT_TIMEOUT) -> "GroupRun":
+        """Run configurations (None: the original) in turn under the tool, each given `timeout`
+        seconds: what it printed, and how many of them the child began and ended."""
+        listed = [{"config": dict(c or {}), "original": c is None} for c in configs]
+        text, code, ended = follow_cuda_tool(self._proc, json.dumps({"configs": listed}) + "\n", timeout,
+                                             _PROGRESS)
+        began = [int(m.group(2)) for m in _PROGRESS.finditer(text) if m.group(1) == STARTED]
+        done = [int(m.group(2)) for m in _PROGRESS.finditer(text) if m.group(1) == DONE]
+        return GroupRun(text, code, ended, 1 + max(began, default=-1), 1 + max(done, default=-1))
 
     def close(self, grace: float = 5.0) -> None:
         """End a child that was not needed: told so (an empty line), given `grace` seconds to end,
@@ -108,6 +126,103 @@ class Sanitizer:
 
 
 Memcheck = Sanitizer  # (its first tool, and its default)
+
+_PROGRESS = re.compile(rf"^({STARTED}|{DONE}) (\d+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    """A tool's run over a list of configurations: its output and exit code, whether it was ended
+    for going quiet too long (`ended`), and how many of the list the child began and finished."""
+
+    text: str
+    code: int
+    ended: bool
+    began: int
+    done: int
+
+
+# A configuration's verdict from one tool: (clean, message), or why it could not be checked
+Verdict = Union[tuple[bool, str], str]
+
+
+def check_all(configs: Sequence[Mapping[str, Any] | None], start: Callable[[], Sanitizer], *,
+              first: Sanitizer | None = None, timeout: float = DEFAULT_TIMEOUT) -> list[Verdict]:
+    """Every configuration under one tool, one child for the lot where nothing is found: each
+    configuration's verdict, in order. `start()` starts a child of the tool (`first`: one
+    started ahead, used first). A group with a finding is checked again in halves, each in a
+    fresh child, until each finding is pinned to a configuration; what the child never began
+    is checked again apart; one that ran past `timeout` or broke the child is one line."""
+    verdicts: list[Verdict | None] = [None] * len(configs)
+    groups = [list(range(len(configs)))] if configs else []
+    which = first.which if first is not None else ""
+    while groups:
+        group = groups.pop(0)
+        try:
+            sanitizer, first = (first if first is not None else start()), None
+            which = sanitizer.which
+            run = sanitizer.run([configs[i] for i in group], timeout=timeout)
+        except SanitizeError as e:
+            for i in group:
+                verdicts[i] = f"compute-sanitizer could not check {_name(configs[i])}: {e}"
+            continue
+        for i, verdict in _attribute(run, group, which, configs, timeout, groups.append):
+            verdicts[i] = verdict
+    return [v if v is not None else "compute-sanitizer left it unchecked" for v in verdicts]
+
+
+def _attribute(run: GroupRun, group: list[int], which: str, configs: Sequence[Mapping[str, Any] | None],
+               timeout: float, again: Callable[[list[int]], None]) -> list[tuple[int, Verdict]]:
+    """What one run of a group says of its configurations; the groups it leaves open go to `again`."""
+    errors, first = parse_report(run.text, which)
+    failed = re.search(r"^kerntune-profile-error: (.*)$", run.text, re.MULTILINE)
+    # (a finding comes from a launch, so from a configuration the child began; with none begun,
+    # from any of them as far as can be told)
+    began, rest = (group[:run.began], group[run.began:]) if run.began else (group, [])
+    if errors > 0:  # a finding of one or more of the configurations the child began
+        if rest:
+            again(rest)
+        if len(began) == 1:
+            return [(began[0], (False, f"compute-sanitizer {which}: {errors} errors; {first}"))]
+        # the child stopped inside the last one it began (memcheck's finding ends its CUDA
+        # context): that one apart, the ones it finished together; else in halves
+        half = len(began) - 1 if run.done < run.began else len(began) // 2
+        again(began[:half])
+        again(began[half:])
+        return []
+    if errors == 0 and not run.ended:
+        out: list[tuple[int, Verdict]] = [(i, (True, f"compute-sanitizer {which}: 0 errors")) for i in group[:run.done]]
+        if run.done < len(group):  # the child stopped in the middle of one (or before the first)
+            stuck = group[run.done]
+            why = failed.group(1).strip() if failed else f"the child ended (exit code {run.code})"
+            out.append((stuck, f"compute-sanitizer {which} could not check {_name(configs[stuck])}: {why}"))
+            if run.began == 0 and failed:  # nothing began: the same would stop every one of them
+                out += [(i, f"compute-sanitizer {which} could not check {_name(configs[i])}: {why}")
+                        for i in group[run.done + 1:]]
+            elif group[run.done + 1:]:
+                again(group[run.done + 1:])
+        return out
+    if run.ended:  # quiet past the time limit: in the one it was running, or before any began
+        if not run.began:
+            return [(i, f"compute-sanitizer {which} could not check {_name(configs[i])}: its child began "
+                        f"nothing within {timeout:.0f} s") for i in group]
+        stuck = group[run.began - 1]
+        if group != [stuck]:
+            again([i for i in group if i != stuck])
+        return [(stuck, f"compute-sanitizer {which} could not check {_name(configs[stuck])}: "
+                        f"it did not finish within {timeout:.0f} s")]
+    # no summary: the tool itself failed
+    if len(group) > 1:
+        half = len(group) // 2
+        again(group[:half])
+        again(group[half:])
+        return []
+    why = failed.group(1).strip() if failed else f"compute-sanitizer {which} printed no summary (exit code {run.code})"
+    return [(group[0], f"compute-sanitizer {which} could not check {_name(configs[group[0]])}: {why}")]
+
+
+def _name(config: Mapping[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (config or {}).items()) or "the original"
 
 
 def read_report(text: str, code: int, which: str = "memcheck") -> tuple[bool, str]:
@@ -151,3 +266,16 @@ def sanitize_config(template: Any, problem: Any, config: Mapping[str, Any] | Non
             raise SanitizeError("compute-sanitizer was not found: install the CUDA toolkit or set KERNTUNE_SANITIZER")
         ahead = Sanitizer(tool, template, problem, device, which)
     return ahead.check(config, timeout=timeout)
+
+
+def sanitize_configs(template: Any, problem: Any, configs: Sequence[Mapping[str, Any] | None], *, device: int = 0,
+                     tool: str | None = None, timeout: float = DEFAULT_TIMEOUT, ahead: Sanitizer | None = None,
+                     which: str = "memcheck") -> list[Verdict]:
+    """Configurations (None: the original) under one tool (`which`), one child for the lot where
+    nothing is found (`check_all`): each one's (clean, message), or why it could not be checked.
+    SanitizeError when compute-sanitizer is not found. `ahead`: a Sanitizer of that tool started
+    earlier for this template and problem, used first."""
+    tool = tool or (ahead.tool if ahead is not None else find_sanitizer())
+    if tool is None:
+        raise SanitizeError("compute-sanitizer was not found: install the CUDA toolkit or set KERNTUNE_SANITIZER")
+    return check_all(configs, lambda: Sanitizer(tool, template, problem, device, which), first=ahead, timeout=timeout)

@@ -530,10 +530,10 @@ class TuneRun(Controlled):
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
             # compute-sanitizer's tools run in processes of their own while the worker checks on new
             # inputs: none times anything, so none disturbs a measurement
-            checks = self._sanitize_all(sanitizer, template, problem, r) if sanitizer is not None else []
+            checks = self._sanitize_all(sanitizer, template, problem, [r]) if sanitizer is not None else []
             checked = worker.verify_again(Config.of(r.config), seeds)
             self.events.emit(WinnerVerified(self.events.now(), dict(r.config), checked.ok, checked.message, seeds))
-            found = [c.result() for c in checks]
+            found = [c.result()[0] for c in checks]
             if checked.ok and self._sanitized(found, results, i):
                 winner = i
                 break
@@ -549,12 +549,9 @@ class TuneRun(Controlled):
             self.events.note("no configuration passed its final check on new inputs"
                              + (f" among the {MAX_RECHECKS} fastest" if more else ""))
             return None, False
-        if sanitizer is not None:  # `--sanitize K`: the K fastest, the winner among them
-            for i in [j for j in order if j != winner][:max(0, self.options.sanitize - 1)]:
-                if self.events.stopped:
-                    break
-                found = [c.result() for c in self._sanitize_all(sanitizer, template, problem, results[i])]
-                self._sanitized(found, results, i)
+        if sanitizer is not None and not self.events.stopped:  # `--sanitize K`: the K fastest, the winner among them
+            self._sanitize_each(sanitizer, template, problem, results,
+                                [j for j in order if j != winner][:max(0, self.options.sanitize - 1)])
         return results[winner], True
 
     def _demote(self, results: list[Result], i: int, status: str, message: str) -> None:
@@ -573,29 +570,33 @@ class TuneRun(Controlled):
             self.events.note("compute-sanitizer was not found: --sanitize checks nothing", once=True)
         return tool
 
-    def _sanitize(self, tool: str, template: Template, problem: Problem, r: Result,
-                  which: str) -> tuple[str, bool, str] | str:
-        """One of compute-sanitizer's tools on one configuration: (tool, clean, message), or why it
-        could not run (a str). Safe in another thread: it emits nothing."""
-        from .sanitize import SanitizeError, sanitize_config
+    def _sanitize(self, tool: str, template: Template, problem: Problem, rs: list[Result],
+                  which: str) -> list[tuple[str, bool, str] | str]:
+        """One of compute-sanitizer's tools on configurations, one child for them all where it
+        finds nothing (engine/sanitize.py's check_all): for each, (tool, clean, message) or why it
+        could not be checked (a str). Safe in another thread: it emits nothing."""
+        from .sanitize import SanitizeError, sanitize_configs
 
         ahead = None
         if which == "memcheck":  # the child started with the search is memcheck's
             ahead, self._ahead = self._ahead, None
+        configs = [dict(r.config) or None for r in rs]  # {}: the original kernel
         try:
-            config = dict(r.config) or None  # {}: the original kernel
-            clean, message = sanitize_config(template, problem, config, device=self.options.device, tool=tool,
-                                             ahead=ahead, which=which)
-            return which, clean, message
+            found = sanitize_configs(template, problem, configs, device=self.options.device, tool=tool,
+                                     ahead=ahead, which=which)
         except SanitizeError as e:
-            return f"compute-sanitizer {which} could not check {fmt_values(r.config) or 'the original'}: {e}"
+            if ahead is not None:
+                ahead.close()
+            return [f"compute-sanitizer {which} could not check {fmt_values(r.config) or 'the original'}: {e}"
+                    for r in rs]
+        return [v if isinstance(v, str) else (which, v[0], v[1]) for v in found]
 
-    def _sanitize_all(self, tool: str, template: Template, problem: Problem, r: Result) -> list:
-        """memcheck, racecheck and synccheck on one configuration, each in a process of its own,
-        at once: their futures (of what `_sanitize` returns)."""
+    def _sanitize_all(self, tool: str, template: Template, problem: Problem, rs: list[Result]) -> list:
+        """memcheck, racecheck and synccheck on configurations, each tool in processes of its own,
+        the three at once: their futures (of what `_sanitize` returns)."""
         from .sanitize import CHECKS
 
-        return [_threads().submit(self._sanitize, tool, template, problem, r, which) for which in CHECKS]
+        return [_threads().submit(self._sanitize, tool, template, problem, rs, which) for which in CHECKS]
 
     def _sanitize_leaders(self, tool: str, template: Template, problem: Problem, results: list[Result],
                           lead: list[Result], checked: Result) -> list[Result]:
@@ -604,17 +605,22 @@ class TuneRun(Controlled):
         a finding demotes a leader, which leaves the rounds. The leaders that stay."""
         at = {config_key(r.config): i for i, r in enumerate(results)}
         todo = [r for r in lead if r.config and r is not checked and config_key(r.config) in at]
-        pending = [(r, self._sanitize_all(tool, template, problem, r)) for r in todo]
-        demoted = 0
-        for r, checks in pending:
-            if not self._sanitized([c.result() for c in checks], results, at[config_key(r.config)]):
-                demoted += 1
+        demoted = self._sanitize_each(tool, template, problem, results, [at[config_key(r.config)] for r in todo])
         if todo:
             self.events.note(f"compute-sanitizer (memcheck, racecheck, synccheck) checked {len(todo)} leader"
                              f"{'s' if len(todo) != 1 else ''} before timing them together"
                              + (f": {demoted} demoted" if demoted else ": no finding"), source="sanitizer")
         fresh = [results[at[config_key(r.config)]] if config_key(r.config) in at else r for r in lead]
         return [r for r in fresh if r.ranked or not r.config]
+
+    def _sanitize_each(self, tool: str, template: Template, problem: Problem, results: list[Result],
+                       indices: list[int]) -> int:
+        """results[i] for every i of `indices` under the three tools (a child a tool for them all,
+        more only where one finds something) and their verdicts recorded: how many were demoted."""
+        if not indices:
+            return 0
+        by_tool = [c.result() for c in self._sanitize_all(tool, template, problem, [results[i] for i in indices])]
+        return sum(not self._sanitized([found[k] for found in by_tool], results, i) for k, i in enumerate(indices))
 
     def _memcheck_ahead(self, backend: str, template: Template, problem: Problem):
         """memcheck's child started now, for the winner's check when the search ends: its start

@@ -9,7 +9,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +127,103 @@ def test_each_tool_runs_by_its_name_and_its_finding_names_it(tmp_path, which, re
     assert not clean and message.startswith(f"compute-sanitizer {which}: 1 errors; ")
     with pytest.raises(SanitizeError, match="no compute-sanitizer tool"):
         sanitize_config(t, t.problem(), t.default_config(), tool=str(path), which="initcheck")
+
+
+def emulated_tool(tmp_path, guilty: dict[str, set[int]], hang: int | None = None) -> tuple[str, Path]:
+    """A stand-in for compute-sanitizer that runs no program: it reads the job and the list of
+    configurations the child would, says which it begins and ends as the child does, reports a
+    finding for each configuration whose MODE is guilty for its tool (memcheck's ends the child,
+    as a fault ends its CUDA context), hangs on MODE `hang`, and logs every MODE it was given."""
+    log = tmp_path / "runs.log"
+    path = tmp_path / "compute-sanitizer"
+    path.write_text(f"""#!{sys.executable}
+import json, sys, time
+which = sys.argv[sys.argv.index("--tool") + 1]
+guilty = {json.dumps({k: sorted(v) for k, v in guilty.items()})}.get(which, [])
+sys.stdin.readline()
+configs = json.loads(sys.stdin.readline())["configs"]
+with open({str(log)!r}, "a") as f:
+    f.write(which + " " + " ".join(str(c["config"].get("MODE")) for c in configs) + "\\n")
+errors = 0
+for i, c in enumerate(configs):
+    print("kerntune-check-started", i, flush=True)
+    mode = c["config"].get("MODE")
+    if mode == {hang!r}:
+        time.sleep(60)
+    if mode in guilty:
+        errors += 1
+        print("========= Invalid __global__ write of size 4 bytes" if which == "memcheck"
+              else "========= Error: Race reported between Write access and Read access", flush=True)
+        if which == "memcheck":
+            print("kerntune-profile-error: LaunchError: unspecified launch failure", flush=True)
+            break
+    print("kerntune-check-done", i, flush=True)
+if which == "racecheck":
+    print(f"========= RACECHECK SUMMARY: {{errors}} hazards displayed ({{errors}} errors, 0 warnings)")
+else:
+    print(f"========= ERROR SUMMARY: {{errors}} errors")
+""")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path), log
+
+
+@pytest.mark.parametrize("which", ["memcheck", "racecheck"])
+def test_one_child_checks_every_configuration_and_a_finding_is_pinned_to_its_own(tmp_path, which):
+    from kerntune.engine.sanitize import sanitize_configs
+
+    t = load_template(templates.path("vector_add"))
+    tool, log = emulated_tool(tmp_path, {which: {5, 7}})
+    clean = [{"MODE": m} for m in (0, 1, 2, 3)]
+    assert all(v == (True, f"compute-sanitizer {which}: 0 errors")
+               for v in sanitize_configs(t, t.problem(), clean, tool=tool, which=which))
+    assert len(log.read_text().splitlines()) == 1  # one child for the four
+    log.unlink()
+    modes = (0, 5, 1, 2, 7, 3)
+    found = sanitize_configs(t, t.problem(), [{"MODE": m} for m in modes], tool=tool, which=which)
+    for mode, verdict in zip(modes, found):
+        assert verdict[0] == (mode not in (5, 7)), (mode, verdict)
+    assert "1 errors" in found[1][1]
+    runs = log.read_text().splitlines()
+    # halved down to each finding, and what memcheck's fault left unchecked checked apart
+    assert len(runs) < 2 * len(modes), runs
+
+
+def test_a_configuration_that_never_finishes_is_one_line_and_the_others_are_checked(tmp_path):
+    from kerntune.engine.sanitize import sanitize_configs
+
+    t = load_template(templates.path("vector_add"))
+    tool, _ = emulated_tool(tmp_path, {}, hang=9)
+    found = sanitize_configs(t, t.problem(), [{"MODE": m} for m in (0, 9, 1)], tool=tool, timeout=1)
+    assert found[0][0] and found[2][0], found
+    assert found[1] == "compute-sanitizer memcheck could not check MODE=9: it did not finish within 1 s"
+
+
+def test_the_child_checks_a_list_of_configurations_in_turn_and_says_which_it_began_and_ended():
+    from kerntune.engine.profile import DONE, STARTED
+
+    t = load_template(templates.path("vector_add"))
+    p = t.problem()
+    job = replace(job_for(t, type(p)("small", {"n": 4096}), None), launches=1, backend="opencl")
+    listed = [{"config": {"BLOCK": 64, "ITEMS": 1}, "original": False}, {"config": {}, "original": True},
+              {"config": {"BLOCK": 128, "ITEMS": 4}, "original": False}]
+    given = json.dumps(asdict(job)) + "\n" + json.dumps({"configs": listed}) + "\n"
+    done = subprocess.run([sys.executable, "-m", "kerntune.engine.profile", "--target", "-"], input=given,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == [w for i in range(3) for w in (STARTED, str(i), DONE, str(i))]
+
+
+def test_the_run_checks_its_leaders_with_one_child_a_tool_and_demotes_only_the_guilty(tmp_path):
+    from kerntune.engine.result import Result
+    from kerntune.engine.tune import TuneOptions, TuneRun
+
+    tool, log = emulated_tool(tmp_path, {"memcheck": {5}, "racecheck": {7}})
+    t = load_template(templates.path("vector_add"))
+    events = []
+    run = TuneRun(t, TuneOptions(backend="cuda", session_path=tmp_path / "s.toml"), sinks=[events.append])
+    modes = (0, 5, 7, 1, 2)
+    results = [Result(config={"MODE": m}, status="ok", median_us=1.0 + m) for m in modes]
+    assert run._sanitize_each(tool, t, t.problem(), results, list(range(len(modes)))) == 2
+    assert [r.status for r in results] == ["ok", "out_of_bounds", "wrong_result", "ok", "ok"]
+    runs = log.read_text().splitlines()
+    assert sorted(runs)[-1] == "synccheck 0 5 7 1 2" and sum(r.startswith("synccheck") for r in runs) == 1

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -125,6 +126,63 @@ def finish_cuda_tool(proc: subprocess.Popen, name: str, timeout: float, error: t
     with _LIVE_LOCK:
         _LIVE.discard(proc)
     return out + "\n" + err, proc.returncode
+
+
+def follow_cuda_tool(proc: subprocess.Popen, stdin: str, idle: float, progress: re.Pattern[str]) -> tuple[str, int, bool]:
+    """Give a started tool `stdin` (then end of input) and read its output as it comes: the
+    program it runs has `idle` seconds after each line matching `progress` (and after the
+    start) to print the next one or end, else the tool is ended with it. (stdout then stderr,
+    the exit code, whether it was ended so); what was read before the end is kept."""
+    out: list[str] = []
+    err: list[str] = []
+    heard = [time.monotonic()]
+
+    def pump(stream: Any, sink: list[str], watch: bool) -> None:
+        try:
+            for line in stream:
+                sink.append(line)
+                if watch and progress.search(line):
+                    heard[0] = time.monotonic()
+        except (OSError, ValueError):  # the pipe closed under it
+            pass
+
+    readers = [threading.Thread(target=pump, args=(proc.stdout, out, True), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, err, False), daemon=True)]
+    for r in readers:
+        r.start()
+    ended = False
+    try:
+        try:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        except OSError:  # the program ended before it read its input: its output says why
+            pass
+        while True:
+            try:
+                proc.wait(0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - heard[0] > idle:
+                    ended = True
+                    _kill_group(proc)
+    except BaseException:  # the run is cut (a signal, Ctrl-C) while the tool runs: it ends with it
+        _kill_group(proc)
+        raise
+    for r in readers:
+        r.join(10)  # something left the group and holds the pipe: what it printed so far
+    with _LIVE_LOCK:
+        _LIVE.discard(proc)
+    return "".join(out) + "\n" + "".join(err), proc.returncode if proc.returncode is not None else -9, ended
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
 
 
 def stop_cuda_tool(proc: subprocess.Popen, grace: float = 0.0, stdin: str | None = None) -> tuple[str, str]:
