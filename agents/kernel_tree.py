@@ -1,31 +1,29 @@
-"""Kernels read as syntax trees: what each thread owns, its loops, accumulators and array accesses.
+"""The element-wise and row-wise passes' view of a kernel: what each thread owns, over the kernel model.
 
-CUDA C++ and OpenCL C are parsed with tree-sitter's C++ grammar, the CUDA and OpenCL words blanked
-first as engine/signature.py does (offsets are kept, so every span here is a span of the source as
-written). Nothing is read with regular expressions and nothing is compiled or run.
+Loops, accesses, accumulators, barriers, atomics and returns are agents/model.py's: the kernel
+model reads the named kernel and what it calls once, and this module takes its facts of the
+kernel's own body (its `Loop`, `Access` and `Accumulator`, the one dialect table). What is read
+here, from the same syntax tree (tree-sitter's C++ grammar with the CUDA and OpenCL words blanked
+as engine/cxx.py does; nothing read with regular expressions, nothing compiled or run), is what only
+the passes over one element or one row ask:
 
-For each kernel `analyse` tells:
-
-- the thread and block ids it reads (`blockIdx.x * blockDim.x + threadIdx.x`, `get_global_id(0)`,
-  ...) and the launch dimensions they are in, and the literals the indexing uses as a thread count
-  (`blockIdx.x * 256 + threadIdx.x` assumes 256 threads per block);
+- the thread and block ids each local is made from (`blockIdx.x * blockDim.x + threadIdx.x`,
+  `get_global_id(0)`, ...) and the launch dimensions read, and the literals the indexing uses as a
+  thread count (`blockIdx.x * 256 + threadIdx.x` assumes 256 threads per block);
 - the variable holding the element or row a thread owns, and the guard that bounds it
-  (`if (i < n) {...}` or `if (i >= n) return;`);
-- its loops (bounds, step, trip count when it is a literal, whether the step is the thread count),
-  the kernel's own loops told from the loops of the functions it calls;
-- what each array is read and written at (the index as written, the innermost loop it is in,
-  whether it is reached on every path), including through a local pointer such as
-  `const float *x = inp + row * C;`;
-- its accumulators (a sum, max or min carried across a loop's iterations) and the softmax pair (a
-  max, then a sum of `exp(... - max)`);
+  (`if (i < n) {...}`, `if (i >= n) return;`, or a grid-stride loop over the elements);
+- the arrays used other than by subscript (casts, pointer arithmetic, an element's address taken),
+  whose accesses no index tells;
+- the softmax pair (a max, then a sum of `exp(... - max)`, in any loops);
 - a classification: `elementwise` (a thread per element, every array read and written at an index
   that moves with the element one for one), `rowwise` (a thread per row, loops over the row) or
   `neither`, with the reasons.
 
-`slope` tells how an index expression moves as the element variable moves, which is what the
-rewrites need to prove a vector access safe.
+`slope` tells how an index expression moves as the element variable moves (through div and mod
+too, with the conditions under which it holds), which is what the rewrites need to prove a vector
+access safe. Spans here are characters of the source (the model's bytes converted), as the
+element-wise pass and the lifts slice it.
 """
-
 from __future__ import annotations
 
 import functools
@@ -46,9 +44,6 @@ CUDA_IDS = {word: KINDS[kind] for word, kind in model.CUDA_IDS.items()}
 OPENCL_IDS = {word: KINDS[kind] for word, kind in model.OPENCL_IDS.items()}
 DIMS = {x: d for d, x in enumerate(model.DIMS)}
 BARRIERS = EITHER.barriers | EITHER.warp_barriers
-ATOMIC_PREFIXES = EITHER.atomic_prefixes
-MAX_FUNCTIONS = EITHER.max
-MIN_FUNCTIONS = EITHER.min
 # loads and stores with a cache hint, on an element's address: read (or written) as the element
 LOAD_INTRINSICS = EITHER.loads
 STORE_INTRINSICS = EITHER.stores
@@ -100,7 +95,7 @@ class KernelAnalysis:
     element: str = ""  # the variable of the element or row a thread owns
     guard: Guard | None = None
     loops: tuple[Loop, ...] = ()  # the kernel's own loops, in order
-    helper_loops: tuple[Loop, ...] = ()  # loops of the file's other functions
+    helper_loops: tuple[Loop, ...] = ()  # loops of the functions the kernel calls
     accesses: tuple[Access, ...] = ()
     accumulators: tuple[Accumulator, ...] = ()
     softmax_pairs: tuple[tuple[str, str], ...] = ()  # (max variable, sum-of-exp variable)
@@ -269,17 +264,19 @@ class _File:
         return body is not None and any(start <= o < body.start_byte for o in self.marks.kernels)
 
     def kernels(self) -> list[KernelAnalysis]:
-        fns = self.functions()
-        helpers = [lp for fn in fns if not self.is_kernel(fn) for lp in _Body(self, fn, False).loops]
         out = []
-        for fn in fns:
+        for fn in self.functions():
             if not self.is_kernel(fn):
                 continue
             name = function_name(fn)
             sig = self.signatures.get(name)
             if sig is None:
                 continue
-            out.append(_Body(self, fn, True).analysis(sig, tuple(helpers)))
+            try:
+                m = model.build(self.source, name, fn.start_byte)
+            except model.ModelError:
+                continue
+            out.append(_Body(self, fn, m).analysis(sig))
         return out
 
 
@@ -361,35 +358,60 @@ def _global_index(node, dialect: str) -> tuple[bool, int | None, tuple[int, ...]
 
 
 class _Body:
-    """One function's body walked once: loops, accesses, accumulators, locals."""
+    """The element-wise and row-wise reading of one kernel over its model: the loops, accesses,
+    accumulators, barriers, atomics and returns are the model's (agents/model.py, one walk of the
+    tree); what is read here is what only these passes ask: the kernel's locals and the local
+    pointers into its arguments, the element a thread owns and its guard, the literals the indexing
+    takes as a thread count, and the arrays used other than by subscript."""
 
-    def __init__(self, f: _File, fn, kernel: bool):
+    def __init__(self, f: _File, fn, m: model.KernelModel):
         self.f = f
         self.fn = fn
-        self.kernel = kernel
+        self.m = m
         self.name = function_name(fn)
         self.body = fn.child_by_field_name("body")
-        self.loops: list[Loop] = []
-        self.loop_nodes: list = []
-        self.accesses: list[Access] = []
-        self.accumulators: list[Accumulator] = []
-        self.pointers: set[str] = set()
+        self.pointers: set[str] = set(m.pointers)
         self.ptr_alias: dict[str, tuple[str, str]] = {}  # local pointer -> (argument, offset)
         self.cast_alias: dict[str, str] = {}  # local pointer of another type into an argument -> it
         self.assigned: dict[str, int] = {}  # name -> assignments after its declaration
         self.inits: dict[str, object] = {}  # local name -> initialiser node
         self.declared: set[str] = set()  # every local the body declares
-        self.barriers = self.atomics = False
-        self.half_args: set = set()  # the pointer arguments of vload_half / vstore_half calls read as accesses
-        self.escaped: list[str] = []  # arrays whose element's address is taken (not by a cache-hint intrinsic)
-        if kernel:
-            sig = f.signatures.get(self.name)
-            self.pointers = {a.name for a in sig.args if a.pointer} if sig is not None else set()
-        if self.body is not None:
-            self._declarations(self.body)
-            self.under: list = []
-            self.returns: list = []
-            self._walk(self.body, [], True)
+        self._declarations(self.body)
+        # the model's facts of the kernel's own body; its loops come first in the model's order, so
+        # an access's or accumulator's loop indexes these too
+        self.loops = [self._loop(lp) for lp in m.loops if lp.in_kernel]
+        by_span = {(n.start_byte, n.end_byte): n for n in _walk_types(self.body, _LOOP_TYPES)}
+        self.loop_nodes = [by_span.get((lp.span.start, lp.span.end)) for lp in m.loops if lp.in_kernel]
+        self.helper_loops = tuple(self._loop(lp) for lp in m.loops if not lp.in_kernel)
+        self.accesses = [self._access(x) for x in m.accesses
+                         if x.function == m.name and x.array in self.pointers and not x.deref]
+        self.accumulators = [replace(a, span=f.span(a.span.start, a.span.end),
+                                     init=cxx.text(self.inits[a.var]) if a.var in self.inits else "")
+                             for a in m.accumulators]
+        self.returns = [f.span(r.start, r.end) for r in m.returns]
+        self.barriers = any(b.function == m.name for b in m.barriers)
+        self.atomics = any(c.function == m.name for c in m.atomics)
+
+    def _loop(self, lp: Loop) -> Loop:
+        """A model's loop in this reading's words: only `<`, `<=` and `!=` bound it, spans in
+        characters."""
+        f = self.f
+        up = lp.compare in ("<", "<=", "!=")
+        trip = lp.trip
+        if lp.compare == "!=" and trip is None:
+            s, b, st = _literal(lp.start), _literal(lp.bound), _literal(lp.step)
+            if s is not None and b is not None and st:
+                trip = max(0, (b - s + st - 1) // st)
+        return replace(lp, bound=lp.bound if up else "", inclusive=lp.inclusive and up, trip=trip,
+                       span=f.span(lp.span.start, lp.span.end), body=f.span(lp.body.start, lp.body.end),
+                       pragma=f.span(lp.pragma.start, lp.pragma.end) if lp.pragma is not None else None)
+
+    def _access(self, x: Access) -> Access:
+        f = self.f
+        return replace(x, span=f.span(x.span.start, x.span.end),
+                       index_span=f.span(x.index_span.start, x.index_span.end),
+                       value_span=f.span(x.value_span.start, x.value_span.end) if x.value_span is not None else None,
+                       under=tuple(f.span(u.start, u.end) for u in x.under))
 
     # locals and assignments ----------------------------------------------------------------
     def _declarations(self, body) -> None:
@@ -470,260 +492,8 @@ class _Body:
     def single_locals(self) -> dict[str, object]:
         return {n: v for n, v in self.inits.items() if not self.assigned.get(n)}
 
-    # the walk --------------------------------------------------------------------------------
-    def _walk(self, node, loops: list[int], unconditional: bool) -> None:
-        t = node.type
-        if t == "return_statement":
-            self.returns.append(self.f.node_span(node))
-        if t in ("for_statement", "while_statement", "do_statement", "for_range_loop"):
-            index = self._loop(node, loops)
-            init = node.child_by_field_name("initializer")
-            self.under.append(self.f.node_span(node))
-            for c in node.children:
-                if init is not None and c.id == init.id:
-                    self._walk(c, loops, unconditional)
-                else:
-                    self._walk(c, loops + [index], False)
-            self.under.pop()
-            return
-        if t in ("if_statement", "conditional_expression", "switch_statement"):
-            cond = node.child_by_field_name("condition")
-            self.under.append(self.f.node_span(node))
-            for c in node.children:
-                self._walk(c, loops, unconditional and cond is not None and c.id == cond.id)
-            self.under.pop()
-            return
-        if t == "binary_expression" and cxx.text(node.child_by_field_name("operator")) in ("&&", "||"):
-            self._walk(node.child_by_field_name("left"), loops, unconditional)
-            self.under.append(self.f.node_span(node))  # the right side runs only sometimes
-            self._walk(node.child_by_field_name("right"), loops, False)
-            self.under.pop()
-            return
-        if t == "call_expression":
-            name = cxx.callee(node.child_by_field_name("function"))
-            if name in BARRIERS:
-                self.barriers = True
-            if name.startswith(ATOMIC_PREFIXES):
-                self.atomics = True
-            if name in HALF_LOADS | HALF_STORES and self.kernel:
-                self._half_access(node, name, loops, unconditional)
-        if t == "subscript_expression" and self.kernel:
-            self._access(node, loops, unconditional)
-        if t == "subscript_expression" and loops:
-            self._register_index(node, loops)
-        if t == "identifier" and self.kernel and loops and cxx.text(node) in \
-                self.pointers | set(self.ptr_alias) | set(self.cast_alias):
-            for lp in loops:
-                self.loops[lp] = replace(self.loops[lp], accesses=self.loops[lp].accesses + 1)
-        if t == "assignment_expression" and loops:
-            self._accumulator(node, loops[-1])
-        for c in node.children:
-            self._walk(c, loops, unconditional)
-
-    def _access(self, node, loops: list[int], unconditional: bool) -> None:
-        arr = _unwrap(node.child_by_field_name("argument"))
-        idx_list = node.child_by_field_name("indices") or node.child_by_field_name("index")
-        if arr is None or idx_list is None or arr.type != "identifier":
-            return
-        inner = [c for c in idx_list.named_children if c.type != "comment"] if idx_list.type == \
-            "subscript_argument_list" else [idx_list]
-        if len(inner) != 1:
-            return
-        name = cxx.text(arr)
-        via, offset = "", ""
-        if name in self.ptr_alias:
-            via, (name, offset) = name, self.ptr_alias[name]
-        if name not in self.pointers:
-            return
-        parent = node.parent
-        while parent is not None and parent.type == "parenthesized_expression":
-            parent = parent.parent
-        write = read = False
-        call = value = None
-        if parent is not None and parent.type == "assignment_expression" and \
-                parent.child_by_field_name("left").start_byte == node.start_byte:
-            write = True
-            read = cxx.text(parent.child_by_field_name("operator")) != "="
-        elif parent is not None and parent.type == "update_expression":
-            write = read = True
-        elif parent is not None and parent.type == "pointer_expression" and \
-                cxx.text(parent.child_by_field_name("operator")) == "&":
-            call, value = _intrinsic(parent)
-            if call is None:
-                write = read = True  # its address escapes: taken as both, and opaque
-                self.escaped.append(name)
-            elif cxx.callee(call.child_by_field_name("function")) in LOAD_INTRINSICS:
-                read = True
-            else:
-                write = True
-        else:
-            read = True
-            call = value = None
-        index = cxx.text(inner[0])
-        if via and offset != "0":
-            index = f"{offset} + ({index})"
-        span = self.f.node_span(call) if call is not None else self.f.node_span(node)
-        self.accesses.append(Access(name, index, write, read, span,
-                                    self.f.node_span(inner[0]), loops[-1] if loops else None,
-                                    unconditional, via, offset if via else "", tuple(self.under),
-                                    cxx.callee(call.child_by_field_name("function")) if call is not None else "",
-                                    self.f.node_span(value) if value is not None else None))
-
-    def _half_access(self, call, name: str, loops: list[int], unconditional: bool) -> None:
-        """OpenCL's `vload_half(i, p)` and `vstore_half(v, i, p)`: p's element i, read or written (as
-        a float)."""
-        args = [c for c in call.child_by_field_name("arguments").named_children if c.type != "comment"]
-        want = 2 if name in HALF_LOADS else 3
-        if len(args) != want or args[-1].type != "identifier":
-            return
-        array = cxx.text(args[-1])
-        via, offset = "", ""
-        if array in self.ptr_alias:
-            via, (array, offset) = array, self.ptr_alias[array]
-        if array not in self.pointers:
-            return
-        index = cxx.text(args[-2])
-        if via and offset != "0":
-            index = f"{offset} + ({index})"
-        self.half_args.add(args[-1].id)
-        store = name in HALF_STORES
-        self.accesses.append(Access(array, index, store, not store, self.f.node_span(call),
-                                    self.f.node_span(args[-2]), loops[-1] if loops else None, unconditional,
-                                    via, offset if via else "", tuple(self.under), name,
-                                    self.f.node_span(args[0]) if store else None))
-
-    def _register_index(self, node, loops: list[int]) -> None:
-        """Mark the loops whose variable indexes an array that is no pointer argument."""
-        arr = _unwrap(node.child_by_field_name("argument"))
-        if arr is None or (arr.type == "identifier" and cxx.text(arr) in
-                           self.pointers | set(self.ptr_alias) | set(self.cast_alias)):
-            return
-        if arr.type == "identifier" and cxx.text(arr) not in self.inits and not self.kernel:
-            return  # a helper's parameter: a pointer the helper was given
-        names = _names(node.child_by_field_name("indices") or node)
-        for lp in loops:
-            if self.loops[lp].var and self.loops[lp].var in names:
-                self.loops[lp] = replace(self.loops[lp], register_index=True)
-
-    def _loop(self, node, loops: list[int]) -> int:
-        span = self.f.node_span(node)
-        prev = node.prev_named_sibling
-        pragma = None
-        if prev is not None and prev.type == "preproc_call" and \
-                cxx.text(prev.child_by_field_name("directive")) == "#pragma":
-            arg = cxx.text(prev.child_by_field_name("argument")).split()
-            if arg and arg[0] == "unroll":
-                pragma = span_of(self.f.source, prev, self.f)
-        body = node.child_by_field_name("body")
-        lp = Loop(self.name, self.kernel, depth=len(loops), span=span, pragma=pragma,
-                  body=self.f.node_span(body) if body is not None else Span(0, 0))
-        if node.type == "for_statement":
-            lp = self._for(node, lp)
-        self.loops.append(lp)
-        self.loop_nodes.append(node)
-        return len(self.loops) - 1
-
-    def _for(self, node, lp: Loop) -> Loop:
-        init = node.child_by_field_name("initializer")
-        cond = node.child_by_field_name("condition")
-        update = node.child_by_field_name("update")
-        var = start = ""
-        if init is not None and init.type == "declaration":
-            d = init.child_by_field_name("declarator")
-            if d is not None and d.type == "init_declarator":
-                var, start = cxx.text(d.child_by_field_name("declarator")), cxx.text(d.child_by_field_name("value"))
-        elif init is not None and init.type == "assignment_expression":
-            var, start = cxx.text(init.child_by_field_name("left")), cxx.text(init.child_by_field_name("right"))
-        bound, inclusive = "", False
-        c = _unwrap(cond) if cond is not None else None
-        if c is not None and c.type == "binary_expression" and cxx.text(c.child_by_field_name("left")) == var:
-            op = cxx.text(c.child_by_field_name("operator"))
-            if op in ("<", "<=", "!="):
-                bound, inclusive = cxx.text(c.child_by_field_name("right")), op == "<="
-        step = ""
-        halving = False
-        u = update
-        if u is not None and u.type == "update_expression" and cxx.text(u.child_by_field_name("argument")) == var:
-            step = "1" if "++" in cxx.text(u) else ""
-        elif u is not None and u.type == "assignment_expression" and cxx.text(u.child_by_field_name("left")) == var:
-            op = cxx.text(u.child_by_field_name("operator"))
-            right = u.child_by_field_name("right")
-            if op == "+=":
-                step = cxx.text(right)
-            elif op == "=" and right.type == "binary_expression" and \
-                    cxx.text(right.child_by_field_name("operator")) == "+" and \
-                    cxx.text(right.child_by_field_name("left")) == var:
-                step = cxx.text(right.child_by_field_name("right"))
-            halving = (op, _literal(cxx.text(right))) in (("/=", 2), (">>=", 1))
-            if op == "=" and right.type == "binary_expression" and cxx.text(right.child_by_field_name("left")) == var:
-                halving = (cxx.text(right.child_by_field_name("operator")),
-                           _literal(cxx.text(right.child_by_field_name("right")))) in (("/", 2), (">>", 1))
-        trip = None
-        s, b, st = _literal(start), _literal(bound), _literal(step)
-        if s is not None and b is not None and st:
-            trip = max(0, (b + (1 if inclusive else 0) - s + st - 1) // st)
-        strided = False
-        if update is not None:
-            reads = {k for k, _ in thread_reads(update, self.f.dialect)}
-            strided = bool(reads & {"local_size", "groups", "global_size"})
-            if not strided and step in self.inits:
-                strided = bool({k for k, _ in thread_reads(self.inits[step], self.f.dialect)}
-                               & {"local_size", "groups", "global_size"})
-        return Loop(lp.function, lp.in_kernel, var, start, bound, inclusive, step, trip, lp.depth, strided,
-                    lp.span, lp.pragma, lp.body, halving=halving)
-
-    def _accumulator(self, node, loop: int) -> None:
-        left = _unwrap(node.child_by_field_name("left"))
-        if left is None or left.type != "identifier":
-            return
-        var = cxx.text(left)
-        op = cxx.text(node.child_by_field_name("operator"))
-        right = node.child_by_field_name("right")
-        kind = None
-        if op in ("+=", "-="):
-            kind = "sum"
-        elif op == "=":
-            r = _unwrap(right)
-            if r is not None and r.type == "binary_expression" and cxx.text(r.child_by_field_name("operator")) == "+" \
-                    and var in (cxx.text(_unwrap(r.child_by_field_name("left"))),
-                                cxx.text(_unwrap(r.child_by_field_name("right")))):
-                kind = "sum"
-            elif r is not None and r.type == "call_expression":
-                fname = cxx.callee(r.child_by_field_name("function"))
-                args = [cxx.text(_unwrap(a)) for a in r.child_by_field_name("arguments").named_children]
-                if var in args and fname in MAX_FUNCTIONS:
-                    kind = "max"
-                elif var in args and fname in MIN_FUNCTIONS:
-                    kind = "min"
-            elif r is not None and r.type == "conditional_expression":
-                cnd = _unwrap(r.child_by_field_name("condition"))
-                if cnd is not None and cnd.type == "binary_expression" and var in _names(cnd):
-                    o = cxx.text(cnd.child_by_field_name("operator"))
-                    first = cxx.text(_unwrap(cnd.child_by_field_name("left")))
-                    big = (o in (">", ">=")) == (first != var)  # `x > acc ? x : acc` is a max
-                    kind = "max" if big else "min"
-        if kind is None:
-            # `if (x > m) m = x;`
-            stmt = node.parent.parent if node.parent is not None else None
-            if stmt is not None and stmt.type == "if_statement" and op == "=":
-                cnd = _unwrap(stmt.child_by_field_name("condition"))
-                if cnd is not None and cnd.type == "binary_expression" and var in _names(cnd):
-                    o = cxx.text(cnd.child_by_field_name("operator"))
-                    first = cxx.text(_unwrap(cnd.child_by_field_name("left")))
-                    if o in (">", ">=", "<", "<="):
-                        kind = "max" if (o in (">", ">=")) == (first != var) else "min"
-        if kind is None or any(lp.var == var for lp in self.loops):
-            return
-        # declared outside the loop: carried across its iterations
-        loop_node = self.loop_nodes[loop]
-        init = self.inits.get(var)
-        if init is not None and loop_node.start_byte <= init.start_byte < loop_node.end_byte:
-            return
-        self.accumulators.append(Accumulator(var, kind, loop, cxx.text(init) if init is not None else "",
-                                             self.f.node_span(node)))
-
     # the kernel's analysis -------------------------------------------------------------------
-    def analysis(self, sig: KernelSignature, helper_loops: tuple[Loop, ...]) -> KernelAnalysis:
+    def analysis(self, sig: KernelSignature) -> KernelAnalysis:
         f = self.f
         locals_ = self.single_locals()
         indices = []
@@ -754,7 +524,7 @@ class _Body:
                     pairs.append((m.var, s.var))
         analysis = KernelAnalysis(
             sig.name, f.dialect, sig, f.span(self._start(), self.fn.end_byte), f.node_span(self.body),
-            tuple(indices), element, guard, tuple(self.loops), helper_loops, tuple(self.accesses),
+            tuple(indices), element, guard, tuple(self.loops), self.helper_loops, tuple(self.accesses),
             tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(v for v, _, _ in fixed)), tuple(fixed),
             self.barriers, shared, self.atomics, opaque,
             locals={n: cxx.text(v) for n, v in locals_.items()}, arg_types=self._arg_types(),
@@ -803,14 +573,15 @@ class _Body:
         """Pointer arguments (or local pointers into them) used other than as `p[index]` or in the
         initialiser of a local pointer: accesses this analysis cannot see."""
         names = self.pointers | set(self.ptr_alias)
-        out = [root for root in self.cast_alias.values()] + self.escaped
+        escaped, half_args = self._escaped()
+        out = [root for root in self.cast_alias.values()] + escaped
         stack = [self.body]
         while stack:
             n = stack.pop()
             if n.type == "identifier" and cxx.text(n) in names:
                 parent = n.parent
                 ok = parent is not None and parent.type == "subscript_expression" and \
-                    parent.child_by_field_name("argument") == n or n.id in self.half_args
+                    parent.child_by_field_name("argument") == n or n.id in half_args
                 decl = n
                 while decl is not None and decl.type not in ("init_declarator", "compound_statement"):
                     decl = decl.parent
@@ -824,6 +595,39 @@ class _Body:
                 continue
             stack.extend(n.children)
         return tuple(dict.fromkeys(out))
+
+    def _escaped(self) -> tuple[list[str], set[int]]:
+        """The arguments whose element's address is taken (`&p[i]`, but for a cache-hint
+        intrinsic), in order; and the nodes naming the array of a vload_half/vstore_half call the
+        model reads as an access."""
+        escaped: list[str] = []
+        half_args: set[int] = set()
+        for n in model.nodes(self.body):
+            if n.type == "call_expression":
+                name = cxx.callee(n.child_by_field_name("function"))
+                if name in HALF_LOADS | HALF_STORES:
+                    args = [c for c in n.child_by_field_name("arguments").named_children if c.type != "comment"]
+                    if len(args) == (2 if name in HALF_LOADS else 3) and args[-1].type == "identifier" and \
+                            self.ptr_alias.get(cxx.text(args[-1]), (cxx.text(args[-1]), ""))[0] in self.pointers:
+                        half_args.add(args[-1].id)
+            if n.type != "subscript_expression":
+                continue
+            arr = _unwrap(n.child_by_field_name("argument"))
+            idx_list = n.child_by_field_name("indices") or n.child_by_field_name("index")
+            if arr is None or idx_list is None or arr.type != "identifier":
+                continue
+            inner = [c for c in idx_list.named_children if c.type != "comment"] if idx_list.type == \
+                "subscript_argument_list" else [idx_list]
+            name = self.ptr_alias.get(cxx.text(arr), (cxx.text(arr), ""))[0]
+            if len(inner) != 1 or name not in self.pointers:
+                continue
+            parent = n.parent
+            while parent is not None and parent.type == "parenthesized_expression":
+                parent = parent.parent
+            if parent is not None and parent.type == "pointer_expression" and \
+                    cxx.text(parent.child_by_field_name("operator")) == "&" and _intrinsic(parent)[0] is None:
+                escaped.append(name)
+        return escaped, half_args
 
     def _node_at(self, span: Span):
         stack = [self.body]
@@ -1352,6 +1156,9 @@ def _outer(fn):
             and node.parent.named_children and node.parent.named_children[-1] == node:
         node = node.parent
     return node
+
+
+_LOOP_TYPES = ("for_statement", "while_statement", "do_statement", "for_range_loop")
 
 
 def _walk_types(root, types: tuple[str, ...]) -> Iterator:

@@ -387,6 +387,7 @@ class Access:
     space: str = "global"  # "global" (a pointer argument), "shared", "local" (a thread's own array), "constant"
     function: str = ""  # the function it is written in
     expr: IndexExpr | None = None  # the index over thread, block and loop indices
+    deref: bool = False  # written `*(array + index)`, not as a subscript
 
 
 @dataclass(frozen=True)
@@ -555,14 +556,16 @@ class KernelModel:
 
 # reading ------------------------------------------------------------------------------------------------
 
-def build(source: str, entry: str | None = None) -> KernelModel:
-    """The model of the kernel named `entry` (the source's only kernel, or its first, when None)."""
-    return _build(source, entry)
+def build(source: str, entry: str | None = None, at: int | None = None) -> KernelModel:
+    """The model of the kernel named `entry` (the source's only kernel, or its first, when None);
+    `at`, the byte its definition starts at, picks one of several definitions of that name (the
+    copies a pass keeps under `#if`), else the first is read."""
+    return _build(source, entry, at)
 
 
 @functools.lru_cache(maxsize=32)
-def _build(source: str, entry: str | None) -> KernelModel:
-    return _Reader(source).model(entry)
+def _build(source: str, entry: str | None, at: int | None = None) -> KernelModel:
+    return _Reader(source).model(entry, at)
 
 
 def parse_expression(expr: str):
@@ -787,7 +790,7 @@ class _Reader:
         start = self.marks.head(fn)
         return body is not None and any(start <= o < body.start_byte for o in self.marks.kernels)
 
-    def model(self, entry: str | None) -> KernelModel:
+    def model(self, entry: str | None, at: int | None = None) -> KernelModel:
         by_name = self.functions()
         kernels = [fn for fns in by_name.values() for fn in fns if self.is_kernel(fn)]
         if not kernels:
@@ -796,7 +799,8 @@ class _Reader:
         if entry is None:
             fn = kernels[0]
         else:
-            fn = next((k for k in kernels if function_name(k) == base_name(entry)), None)
+            fn = next((k for k in kernels if function_name(k) == base_name(entry)
+                       and (at is None or k.start_byte == at)), None)
             if fn is None:
                 raise ModelError(f"no kernel named {entry} (the source has "
                                  f"{', '.join(function_name(k) for k in kernels)})")
@@ -857,6 +861,16 @@ class _Walk:
                 root = self._pointer_root(v)
                 if root is not None:
                     self.ptr_alias[n] = root
+        # local pointers of another type into an argument (`reinterpret_cast<const pack8 *>(x)`): the
+        # argument's elements reached in a way no index tells
+        self.cast_alias: dict[str, str] = {}
+        for n, v in self.inits.items():
+            if v is not None and n not in self.ptr_alias and self._pointer_decl(n, body):
+                root = next((x for x in (text(i) for i in nodes(v) if i.type == "identifier")
+                             if x in self.pointers or x in self.ptr_alias or x in self.cast_alias), None)
+                if root is not None:
+                    self.cast_alias[n] = self.ptr_alias[root][0] if root in self.ptr_alias else \
+                        self.cast_alias.get(root, root)
         self.locals = {n: text(v) for n, v in self.inits.items() if v is not None and not self.assigned.get(n)}
         self.changing = frozenset(self.declared - set(self.locals))
         self.shared_marks = sorted(leaf.start_byte for leaf in nodes(reader.raw_root) if leaf.child_count == 0
@@ -971,7 +985,8 @@ class _Walk:
             self._access(node, loops, unconditional)
         if t == "pointer_expression" and text(node.child_by_field_name("operator")) == "*":
             self._deref(node, loops, unconditional)
-        if t == "identifier" and self.function.kernel and loops and text(node) in set(self.pointers) | set(self.ptr_alias):
+        if t == "identifier" and self.function.kernel and loops and \
+                text(node) in set(self.pointers) | set(self.ptr_alias) | set(self.cast_alias):
             for lp in loops:
                 self.loops[lp] = replace(self.loops[lp], accesses=self.loops[lp].accesses + 1)
         if t == "assignment_expression" and loops and self.function.kernel:
@@ -1023,11 +1038,13 @@ class _Walk:
                 return
             chain.append(inner[0])
             arr = unwrap(arr.child_by_field_name("argument"))
+        if arr is not None and arr.type != "identifier":  # `pack.v[k]`: a thread's own array too
+            self._register_index(node, loops, chain)
         if arr is None or arr.type != "identifier":
             return
         chain.reverse()
         array, via, offset = self._root(text(arr))
-        self._register_index(node, loops)
+        self._register_index(node, loops, chain)
         if array in self.pointers:
             if self.function.kernel and len(chain) == 1:
                 self._element(node, array, chain[0], via, offset, loops, unconditional)
@@ -1106,7 +1123,7 @@ class _Walk:
                                     loops[-1] if loops else None, unconditional, via, offset if via else "",
                                     tuple(self.under), call, value_span,
                                     space or ("shared" if array in self.local_args else "global"), self.function.name,
-                                    expr))
+                                    expr, deref))
 
     def _dims(self, array: str) -> tuple[str, ...]:
         for fn in [self.fn] + self.callees:
@@ -1143,16 +1160,18 @@ class _Walk:
             return call, named[1]
         return None, None
 
-    def _register_index(self, node, loops: list[int]) -> None:
+    def _register_index(self, node, loops: list[int], indices: list = ()) -> None:
         """Mark the loops whose variable indexes an array that is no pointer argument."""
         arr = unwrap(node.child_by_field_name("argument"))
-        if arr is None or (arr.type == "identifier" and text(arr) in set(self.pointers) | set(self.ptr_alias)):
+        if arr is None or (arr.type == "identifier" and
+                           text(arr) in set(self.pointers) | set(self.ptr_alias) | set(self.cast_alias)):
             return
         if arr.type == "identifier" and text(arr) not in self.inits and text(arr) not in self.declared \
                 and not self.function.kernel:
             return  # a helper's parameter: a pointer the helper was given
-        idx = node.child_by_field_name("indices") or node
-        names = {text(n) for n in nodes(idx) if n.type == "identifier"}
+        # every dimension's index: `tile[ty + j][tx]` is indexed by j too
+        names = {text(n) for idx in (indices or [node.child_by_field_name("indices") or node])
+                 for n in nodes(idx) if n.type == "identifier"}
         for lp in loops:
             if self.loops[lp].var and self.loops[lp].var in names:
                 self.loops[lp] = replace(self.loops[lp], register_index=True)

@@ -106,3 +106,49 @@ def test_a_gather_is_an_index_that_is_data_and_spans_are_bytes():
 def test_a_kernel_that_is_not_there_is_one_error_naming_those_that_are():
     with pytest.raises(ModelError, match="no kernel named nope .the source has other, mm"):
         build(MATMUL, "nope")
+
+
+ROWS = r'''
+// “row” sums — a comment in UTF-8 before the kernel
+__global__ void rows(const float *x, float *y, int n, int c) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < n) {
+        float s = 0.0f;
+        for (int j = 0; j < c; ++j) s += x[r * c + j];
+        y[r] = s;
+    }
+}
+'''
+
+
+def test_the_kernel_trees_loops_accesses_and_accumulators_are_the_models_in_characters():
+    from kerntune.agents.kernel_tree import classify
+
+    a, m = classify(ROWS), build(ROWS)
+    raw = ROWS.encode()
+    assert a.kind == "rowwise" and [lp.role for lp in a.loops] == [lp.role for lp in m.loops] == ["serial"]
+    assert [(x.array, x.index, x.loop) for x in a.accesses] == [(x.array, x.index, x.loop) for x in m.accesses]
+    assert [(s.var, s.op, s.loop) for s in a.accumulators] == [(s.var, s.op, s.loop) for s in m.accumulators]
+    for mine, theirs in ((a.loops[0].span, m.loops[0].span), (a.accesses[0].span, m.accesses[0].span),
+                         (a.accumulators[0].span, m.accumulators[0].span)):
+        assert ROWS[mine.start:mine.end] == raw[theirs.start:theirs.end].decode() != ""
+        assert mine.start < theirs.start  # the comment's quotes and dash take more bytes than characters
+
+
+def test_a_loop_over_a_tiles_row_or_a_packs_members_indexes_a_register_array_and_a_cast_pointer_is_an_access():
+    m = build(r'''
+struct pack { float v[4]; };
+__global__ void k(const float *x, float *y, int n) {
+    __shared__ float tile[32][33];
+    const pack *p = reinterpret_cast<const pack *>(x);
+    for (int j = 0; j < 32; j += 8) tile[threadIdx.y + j][threadIdx.x] = x[j];
+    for (int i = 0; i < n; ++i) {
+        pack q = p[i];
+        for (int e = 0; e < 4; ++e) y[e] += q.v[e];
+    }
+}
+''')
+    by_var = {lp.var: lp for lp in m.loops}
+    assert by_var["j"].register_index and not by_var["j"].hot  # tile[threadIdx.y + j]: the row's index
+    assert by_var["e"].register_index  # q.v[e]: a member array of a thread's own
+    assert by_var["i"].accesses > 0 and by_var["i"].hot and not by_var["i"].register_index  # p[i] reads x
