@@ -39,7 +39,7 @@ from .cooperate import (Decline, Dialect, beside, body_of, char_offsets, express
                         kernel_spans, pinned, reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted,
                         within)
 from .kernel_tree import Span, span_of, syntax_nodes
-from .model import ModelError
+from .model import DIALECT, ModelError
 from .passes import Declined, Rewrite, RewriteContext
 
 
@@ -366,33 +366,85 @@ def _subscripts(text: str) -> list[str]:
     return out
 
 
-def vector_operands(ctx: RewriteContext, s: Contraction) -> tuple[str, str]:
-    """For X and Y, the array element the operand is (`A[kt_r * K + kt_k]`) where four neighbours
-    along the index it walks contiguously are four neighbours in memory of the accumulator's
-    type, so VEC = 4 may load them as one vector; "" where the operand is anything else (a
-    conversion, a product, another type)."""
+# CUDA's conversion of one half element to float (OpenCL's is the dialect table's vload_half)
+HALF_TO_FLOAT = frozenset({"__half2float"})
+
+
+@dataclass(frozen=True)
+class Vector:
+    """An operand VEC = 4 may load four neighbours of at once: the element `array[index]` (its
+    index moving by one along the axis the operand walks contiguously), of the accumulator's type,
+    or a half converted to float (`__half2float(A[i])`, `vload_half(i, A)`)."""
+
+    array: str
+    index: str
+    half: bool
+
+    @property
+    def element(self) -> str:
+        return f"{self.array}[{self.index}]"
+
+    def aligned(self, cuda: bool) -> str:
+        """The run-time test that the four elements are one aligned word (CUDA; none in OpenCL,
+        whose vload4 / vload_half4 take any element's address)."""
+        return f" && ((unsigned long)&{self.element} & {7 if self.half else 15}) == 0" if cuda else ""
+
+    def load(self, cuda: bool, ind: str) -> str:
+        """`const float4 kt_w` holding the four elements from `array[index]` on, as floats."""
+        if not self.half:
+            return (f"{ind}const float4 kt_w = " + (f"*reinterpret_cast<const float4 *>(&{self.element});\n" if cuda
+                                                     else f"vload4(0, &{self.element});\n"))
+        if not cuda:
+            return f"{ind}const float4 kt_w = vload_half4(0, {self.array} + ({self.index}));\n"
+        return (f"{ind}const float2 kt_h = *reinterpret_cast<const float2 *>(&{self.element});\n"
+                f"{ind}const float2 kt_lo = __half22float2(*reinterpret_cast<const __half2 *>(&kt_h.x));\n"
+                f"{ind}const float2 kt_hi = __half22float2(*reinterpret_cast<const __half2 *>(&kt_h.y));\n"
+                f"{ind}const float4 kt_w = make_float4(kt_lo.x, kt_lo.y, kt_hi.x, kt_hi.y);\n")
+
+
+def _one_element(text: str, dialect: str) -> tuple[str, str, bool] | None:
+    """(array, index, whether a half converted to float) of an operand that is one array element,
+    as itself or through the dialect's conversion of a half to float; None for anything else."""
+    found = syntax_nodes(f"auto kt_e = {text};", ("parenthesized_expression", "subscript_expression", "call_expression"))
+    if not found:
+        return None
+    node, text_of = found[0]
+    node = strip_parens(node)
+    half = False
+    if node is not None and node.type == "call_expression":
+        fn = text_of(node.child_by_field_name("function")).strip()
+        args = [x for x in node.child_by_field_name("arguments").named_children if x.type != "comment"]
+        if fn in DIALECT[dialect].half_loads and len(args) == 2 and args[1].type == "identifier":
+            return text_of(args[1]).strip(), text_of(args[0]), True
+        if fn not in HALF_TO_FLOAT or dialect != "cuda" or len(args) != 1:
+            return None
+        node, half = strip_parens(args[0]), True
+    if node is None or node.type != "subscript_expression":
+        return None
+    array = text_of(node.child_by_field_name("argument")).strip()
+    idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
+    inner = [c for c in idx.named_children if c.type != "comment"] if idx is not None else []
+    index = text_of(inner[0]) if idx is not None and idx.type == "subscript_argument_list" and len(inner) == 1 \
+        else (text_of(idx) if idx is not None else "")
+    return (array, index, half) if array.isidentifier() and index else None
+
+
+def vector_operands(ctx: RewriteContext, s: Contraction) -> tuple[Vector | None, Vector | None]:
+    """For X and Y, the operand as one array element whose four neighbours along the index it
+    walks contiguously are four neighbours in memory, of the accumulator's type (float) or half
+    storage converted to it, so VEC = 4 may load them as one vector; None where the operand is
+    anything else (another conversion, a product, another type)."""
     types = {x.name: x.ctype for x in ctx.model.signature.args if x.pointer and not x.local}
     out = []
-    for text, fast, other, coord in ((s.x, s.x_k_fast, "kt_r", "kt_r"), (s.y, s.y_k_fast, "kt_c", "kt_c")):
-        found = syntax_nodes(f"auto kt_e = {text};", ("subscript_expression",))
-        node = strip_parens(syntax_nodes(f"auto kt_e = {text};", ("parenthesized_expression",))[0][0]) \
-            if found else None
-        if node is None or node.type != "subscript_expression":
-            out.append("")
-            continue
-        text_of = found[0][1]
-        array = text_of(node.child_by_field_name("argument")).strip()
-        idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
-        inner = [c for c in idx.named_children if c.type != "comment"] if idx is not None else []
-        index = text_of(inner[0]) if idx is not None and idx.type == "subscript_argument_list" and len(inner) == 1 \
-            else (text_of(idx) if idx is not None else "")
+    for text, fast, coord in ((s.x, s.x_k_fast, "kt_r"), (s.y, s.y_k_fast, "kt_c")):
+        got = _one_element(text, ctx.model.dialect)
         walk = "kt_k" if fast else coord
         still = {coord, "kt_k"} - {walk}
-        if types.get(array) != s.acc_type or s.acc_type != "float" or not index or \
-                affine.slope(index, walk, still) != 1:
-            out.append("")
+        if got is None or s.acc_type != "float" or affine.slope(got[1], walk, still) != 1 or \
+                types.get(got[0]) not in (("half", "__half") if got[2] else ("float",)):
+            out.append(None)
             continue
-        out.append(f"{array}[{index}]")
+        out.append(Vector(*got))
     return out[0], out[1]
 
 
@@ -442,7 +494,8 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "
             f"{'k' if s.y_k_fast else s.c}-contiguous Y: BM x BN tiles through shared memory in BK steps, TM x TN "
             f"outputs per thread in registers, STAGES 2 loading the next step while this one computes"
-            + (f", VEC 4 loading {' and '.join(n for n, v in zip('XY', vectors) if v)} four elements at a time"
+            + (f", VEC 4 loading {' and '.join(n + (' (halves)' if v.half else '') for n, v in zip('XY', vectors) if v)}"
+               " four elements at a time"
                if any(vectors) else "") + ", any size")
     return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block, first=first,
                    helps="compute")
@@ -462,7 +515,7 @@ def _groups(size: str, k_fast: bool) -> tuple[str, str, str]:
     return groups, f"4 * (kt_g % ({size} / 4))", f"kt_g / ({size} / 4)"
 
 
-def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[str, str] = ("", "")) -> str:
+def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None, Vector | None] = (None, None)) -> str:
     cuda = d.name == "cuda"
     T = s.acc_type
     vec = cuda and T == "float"
@@ -483,7 +536,7 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[str, str] = ("
     read_b = read_a.replace("TM", "TN").replace("kt_as", "kt_bs").replace("kt_tr", "kt_tc").replace("kt_a[", "kt_b[")
     epilogue = "\n".join(f"                {st}" for st in s.epilogue)
 
-    def regs(size: str, element: str) -> str:
+    def regs(size: str, element: Vector | None) -> str:
         scalar = f"KT_CEIL({size} * {SWITCH}, KT_THREADS)"
         return f"(VEC == 4 ? 4 * KT_CEIL({size} * {SWITCH} / 4, KT_THREADS) : {scalar})" if element else scalar
     next_cond = s.kb_cond.replace("kt_kb", "kt_next")
@@ -508,11 +561,10 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[str, str] = ("
                 out += scalar
                 continue
             # four neighbours along the contiguous index a group: one vector where all four are in
-            # range and (CUDA) the first is 16-byte aligned, else each as the scalar path reads it
+            # range and (CUDA) the first is aligned to the four's word, else each as the scalar path reads it
             groups, o, qq = _groups(size, k_fast)
             step = ("0", "kt_v") if k_fast else ("kt_v", "0")
-            aligned = f" && ((unsigned long)&{element} & 15) == 0" if cuda else ""
-            load = (f"*reinterpret_cast<const float4 *>(&{element})" if cuda else f"vload4(0, &{element})")
+            aligned = element.aligned(cuda)
             out += (f"{ind}#if VEC == 4\n"
                     f"{ind}#pragma unroll\n{ind}for (int kt_j = 0; kt_j < KT_CEIL({groups}, KT_THREADS); ++kt_j) {{\n"
                     f"{ind}    const int kt_g = kt_t + kt_j * KT_THREADS;\n"
@@ -529,7 +581,7 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[str, str] = ("
                     f"{ind}        const {ctype} {coord} = {origin} + kt_o;\n"
                     f"{ind}        const {s.k_type} kt_k = {base} + kt_q;\n"
                     f"{ind}        if (kt_all{aligned}) {{\n"
-                    f"{ind}            const float4 kt_w = {load};\n"
+                    + element.load(cuda, f"{ind}            ") +
                     f"{ind}            {reg}[4 * kt_j] = kt_w.x; {reg}[4 * kt_j + 1] = kt_w.y; "
                     f"{reg}[4 * kt_j + 2] = kt_w.z; {reg}[4 * kt_j + 3] = kt_w.w;\n"
                     f"{ind}            continue;\n"

@@ -38,7 +38,7 @@ CASES = {
                                      {"BK": 8, "BM": 32, "BN": 16, "TM": 4, "TN": 2, "VEC": 4, "STAGES": 2})),
     "matmul_coalesced": ("contraction", ({"BK": 16, "BM": 64, "BN": 16, "TM": 8, "TN": 1},
                                          {"BK": 4, "BM": 16, "BN": 32, "TM": 2, "TN": 2, "VEC": 4})),
-    "matmul_half": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 2, "TN": 4},)),
+    "matmul_half": ("contraction", ({"BK": 8, "BM": 32, "BN": 32, "TM": 2, "TN": 4, "VEC": 4, "STAGES": 2},)),
     "matmul_batched": ("contraction", ({"BK": 8, "BM": 32, "BN": 16, "TM": 2, "TN": 2, "STAGES": 2, "VEC": 4},)),
     "reduce_nodivergence": ("reduction", ({"LANES": 16}, {"LANES": 8, "THREADS": 64, "GRID": 1})),
     "reduce_atomic": ("reduction", ({"GRID": 1, "THREADS_SIZE": 64, "ITEMS": 4}, {"GRID": 8})),
@@ -250,7 +250,7 @@ CUDA_CONFIGS = {
                                                                           "TN": 1},
                      {"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "VEC": 4},
                      {"BK": 16, "BM": 128, "BN": 64, "TM": 8, "TN": 4, "VEC": 4}),
-    "matmul_half": ({"BK": 32, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "STAGES": 2},),
+    "matmul_half": ({"BK": 16, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "VEC": 4},),
     "reduce_interleaved": ({"LANES": 32}, {"LANES": 8, "THREADS": 128, "GRID": 4}),
     "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
     "stencil9": ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 64}, {"TILE": 1, "ITEMS": 8}),
@@ -291,7 +291,7 @@ def test_the_stencil_runs_the_body_as_written_for_several_rows_and_refuses_other
 
 GPU_KERNELS = ("matmul_naive", "matmul_coalesced", "matmul_half", "matmul_batched", "reduce_interleaved", "reduce_nodivergence",
                "reduce_sequential", "reduce_firstadd", "reduce_atomic", "stencil5", "stencil9", "conv_rows",
-               "conv_cols", "stencil1d")
+               "conv_cols", "stencil1d", "embedding_gather")
 
 
 @pytest.mark.gpu
