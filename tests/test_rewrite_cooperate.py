@@ -127,7 +127,8 @@ def test_the_default_is_the_original_token_for_token_beside_the_tiled_kernel():
     proposal = rules_template(t, "opencl", CPU, lift=False).proposal
     out = proposal.sources["opencl"]
     # the tile parameters are held at their defaults while BK = 0 runs the original
-    assert "BK > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1)" in proposal.constraints
+    assert "BK > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1 and VEC == 1)" in \
+        proposal.constraints
     start = src.index("__kernel")
     kernel = src[start:src.index("\n}", start) + 2]
     assert out.index("#if BK > 0\n") < out.index("#else\n" + kernel + "\n#endif")
@@ -135,6 +136,8 @@ def test_the_default_is_the_original_token_for_token_beside_the_tiled_kernel():
     # the operands are read as written, with the tile's coordinates; B^T walks k contiguously
     assert "vload_half(kt_r * K + kt_k, A)" in out and "vload_half(kt_c * K + kt_k, Bt)" in out
     assert "kt_bs[kt_i % BK][kt_i / BK] = kt_rb[kt_j];" in out  # B^T read along k, stored by column
+    # VEC 4: four halves along k at a time, converted to float
+    assert "const float4 kt_w = vload_half4(0, Bt + (kt_c * K + kt_k));" in out
 
 
 def test_the_contraction_reads_the_operands_the_bounds_and_the_epilogue():
