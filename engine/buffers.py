@@ -53,6 +53,9 @@ class GuardedBuffers:
         self.problems = problems
         self.rng = rng  # the system's entropy (never the run's seed): patterns and poisons
         self.generation = 0  # launches so far: outputs read lazily must be read before the next
+        # what the buffers at the tuning size hold for the timed launches (engine/timing.py): the
+        # input set and its change made there; (None, {}) once anything else was copied in
+        self.staged: tuple[Inputs | None, dict[str, tuple[int, int, int]]] = (None, {})
         self.poisoned: dict[tuple[int, str], np.ndarray] = {}  # each output's latest poison
         self._buffers: dict[int, dict[str, Guarded]] = {}
         self._host_out: dict[tuple[int, str], np.ndarray] = {}
@@ -103,6 +106,7 @@ class GuardedBuffers:
 
     def arm(self) -> None:
         """Write the guard pattern around every buffer, at every verification size."""
+        self.staged = (None, {})
         for which in range(len(self.problems)):
             bufs = self.of(which)
             for a in self.template.arguments:
@@ -113,6 +117,8 @@ class GuardedBuffers:
 
     def restore(self, which: int, inputs: Inputs, wait: bool = True) -> None:
         """Copy the pristine inputs (uploaded once per input set) into the working buffers."""
+        if which == 0:
+            self.staged = (None, {})  # the timed launches' next one copies its whole set again
         bufs = self.of(which)
         for a in self.template.arguments:
             if a.is_buffer and a.name in inputs.host:
@@ -157,7 +163,7 @@ class GuardedBuffers:
         return self._resident[key][1]
 
     def residents(self) -> list[tuple[np.ndarray, Any]]:
-        """Every resident copy with its host array (engine/evaluate.py's `intact` compares them)."""
+        """Every resident copy with its host array (engine/checks.py's `intact` compares them)."""
         return list(self._resident.values())
 
     def constant(self, which: int, a: Argument) -> np.ndarray:

@@ -3,14 +3,14 @@
 Each element's tolerance is `atol + rtol * max(|ref|, FLOOR * the row's typical magnitude)`: an
 element that is small because its terms cancel (a sum near zero) is held to the precision of the
 terms, not to its own size, so an honest reduction in another order passes. A calibration
-(engine/evaluate.py) may widen rtol and atol from a high quantile of the original kernel's errors
+(engine/checks.py) may widen rtol and atol from a high quantile of the original kernel's errors
 and allow a few elements beyond them (`spare`: as many as the original had, times SPARE_FACTOR,
 each within `cap`), never every element's tolerance from the original's single worst one.
 
 `Expected` prepares a reference output once (its values in the working precision, each element's
 tolerance, where the reference itself is NaN or infinite); `compare` says how far an output is
 from it, as a fraction of the tolerance, and what is wrong when it is too far. The host's
-comparison is the authority: a device that compares (engine/evaluate.py) only decides when
+comparison is the authority: a device that compares (engine/checks.py) only decides when
 nothing needs reading back.
 """
 

@@ -4,7 +4,7 @@ between time and energy.
 `--objective energy` (or `edp`, the energy-delay product) has the worker read the device's
 total-energy counter (read only: kerntune never changes clocks or power limits) around a batch
 of back-to-back launches of each verified configuration, long enough for the counter to move
-(engine/evaluate.py), and record joules per launch in its result. The search then minimises
+(engine/timing.py), and record joules per launch in its result. The search then minimises
 that cost; the leaderboard, `show` and the dashboard give each result's energy and the Pareto
 front of time against energy, with its two ends named: the fastest and the most frugal.
 """

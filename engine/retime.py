@@ -6,7 +6,7 @@ of a run the leaders (the fastest, every configuration whose timing interval ove
 least the three fastest) and the original (the template's default configuration) are timed again
 together, in the worker: in each round every one of them is timed in turn, in an order drawn anew
 each round, on the same input sets (each launch on a changed copy, as every timed launch is), each
-with the protocol's own timing (engine/evaluate.py `measure`: the cache flushed, the outputs
+with the protocol's own timing (engine/timing.py `measure`: the cache flushed, the outputs
 poisoned and timed launches checked), so a re-timing launch looks to a kernel exactly like any
 other.
 

@@ -75,9 +75,9 @@ def test_a_kernel_that_tests_for_the_poison_is_caught_every_time(opencl_backend,
 def test_timed_launches_are_checked_where_a_kernel_cannot_tell(opencl_backend):
     t = load_template(CHEATS)
     ev = Evaluator(opencl_backend, t, t.problem(), timing=TimingPolicy(warmup=1, min_repeats=40, max_repeats=40))
-    checked = ev._checked_launches(40)
+    checked = ev.timer.checked_launches(40)
     assert 39 in checked and any(10 <= k < 20 for k in checked)
-    many = ev._checked_launches(10**5)
+    many = ev.timer.checked_launches(10**5)
     assert len(many) == 16 and many[-1] == 10**5 - 1  # at most 16, the last always
     assert set(POISONS) == {"nan", "bits", "plausible"}
 
@@ -191,9 +191,9 @@ def test_a_memoiser_is_caught_on_the_timed_launches_alone(pocl):
 
     for mode, caught in ((0, False), (4, True)):
         config = {"MODE": mode, "THREADS": 64}
-        kernel, geo = ev.compile(config), ev._geometry(config, ev.problem)
-        ev._arm_guards()
-        ev._used_variants = set()
+        kernel, geo = ev.compile(config), ev.checks.geometry(config, ev.problem)
+        ev.checks.arm()
+        ev.timer.used_variants = set()
         seen.clear()
         pocl.timed = watch
         try:
@@ -286,7 +286,7 @@ def test_a_runtime_that_copies_the_host_memory_it_is_given_is_told_apart():
 
 def test_one_bad_element_of_the_original_opens_no_tolerance():
     from kerntune.engine.compare import Expected, compare
-    from kerntune.engine.evaluate import _widening
+    from kerntune.engine.checks import widening
     from kerntune.engine.template import Argument
 
     rng = np.random.default_rng(1)
@@ -298,7 +298,7 @@ def test_one_bad_element_of_the_original_opens_no_tolerance():
     from kerntune.engine.compare import ratios
 
     r = ratios(original, default)
-    scale, spare = _widening(r, float(r.max()))
+    scale, spare = widening(r, float(r.max()))
     assert scale == 1.0 and spare[0] == 1 / 4096
     check = Expected(ref, "float32", arg, scale, spare=spare)
     assert compare("y", original, check)[1] == ""  # the original passes
