@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from kerntune.engine.proposal import ParamProposal
 from kerntune.engine.cxx import type_words
 
-from .kernel_tree import source_tokens, span_of, syntax_nodes
+from .kernel_tree import source_tokens, syntax_nodes
 from .lift import insert_after_prelude, fresh_name
 from .model import DIALECT, function_name
-from .passes import Declined, Rewrite, RewriteContext
+from .passes import Declined, Edits, Rewrite, RewriteContext
 from . import syntax as sx
 
 
@@ -52,7 +52,7 @@ INTEGER_TYPES = {"int", "uint", "unsigned", "unsigned int", "long", "ulong", "un
 class Site:
     """A math call the rewrite switches: its callee as written, where it stands, and the fast name."""
 
-    start: int  # the callee's span in characters of the source
+    start: int  # the callee's span in bytes of the source
     end: int
     slow: str  # as written: `expf`, `std::expf`
     fast: str
@@ -94,6 +94,7 @@ def fast_calls(source: str, entry: str, dialect: str) -> Calls:
         for fn in by_name[name]:
             todo += [sx.text(c.child_by_field_name("function")) for c in sx.walk(fn) if c.type == "call_expression"]
     globals_ = _declarations([n for n, _ in syntax_nodes(source, ("declaration",)) if not _in_function(n)])
+    raw = source.encode("utf-8")
     sites, kept = [], []
     for fn in sorted((f for name in reached for f in by_name[name]), key=lambda f: f.start_byte):
         types = None
@@ -114,8 +115,8 @@ def fast_calls(source: str, entry: str, dialect: str) -> Calls:
                         "an integer" if kind == "int" else "a value of a type the syntax does not tell"
                     kept.append(f"{name} at line {call.start_point[0] + 1} ({why})")
                     continue
-            span = span_of(source, callee)
-            sites.append(Site(span.start, span.end, source[span.start:span.end], table[name]))
+            sites.append(Site(callee.start_byte, callee.end_byte,
+                              raw[callee.start_byte:callee.end_byte].decode("utf-8"), table[name]))
     return Calls(tuple(sites), tuple(kept))
 
 
@@ -260,9 +261,10 @@ def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
         kept = f"; left as written: {', '.join(calls.kept)}" if calls.kept else ""
         on = "" if ctx.backend == "cuda" else " on float values"
         return Declined(NAME, f"the kernel calls none of {names}{on}{kept}")
-    out = ctx.source
-    for s in sorted(calls.sites, key=lambda s: s.start, reverse=True):
-        out = out[:s.start] + f"{macro}({s.slow}, {s.fast})" + out[s.end:]
+    edits = Edits(ctx.source)
+    for site in calls.sites:
+        edits.replace((site.start, site.end), f"{macro}({site.slow}, {site.fast})")
+    out = edits.result()
     text = (f"// kerntune: {param} 1 calls the hardware's fast approximate math functions, 0 those written\n"
             f"{guard}#if {param}\n#define {macro}(slow, fast) fast\n#else\n#define {macro}(slow, fast) slow\n#endif\n")
     kept = f"; left as written: {', '.join(calls.kept)}" if calls.kept else ""

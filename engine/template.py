@@ -3,7 +3,9 @@
 The spec names the parameters (values and default), the constraints between them, the launch
 geometry, the kernel's arguments (dtype, shape, role), the problem sizes to tune for, and a cost
 model. Parameters reach the source as preprocessor defines; the source keeps `#ifndef NAME` /
-`#define NAME default` so that it compiles alone as the baseline.
+`#define NAME default` so that it compiles alone as the default configuration. The original kernel
+(what a template was made from, measured first) may be a file of its own: the spec names it
+`[kernel] baseline`, a key kept as earlier specs wrote it; in the code it is the original.
 
 Every spec error is a `TemplateError` whose message is one line naming the file, the key and what
 was expected.
@@ -413,10 +415,10 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
             continue
         loaded[backend] = _read_beside(s, directory, fname, f"kernel.sources.{backend}")
     originals: dict[str, str] = {}
-    baseline = kernel.get("baseline", {})
-    if not isinstance(baseline, dict):
-        raise s.fail("kernel.baseline", "a table of backend = file", baseline)
-    for backend, fname in baseline.items():
+    original_files = kernel.get("baseline", {})  # the original kernel's files: the spec's key
+    if not isinstance(original_files, dict):
+        raise s.fail("kernel.baseline", "a table of backend = file", original_files)
+    for backend, fname in original_files.items():
         if backend not in BACKENDS or not isinstance(fname, str):
             raise s.fail(f"kernel.baseline.{backend}", "backend = file name", fname)
         originals[backend] = _read_beside(s, directory, fname, f"kernel.baseline.{backend}")
@@ -436,7 +438,7 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
 
     if sources is None:  # what the compiler would read besides the sources: never outside the folders
         roots = [directory.resolve(), *(Path(o[2:]) for opts in options.values() for o in opts if o.startswith("-I"))]
-        for table, files, texts in (("sources", source_files, loaded), ("baseline", baseline, originals)):
+        for table, files, texts in (("sources", source_files, loaded), ("baseline", original_files, originals)):
             for backend, fname in files.items():
                 _check_includes(s, texts[backend], [(directory / fname).resolve().parent, *roots[1:]], roots,
                                 absolute_includes, f"kernel.{table}.{backend}")
