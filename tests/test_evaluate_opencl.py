@@ -163,3 +163,19 @@ def test_integer_outputs_of_every_width_tune(opencl_backend, tmp_path, dtype, ct
     ev.prepare()
     ev.calibrate()
     assert ev.evaluate({"T": 32}).status == "ok"
+
+
+def test_a_checked_run_at_the_tuning_size_makes_the_next_timed_launch_copy_its_whole_set(opencl_backend):
+    t = load_template(templates.path("vector_add"))
+    ev = Evaluator(opencl_backend, t, t.problem(None, {"n": 4096}), seed=5, timing=FAST)
+    kernel = ev.compile(t.default_config())
+    geo = ev.checks.geometry(t.default_config(), ev.problem)
+    ev.checks.arm()
+    ev.timer.launches(kernel, geo, 2, ())
+    staged = ev.buffers.staged
+    assert staged[0] is not None and staged[1]  # a set of the pool with a change made in place
+    other = ev.checks.geometry(t.default_config(), ev.problems[1])
+    ev.checks.run(kernel, other, ev.sets.pool(1)[0], 1)  # another size's buffers: the staged set stays
+    assert ev.buffers.staged is staged
+    ev.checks.run(kernel, geo, ev.sets.pool(0)[0], 0)  # the tuning size's inputs restored: no set staged
+    assert ev.buffers.staged == (None, {})
