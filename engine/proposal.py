@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from typing import Any, Mapping
 
 from .device import DeviceLimits
 from .expressions import Expression
-from .template import Parameter, ParamValue, Template, TemplateError, parse_template, read_spec_toml
+from .cxx import includes
+from .template import (INCLUDE_DEPTH, SOURCE_BYTES, Parameter, ParamValue, Template, TemplateError, find_include,
+                       parse_template, read_spec_toml)
 
 EXTENSIONS = {"cuda": "cu", "opencl": "cl"}
 
@@ -94,12 +97,18 @@ def compose_spec(original: Template, proposal: TemplateProposal, limits: DeviceL
         kernel["reference"] = ref
     kernel.pop("options", None)
     kernel.pop("absolute_includes", None)
-    # the template is written elsewhere: the original's include folders (its source's own first)
-    # go with it as absolute paths, which the spec then says it takes
-    options = {b: list(original.options_for(b)) for b in backends if original.options_for(b)}
+    # the template is written elsewhere: the headers the original includes go beside it, under
+    # relative include folders, so that its own include check applies (`carried_headers`); where
+    # they cannot, the original's include folders (its source's own first) go with it as absolute
+    # paths, which the spec then says it takes (as the original's spec did)
+    carried = carried_headers(original, backends)
+    if carried is not None:
+        options = {b: opts for b, opts in carried[1].items() if opts}
+    else:
+        options = {b: list(original.options_for(b)) for b in backends if original.options_for(b)}
     if options:
         kernel["options"] = options
-        if any(o.startswith("-I") for opts in options.values() for o in opts):
+        if carried is None and any(o.startswith("-I") for opts in options.values() for o in opts):
             kernel["absolute_includes"] = True
     data["kernel"] = kernel
     data["param"] = [
@@ -148,10 +157,80 @@ def write_template(original: Template, proposal: TemplateProposal, directory: Pa
         (directory / f"original.{ext}").write_text(original.source_for(backend), encoding="utf-8")
     if original.reference_path is not None:
         shutil.copyfile(original.reference_path, directory / original.reference_path.name)
+    carried = carried_headers(original, sorted(proposal.sources))
+    if carried is not None:
+        for opts in carried[1].values():  # every include folder the spec names exists, headers or not
+            for o in opts:
+                if o.startswith("-I"):
+                    (directory / o[2:]).mkdir(parents=True, exist_ok=True)
+        for where, header_file in carried[0].items():
+            (directory / where).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(header_file, directory / where)
     text = compose_spec(original, proposal, limits, header)
     spec = directory / "kernel.toml"
     spec.write_text(text, encoding="utf-8")
     return parse_template(text, spec)
+
+
+# Where the include folders of the original's spec go in a template's folder: INCLUDE_FOLDERS/1, ...
+INCLUDE_FOLDERS = "include"
+
+
+def carried_headers(original: Template, backends: list[str]) -> tuple[dict[Path, Path], dict[str, list[str]]] | None:
+    """The headers the original's sources include, and what those include in turn, laid out in a
+    template's folder as the compiler finds them from there: what it finds beside a file goes
+    beside that file's copy, what it finds in an include folder goes under that folder's place
+    (INCLUDE_FOLDERS/N, a relative -I). Returns (the template's paths -> the files to copy there,
+    each backend's compiler options), or None where the headers cannot be carried so: the
+    original's spec lets its includes out of its folders (`absolute_includes`), a name a macro
+    gives, an absolute name, or one that would land outside the template's folder or on another."""
+    if read_spec_toml(original.spec_text).get("kernel", {}).get("absolute_includes") is True:
+        return None
+    places: dict[Path, Path] = {}
+    files: dict[Path, Path] = {}
+    taken = {Path(f"{kind}.{EXTENSIONS[b]}") for b in backends for kind in ("kernel", "original")}
+    taken |= {Path("kernel.toml")} | ({Path(original.reference_path.name)} if original.reference_path else set())
+    options: dict[str, list[str]] = {}
+    for b in backends:
+        own = Path(original.source_folders.get(b) or original.spec_path.parent).resolve()
+        places.setdefault(own, Path("."))
+        if places[own] != Path("."):
+            return None  # the backends' sources in different folders: one cannot be beside both
+        folders, opts = [own], []
+        for o in original.compile_options.get(b, ()):
+            if o.startswith("-I"):
+                folder = Path(o[2:]).resolve()
+                place = places.setdefault(folder, Path(INCLUDE_FOLDERS) / str(len(places)))
+                folders.append(folder)
+                if place != Path("."):
+                    opts.append(f"-I{place.as_posix()}")
+            else:
+                opts.append(o)
+        options[b] = opts
+        todo = [(original.source_for(b), own, Path("."), INCLUDE_DEPTH)]
+        while todo:
+            text, here, at, depth = todo.pop()
+            for kind, name in includes(text):
+                if kind == "computed" or Path(name).is_absolute():
+                    return None
+                hit = find_include(kind, name, here, folders)
+                if hit is None:
+                    continue  # a system header
+                found, index = hit
+                where = Path(os.path.normpath((at if index is None else places[folders[index]]) / name))
+                if where.is_absolute() or where.parts[:1] == ("..",) or where in taken:
+                    return None
+                if where in files:
+                    if files[where].resolve() != found.resolve():
+                        return None
+                    continue
+                if found.stat().st_size > SOURCE_BYTES:
+                    return None
+                files[where] = found
+                if depth > 0:
+                    todo.append((found.read_text(encoding="utf-8", errors="replace"), found.parent, where.parent,
+                                 depth - 1))
+    return files, options
 
 
 def narrowed(template: Template, values: Mapping[str, tuple[ParamValue, ...]]) -> Template:

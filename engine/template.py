@@ -22,7 +22,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .cxx import includes
 from .dtypes import DTYPES, FLOAT_DTYPES, np_dtype  # noqa: F401  (np_dtype: callers take it from here too)
@@ -659,24 +659,37 @@ def _check_includes(s: _Spec, source: str, search: list[Path], roots: list[Path]
         wanted = Path(name)
         if wanted.is_absolute() or "\0" in name:
             raise s.fail(key, f"includes inside the spec's folder (an `#include` of an absolute path needs {need})", name)
-        for folder in (search if kind == "quoted" else roots[1:]):
-            try:
-                found = folder / wanted
-                if not found.is_file():
-                    continue
-                real = found.resolve()
-            except (OSError, RuntimeError, ValueError):
-                continue
-            if not any(real.is_relative_to(r) for r in roots):
-                raise s.fail(key, f"includes inside the spec's folder or its -I folders ({need} lets it out)", name)
-            if real not in seen and depth > 0 and real.stat().st_size <= SOURCE_BYTES:
-                seen.add(real)
-                text = real.read_text(encoding="utf-8", errors="replace")
-                _check_includes(s, text, [real.parent, *search[1:]], roots, absolute_ok, key, depth - 1, seen)
-            break
-        else:
+        hit = find_include(kind, name, search[0], roots[1:])
+        try:
+            real = hit[0].resolve() if hit is not None else None
+        except (OSError, RuntimeError):  # a loop of links
+            real = None
+        if real is None:
             if ".." in wanted.parts:  # not beside: the compiler's own search would climb out of its folders
                 raise s.fail(key, f"includes inside the spec's folder (a `..` out of it needs {need})", name)
+            continue
+        if not any(real.is_relative_to(r) for r in roots):
+            raise s.fail(key, f"includes inside the spec's folder or its -I folders ({need} lets it out)", name)
+        if real not in seen and depth > 0 and real.stat().st_size <= SOURCE_BYTES:
+            seen.add(real)
+            text = real.read_text(encoding="utf-8", errors="replace")
+            _check_includes(s, text, [real.parent, *search[1:]], roots, absolute_ok, key, depth - 1, seen)
+
+
+def find_include(kind: str, name: str, here: Path, folders: Sequence[Path]) -> tuple[Path, int | None] | None:
+    """Where the compiler finds the `#include` of `name` in a file of folder `here`: a quoted name
+    beside that file first, then in the include `folders` in order; an angled name in `folders`
+    only. (the file, the index of the folder it was found in, or None where beside), else None
+    (a system header, or a file the compiler would not find either)."""
+    places = ([(here, None)] if kind == "quoted" else []) + [(f, i) for i, f in enumerate(folders)]
+    for folder, index in places:
+        try:
+            found = folder / name
+            if found.is_file():
+                return found, index
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _read_beside(s: _Spec, directory: Path, fname: str, key: str) -> str:

@@ -22,10 +22,26 @@ def tune_scale(backend: str, tmp_path: Path, capsys):
 
 def test_every_template_of_the_loop_builds_with_the_headers_beside_and_below_the_spec(tmp_path, capsys):
     template = tune_scale("opencl", tmp_path, capsys)
-    # written elsewhere, the template takes the original's folders as absolute include folders
-    opts = template.options_for("opencl")
-    assert f"-I{DATA.resolve()}" in opts and f"-I{(DATA / 'inc').resolve()}" in opts
-    assert opts[0] == f"-I{template.directory.resolve()}"
+    # written elsewhere, the template carries the headers the original includes, laid out as the
+    # compiler finds them: beside its source, and under a relative include folder of its own
+    here = template.directory.resolve()
+    assert template.options_for("opencl") == (f"-I{here}", f"-I{here / 'include' / '1'}")
+    assert (here / "common.h").read_text() == (DATA / "common.h").read_text()
+    assert (here / "include" / "1" / "scale.h").read_text() == (DATA / "inc" / "scale.h").read_text()
+    # so the include check applies to it as to any spec: nothing lets its includes out
+    assert "absolute_includes" not in template.spec_text
+
+
+def test_a_template_the_loop_writes_cannot_include_what_is_outside_its_folder(tmp_path):
+    from kerntune.engine.proposal import TemplateProposal, write_template
+    from kerntune.engine.template import TemplateError
+
+    original = load_template(DATA / "kernel.toml")
+    (tmp_path / "secret.h").write_text("#define SECRET 1\n")
+    for include in ('"/etc/hostname"', '"../secret.h"'):
+        source = f"#include {include}\n" + original.source_for("opencl")
+        with pytest.raises(TemplateError, match="includes inside the spec's folder"):
+            write_template(original, TemplateProposal({"opencl": source}, ()), tmp_path / "t")
 
 
 def test_the_source_folder_is_searched_first_and_the_spec_check_compiles_with_it(capsys):
