@@ -99,8 +99,8 @@ steps, BK = 0 the original, TM x TN outputs per thread in registers, VEC 4 loadi
 vectors, any size), `reduction` (a \
 block's shared-memory tree: per-block partials over LANES threads a segment with shuffles, or an \
 atomic total striding GRID blocks per multiprocessor with ITEMS loads in flight) and `stencil` (a \
-thread per point of a 1-D or 2-D grid: ITEMS points per thread along one axis, pointers restricted; \
-TILE = 1 stages each input read at the point's neighbours, with its halo, in shared memory first). \
+thread per point of a 1-D or 2-D grid: ITEMS points per thread along one axis, in 2-D RX along x too, \
+a block's width apart, pointers restricted; TILE = 1 stages each input read at the point's neighbours, with its halo, in shared memory first). \
 Do not write these by hand: spend your effort on what they cannot do (an algorithmic change such as \
 turning a three-pass softmax into an online one, fusing passes, double buffering), pass your source to apply_rewrites to get the mechanical parameters on \
 top, and propose its result by reference with propose_template {"from_rewrites": "<name>"}, \
