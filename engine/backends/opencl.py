@@ -246,10 +246,14 @@ class OpenCLBackend:
         size = max(int(nbytes), 1)
         try:
             if self.fenced:  # the runtime uses this memory as it is (checked when the device opened)
-                host = fenced(size, self._finished)[:size]
-                return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=host)
+                try:
+                    host = fenced(size, self._finished)[:size]
+                except HostMemoryError as e:  # a limit on the process's address space, say
+                    self.unfenced = f"the address space for fenced buffers ran out ({e}); the rest are the runtime's own"
+                else:
+                    return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=host)
             return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, size)
-        except (cl.Error, HostMemoryError) as e:
+        except cl.Error as e:
             raise LaunchError(f"cannot allocate {nbytes} bytes: {e}") from None
 
     def view(self, buffer: Any, offset: int, nbytes: int) -> Any:
