@@ -28,7 +28,6 @@ lane owns. Distinct arguments are distinct buffers, as the spec's arguments are.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from .model import Access, Span
@@ -237,7 +236,7 @@ def _streams(facts: _Facts, lp, body) -> list[Stream]:
     out = []
     for array, xs in by_array.items():
         ptype, root = facts.pointers.get(array, ("", None))
-        keys = {re.sub(r"\s+", "", _text(facts.src, o)) if o is not None else "" for _, o in xs}
+        keys = {sx.compact(o) if o is not None else "" for _, o in xs}
         offset = xs[0][1]
         written = root in facts.written_roots
         if (array in excluded or root is None or root in facts.escaped or array in facts.assigned or len(keys) != 1
@@ -490,7 +489,7 @@ def prelude(plan: KeepPlan, dialect: str, keep: str, vec: str, block: str, chain
            f"#ifndef {keep}\n#define {keep} 0\n#endif\n#ifndef {vec}\n#define {vec} 1\n#endif",
            f"#if {keep} > 0 || {vec} > 1" + (f" || {chains} > 1" if chains else "")]
     if dialect == "cuda":
-        out += [CUDA_HELPERS.rstrip("\n"), re.sub(r"\bVEC\b", vec, CUDA_KEEP).rstrip("\n")]
+        out += [CUDA_HELPERS.rstrip("\n"), CUDA_KEEP.replace("<VEC>", f"<{vec}>").rstrip("\n")]
     else:
         out.append(OPENCL_HELPERS.format(vec=vec).rstrip("\n"))
         if plan.half:
@@ -605,7 +604,7 @@ def _pack_loads(plan: KeepPlan, streams: list[Stream], vec: str, ind: str) -> li
 def _element_loop(src: bytes, lp: KeepLoop, edits: list, regs: dict, vec: str, ind: str) -> str:
     inner = ind + "    "
     body = _body(src, lp, edits, regs, inner)
-    counter = f"{inner}{lp.vtype} {lp.var} = kt_j0 + kt_v;\n" if re.search(rf"\b{lp.var}\b", body) else ""
+    counter = f"{inner}{lp.vtype} {lp.var} = kt_j0 + kt_v;\n" if sx.uses(body, lp.var) else ""
     return f"#pragma unroll\n{ind}for (int kt_v = 0; kt_v < {vec}; ++kt_v) {{\n{counter}{inner}{body}\n{ind}}}"
 
 

@@ -26,17 +26,17 @@ cooperate (barriers, shared memory, atomics).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from kerntune.engine.backends.opencl_check import DEFECTS, STORE_AFTER_BARRIER
 from kerntune.engine.device import DeviceLimits
+from kerntune.engine.expressions import expression_words, renamed
 from kerntune.engine.proposal import ParamProposal
 from kerntune.engine.cxx import blank, parser
 
 from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
-from .model import DIALECT, EITHER, Accumulator
+from .model import DIALECT, EITHER, Accumulator, base_name
 from .passes import Declined, Rewrite, RewriteContext
 from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
 from .rewrite_rowkeep import KeepPlan
@@ -135,7 +135,7 @@ def _is_index_site(node) -> bool:
 
 
 def _find_kernel(root, entry: str):
-    name = re.sub(r"<.*$", "", entry).split("::")[-1].strip()
+    name = base_name(entry)
     for n in sx.walk(root):
         if n.type != "function_definition":
             continue
@@ -226,7 +226,8 @@ def analyse(source: str, entry: str) -> RowKernel:
             init.child_by_field_name("declarator").child_by_field_name("value")
         update = lp.node.child_by_field_name("update")
         line_start = src.rfind(b"\n", 0, lp.node.start_byte) + 1
-        indent = re.match(rb"[ \t]*", src[line_start:lp.node.start_byte]).group(0).decode()
+        before = src[line_start:lp.node.start_byte]
+        indent = before[:len(before) - len(before.lstrip(b" \t"))].decode()
         row_loops.append(RowLoop(lp.var, sx.line(lp.node), (value.start_byte, value.end_byte),
                                  (update.start_byte, update.end_byte), lp.node.end_byte, indent, tuple(accs)))
 
@@ -503,8 +504,7 @@ def _stores(node) -> list:
 
 
 def _key(index, var: str, start: str) -> str:
-    text = re.sub(r"\s+", "", sx.text(index)) if index is not None else ""
-    return f"{start}|" + re.sub(rf"\b{re.escape(var)}\b", "@", text)
+    return f"{start}|" + (sx.compact(index, {var: "@"}) if index is not None else "")
 
 
 def _check_elements(lp: _Loop, written: dict[str, str]) -> None:
@@ -563,15 +563,17 @@ def _lead_stores(body, loops: list[_Loop], written: dict[str, str]) -> list[tupl
 
 # the rewrite -----------------------------------------------------------------------------------
 
-def _cuda_helpers(accs: tuple[Accumulator, ...]) -> str:
+def _cuda_helpers(accs: tuple[Accumulator, ...], lanes: str, rows: str) -> str:
+    """The CUDA helpers of a row spread over `lanes` threads, `rows` rows a block."""
     out = [
-        "#define ROW_LANE ((int)(threadIdx.x % LANES))",
-        "#define ROW_INDEX(original) (blockIdx.x * ROWS + threadIdx.x / LANES)",
+        f"#define ROW_LANE ((int)(threadIdx.x % {lanes}))",
+        f"#define ROW_INDEX(original) (blockIdx.x * {rows} + threadIdx.x / {lanes})",
         "#define LANE_FIRST(start) ((start) + ROW_LANE)",
-        "#define LANE_NEXT(i, step) i += LANES",
+        f"#define LANE_NEXT(i, step) i += {lanes}",
         "#define LEAD_ONLY(...) do { if (ROW_LANE == 0) { __VA_ARGS__; } } while (0)",
         "// the lanes of this thread's group within its warp (a group never straddles two warps)",
-        "#define ROW_MASK (LANES >= 32 ? 0xffffffffu : ((1u << LANES) - 1u) << (threadIdx.x % 32 / LANES * LANES))",
+        f"#define ROW_MASK ({lanes} >= 32 ? 0xffffffffu : ((1u << {lanes}) - 1u) << "
+        f"(threadIdx.x % 32 / {lanes} * {lanes}))",
     ]
     for op, ctype in sorted({(a.op, a.ctype) for a in accs if a.op != "online"}):
         f = f"row_{op}_{ctype}"
@@ -582,15 +584,15 @@ def _cuda_helpers(accs: tuple[Accumulator, ...]) -> str:
 // combines the same pairs in both orders)
 __device__ __forceinline__ {ctype} {f}({ctype} v)
 {{
-#if LANES <= 32
-    for (int o = LANES / 2; o > 0; o >>= 1) v = {c};
+#if {lanes} <= 32
+    for (int o = {lanes} / 2; o > 0; o >>= 1) v = {c};
 #else
-    __shared__ {ctype} part[LANES / 32];
+    __shared__ {ctype} part[{lanes} / 32];
     for (int o = 16; o > 0; o >>= 1) v = {c32};
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
     __syncthreads();
     v = part[0];
-    for (int w = 1; w < LANES / 32; ++w) v = {cw};
+    for (int w = 1; w < {lanes} / 32; ++w) v = {cw};
     __syncthreads();
 #endif
     return v;
@@ -607,33 +609,34 @@ __device__ __forceinline__ void row_merge_{ctype}({ctype}* m, {ctype}* s, {ctype
 
 __device__ __forceinline__ void row_online_{ctype}({ctype}* m, {ctype}* s)
 {{
-#if LANES <= 32
-    for (int o = LANES / 2; o > 0; o >>= 1)
+#if {lanes} <= 32
+    for (int o = {lanes} / 2; o > 0; o >>= 1)
         row_merge_{ctype}(m, s, __shfl_xor_sync(ROW_MASK, *m, o), __shfl_xor_sync(ROW_MASK, *s, o));
 #else
-    __shared__ {ctype} part_m[LANES / 32], part_s[LANES / 32];
+    __shared__ {ctype} part_m[{lanes} / 32], part_s[{lanes} / 32];
     for (int o = 16; o > 0; o >>= 1)
         row_merge_{ctype}(m, s, __shfl_xor_sync(0xffffffffu, *m, o), __shfl_xor_sync(0xffffffffu, *s, o));
     if (threadIdx.x % 32 == 0) part_m[threadIdx.x / 32] = *m, part_s[threadIdx.x / 32] = *s;
     __syncthreads();
     *m = part_m[0], *s = part_s[0];
-    for (int w = 1; w < LANES / 32; ++w) row_merge_{ctype}(m, s, part_m[w], part_s[w]);
+    for (int w = 1; w < {lanes} / 32; ++w) row_merge_{ctype}(m, s, part_m[w], part_s[w]);
     __syncthreads();
 #endif
 }}""")
     return "\n".join(out)
 
 
-def _opencl_helpers(accs: tuple[Accumulator, ...]) -> str:
+def _opencl_helpers(accs: tuple[Accumulator, ...], lanes: str, rows: str) -> str:
+    """The OpenCL helpers of a row spread over `lanes` work-items, `rows` rows a work-group."""
     out = [
         "// without sub-groups, a row's lanes meet in local memory: one row per work-group",
-        "#if ROWS > 1",
+        f"#if {rows} > 1",
         "#error a row's lanes need a work-group of their own in OpenCL",
         "#endif",
-        "#define ROW_LANE ((int)(get_local_id(0) % LANES))",
-        "#define ROW_INDEX(original) (get_group_id(0) * ROWS + get_local_id(0) / LANES)",
+        f"#define ROW_LANE ((int)(get_local_id(0) % {lanes}))",
+        f"#define ROW_INDEX(original) (get_group_id(0) * {rows} + get_local_id(0) / {lanes})",
         "#define LANE_FIRST(start) ((start) + ROW_LANE)",
-        "#define LANE_NEXT(i, step) i += LANES",
+        f"#define LANE_NEXT(i, step) i += {lanes}",
         "#define LEAD_ONLY(...) do { if (ROW_LANE == 0) { __VA_ARGS__; } } while (0)",
     ]
     for op, ctype in sorted({(a.op, a.ctype) for a in accs if a.op != "online"}):
@@ -644,7 +647,7 @@ def _opencl_helpers(accs: tuple[Accumulator, ...]) -> str:
     const int lane = ROW_LANE;
     red[lane] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = LANES / 2; o > 0; o >>= 1) {{
+    for (int o = {lanes} / 2; o > 0; o >>= 1) {{
         if (lane < o) red[lane] = {c};
         barrier(CLK_LOCAL_MEM_FENCE);
     }}
@@ -661,7 +664,7 @@ void row_online_{ctype}({ctype}* pm, {ctype}* ps, __local {ctype}* red_m, __loca
     red_m[lane] = *pm;
     red_s[lane] = *ps;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = LANES / 2; o > 0; o >>= 1) {{
+    for (int o = {lanes} / 2; o > 0; o >>= 1) {{
         if (lane < o) {{
             const {ctype} m = red_m[lane], s = red_s[lane], m2 = red_m[lane + o], s2 = red_s[lane + o];
             {top}
@@ -714,8 +717,7 @@ def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None,
         decl = "\n".join(f"    __local {t} row_red_{t}[{lanes}]" + (f", row_red2_{t}[{lanes}];" if t in online else ";")
                          for t in types)
         edits.append((kernel.body_open, kernel.body_open, f"\n#if {lanes} > 1\n{decl}\n#endif"))
-    helpers = _opencl_helpers(accs) if kernel.dialect == "opencl" else _cuda_helpers(accs)
-    helpers = re.sub(r"\bROWS\b", rows, re.sub(r"\bLANES\b", lanes, helpers))
+    helpers = _opencl_helpers(accs, lanes, rows) if kernel.dialect == "opencl" else _cuda_helpers(accs, lanes, rows)
     own = f"#ifndef {rows}\n#define {rows} {rows_default}\n#endif\n" if rows_default is not None else ""
     prelude = (
         f"// kerntune: the row spread over a group of {lanes} threads, {rows} rows a block; {lanes} = 1 is\n"
@@ -788,7 +790,7 @@ def rewrite_rowwise(ctx: RewriteContext) -> "tuple[Rewrite, Rewrite | Declined] 
         lane_param = ParamProposal(lanes, tuple(v for v in POWERS if v <= top), 1,
                                    "threads sharing a row (1 = the original, a thread per row)", "lanes")
         one_row = "ROWS == 1"
-        if re.fullmatch(r"\d+", block):
+        if block.isascii() and block.isdigit():
             threads = int(block)
             rows = fresh_name(ROWS, taken | {lanes})
             params = (lane_param, ParamProposal(rows, row_values(threads, limits), threads,
@@ -807,10 +809,10 @@ def rewrite_rowwise(ctx: RewriteContext) -> "tuple[Rewrite, Rewrite | Declined] 
             edits = []
         else:
             raise NotRowwise(f"the launch's block size `{block}` is neither a number nor a parameter")
-        if not re.search(rf"(?<![\w.]){re.escape(block)}(?![\w.])", ctx.grid[0]):
+        if block not in expression_words(ctx.grid[0]):
             raise NotRowwise(f"the grid `{ctx.grid[0]}` is not the rows over the block size `{block}`")
         per_block = rows_expr.replace(" / ", " // ")  # exact (BLOCK % LANES == 0); // in the spec's expressions
-        grid = (re.sub(rf"(?<![\w.]){re.escape(block)}(?![\w.])", per_block, ctx.grid[0]),) + tuple(ctx.grid[1:])
+        grid = (renamed(ctx.grid[0], block, per_block),) + tuple(ctx.grid[1:])
         if ctx.backend == "opencl":
             constraints.insert(0, f"{lanes} == 1 or {one_row}")  # lanes meet in local memory: a work-group per row
         else:

@@ -3,10 +3,12 @@ analyses and rewrites: a node's text, its parts, and where it stands."""
 
 from __future__ import annotations
 
-from kerntune.engine.cxx import text
+from typing import Mapping
+
+from kerntune.engine.cxx import blank, leaves, parser, text
 
 __all__ = ["text", "strip", "walk", "names", "line", "within", "same", "call_name", "call_args", "target",
-           "element"]
+           "element", "compact", "uses"]
 
 
 def strip(node):
@@ -82,3 +84,16 @@ def element(node):
             p = strip(args[-1])
             return (text(p) if p.type == "identifier" else ""), args[-2]
     return None
+
+
+def compact(node, rename: Mapping[str, str] | None = None) -> str:
+    """A node's tokens joined with nothing between them (comments left out), each token named in
+    `rename` replaced: two expressions written alike but for their spacing read the same."""
+    rename = rename or {}
+    return "".join(rename.get(text(n), text(n)) for n in leaves(node))
+
+
+def uses(code: str, name: str) -> bool:
+    """Whether a piece of C or C++ code (statements, a body) has `name` among its tokens."""
+    root = parser().parse(blank(code.encode("utf-8"))[0]).root_node
+    return any(text(n) == name for n in leaves(root))

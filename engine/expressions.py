@@ -234,6 +234,40 @@ def evaluate(source: object, env: Env) -> Number:
     return parse(source).evaluate(env)
 
 
+def expression_words(source: str) -> frozenset[str]:
+    """The names an expression reads and its numbers as written (`ceil_div(n, 256)`: n, 256);
+    none where it does not parse."""
+    return frozenset(w for w, _ in _words(source))
+
+
+def renamed(source: str, word: str, text: str) -> str:
+    """The expression with every use of the name or number `word` written as `text` (read with
+    Python's parser, as the expression itself is: never by matching its characters); as it was
+    where it does not parse."""
+    raw = source.encode("utf-8")
+    for start, end in sorted((span for w, span in _words(source) if w == word), reverse=True):
+        raw = raw[:start] + text.encode("utf-8") + raw[end:]
+    return raw.decode("utf-8")
+
+
+def _words(source: str) -> list[tuple[str, tuple[int, int]]]:
+    """Each name and number of an expression as written, with its span in bytes of its UTF-8 text."""
+    try:
+        tree = ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    raw = source.encode("utf-8")
+    starts = [0]
+    for line in raw.split(b"\n")[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) or (isinstance(n, ast.Constant) and isinstance(n.value, (int, float))):
+            start, end = starts[n.lineno - 1] + n.col_offset, starts[n.end_lineno - 1] + n.end_col_offset
+            out.append((raw[start:end].decode("utf-8"), (start, end)))  # ast's offsets are bytes
+    return out
+
+
 def _build(node: ast.AST, names: set[str], depth: int, text: str) -> _Fn:
     if depth > MAX_DEPTH:
         raise ExpressionError(f"expression nested too deeply: `{text[:60]}`")

@@ -131,3 +131,13 @@ def test_generated_arithmetic_gives_a_number_or_an_expression_error(text, a, b):
     assert isinstance(v, (int, float, bool))
     if isinstance(v, int) and not isinstance(v, bool):
         assert v.bit_length() <= 256
+
+
+def test_a_name_or_number_is_renamed_where_it_stands_whole_never_inside_a_longer_one():
+    from kerntune.engine.expressions import expression_words, renamed
+
+    grid = "ceil_div(rows, 256) + BLOCKS * 2560 + BLOCK"
+    assert renamed(grid, "256", "LANES * ROWS") == "ceil_div(rows, LANES * ROWS) + BLOCKS * 2560 + BLOCK"
+    assert renamed(grid, "BLOCK", "(B // L)") == "ceil_div(rows, 256) + BLOCKS * 2560 + (B // L)"
+    assert {"256", "rows", "BLOCK"} <= expression_words(grid) and "25" not in expression_words(grid)
+    assert renamed("ceil_div(n,", "n", "m") == "ceil_div(n," and expression_words("ceil_div(n,") == frozenset()

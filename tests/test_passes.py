@@ -137,3 +137,14 @@ def test_every_pass_alone_at_its_defaults_is_the_original_token_for_token(name, 
     defaults = {p.name: p.default for r in applied.rewrites for p in r.parameters}
     assert preprocessed(applied.sources[backend], defaults) == preprocessed(original, {})
     assert all(p.kind for r in applied.rewrites for p in r.parameters), "every parameter says its kind"
+
+
+def test_two_indices_written_alike_but_for_spacing_and_comments_read_the_same():
+    from kerntune.agents import syntax
+    from kerntune.engine.cxx import parser
+
+    root = parser().parse(b"int a = x[row * C  +  i]; int b = x[row*C+i /* next */];").root_node
+    subs = [n for n in syntax.walk(root) if n.type == "subscript_expression"]
+    keys = {syntax.compact(s.child_by_field_name("indices") or s, {"i": "@"}) for s in subs}
+    assert keys == {"[row*C+@]"}
+    assert syntax.uses("float s = xi + v; // i", "xi") and not syntax.uses("float s = xi + v; // i", "i")
