@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from kerntune.engine import cxx
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
 from kerntune.engine.signature import CTYPES, PACKED
@@ -421,19 +422,17 @@ def values_for(kind: str, default: int, limits: DeviceLimits, bare: bool = False
     return tuple(sorted(vals))
 
 
-_SHARED_WORDS = re.compile(r"__shared__\s*$")
-_LOCAL_WORDS = re.compile(r"(__local|\blocal)\s*$")
-
-
 def shared_budget(source: str, names: dict[str, str]) -> str | None:
     """`bytes of the static shared arrays <= max_shared_per_block` when any of them is sized by a
     parameter (`__shared__ float tile[TILE_DIM][TILE_DIM + 1]`): a configuration past the limit
     would only fail to compile. `names`: the name the code reads each parameter by, to the
     parameter's. None when no array is sized by one, or one's size or element type is unknown."""
     terms, sized = [], False
-    marker = _SHARED_WORDS if "__global__" in source else _LOCAL_WORDS  # CUDA, else OpenCL
+    blanked, dialect, marks = cxx.blank(source.encode("utf-8"))
+    marked = marks.shared if dialect == "cuda" else marks.local  # __shared__, or __local / local
     for node, text in syntax_nodes(source, ("declaration",)):
-        if not marker.search(source[max(0, node.start_byte - 40):node.start_byte]):
+        # the declaration comes right after the word (the parsed text has it blanked)
+        if not any(m < node.start_byte and not blanked[m:node.start_byte].strip() for m in marked):
             continue
         kind = node.child_by_field_name("type")
         words = " ".join(w for w in text(kind).split() if w not in ("const", "volatile", "unsigned")) \
@@ -453,9 +452,10 @@ def shared_budget(source: str, names: dict[str, str]) -> str | None:
                 return None  # an element type of unknown size, or `extern __shared__ x[]`
             exprs = []
             for d in dims:
-                tokens = re.findall(r"[A-Za-z_]\w*|\d+|\S", text(d))
-                if any(t[0].isalpha() or t[0] == "_" for t in tokens if t not in names):
-                    return None  # sized by a name that is not a parameter
+                tokens = [text(t) for t in cxx.leaves(d)]
+                if any(t[0].isalpha() or t[0] == "_" or (t[0].isdigit() and not t.isdigit())
+                       for t in tokens if t not in names):
+                    return None  # sized by a name that is not a parameter, or a number Python does not read
                 sized |= any(t in names for t in tokens)
                 exprs.append("(" + " ".join(names.get(t, t) for t in tokens) + ")")
             terms.append(" * ".join([str(size)] + exprs))
