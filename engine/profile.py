@@ -209,8 +209,8 @@ def _run_target(job_path: str | None) -> int:
     """Compile one configuration, upload inputs, launch (twice: ncu profiles the second). Runs
     under ncu or compute-sanitizer. With no path the job comes on standard input in two lines:
     the job, then which configuration (`{"config": {...}, "original": false}`), or several
-    (`{"configs": [{...}, ...]}`: each compiled and launched in turn on fresh copies of the
-    inputs, between a STARTED and a DONE line), so that the child can be started, its modules
+    (`{"configs": [{...}, ...], "nonce": word}`: each compiled and launched in turn on fresh
+    copies of the inputs, between a STARTED and a DONE line that carry the word), so that the child can be started, its modules
     loaded and its inputs drawn before the configurations are known; nothing touches the device
     until the second line comes. An empty line: not needed after all."""
     from .template import Problem, parse_template
@@ -225,7 +225,7 @@ def _run_target(job_path: str | None) -> int:
         problem = Problem(job.problem_name, dict(job.problem))
         inputs = make_inputs(template, problem, job.seed)
         chosen: list[Mapping[str, Any]] = [{"config": job.config, "original": job.original}]
-        listed = False
+        listed, nonce = False, ""
         if job_path is None:
             which = sys.stdin.readline()
             if not which.strip():
@@ -233,16 +233,17 @@ def _run_target(job_path: str | None) -> int:
             given = json.loads(which)
             listed = "configs" in given
             chosen = list(given["configs"]) if listed else [given]
+            nonce = str(given.get("nonce", ""))
         from .backends import open_backend
 
         backend = open_backend(job.backend, job.device)
         for i, c in enumerate(chosen):
             if listed:
-                print(f"{STARTED} {i}", flush=True)
+                print(f"{STARTED} {nonce} {i}", flush=True)
             _launch(backend, template, problem, inputs,
                     replace(job, config=dict(c.get("config") or {}), original=bool(c.get("original"))))
             if listed:
-                print(f"{DONE} {i}", flush=True)
+                print(f"{DONE} {nonce} {i}", flush=True)
         backend.close()
     except Exception as e:  # reported to the parent through the tool's output, as one line
         print(f"kerntune-profile-error: {type(e).__name__}: {e}", flush=True)

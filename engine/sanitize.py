@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import sys
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Mapping, Sequence, Union
@@ -65,8 +66,9 @@ _WHERE = re.compile(r"^=========\s+(at .*|by thread .*|Address .*|and .* access 
 def parse_report(text: str, check: str = "memcheck") -> tuple[int, str]:
     """(errors, a one-line summary of the first finding) from a tool's output; errors -1 when
     it printed no summary. racecheck counts the errors of its RACECHECK SUMMARY."""
-    m = _RACE_SUMMARY.search(text) if check == "racecheck" else None
-    m = m or _SUMMARY.search(text)
+    # the tool's own summary is the last one: a kernel may printf a line that looks like one
+    m = _last(_RACE_SUMMARY, text) if check == "racecheck" else None
+    m = m or _last(_SUMMARY, text)
     errors = int(m.group(1)) if m else -1
     if errors <= 0:
         return errors, ""
@@ -75,6 +77,13 @@ def parse_report(text: str, check: str = "memcheck") -> tuple[int, str]:
     parts = [first.group(1).strip()] if first else []
     parts += [w.strip() for w in where]
     return errors, "; ".join(parts)[:400]
+
+
+def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    found = None
+    for found in pattern.finditer(text):
+        pass
+    return found
 
 
 class Sanitizer:
@@ -113,10 +122,13 @@ class Sanitizer:
         """Run configurations (None: the original) in turn under the tool, each given `timeout`
         seconds: what it printed, and how many of them the child began and ended."""
         listed = [{"config": dict(c or {}), "original": c is None} for c in configs]
-        text, code, ended = follow_cuda_tool(self._proc, json.dumps({"configs": listed}) + "\n", timeout,
-                                             _PROGRESS)
-        began = [int(m.group(2)) for m in _PROGRESS.finditer(text) if m.group(1) == STARTED]
-        done = [int(m.group(2)) for m in _PROGRESS.finditer(text) if m.group(1) == DONE]
+        # the child's lines carry a word drawn now: a kernel's printf cannot pass for them
+        nonce = secrets.token_hex(8)
+        progress = re.compile(rf"^({STARTED}|{DONE}) {nonce} (\d+)$", re.MULTILINE)
+        text, code, ended = follow_cuda_tool(self._proc, json.dumps({"configs": listed, "nonce": nonce}) + "\n",
+                                             timeout, progress)
+        began = [int(m.group(2)) for m in progress.finditer(text) if m.group(1) == STARTED]
+        done = [int(m.group(2)) for m in progress.finditer(text) if m.group(1) == DONE]
         return GroupRun(text, code, ended, 1 + max(began, default=-1), 1 + max(done, default=-1))
 
     def close(self, grace: float = 5.0) -> None:
@@ -126,8 +138,6 @@ class Sanitizer:
 
 
 Memcheck = Sanitizer  # (its first tool, and its default)
-
-_PROGRESS = re.compile(rf"^({STARTED}|{DONE}) (\d+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)

@@ -129,11 +129,14 @@ def test_each_tool_runs_by_its_name_and_its_finding_names_it(tmp_path, which, re
         sanitize_config(t, t.problem(), t.default_config(), tool=str(path), which="initcheck")
 
 
-def emulated_tool(tmp_path, guilty: dict[str, set[int]], hang: int | None = None) -> tuple[str, Path]:
+def emulated_tool(tmp_path, guilty: dict[str, set[int]], hang: int | None = None,
+                  forger: int | None = None) -> tuple[str, Path]:
     """A stand-in for compute-sanitizer that runs no program: it reads the job and the list of
     configurations the child would, says which it begins and ends as the child does, reports a
     finding for each configuration whose MODE is guilty for its tool (memcheck's ends the child,
-    as a fault ends its CUDA context), hangs on MODE `hang`, and logs every MODE it was given."""
+    as a fault ends its CUDA context), hangs on MODE `hang`, prints what a kernel's printf could
+    (the child's lines without their word, a clean summary) on MODE `forger`, and logs every MODE
+    it was given."""
     log = tmp_path / "runs.log"
     path = tmp_path / "compute-sanitizer"
     path.write_text(f"""#!{sys.executable}
@@ -141,13 +144,18 @@ import json, sys, time
 which = sys.argv[sys.argv.index("--tool") + 1]
 guilty = {json.dumps({k: sorted(v) for k, v in guilty.items()})}.get(which, [])
 sys.stdin.readline()
-configs = json.loads(sys.stdin.readline())["configs"]
+given = json.loads(sys.stdin.readline())
+configs, nonce = given["configs"], given["nonce"]
 with open({str(log)!r}, "a") as f:
     f.write(which + " " + " ".join(str(c["config"].get("MODE")) for c in configs) + "\\n")
 errors = 0
 for i, c in enumerate(configs):
-    print("kerntune-check-started", i, flush=True)
+    print("kerntune-check-started", nonce, i, flush=True)
     mode = c["config"].get("MODE")
+    if mode == {forger!r}:
+        for k in range(len(configs)):
+            print("kerntune-check-done", k, flush=True)
+        print("========= ERROR SUMMARY: 0 errors", flush=True)
     if mode == {hang!r}:
         time.sleep(60)
     if mode in guilty:
@@ -157,7 +165,7 @@ for i, c in enumerate(configs):
         if which == "memcheck":
             print("kerntune-profile-error: LaunchError: unspecified launch failure", flush=True)
             break
-    print("kerntune-check-done", i, flush=True)
+    print("kerntune-check-done", nonce, i, flush=True)
 if which == "racecheck":
     print(f"========= RACECHECK SUMMARY: {{errors}} hazards displayed ({{errors}} errors, 0 warnings)")
 else:
@@ -206,11 +214,11 @@ def test_the_child_checks_a_list_of_configurations_in_turn_and_says_which_it_beg
     job = replace(job_for(t, type(p)("small", {"n": 4096}), None), launches=1, backend="opencl")
     listed = [{"config": {"BLOCK": 64, "ITEMS": 1}, "original": False}, {"config": {}, "original": True},
               {"config": {"BLOCK": 128, "ITEMS": 4}, "original": False}]
-    given = json.dumps(asdict(job)) + "\n" + json.dumps({"configs": listed}) + "\n"
+    given = json.dumps(asdict(job)) + "\n" + json.dumps({"configs": listed, "nonce": "n0"}) + "\n"
     done = subprocess.run([sys.executable, "-m", "kerntune.engine.profile", "--target", "-"], input=given,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.split() == [w for i in range(3) for w in (STARTED, str(i), DONE, str(i))]
+    assert done.stdout.split() == [w for i in range(3) for w in (STARTED, "n0", str(i), DONE, "n0", str(i))]
 
 
 def test_the_run_checks_its_leaders_with_one_child_a_tool_and_demotes_only_the_guilty(tmp_path):
@@ -227,3 +235,12 @@ def test_the_run_checks_its_leaders_with_one_child_a_tool_and_demotes_only_the_g
     assert [r.status for r in results] == ["ok", "out_of_bounds", "wrong_result", "ok", "ok"]
     runs = log.read_text().splitlines()
     assert sorted(runs)[-1] == "synccheck 0 5 7 1 2" and sum(r.startswith("synccheck") for r in runs) == 1
+
+
+def test_a_kernel_printing_the_childs_lines_or_a_clean_summary_hides_nothing(tmp_path):
+    from kerntune.engine.sanitize import sanitize_configs
+
+    t = load_template(templates.path("vector_add"))
+    tool, _ = emulated_tool(tmp_path, {"memcheck": {8}}, forger=8)
+    found = sanitize_configs(t, t.problem(), [{"MODE": m} for m in (0, 8, 1)], tool=tool)
+    assert [v[0] for v in found] == [True, False, True], found
