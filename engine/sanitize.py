@@ -140,6 +140,20 @@ class Sanitizer:
 Memcheck = Sanitizer  # (its first tool, and its default)
 
 
+def close_all(sanitizers: Sequence[Sanitizer | None]) -> None:
+    """End children that were not needed, told all at once (each then ends as the others do)."""
+    live = [s for s in sanitizers if s is not None]
+    for s in live:
+        try:
+            if s._proc.stdin is not None and not s._proc.stdin.closed:
+                s._proc.stdin.write("\n")
+                s._proc.stdin.close()
+        except OSError:
+            pass  # ended already
+    for s in live:
+        s.close()
+
+
 @dataclass(frozen=True)
 class GroupRun:
     """A tool's run over a list of configurations: its output and exit code, whether it was ended

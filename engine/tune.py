@@ -164,6 +164,7 @@ class TuneRun(Controlled):
         self._shared = emitter is not None
         self.events = emitter if emitter is not None else Emitter(sinks)
         self._ahead: Any = None  # a Memcheck started ahead for the winner's check
+        self._group_ahead: dict[str, Any] = {}  # a child of each tool started ahead for the leaders' check
 
     # the run -----------------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -348,9 +349,7 @@ class TuneRun(Controlled):
             best = progress.best
         finally:
             evaluations.close()
-            if self._ahead is not None:
-                self._ahead.close()
-                self._ahead = None
+            self._close_ahead()
         profiles = []
         if opts.profile_top > 0 and not self.events.stopped:
             profiles = self._profile(template, problem, results, backend, opts.profile_top)
@@ -462,6 +461,7 @@ class TuneRun(Controlled):
         tool = self._sanitizer(backend) if backend == "cuda" and problem is not None and len(lead) > 1 else None
         if tool is not None:  # a racy or out-of-bounds leader is never timed against the others, nor reported
             lead = self._sanitize_leaders(tool, template, problem, results, lead, winner)
+        self._close_ahead()  # what was started ahead and not needed ends before anything is timed
         if len(lead) < 2:
             return winner
         if paired is None:
@@ -524,13 +524,16 @@ class TuneRun(Controlled):
         at = {id(r): i for i, r in enumerate(results)}
         order = [at[id(r)] for r in ranked(results)]  # indices in `results`, fastest first
         sanitizer = self._sanitizer(backend)
+        if sanitizer is not None:  # the leaders' check comes next: its children start while this one runs
+            self._group_ahead = self._started_ahead(sanitizer, template, problem)
         winner = None
         for i in order[:MAX_RECHECKS]:
             r = results[i]
             seeds = tuple(_fresh_seeds(max(2, self.options.verify.seeds)))
             # compute-sanitizer's tools run in processes of their own while the worker checks on new
             # inputs: none times anything, so none disturbs a measurement
-            checks = self._sanitize_all(sanitizer, template, problem, [r]) if sanitizer is not None else []
+            ahead, self._ahead = {"memcheck": self._ahead}, None  # memcheck's started with the search
+            checks = self._sanitize_all(sanitizer, template, problem, [r], ahead) if sanitizer is not None else []
             checked = worker.verify_again(Config.of(r.config), seeds)
             self.events.emit(WinnerVerified(self.events.now(), dict(r.config), checked.ok, checked.message, seeds))
             found = [c.result()[0] for c in checks]
@@ -571,15 +574,13 @@ class TuneRun(Controlled):
         return tool
 
     def _sanitize(self, tool: str, template: Template, problem: Problem, rs: list[Result],
-                  which: str) -> list[tuple[str, bool, str] | str]:
+                  which: str, ahead: Any = None) -> list[tuple[str, bool, str] | str]:
         """One of compute-sanitizer's tools on configurations, one child for them all where it
-        finds nothing (engine/sanitize.py's check_all): for each, (tool, clean, message) or why it
-        could not be checked (a str). Safe in another thread: it emits nothing."""
+        finds nothing (engine/sanitize.py's check_all; `ahead`, a child of the tool started
+        earlier, first): for each, (tool, clean, message) or why it could not be checked (a str).
+        Safe in another thread: it emits nothing."""
         from .sanitize import SanitizeError, sanitize_configs
 
-        ahead = None
-        if which == "memcheck":  # the child started with the search is memcheck's
-            ahead, self._ahead = self._ahead, None
         configs = [dict(r.config) or None for r in rs]  # {}: the original kernel
         try:
             found = sanitize_configs(template, problem, configs, device=self.options.device, tool=tool,
@@ -591,12 +592,36 @@ class TuneRun(Controlled):
                     for r in rs]
         return [v if isinstance(v, str) else (which, v[0], v[1]) for v in found]
 
-    def _sanitize_all(self, tool: str, template: Template, problem: Problem, rs: list[Result]) -> list:
-        """memcheck, racecheck and synccheck on configurations, each tool in processes of its own,
-        the three at once: their futures (of what `_sanitize` returns)."""
+    def _sanitize_all(self, tool: str, template: Template, problem: Problem, rs: list[Result],
+                      ahead: Mapping[str, Any] | None = None) -> list:
+        """memcheck, racecheck and synccheck on configurations, each tool in processes of its own
+        (`ahead`: a child started earlier, by tool), the three at once: their futures (of what
+        `_sanitize` returns)."""
         from .sanitize import CHECKS
 
-        return [_threads().submit(self._sanitize, tool, template, problem, rs, which) for which in CHECKS]
+        ahead = ahead or {}
+        return [_threads().submit(self._sanitize, tool, template, problem, rs, which, ahead.get(which))
+                for which in CHECKS]
+
+    def _close_ahead(self) -> None:
+        """End the sanitizers' children started ahead and not used."""
+        if self._ahead is not None or self._group_ahead:
+            from .sanitize import close_all
+
+            close_all([self._ahead, *self._group_ahead.values()])
+        self._ahead, self._group_ahead = None, {}
+
+    def _started_ahead(self, tool: str, template: Template, problem: Problem) -> dict[str, Any]:
+        """A child of each tool, started now: they load and draw their inputs while the run goes on."""
+        from .sanitize import CHECKS, SanitizeError, Sanitizer
+
+        started = {}
+        for which in CHECKS:
+            try:
+                started[which] = Sanitizer(tool, template, problem, self.options.device, which)
+            except SanitizeError:
+                pass  # started again when needed, which says why
+        return started
 
     def _sanitize_leaders(self, tool: str, template: Template, problem: Problem, results: list[Result],
                           lead: list[Result], checked: Result) -> list[Result]:
@@ -619,7 +644,8 @@ class TuneRun(Controlled):
         more only where one finds something) and their verdicts recorded: how many were demoted."""
         if not indices:
             return 0
-        by_tool = [c.result() for c in self._sanitize_all(tool, template, problem, [results[i] for i in indices])]
+        ahead, self._group_ahead = self._group_ahead, {}
+        by_tool = [c.result() for c in self._sanitize_all(tool, template, problem, [results[i] for i in indices], ahead)]
         return sum(not self._sanitized([found[k] for found in by_tool], results, i) for k, i in enumerate(indices))
 
     def _memcheck_ahead(self, backend: str, template: Template, problem: Problem):

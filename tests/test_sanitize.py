@@ -231,10 +231,18 @@ def test_the_run_checks_its_leaders_with_one_child_a_tool_and_demotes_only_the_g
     run = TuneRun(t, TuneOptions(backend="cuda", session_path=tmp_path / "s.toml"), sinks=[events.append])
     modes = (0, 5, 7, 1, 2)
     results = [Result(config={"MODE": m}, status="ok", median_us=1.0 + m) for m in modes]
+    # a child of each tool started ahead (while the winner is checked) takes the group
+    run._group_ahead = started = run._started_ahead(tool, t, t.problem())
+    assert sorted(started) == ["memcheck", "racecheck", "synccheck"]
     assert run._sanitize_each(tool, t, t.problem(), results, list(range(len(modes)))) == 2
     assert [r.status for r in results] == ["ok", "out_of_bounds", "wrong_result", "ok", "ok"]
+    assert run._group_ahead == {} and all(s._proc.returncode is not None for s in started.values())
     runs = log.read_text().splitlines()
     assert sorted(runs)[-1] == "synccheck 0 5 7 1 2" and sum(r.startswith("synccheck") for r in runs) == 1
+    # children started ahead and not needed end at once, told together
+    run._group_ahead = started = run._started_ahead(tool, t, t.problem())
+    run._close_ahead()
+    assert all(s._proc.returncode is not None for s in started.values()) and len(log.read_text().splitlines()) == len(runs)
 
 
 def test_a_kernel_printing_the_childs_lines_or_a_clean_summary_hides_nothing(tmp_path):
