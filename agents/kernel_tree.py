@@ -21,8 +21,8 @@ the passes over one element or one row ask:
 
 `slope` tells how an index expression moves as the element variable moves (through div and mod
 too, with the conditions under which it holds), which is what the rewrites need to prove a vector
-access safe. Spans here are characters of the source (the model's bytes converted), as the
-element-wise pass and the lifts slice it.
+access safe. The analysis' spans are bytes of the source, as the model's are; `span_of`,
+`source_tokens` and `characters` give characters, for code that slices the source as text.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from kerntune.engine.signature import KernelSignature, parse_kernels
 
 from . import model
 from .model import EITHER, Access, Accumulator, Loop, function_name, parse_expression
+from .model import Span as Bytes
 
 # ids a thread reads, by kind: CUDA fields and OpenCL functions (the model's dialect table, in this
 # analysis' words)
@@ -55,7 +56,9 @@ EXP_FUNCTIONS = EITHER.exp
 
 @dataclass(frozen=True)
 class Span:
-    """A half-open range of characters of the source: source[start:end]."""
+    """A half-open range of characters of the source, source[start:end]: what `span_of` and
+    `source_tokens` give, for code that slices the source as text (the lifts, the cooperating
+    passes). The analysis itself is in bytes, as the model is (`Bytes`)."""
 
     start: int
     end: int
@@ -69,7 +72,7 @@ class ThreadIndex:
     expr: str  # its initialiser, as written
     reads: tuple[tuple[str, int], ...]  # (kind, dimension): ("group", 0) for blockIdx.x
     is_global: bool  # a global index: group * local_size + local, or get_global_id, in one dimension
-    span: Span  # the declaration statement
+    span: Bytes  # the declaration statement
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class Guard:
     var: str
     bound: str
     form: str  # "if", "return" or "loop" (a grid-stride loop over the elements)
-    span: Span  # the if statement
+    span: Bytes  # the if statement (or the loop)
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,8 @@ class KernelAnalysis:
     name: str
     dialect: str
     signature: KernelSignature
-    span: Span  # the function definition (from its return type, the kernel words included)
-    body: Span  # the body's braces included
+    span: Bytes  # the function definition (from its return type, the kernel words included)
+    body: Bytes  # the body's braces included
     thread_indices: tuple[ThreadIndex, ...] = ()
     element: str = ""  # the variable of the element or row a thread owns
     guard: Guard | None = None
@@ -101,7 +104,7 @@ class KernelAnalysis:
     softmax_pairs: tuple[tuple[str, str], ...] = ()  # (max variable, sum-of-exp variable)
     launch_dims: frozenset[int] = frozenset()  # dimensions of the launch the kernel reads
     fixed_threads: tuple[int, ...] = ()  # literals the indexing takes as a thread count
-    fixed_spans: tuple[tuple[int, Span, int], ...] = ()  # each such literal, where it stands, its dimension
+    fixed_spans: tuple[tuple[int, Bytes, int], ...] = ()  # each such literal, where it stands, its dimension
     barriers: bool = False
     shared: bool = False  # __shared__ or __local memory
     atomics: bool = False
@@ -110,11 +113,11 @@ class KernelAnalysis:
     reasons: tuple[str, ...] = ()
     locals: dict[str, str] = field(default_factory=dict)  # single-assignment locals: name -> initialiser
     arg_types: dict[str, str] = field(default_factory=dict)  # pointer argument -> its element type as written
-    returns: tuple[Span, ...] = ()  # the kernel's return statements
+    returns: tuple[Bytes, ...] = ()  # the kernel's return statements
     changing: frozenset[str] = frozenset()  # locals assigned after their declaration (or declared bare)
-    statements: tuple[Span, ...] = ()  # the top-level statements of its body
+    statements: tuple[Bytes, ...] = ()  # the top-level statements of its body
     stride_loop: int | None = None  # the grid-stride loop over the elements (an index into `loops`), if any
-    name_span: Span = Span(0, 0)  # its name in the declaration
+    name_span: Bytes = Bytes(0, 0)  # its name in the declaration
 
     @property
     def owns(self) -> str:
@@ -239,13 +242,17 @@ class _File:
         out[pos] = len(self.source)
         return out
 
-    def span(self, start: int, end: int) -> Span:
+    def span(self, start: int, end: int) -> Bytes:
+        return Bytes(start, end)
+
+    def node_span(self, node) -> Bytes:
+        return Bytes(node.start_byte, node.end_byte)
+
+    def characters(self, start: int, end: int) -> Span:
+        """Bytes [start, end) of the source as characters."""
         if self._chars is None:
             return Span(start, end)
         return Span(self._chars[start], self._chars[end])
-
-    def node_span(self, node) -> Span:
-        return self.span(node.start_byte, node.end_byte)
 
     def functions(self) -> Iterator:
         stack = [self.root]
@@ -383,35 +390,22 @@ class _Body:
         by_span = {(n.start_byte, n.end_byte): n for n in _walk_types(self.body, _LOOP_TYPES)}
         self.loop_nodes = [by_span.get((lp.span.start, lp.span.end)) for lp in m.loops if lp.in_kernel]
         self.helper_loops = tuple(self._loop(lp) for lp in m.loops if not lp.in_kernel)
-        self.accesses = [self._access(x) for x in m.accesses
-                         if x.function == m.name and x.array in self.pointers and not x.deref]
-        self.accumulators = [replace(a, span=f.span(a.span.start, a.span.end),
-                                     init=cxx.text(self.inits[a.var]) if a.var in self.inits else "")
+        self.accesses = [x for x in m.accesses if x.function == m.name and x.array in self.pointers and not x.deref]
+        self.accumulators = [replace(a, init=cxx.text(self.inits[a.var]) if a.var in self.inits else "")
                              for a in m.accumulators]
-        self.returns = [f.span(r.start, r.end) for r in m.returns]
+        self.returns = list(m.returns)
         self.barriers = any(b.function == m.name for b in m.barriers)
         self.atomics = any(c.function == m.name for c in m.atomics)
 
     def _loop(self, lp: Loop) -> Loop:
-        """A model's loop in this reading's words: only `<`, `<=` and `!=` bound it, spans in
-        characters."""
-        f = self.f
+        """A model's loop in this reading's words: only `<`, `<=` and `!=` bound it."""
         up = lp.compare in ("<", "<=", "!=")
         trip = lp.trip
         if lp.compare == "!=" and trip is None:
             s, b, st = _literal(lp.start), _literal(lp.bound), _literal(lp.step)
             if s is not None and b is not None and st:
                 trip = max(0, (b - s + st - 1) // st)
-        return replace(lp, bound=lp.bound if up else "", inclusive=lp.inclusive and up, trip=trip,
-                       span=f.span(lp.span.start, lp.span.end), body=f.span(lp.body.start, lp.body.end),
-                       pragma=f.span(lp.pragma.start, lp.pragma.end) if lp.pragma is not None else None)
-
-    def _access(self, x: Access) -> Access:
-        f = self.f
-        return replace(x, span=f.span(x.span.start, x.span.end),
-                       index_span=f.span(x.index_span.start, x.index_span.end),
-                       value_span=f.span(x.value_span.start, x.value_span.end) if x.value_span is not None else None,
-                       under=tuple(f.span(u.start, u.end) for u in x.under))
+        return replace(lp, bound=lp.bound if up else "", inclusive=lp.inclusive and up, trip=trip)
 
     # locals and assignments ----------------------------------------------------------------
     def _declarations(self, body) -> None:
@@ -545,12 +539,12 @@ class _Body:
             start += 1
         return start
 
-    def _name_span(self) -> Span:
+    def _name_span(self) -> Bytes:
         d = self.fn.child_by_field_name("declarator")
         while d is not None and d.type != "function_declarator":
             d = d.child_by_field_name("declarator")
         name = d.child_by_field_name("declarator") if d is not None else None
-        return self.f.node_span(name) if name is not None else Span(0, 0)
+        return self.f.node_span(name) if name is not None else Bytes(0, 0)
 
     def _arg_types(self) -> dict[str, str]:
         """Each pointer argument's element type as written, qualifiers left out (`floatX`, `T`)."""
@@ -629,7 +623,7 @@ class _Body:
                 escaped.append(name)
         return escaped, half_args
 
-    def _node_at(self, span: Span):
+    def _node_at(self, span: Bytes):
         stack = [self.body]
         while stack:
             n = stack.pop()
@@ -985,7 +979,13 @@ def span_of(source: str, node, f: "_File | None" = None) -> Span:
     end = node.end_byte
     while end > node.start_byte and f.raw[end - 1:end] in (b"\n", b"\r"):
         end -= 1
-    return f.span(node.start_byte, end)
+    return f.characters(node.start_byte, end)
+
+
+def characters(source: str, span: Bytes) -> Span:
+    """A span of the analysis (bytes of the source) in characters of `source`, for code that
+    slices the source as text."""
+    return _file(source).characters(span.start, span.end)
 
 
 def source_tokens(source: str) -> list[tuple[str, Span]]:
@@ -993,7 +993,7 @@ def source_tokens(source: str) -> list[tuple[str, Span]]:
     literals left out, with their spans."""
     f = _file(source)
     root = cxx.parser().parse(f.raw).root_node
-    return [(cxx.text(leaf), f.node_span(leaf)) for leaf in cxx.leaves(root)]
+    return [(cxx.text(leaf), f.characters(leaf.start_byte, leaf.end_byte)) for leaf in cxx.leaves(root)]
 
 
 @dataclass(frozen=True)

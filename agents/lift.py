@@ -36,7 +36,7 @@ from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_l
 from kerntune.engine.signature import CTYPES, PACKED
 from kerntune.engine.template import DEVICE_NAMES, DTYPES, Template
 
-from .kernel_tree import (ExplicitInstantiation, KernelAnalysis, KernelTreeError, Span, analyse,
+from .kernel_tree import (ExplicitInstantiation, KernelAnalysis, KernelTreeError, Span, analyse, characters,
                           explicit_instantiations, source_tokens, span_of, syntax_nodes, tree_reductions)
 
 # Names that say what a literal tunes, by kind. A #define or constexpr with another name (N_HEADS,
@@ -119,7 +119,7 @@ def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None, entry:
     with no kernel to analyse has them all lifted."""
     if analyses is None:
         analyses = analyse(source)
-    hot = {lp.pragma for a in analyses for lp in a.loops if lp.pragma is not None and lp.hot}
+    hot = {characters(source, lp.pragma) for a in analyses for lp in a.loops if lp.pragma is not None and lp.hot}
     lifts: list[Lift] = []
     unrolls = 0
     lines = _Lines(source)
@@ -699,10 +699,10 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         if kernel is not None:
             # the literal as the block's count in this dimension's global index is lifted with it;
             # the same number anywhere else (another dimension's index too) is a count it may assume
-            fixed = {(s.start, s.end) for _, s, d in kernel.fixed_spans if d == dim}
+            fixed = {characters(source, s) for _, s, d in kernel.fixed_spans if d == dim}
+            inside = characters(source, kernel.body)
             body = [sp for word, sp in source_tokens(source)
-                    if kernel.body.start <= sp.start < kernel.body.end and _integer(word) == literal
-                    and (sp.start, sp.end) not in fixed]
+                    if inside.start <= sp.start < inside.end and _integer(word) == literal and sp not in fixed]
             if body:
                 line = source.count("\n", 0, body[0].start) + 1
                 notes.append(f"the kernel's body uses {literal} itself (line {line}), as a thread count it may "
@@ -757,7 +757,8 @@ def _fixed_by_layout(original: Template, source: str, kernel: KernelAnalysis | N
 
 
 def _body_words(source: str, kernel: KernelAnalysis) -> set[str]:
-    return {w for w, sp in source_tokens(source) if kernel.body.start <= sp.start < kernel.body.end}
+    inside = characters(source, kernel.body)
+    return {w for w, sp in source_tokens(source) if inside.start <= sp.start < inside.end}
 
 
 def _divides_by(expr: str, literal: int) -> bool:
@@ -780,8 +781,7 @@ def _constants_holding(source: str, kernel: KernelAnalysis | None, entry: str, l
     names = {d.name for d in directives(source) if d.kind in ("define", "constexpr") and d.value == literal}
     names |= {param for inst in kernel.signature.instantiations for param, words in inst.args
               if _integer(words) == literal}
-    body = {w for w, sp in source_tokens(source) if kernel.body.start <= sp.start < kernel.body.end}
-    held = sorted((names & body) - lifted)
+    held = sorted((names & _body_words(source, kernel)) - lifted)
     return f"`{held[0]}`" if held else ""
 
 
@@ -805,7 +805,8 @@ def _launch_edits(source: str, launches: list[LaunchLift], kernel: KernelAnalysi
         for value, span, dim in kernel.fixed_spans:
             lw = next((x for x in launches if x.dim == dim and x.literal == value), None)
             if lw is not None:
-                edits.append(Edit(span.start, span.end, lw.name))
+                at = characters(source, span)
+                edits.append(Edit(at.start, at.end, lw.name))
     return edits, ""
 
 

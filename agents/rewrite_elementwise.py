@@ -27,9 +27,9 @@ from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
-from .kernel_tree import HALF_LOADS, HALF_STORES, Span, index_slope, inline, source_tokens, thread_reads
+from .kernel_tree import HALF_LOADS, HALF_STORES, index_slope, inline, source_tokens, thread_reads
 from .lift import fresh_name
-from .model import DIALECT
+from .model import DIALECT, Span
 from .model import parse_expression as parse_c
 from .passes import Declined, Rewrite, RewriteContext
 
@@ -127,7 +127,7 @@ def _unsafe(ctx: RewriteContext) -> str:
         if a.guard.span not in a.statements or a.statements[-1] != a.guard.span:
             return "statements follow its loop over the elements"
         body = a.loops[a.stride_loop].body
-        if any(w == "break" for w, sp in source_tokens(ctx.source[body.start:body.end])):
+        if any(w == "break" for w, sp in source_tokens(ctx.source.encode("utf-8")[body.start:body.end].decode("utf-8"))):
             return "a `break` in its loop over the elements"
         return ""
     decl = next(t for t in a.thread_indices if t.name == a.element)
@@ -141,7 +141,8 @@ def _inside(inner: Span, outer: Span) -> bool:
 
 
 def _rewrite(ctx: RewriteContext) -> Rewrite:
-    a, src, cuda = ctx.analysis, ctx.source, ctx.backend == "cuda"
+    # the analysis' spans are bytes of the source: the source is cut as bytes, each piece decoded
+    a, src, cuda = ctx.analysis, ctx.source.encode("utf-8"), ctx.backend == "cuda"
     ids = {k: DIALECT[ctx.backend].id(word) for k, word in IDS.items()}
     taken = set(ctx.taken) | set(ctx.defaults)
     names = {}
@@ -194,41 +195,41 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         new_grid, grid_p = tuple(ctx.grid), None
 
     # the rewritten kernel
-    head_start = src.rfind("\n", 0, a.span.start) + 1
+    head_start = src.rfind(b"\n", 0, a.span.start) + 1
     prefix = src[head_start:a.span.start].strip()
-    if prefix not in ("", 'extern "C"'):
+    if prefix not in (b"", b'extern "C"'):
         raise _Decline("the kernel's declaration shares its line with other code")
-    if not prefix and src[:head_start].rstrip().endswith('extern "C"'):  # on a line of its own
-        head_start = src[:head_start].rstrip().rindex('extern "C"')
+    if not prefix and src[:head_start].rstrip().endswith(b'extern "C"'):  # on a line of its own
+        head_start = src[:head_start].rstrip().rindex(b'extern "C"')
     end = a.span.end
-    original_text = src[head_start:end]
-    head = src[head_start:a.body.start]
+    original_text = _text(src, head_start, end)
+    head = _text(src, head_start, a.body.start)
     bounds_param = None
     params = []
     if cuda and "__launch_bounds__" not in head and (block0.isidentifier() or block0.isdigit()):
         bounds_param = names["BOUNDS"]
-        cut = a.name_span.start - head_start
+        cut = len(_text(src, head_start, a.name_span.start))
         head = head[:cut] + f"__launch_bounds__({block0}, {bounds_param}) " + head[cut:]
     elem_decl = next(t for t in a.thread_indices if t.name == a.element)
-    decl_text = src[elem_decl.span.start:elem_decl.span.end]
+    decl_text = _text(src, elem_decl.span.start, elem_decl.span.end)
     cut = decl_text.rfind(elem_decl.expr)
     decl = decl_text[:cut] + "kt_i0 + kt_k" + decl_text[cut + len(elem_decl.expr):]
     if a.guard.form == "loop":  # the element's code is the loop's body, the loop's test its guard
         before = [st for st in a.statements if st.end <= a.guard.span.start]
         body = a.loops[a.stride_loop].body
-        braced = src[body.start] == "{"
+        braced = src[body.start:body.start + 1] == b"{"
         body_first, body_last = (body.start + 1, body.end - 1) if braced else (body.start, body.end)
-        while body_first < body_last and src[body_first] in " \t\r\n":
+        while body_first < body_last and src[body_first:body_first + 1] in (b" ", b"\t", b"\r", b"\n"):
             body_first += 1
-        while body_last > body_first and src[body_last - 1] in " \t\r\n":
+        while body_last > body_first and src[body_last - 1:body_last] in (b" ", b"\t", b"\r", b"\n"):
             body_last -= 1
     else:
         before = [st for st in a.statements if st.end <= elem_decl.span.start]
         after = [st for st in a.statements if st.start >= elem_decl.span.end]
         body_first = after[0].start if after else a.body.end - 1
         body_last = after[-1].end if after else a.body.end - 1
-    column = body_first - (src.rfind("\n", 0, body_first) + 1)
-    element_code = indented(src[body_first:body_last], column, 20)
+    column = len(_text(src, src.rfind(b"\n", 0, body_first) + 1, body_first))  # in characters
+    element_code = indented(_text(src, body_first, body_last), column, 20)
     if a.guard.form == "loop":
         element_code = f"if ({a.element} < {a.guard.bound}) {{\n{' ' * 24}{element_code}\n{' ' * 20}}}"
 
@@ -280,7 +281,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     vector_code = indented(_replaced(src, body_first, body_last, replace), column, 20)
 
     ind = "    "
-    prelude = "".join(src[st.start:st.end] + "\n" + ind for st in before)
+    prelude = "".join(_text(src, st.start, st.end) + "\n" + ind for st in before)
     kernel = (
         f"{head}{{\n{ind}{prelude}"
         f"const long kt_n = (long)({bound});\n"
@@ -328,7 +329,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     defaults_text = "".join(f"#ifndef {p.name}\n#define {p.name} {p.default}\n#endif\n" for p in params)
     text = (f"// kerntune: the elementwise rewrite; its parameters' defaults give the original kernel\n"
             f"{defaults_text}#if {' || '.join(switches)}\n{helpers}{kernel}\n#else\n{original_text}\n#endif")
-    new_source = src[:head_start] + text + src[end:]
+    new_source = _text(src, 0, head_start) + text + _text(src, end, len(src))
 
     what = [f"{len(streams)} streams" if len(streams) != 1 else "1 stream", f"{vec}-wide packs", f"{items} per thread",
             "grid-stride or one-shot grid" if grid_p is not None else "the original's grid, strided over"]
@@ -361,16 +362,22 @@ def indented(code: str, column: int, indent: int) -> str:
     return "\n".join(out)
 
 
-def _replaced(src: str, start: int, end: int, edits: list[tuple[Span, str]]) -> str:
+def _replaced(src: bytes, start: int, end: int, edits: list[tuple[Span, str]]) -> str:
+    """Bytes [start, end) of the source with `edits` (byte spans within them) made, as text."""
     out, pos = [], start
     for span, text in sorted(edits, key=lambda e: e[0].start):
         if span.start < pos:
             raise _Decline("two accesses overlap")
-        out.append(src[pos:span.start])
+        out.append(_text(src, pos, span.start))
         out.append(text)
         pos = span.end
-    out.append(src[pos:end])
+    out.append(_text(src, pos, end))
     return "".join(out)
+
+
+def _text(src: bytes, start: int, end: int) -> str:
+    """Bytes [start, end) of the source, as text."""
+    return src[start:end].decode("utf-8")
 
 
 def thread_reads_text(text: str) -> bool:

@@ -121,18 +121,19 @@ __global__ void rows(const float *x, float *y, int n, int c) {
 '''
 
 
-def test_the_kernel_trees_loops_accesses_and_accumulators_are_the_models_in_characters():
-    from kerntune.agents.kernel_tree import classify
+def test_the_kernel_trees_loops_accesses_and_accumulators_are_the_models_in_bytes():
+    from kerntune.agents.kernel_tree import characters, classify
 
     a, m = classify(ROWS), build(ROWS)
     raw = ROWS.encode()
     assert a.kind == "rowwise" and [lp.role for lp in a.loops] == [lp.role for lp in m.loops] == ["serial"]
     assert [(x.array, x.index, x.loop) for x in a.accesses] == [(x.array, x.index, x.loop) for x in m.accesses]
     assert [(s.var, s.op, s.loop) for s in a.accumulators] == [(s.var, s.op, s.loop) for s in m.accumulators]
-    for mine, theirs in ((a.loops[0].span, m.loops[0].span), (a.accesses[0].span, m.accesses[0].span),
-                         (a.accumulators[0].span, m.accumulators[0].span)):
-        assert ROWS[mine.start:mine.end] == raw[theirs.start:theirs.end].decode() != ""
-        assert mine.start < theirs.start  # the comment's quotes and dash take more bytes than characters
+    assert a.loops[0].span == m.loops[0].span and a.body == m.kernel.body
+    assert raw[a.accesses[0].span.start:a.accesses[0].span.end] == b"x[r * c + j]"
+    # in characters for code that slices the text: the comment's quotes and dash take more bytes
+    text = characters(ROWS, a.accesses[0].span)
+    assert ROWS[text.start:text.end] == "x[r * c + j]" and text.start < a.accesses[0].span.start
 
 
 def test_a_loop_over_a_tiles_row_or_a_packs_members_indexes_a_register_array_and_a_cast_pointer_is_an_access():
