@@ -31,6 +31,7 @@ from .kernel_tree import HALF_LOADS, HALF_STORES, index_slope, inline, source_to
 from .lift import fresh_name
 from .model import DIALECT, Span
 from .model import parse_expression as parse_c
+from . import passes
 from .passes import Declined, Rewrite, RewriteContext
 
 
@@ -318,17 +319,12 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     if bounds_param:
         params.append(ParamProposal(bounds_param, (0, 1, 2, 4), 0, f"blocks per multiprocessor the compiler "
                                     f"must fit: __launch_bounds__({block0}, k) (0: the thread count alone)", "bounds"))
-    switches = [f"{vec} != 1", f"{items} != 1"] + ([f"{grid_p} != 0"] if grid_p is not None else [])
     helpers = CUDA_HELPERS if cuda else OPENCL_HELPERS.format(vec=vec)
     if halves:
         helpers += OPENCL_HALF_HELPERS.format(vec=vec)
-    if cuda:
-        switches.append(f"{names['CACHE']} != 0")
-    if bounds_param:
-        switches.append(f"{bounds_param} != 0")
-    defaults_text = "".join(f"#ifndef {p.name}\n#define {p.name} {p.default}\n#endif\n" for p in params)
-    text = (f"// kerntune: the elementwise rewrite; its parameters' defaults give the original kernel\n"
-            f"{defaults_text}#if {' || '.join(switches)}\n{helpers}{kernel}\n#else\n{original_text}\n#endif")
+    # each parameter's default, then the rewritten kernel where one is off it (the passes' one wrapper)
+    text = ("// kerntune: the elementwise rewrite; its parameters' defaults give the original kernel\n"
+            + passes.defaults(params) + passes.guarded(params, helpers + kernel, original_text))
     new_source = _text(src, 0, head_start) + text + _text(src, end, len(src))
 
     what = [f"{len(streams)} streams" if len(streams) != 1 else "1 stream", f"{vec}-wide packs", f"{items} per thread",

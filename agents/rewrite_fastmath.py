@@ -27,7 +27,7 @@ from kerntune.engine.cxx import type_words
 from .kernel_tree import source_tokens, syntax_nodes
 from .lift import insert_after_prelude, fresh_name
 from .model import DIALECT, function_name
-from .passes import Declined, Edits, Rewrite, RewriteContext
+from .passes import Declined, Edits, Rewrite, RewriteContext, defaults
 from . import syntax as sx
 
 
@@ -245,7 +245,7 @@ def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
     calls = fast_calls(ctx.source, ctx.original.entry, ctx.backend)
     taken = set(ctx.taken) | set(ctx.defaults) | {w for w, _ in source_tokens(ctx.source)}
     param, macro = _fresh("FAST_MATH", taken), _fresh("KT_FAST", taken)
-    guard = f"#ifndef {param}\n#define {param} 0\n#endif\n"
+    guard = defaults([_param(param)])
     if not calls.sites:
         elsewhere = [b for b in sorted(ctx.original.sources) if b != ctx.backend
                      and fast_calls(ctx.original.source_for(b), ctx.original.entry, b).sites]
