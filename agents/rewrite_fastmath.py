@@ -26,7 +26,7 @@ from kerntune.engine.cxx import type_words
 
 from .kernel_tree import source_tokens, syntax_nodes
 from .lift import insert_after_prelude, fresh_name
-from .model import DIALECT, function_name
+from .model import DIALECT, ModelError, base_name, build, function_name
 from .passes import Declined, Edits, Rewrite, RewriteContext, defaults
 from . import syntax as sx
 
@@ -84,19 +84,25 @@ def fast_calls(source: str, entry: str, dialect: str) -> Calls:
     by_name: dict[str, list] = {}
     for fn in fns:
         by_name.setdefault(function_name(fn), []).append(fn)
-    base = entry.split("<")[0].split("::")[-1]
-    reached, todo = set(), [base]
-    while todo:  # the kernel (each copy the rewrites before left of it) and what it calls
-        name = todo.pop()
-        if name in reached or name not in by_name:
+    # the kernel (each copy the passes before left of it under #if) and what it calls: the kernel
+    # model's reading of each copy
+    by_body = {(fn.child_by_field_name("body").start_byte, fn.child_by_field_name("body").end_byte): fn
+               for fn in fns if fn.child_by_field_name("body") is not None}
+    reached: dict[int, object] = {}
+    for copy in by_name.get(base_name(entry), []):
+        try:
+            m = build(source, entry, copy.start_byte)
+        except ModelError:  # not a kernel the model reads (a host function of that name, say): its own calls
+            reached[copy.start_byte] = copy
             continue
-        reached.add(name)
-        for fn in by_name[name]:
-            todo += [sx.text(c.child_by_field_name("function")) for c in sx.walk(fn) if c.type == "call_expression"]
+        for f in m.functions:
+            node = by_body.get((f.body.start, f.body.end))
+            if node is not None:
+                reached[node.start_byte] = node
     globals_ = _declarations([n for n, _ in syntax_nodes(source, ("declaration",)) if not _in_function(n)])
     raw = source.encode("utf-8")
     sites, kept = [], []
-    for fn in sorted((f for name in reached for f in by_name[name]), key=lambda f: f.start_byte):
+    for fn in sorted(reached.values(), key=lambda f: f.start_byte):
         types = None
         for call in (c for c in sx.walk(fn) if c.type == "call_expression"):
             callee = call.child_by_field_name("function")

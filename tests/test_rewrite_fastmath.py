@@ -203,3 +203,15 @@ def test_the_analysis_line_names_the_calls_fast_math_would_switch():
     assert fast_calls(t.source_for("opencl"), t.entry, "opencl").switched() == "exp -> native_exp (4 calls)"
     gelu = load_template(NAIVE / "gelu")
     assert "FAST_MATH" not in analysis_line(SimpleNamespace(original=gelu, backend="cuda", limits=GPU))
+
+
+def test_the_calls_switched_are_the_kernels_and_what_it_calls_by_any_name_never_another_functions():
+    src = '''
+namespace act { __device__ float gelu(float x) { return 0.5f * x * expf(-x); } }
+__device__ float unused(float x) { return logf(x); }
+__global__ void k(float *y, const float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = act::gelu(x[i]) + sinf(x[i]);
+}
+'''
+    assert fast_calls(src, "k", "cuda").switched() == "expf -> __expf (1 call), sinf -> __sinf (1 call)"
