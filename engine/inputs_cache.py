@@ -242,11 +242,18 @@ def _make_room(folder: Path, size: int, keep: Path | None = None) -> bool:
     held = []
     writing = 0
     now = time.time()
-    for f in folder.glob("*" + SUFFIX + "*"):
-        try:
-            st = f.stat()
-        except OSError:
-            continue
+    found = []
+    try:
+        with os.scandir(folder) as entries:  # (the folder's listing: no Path and glob per file)
+            for e in entries:
+                if SUFFIX in e.name:
+                    try:
+                        found.append((Path(e.path), e.stat()))
+                    except OSError:  # gone meanwhile
+                        continue
+    except OSError:
+        pass
+    for f, st in found:
         if f.name.endswith(".tmp") and now - st.st_mtime < 600:
             writing += _on_disk(st)  # being written now (one a crashed worker left behind goes in time)
             continue

@@ -144,14 +144,17 @@ def test_a_second_run_on_a_session_being_written_is_refused_and_a_killed_run_lea
     assert not list(tmp_path.glob("*.lock")) and not list(tmp_path.glob(".*"))
 
 
-def test_tune_resume_on_a_session_cut_mid_event_repairs_it_and_says_so(tmp_path, capsys):
+def test_tune_resume_on_a_session_cut_mid_event_repairs_it_and_says_so(tmp_path, capsys, monkeypatch):
     from kerntune.tui.cli import main
+
+    monkeypatch.setenv("COLUMNS", "400")  # the line names the file: no wrap inside the words read below
 
     session = tmp_path / "s.toml"
     assert main(["tune", "vector_add", "--session", str(session), *QUICK, "--budget", "3"]) == 0
     raw = session.read_bytes()
     last = raw.rindex(b"[[event]]")
-    session.write_bytes(raw[:last + (len(raw) - last) // 2])  # the run_finished event, half written
+    cut = raw.index(b'reason = "', last) + len(b'reason = "budg')  # inside a string: never whole TOML
+    session.write_bytes(raw[:cut])  # the run_finished event, half written
     kept = [config_key(r.config) for r in load_session(session).results()]
     capsys.readouterr()
     assert main(["tune", "vector_add", "--session", str(session), *QUICK, "--budget", "5", "--resume"]) == 0
