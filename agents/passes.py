@@ -209,9 +209,10 @@ class Helpers:
 
 # the defaults reproduce the original ------------------------------------------------------------------------
 
-def defaults(params: Iterable[Param]) -> str:
-    """Each parameter's default, for a compile that does not set it."""
-    return "".join(f"#ifndef {p.name}\n#define {p.name} {_c(p.default)}\n#endif\n" for p in params)
+def defaults(params: Iterable[Param | tuple[str, object]]) -> str:
+    """Each parameter's default (a Param, or its name and default), for a compile that does not set it."""
+    pairs = [p if isinstance(p, tuple) else (p.name, p.default) for p in params]
+    return "".join(f"#ifndef {name}\n#define {name} {_c(value)}\n#endif\n" for name, value in pairs)
 
 
 def guarded(params: Iterable[Param], new: str, original: str, off: Iterable[str] = ()) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .model import Access, Span
+from .passes import defaults
 from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPERS, indented
 from . import syntax as sx
 
@@ -486,7 +487,7 @@ def prelude(plan: KeepPlan, dialect: str, keep: str, vec: str, block: str, chain
     (and CHAINS = 1, `chains` its name where the third stage is made)."""
     out = [f"// kerntune: {keep} elements of the row kept in a lane's registers between passes (0: none),",
            f"// moved in packs of {vec} adjacent elements (1: one by one).",
-           f"#ifndef {keep}\n#define {keep} 0\n#endif\n#ifndef {vec}\n#define {vec} 1\n#endif",
+           defaults([(keep, 0), (vec, 1)]).rstrip("\n"),
            f"#if {keep} > 0 || {vec} > 1" + (f" || {chains} > 1" if chains else "")]
     if dialect == "cuda":
         out += [CUDA_HELPERS.rstrip("\n"), CUDA_KEEP.replace("<VEC>", f"<{vec}>").rstrip("\n")]

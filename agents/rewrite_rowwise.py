@@ -37,7 +37,7 @@ from kerntune.engine.cxx import blank, parser
 from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
 from .model import DIALECT, EITHER, Accumulator, base_name
-from .passes import Declined, Rewrite, RewriteContext
+from .passes import Declined, Rewrite, RewriteContext, defaults
 from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
 from .rewrite_rowkeep import KeepPlan
 from . import syntax as sx
@@ -718,12 +718,12 @@ def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None,
                          for t in types)
         edits.append((kernel.body_open, kernel.body_open, f"\n#if {lanes} > 1\n{decl}\n#endif"))
     helpers = _opencl_helpers(accs, lanes, rows) if kernel.dialect == "opencl" else _cuda_helpers(accs, lanes, rows)
-    own = f"#ifndef {rows}\n#define {rows} {rows_default}\n#endif\n" if rows_default is not None else ""
+    own = [(rows, rows_default)] if rows_default is not None else []
     prelude = (
         f"// kerntune: the row spread over a group of {lanes} threads, {rows} rows a block; {lanes} = 1 is\n"
         "// the original, one thread per row.\n"
-        f"#ifndef {lanes}\n#define {lanes} 1\n#endif\n{own}"
-        f"#if {lanes} == 1\n"
+        + defaults([(lanes, 1), *own])
+        + f"#if {lanes} == 1\n"
         "#define ROW_INDEX(original) original\n"
         "#define LANE_FIRST(start) start\n"
         "#define LANE_NEXT(i, step) step\n"
@@ -735,7 +735,7 @@ def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None,
         edits = _keep_edits(kernel.keep, src, edits, keep[:2], lanes, split)
         if chains:
             prelude += (f"// kerntune: {chains} independent chains of the accumulators a lane (1: one, as written).\n"
-                        f"#ifndef {chains}\n#define {chains} 1\n#endif\n")
+                        + defaults([(chains, 1)]))
         prelude += rewrite_rowkeep.prelude(kernel.keep, kernel.dialect, *keep, chains) + "\n"
     edits.append((kernel.head, kernel.head, prelude))
     out = src
