@@ -175,8 +175,8 @@ class Checks:
             worst = max(worst, err)
             if msg:
                 self.last_checks[(which, a.name)] = inputs.checks[a.name]
-                raise Rejected("wrong_result", f"{self.buffers.unwritten(which, a, out, lambda: self.failing(a, out, which)) or msg}"
-                                               f"{suffix}")
+                why = self.buffers.unwritten(which, a, out, lambda: self.failing(a, out, which)) or msg
+                raise Rejected("wrong_result", f"{why}{suffix}")
         return worst
 
     def intact(self) -> bool:
@@ -349,8 +349,8 @@ class Checks:
     def hard_inputs(self, original: Any, config: Mapping[str, ParamValue] | None = None) -> None:
         """The hard input set every configuration is checked on, at the smallest verification
         size: rows of every hard kind the reference computes (finite where the inputs are) and
-        the original kernel passes (`original`: the calibration's build, at `config`'s launch); without a numpy reference,
-        of every kind, the default configuration's outputs the reference."""
+        the original kernel passes (`original`: the calibration's build, at `config`'s launch);
+        without a numpy reference, of every kind, the default configuration's outputs the reference."""
         kinds = [k for k in HARD_KINDS if any(k in hard_kinds(a) for a in self.template.arguments
                                                if a.role in ("input", "inout"))]
         if not kinds:

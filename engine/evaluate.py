@@ -149,7 +149,6 @@ class Evaluator:
             outs = self.checks.run(self._default_kernel, geo, inputs, which, poison="nan")
             return {k: v.copy() for k, v in outs.items()}  # read before another thread's launch
 
-
     def intact(self) -> bool:
         """Whether everything the checks compare with still holds what it held when it was made:
         each drawn set's inputs and references on the host (their checksums) and their copies on
@@ -168,10 +167,10 @@ class Evaluator:
             self._calibration_build = threads().submit(build, *args)
         pools = [self.sets.pool(which) for which in range(len(self.problems))]
         n = max(2, self.verify_policy.seeds)
-        list(self.sets.side_by_side(lambda job: pools[job[0]][job[1]], [(w, k) for w in range(len(pools)) for k in range(n)]))
+        jobs = [(w, k) for w in range(len(pools)) for k in range(n)]
+        list(self.sets.side_by_side(lambda job: pools[job[0]][job[1]], jobs))
         for which in range(len(self.problems)):
             self.buffers.of(which)
-
 
     def _calibration_build_args(self) -> tuple[dict | None, tuple]:
         """The calibration's build: (the configuration, None for the original's own source; the
@@ -184,7 +183,6 @@ class Evaluator:
             return None, (source, self.template.entry, own, self.options)
         config = self.template.default_config()
         return config, (self.source, self.template.entry, {**compiler_defines(config), **own}, self.options)
-
 
     def calibrate(self) -> dict[str, float]:
         """Measure the original kernel's own error against the reference, before tuning, and
@@ -205,7 +203,6 @@ class Evaluator:
     def compile(self, config: Mapping[str, ParamValue]) -> Any:
         return self.backend.compile(self.source, self.template.entry, compiler_defines(config), self.options)
 
-
     def check(self, kernel: Any, config: Mapping[str, ParamValue] | None,
               inputs_for: Callable[[int], list[Inputs]]) -> tuple[bool, float, str, tuple[int, ...]]:
         """Verify on every verification size; (ok, worst error / tolerance, message, seeds).
@@ -215,7 +212,6 @@ class Evaluator:
         except Rejected as e:
             return False, math.inf, e.message, ()
         return True, worst, "", seeds
-
 
     def _check(self, kernel: Any, config: Mapping[str, ParamValue] | None,
                inputs_for: Callable[[int], list[Inputs]]) -> tuple[float, tuple[int, ...]]:
@@ -239,7 +235,6 @@ class Evaluator:
         except CompileError as e:
             return Result(config={}, status="compile_error", message=str(e))
         return self.evaluate({}, kernel=kernel, compile_s=time.perf_counter() - t0, original=True)
-
 
     def reproduces_original(self, config: Mapping[str, ParamValue],
                             seeds: tuple[int, ...]) -> tuple[bool, float, str]:
@@ -322,7 +317,6 @@ class Evaluator:
                 result = self.timer.with_energy(result, kernel, geo)
         return result
 
-
     def measure_again(self, result: Result, kernel: Any) -> Result:
         """Time again a configuration `evaluate` has just verified and timed, in its loaded
         module (its timed launches checked as always): the result with the new times."""
@@ -334,7 +328,6 @@ class Evaluator:
         except Rejected as e:
             return replace(result, status=e.status, message=e.message)
         return self.timer.result(replace(result, time_s=result.time_s + time.perf_counter() - t0), times)
-
 
     def measure(self, kernel: Any, geo: Geometry) -> list[float]:
         """The timed launches of a configuration just checked (engine/timing.py's `measure`)."""
@@ -361,7 +354,6 @@ class Evaluator:
             return f"{res.spills} bytes spilled to local memory, and the template forbids spills"
         return None
 
-
     def occupancy(self, geo: Geometry, res: Resources) -> float | None:
         limits = self.backend.limits
         if not (limits.max_threads_per_sm and limits.max_regs_per_sm and res.registers):
@@ -373,13 +365,11 @@ class Evaluator:
         occ = occupancy(limits, geo.threads_per_block, res.registers, res.shared_static + geo.shared_bytes)
         return occ.fraction
 
-
     def verify_again(self, config: Mapping[str, ParamValue], seeds: tuple[int, ...],
                      kernel: Any = None) -> tuple[bool, str]:
         """`check_again` as (passed, "" or `status: why`)."""
         checked = self.check_again(config, seeds, kernel)
         return checked.ok, checked.message
-
 
     def check_again(self, config: Mapping[str, ParamValue], seeds: tuple[int, ...], kernel: Any = None) -> Checked:
         """Check a configuration on brand-new inputs (the winner, before it is reported).
