@@ -359,16 +359,15 @@ def indented(code: str, column: int, indent: int) -> str:
 
 
 def _replaced(src: bytes, start: int, end: int, edits: list[tuple[Span, str]]) -> str:
-    """Bytes [start, end) of the source with `edits` (byte spans within them) made, as text."""
-    out, pos = [], start
-    for span, text in sorted(edits, key=lambda e: e[0].start):
-        if span.start < pos:
-            raise _Decline("two accesses overlap")
-        out.append(_text(src, pos, span.start))
-        out.append(text)
-        pos = span.end
-    out.append(_text(src, pos, end))
-    return "".join(out)
+    """Bytes [start, end) of the source with `edits` (byte spans within them) made, as text: through
+    the passes' one edit buffer, which refuses two that overlap."""
+    region = passes.Edits(_text(src, start, end))
+    try:
+        for span, text in edits:
+            region.replace((span.start - start, span.end - start), text)
+    except passes.EditConflict:
+        raise _Decline("two accesses overlap") from None
+    return region.result()
 
 
 def _text(src: bytes, start: int, end: int) -> str:
