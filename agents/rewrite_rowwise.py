@@ -37,7 +37,7 @@ from kerntune.engine.cxx import blank, parser
 from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
 from .model import DIALECT, EITHER, Accumulator, base_name
-from .passes import Declined, Rewrite, RewriteContext, defaults
+from .passes import Declined, EditConflict, Edits, Rewrite, RewriteContext, defaults
 from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
 from .rewrite_rowkeep import KeepPlan
 from . import syntax as sx
@@ -738,10 +738,15 @@ def rewrite(source: str, kernel: RowKernel, rows: str, rows_default: int | None,
                         + defaults([(chains, 1)]))
         prelude += rewrite_rowkeep.prelude(kernel.keep, kernel.dialect, *keep, chains) + "\n"
     edits.append((kernel.head, kernel.head, prelude))
-    out = src
-    for s, e, t in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
-        out = out[:s] + t.encode("utf-8") + out[e:]
-    return out.decode("utf-8")
+    # through the passes' one edit buffer (overlaps refused); of two insertions at one place the
+    # later one made here goes first
+    buffer = Edits(source)
+    try:
+        for s, e, t in reversed(edits):
+            buffer.replace((s, e), t)
+    except EditConflict as e:
+        raise NotRowwise(f"two of the rewrite's changes meet in one place ({e})") from None
+    return buffer.result()
 
 
 def _keep_edits(plan: "KeepPlan", src: bytes, edits: list, names: tuple[str, str], lanes: str,
@@ -848,7 +853,10 @@ def _kept(ctx: RewriteContext, kernel: RowKernel, spread: Rewrite, how: tuple, t
     keep = fresh_name("KEEP", taken)
     vec = fresh_name("VEC", taken | {keep})
     rows_expr, default_rows, lanes, edits = how
-    source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads))
+    try:
+        source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads))
+    except NotRowwise as e:
+        return Declined(rewrite_rowkeep.NAME, str(e))
     packs = tuple(v for v in (1, 2, 4, 8) if v * plan.size <= 16)
     words = plan.live_words()
     params = (ParamProposal(keep, (0, 4, 8, 16, 32, 64), 0,
@@ -880,7 +888,10 @@ def _chained(ctx: RewriteContext, kernel: RowKernel, stages: tuple, how: tuple, 
     chains = fresh_name("CHAINS", taken)
     keep, vec = (p.name for p in stages[1].parameters)
     rows_expr, default_rows, lanes, edits = how
-    source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads), chains)
+    try:
+        source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads), chains)
+    except NotRowwise as e:
+        return Declined(name, str(e))
     split = [", ".join(a.name + (f" and {a.partner}" if a.partner else "") for a in c.accumulators)
              for c in kernel.chains if c is not None]
     return Rewrite(name, source,
