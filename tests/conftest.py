@@ -132,3 +132,17 @@ def hostile_dir(tmp_path):
 
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+@pytest.fixture(autouse=True)
+def _no_reference_left_running():
+    """A reference call still running after its test (one that never returns, given up on after
+    its time limit) would spin in this test process for the rest of the suite, taking its time
+    from every later test: the test that left it fails."""
+    import threading
+
+    yield
+    left = [t for t in threading.enumerate() if t.name.startswith("kerntune-reference")]
+    for t in left:
+        t.join(10)
+    assert not [t for t in left if t.is_alive()], "a reference call was left running after the test"

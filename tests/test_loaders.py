@@ -9,6 +9,7 @@ and a fuzz test over mutated real specs and sessions (tests/fuzz_support.py; ben
 import random
 import re
 import shutil
+import textwrap
 import time
 from pathlib import Path
 
@@ -244,14 +245,26 @@ def test_compiler_options_that_name_files_or_other_include_folders_are_refused(s
 
 
 def test_a_reference_that_never_returns_is_one_line_after_its_time_limit(spec, capsys):
-    (spec.parent / "reference.py").write_text("def reference(inputs, sizes):\n    while True:\n        pass\n")
-    edit(spec, 'reference = "reference.py"', 'reference = "reference.py"\nreference_timeout = 1')
-    code = main(["init", "--check", str(spec)])
-    out = capsys.readouterr().out
-    assert code == 1 and "the reference did not return within 1 s" in out, out
-    (spec.parent / "reference.py").write_text("while True:\n    pass\n")  # its import never ends
-    with pytest.raises(TemplateError, match=r"importing the reference did not return within 1 s"):
-        load_template(spec).load_reference()
+    import threading
+
+    # It spins until the test ends (a file it looks for): a thread cannot be stopped from outside,
+    # and one left spinning would take this test process's time from every test after it.
+    stop = spec.parent / "stop"
+    spin = f"while not __import__('os').path.exists({str(stop)!r}):\n    pass\n"
+    try:
+        (spec.parent / "reference.py").write_text("def reference(inputs, sizes):\n" + textwrap.indent(spin, "    "))
+        edit(spec, 'reference = "reference.py"', 'reference = "reference.py"\nreference_timeout = 1')
+        code = main(["init", "--check", str(spec)])
+        out = capsys.readouterr().out
+        assert code == 1 and "the reference did not return within 1 s" in out, out
+        (spec.parent / "reference.py").write_text(spin)  # its import never ends
+        with pytest.raises(TemplateError, match=r"importing the reference did not return within 1 s"):
+            load_template(spec).load_reference()
+    finally:
+        stop.write_text("")
+        for t in threading.enumerate():
+            if t.name.startswith("kerntune-reference"):
+                t.join(10)
 
 
 def test_a_reference_that_never_returns_on_the_final_checks_inputs_ends_its_worker(spec):
