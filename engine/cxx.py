@@ -107,8 +107,10 @@ def int_literal(text: str) -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=64)
 def blank(src: bytes) -> tuple[bytes, str, Marks]:
-    """The source with the CUDA and OpenCL words blanked (offsets kept), its dialect and marks."""
+    """The source with the CUDA and OpenCL words blanked (offsets kept), its dialect and marks
+    (one source is read by every pass and analysis in turn: kept, and never changed by a caller)."""
     tree = parser().parse(src)
     toks = [l for l in leaves(tree.root_node) if l.type not in ("preproc_arg",)]
     words = [l.text.decode("utf-8", "replace") for l in toks]
