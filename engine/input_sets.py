@@ -33,6 +33,11 @@ VARIANTS = 8
 VARIANT_BYTES = 1 << 30
 
 
+class ReferenceFailed(RuntimeError):
+    """The template's reference raised, or ran past its time limit, on an input set: no
+    configuration can be checked on that set, and none is to blame."""
+
+
 class InputSets:
     """Every verification size's input sets and references, the timed launches' changed sets and
     the hard set."""
@@ -91,7 +96,7 @@ class InputSets:
                 try:
                     expected = (self.reference.raw if keyed else self.reference)(given, sizes)
                 except Exception as e:  # the reference is the template author's code
-                    raise RuntimeError(f"the template's reference failed: {type(e).__name__}: {e}") from None
+                    raise ReferenceFailed(f"the template's reference failed: {type(e).__name__}: {e}") from None
                 for a in outputs:
                     if not isinstance(expected, Mapping) or a.name not in expected:
                         raise RuntimeError(f"the template's reference returned no `{a.name}`")

@@ -40,7 +40,7 @@ from .space import Config, Space, build_space, odd_problem
 from .template import ParamValue, Problem, Template
 from .cluster import ClusterError
 from .driver import Progress, search
-from .worker import WorkerError, WorkerSpec
+from .worker import ReferenceStopped, WorkerError, WorkerSpec
 from .workers import Workers
 from .emitter import Controlled, Emitter, Sink  # noqa: F401 (Sink: the drivers' sinks' type)
 from .header import run_header
@@ -332,6 +332,8 @@ class TuneRun(Controlled):
                 self._ahead = self._memcheck_ahead(backend, template, problem)
                 reason = search(strategy, evaluations, rules, progress, on_result,
                                 clock=lambda: time.monotonic() - started, interrupted=interrupted)
+            except ReferenceStopped as e:  # what was measured is in the session: --resume goes on
+                raise TuneError(f"{e}: the run stops (the session keeps what was measured)") from None
             except WorkerError as e:
                 raise TuneError(f"cannot start the evaluation worker: {e}") from None
             worker_notes()

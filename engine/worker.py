@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from . import children, disturb, retime, standby
 from .evaluate import Evaluator, TimingPolicy, VerifyPolicy
+from .input_sets import ReferenceFailed
 from .messages import (Checked, Evaluate, Evaluated, Failed, Pair, Paired, Ready, Reproduce, Reproduced, Standing,
                        Stop, VerifyAgain)
 from .result import Result, config_key
@@ -29,6 +30,11 @@ from .template import Problem, parse_template, stray_references
 
 class WorkerError(RuntimeError):
     """The worker could not start (no device, a broken reference): nothing can be evaluated."""
+
+
+class ReferenceStopped(WorkerError):
+    """The template's reference failed (raised or ran past its time limit) on inputs drawn during
+    the search: no later configuration could be checked, so the run stops there."""
 
 
 @dataclass(frozen=True)
@@ -148,17 +154,21 @@ def _serve(conn: Any, spec: WorkerSpec | None, log_path: str, startup: dict[str,
             config, built = dict(msg.config), msg.built
             t0 = time.monotonic()
             kernel = None
-            if built is None:
-                result = ev.evaluate(config)
-                kernel = ev.last_kernel
-            else:
-                binary, info, cached, seconds = built
-                try:
-                    kernel = backend.load(binary, template.entry, info, cached)
-                except Exception as e:  # a binary that does not load is that config's compile error
-                    result = Result(config=config, status="compile_error", message=str(e), compile_s=seconds)
+            try:
+                if built is None:
+                    result = ev.evaluate(config)
+                    kernel = ev.last_kernel
                 else:
-                    result = ev.evaluate(config, kernel=kernel, compile_s=seconds, cached=cached)
+                    binary, info, cached, seconds = built
+                    try:
+                        kernel = backend.load(binary, template.entry, info, cached)
+                    except Exception as e:  # a binary that does not load is that config's compile error
+                        result = Result(config=config, status="compile_error", message=str(e), compile_s=seconds)
+                    else:
+                        result = ev.evaluate(config, kernel=kernel, compile_s=seconds, cached=cached)
+            except ReferenceFailed as e:  # the template's, not the configuration's: the run stops
+                conn.send(Failed(" ".join(f"{e}, on inputs drawn during the search".split())[:1000]))
+                return _end(ev, backend, watch)
             # measured again when disturbed, above its speed of light or spread out (engine/disturb.py)
             result = steady.settle(result, t0, lambda r: ev.measure_again(r, kernel))
             if result.ranked:
@@ -499,6 +509,10 @@ class Worker:
             detail = _read_from(self.log_path, self._head_log)
             self._resend()
             return Result(config=config, status="crashed", message=self._died(code, detail))
+        if isinstance(payload, Failed):  # the template's reference failed: nothing more can be checked
+            self._pending.clear()
+            self._kill()
+            raise ReferenceStopped(payload.text)
         head = self._pending.popleft()
         self._head_since, self._head_log = time.perf_counter(), _size(self.log_path)
         if payload.ending:

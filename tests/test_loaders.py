@@ -267,22 +267,29 @@ def test_a_reference_that_never_returns_is_one_line_after_its_time_limit(spec, c
                 t.join(10)
 
 
+def _hanging_reference(spec, condition: str):
+    """The spec's reference spins while `condition` (Python over `inputs` and `here`, its folder)
+    holds, with a 1 s limit, at n=4096: the template and its problem."""
+    (spec.parent / "reference.py").write_text(
+        "from pathlib import Path\n\n\ndef reference(inputs, sizes):\n"
+        "    here = Path(__file__).parent\n"
+        f"    while {condition}:\n"
+        "        pass\n"
+        "    return {'c': inputs['a'] + inputs['b']}\n")
+    edit(spec, 'reference = "reference.py"', 'reference = "reference.py"\nreference_timeout = 1')
+    edit(spec, "n = 1048576", "n = 4096")
+    t = load_template(spec)
+    return t, t.problem()
+
+
 def test_a_reference_that_never_returns_on_the_final_checks_inputs_ends_its_worker(spec):
     """The final check draws new inputs: a reference that hangs on them is one line after its time
     limit, no verdict on the configuration, and the worker it hung in ends (its call with it)."""
     from kerntune.engine.inputs import make_inputs
     from kerntune.engine.worker import Worker, WorkerSpec
 
-    (spec.parent / "reference.py").write_text(
-        "from pathlib import Path\n\n\ndef reference(inputs, sizes):\n"
-        "    hang = Path(__file__).with_name('hang_on')\n"
-        "    while hang.exists() and float(inputs['a'][0]) == float(hang.read_text()):\n"
-        "        pass\n"
-        "    return {'c': inputs['a'] + inputs['b']}\n")
-    edit(spec, 'reference = "reference.py"', 'reference = "reference.py"\nreference_timeout = 1')
-    edit(spec, "n = 1048576", "n = 4096")
-    t = load_template(spec)
-    p = t.problem()
+    t, p = _hanging_reference(spec, "(here / 'hang_on').exists() and "
+                                    "float(inputs['a'][0]) == float((here / 'hang_on').read_text())")
     seed = 4242
     (spec.parent / "hang_on").write_text(repr(float(make_inputs(t, p, seed).host["a"][0])))
     ws = WorkerSpec("opencl", 0, str(t.spec_path), t.spec_text, dict(t.sources), p.name, dict(p.values), seed=1)
@@ -295,6 +302,34 @@ def test_a_reference_that_never_returns_on_the_final_checks_inputs_ends_its_work
         assert "the reference did not return within 1 s" in checked.text and "\n" not in checked.text
         child.join(10)
         assert not child.is_alive() and w._proc is None  # the next request starts a new one
+
+
+def test_a_reference_that_stops_returning_during_the_search_stops_the_run_in_one_line(spec):
+    """Inputs drawn during the search need the reference too: once it hangs on them, no later
+    configuration can be checked and none is to blame: the worker says so and ends, and the run
+    stops with that line (never a configuration `crashed` after another)."""
+    from kerntune.engine.worker import ReferenceStopped, Worker, WorkerSpec
+
+    hang, stop = spec.parent / "hang", spec.parent / "stop"
+    t, p = _hanging_reference(spec, "(here / 'hang').exists() and not (here / 'stop').exists()")
+    ws = WorkerSpec("opencl", 0, str(t.spec_path), t.spec_text, dict(t.sources), p.name, dict(p.values), seed=1)
+    try:
+        with Worker(ws, config_timeout=60) as w:
+            w.start()
+            w.wait_ready()
+            child = w._proc
+            hang.write_text("")
+            configs = [{"BLOCK": b, "ITEMS": i} for b in (64, 128, 256) for i in (1, 2, 4)]
+            with pytest.raises(ReferenceStopped) as e:
+                for c in configs:
+                    assert w.evaluate(c).status != "crashed"
+            text = str(e.value)
+            assert text.startswith("the template's reference failed: ReferenceTimeout: ") and "\n" not in text
+            assert "did not return within 1 s" in text and text.endswith("on inputs drawn during the search")
+            child.join(10)
+            assert not child.is_alive() and w.pending == 0
+    finally:
+        stop.write_text("")
 
 
 def test_init_check_refuses_to_run_the_reference_at_a_size_that_needs_gigabytes(spec, capsys):
