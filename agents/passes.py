@@ -231,14 +231,21 @@ def _c(value) -> str:
 
 class Pass:
     """A transformation of a kernel; subclasses set `name`, `follows`, `after` and write `requires`
-    and `apply`."""
+    and `apply`. A pass is called as a function of a RewriteContext (`run`).
+
+    A pass whose `stage_of` names another is a later stage of that pass: the two are made together,
+    from the source before the first (a stage rebuilds the earlier stages' changes with its own), by
+    the first pass's `apply`, which returns its stages in order (a tuple, each a Rewrite whose
+    source holds the one before's changes, or a Declined that ends them)."""
 
     name = ""
     follows: tuple[str, ...] = ()  # passes it builds on: it runs on their source, and not without them
     after: tuple[str, ...] = ()  # passes it runs later than, when they are made ("*": all but the other "*")
+    stage_of = ""  # the pass whose `apply` makes this one as a later stage ("" for none)
 
-    def requires(self, ctx: RewriteContext) -> str | None:
-        """Why the pass does not apply to `ctx`'s kernel; None when it may."""
+    def requires(self, ctx: RewriteContext) -> str | Declined | None:
+        """Why the pass does not apply to `ctx`'s kernel; None when it may (a Declined of its own
+        where more than the reason is told: one for the device's runtime rather than the kernel)."""
         return None
 
     def apply(self, ctx: RewriteContext) -> Rewrite | Declined:
@@ -250,17 +257,22 @@ class Pass:
             why = self.requires(ctx)
         except ModelError as e:
             why = str(e)
+        if isinstance(why, Declined):
+            return why
         if why:
             return Declined(self.name, why)
         return self.apply(ctx)
+
+    def __call__(self, ctx: RewriteContext) -> Rewrite | Declined | tuple:
+        return self.run(ctx)
 
     def make(self, edits: Edits, params: Iterable[Param], description: str, **more) -> Rewrite:
         return Rewrite(self.name, edits.result(), tuple(params), description, **more)
 
 
 class FunctionPass(Pass):
-    """A pass whose work is one function of a RewriteContext (the rules' rewrites written before
-    the pass interface): it may return the stages of passes that follow it, in order."""
+    """A pass whose work is one function of a RewriteContext, `requires` left to the function (the
+    cooperating passes, which read the model and decline in the function)."""
 
     def __init__(self, name: str, fn: Callable[[RewriteContext], object], follows: tuple[str, ...] = (),
                  after: tuple[str, ...] = (), stage_of: str = ""):

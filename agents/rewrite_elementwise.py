@@ -97,15 +97,25 @@ OPENCL_HALF_HELPERS = """\
 """
 
 
-def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
-    """The elementwise rewrite of the context's kernel, or why it does not apply."""
-    why = _unsafe(ctx)
-    if why:
-        return Declined(NAME, why)
-    try:
-        return _rewrite(ctx)
-    except _Decline as e:
-        return Declined(NAME, str(e))
+class ElementwisePass(passes.Pass):
+    """The elementwise rewrite as a pass: it requires a thread per element, guarded, whose every
+    access moves with the element one for one; its parameters VEC (vector), ITEMS (work), GRID
+    (grid), CACHE (flag) and BOUNDS (bounds)."""
+
+    name = NAME
+
+    def requires(self, ctx: RewriteContext) -> str | None:
+        return _unsafe(ctx) or None
+
+    def apply(self, ctx: RewriteContext) -> Rewrite | Declined:
+        try:
+            return _rewrite(ctx)
+        except _Decline as e:
+            return Declined(NAME, str(e))
+
+
+# the pass, called as a function of a RewriteContext (agents/rewrites.py registers it)
+rewrite = ElementwisePass()
 
 
 class _Decline(Exception):

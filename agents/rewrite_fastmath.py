@@ -27,7 +27,7 @@ from kerntune.engine.cxx import type_words
 from .kernel_tree import source_tokens, syntax_nodes
 from .lift import insert_after_prelude, fresh_name
 from .model import DIALECT, ModelError, base_name, build, function_name
-from .passes import Declined, Edits, Rewrite, RewriteContext, defaults
+from .passes import Declined, Edits, Pass, Rewrite, RewriteContext, defaults
 from . import syntax as sx
 
 
@@ -243,11 +243,23 @@ def built_fast(template, backend: str) -> str:
     return next((o for o in template.compile_options.get(backend, ()) if o in FAST_OPTIONS), "")
 
 
-def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
+class FastMathPass(Pass):
+    """FAST_MATH (a flag) over the math calls of the source so far: it runs after every other pass
+    (`after = ("*",)`), and requires a spec that does not build with fast math already."""
+
+    name = NAME
+    after = ("*",)
+
+    def requires(self, ctx: RewriteContext) -> str | None:
+        fast = built_fast(ctx.original, ctx.backend)
+        return f"the spec already builds with {fast}: its math calls take their fast forms" if fast else None
+
+    def apply(self, ctx: RewriteContext) -> Rewrite | Declined:
+        return _switched(ctx)
+
+
+def _switched(ctx: RewriteContext) -> Rewrite | Declined:
     """FAST_MATH over the context's source, or why the kernel has nothing for it."""
-    fast = built_fast(ctx.original, ctx.backend)
-    if fast:
-        return Declined(NAME, f"the spec already builds with {fast}: its math calls take their fast forms")
     calls = fast_calls(ctx.source, ctx.original.entry, ctx.backend)
     taken = set(ctx.taken) | set(ctx.defaults) | {w for w, _ in source_tokens(ctx.source)}
     param, macro = _fresh("FAST_MATH", taken), _fresh("KT_FAST", taken)
@@ -287,3 +299,7 @@ def _param(name: str) -> ParamProposal:
 def _fresh(name: str, taken: set[str]) -> str:
     """`name`, else KT_name, KT_name_2, ... (not the lifts' name_SIZE: this is no size)."""
     return fresh_name(name, taken | {f"{name}_SIZE"})
+
+
+# the pass, called as a function of a RewriteContext (agents/rewrites.py registers it last)
+rewrite = FastMathPass()

@@ -26,6 +26,7 @@ cooperate (barriers, shared memory, atomics).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from kerntune.engine.backends.opencl_check import DEFECTS, STORE_AFTER_BARRIER
@@ -37,7 +38,7 @@ from kerntune.engine.cxx import blank, parser
 from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
 from .model import DIALECT, EITHER, Accumulator, base_name
-from .passes import Declined, EditConflict, Edits, Rewrite, RewriteContext, defaults
+from .passes import Declined, EditConflict, Edits, Pass, Rewrite, RewriteContext, defaults
 from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
 from .rewrite_rowkeep import KeepPlan
 from . import syntax as sx
@@ -158,7 +159,13 @@ class _Loop:
 
 
 def analyse(source: str, entry: str) -> RowKernel:
-    """The row-wise structure of `entry` in `source` (CUDA or OpenCL); NotRowwise says why not."""
+    """The row-wise structure of `entry` in `source` (CUDA or OpenCL); NotRowwise says why not.
+    Read once per source and entry (a pass's `requires` and `apply` read the same)."""
+    return _analysed(source, entry)
+
+
+@functools.lru_cache(maxsize=16)
+def _analysed(source: str, entry: str) -> RowKernel:
     src = source.encode("utf-8")
     text, dialect, marks = blank(src)
     root = parser().parse(text).root_node
@@ -770,23 +777,46 @@ MACROS = ("ROW_INDEX", "ROW_LANE", "ROW_MASK", "LANE_FIRST", "LANE_NEXT", "LEAD_
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def rewrite_rowwise(ctx: RewriteContext) -> "tuple[Rewrite, Rewrite | Declined] | Declined":
-    """The row-wise rewrite of the context's kernel in stages (the row spread over lanes; the row
-    kept and moved in packs; a pass carried through an exponential split into chains), or why it
-    does not apply."""
-    if ctx.analysis.kind == "elementwise":
-        return Declined(NAME, "a thread per element, not per row")
-    broken = runtime_defect(ctx.backend, ctx.limits)
-    if broken:
-        return Declined(NAME, broken, for_device=True)
-    try:
-        kernel = analyse(ctx.source, ctx.original.entry)
+class RowwisePass(Pass):
+    """The row spread over a group of lanes (LANES: lanes; ROWS: rows, where the lifts made no block
+    size), with its later stages made together: the row kept and packed (RowKeepPass), a pass's
+    accumulators split into chains (RowChainsPass). It requires a thread per row, every loop over
+    the row carrying sums, maxima, minima or the online pair only (`analyse`), and a 1-D launch."""
+
+    name = NAME
+
+    def requires(self, ctx: RewriteContext) -> str | Declined | None:
+        if ctx.analysis.kind == "elementwise":
+            return "a thread per element, not per row"
+        broken = runtime_defect(ctx.backend, ctx.limits)
+        if broken:
+            return Declined(NAME, broken, for_device=True)
+        try:
+            analyse(ctx.source, ctx.original.entry)
+        except NotRowwise as e:
+            return str(e)
         clash = [m for m in MACROS if m in ctx.taken]
         if clash:
-            raise NotRowwise(f"the source already uses the name {clash[0]}")
+            return f"the source already uses the name {clash[0]}"
         if len(ctx.block) > 1 and any(b.strip() != "1" for b in ctx.block[1:]) or \
                 len(ctx.grid) > 1 and any(g.strip() != "1" for g in ctx.grid[1:]):
-            raise NotRowwise("the launch is not one-dimensional")
+            return "the launch is not one-dimensional"
+        return None
+
+    def apply(self, ctx: RewriteContext) -> "tuple[Rewrite, Rewrite | Declined] | Declined":
+        """The stages: the row spread over lanes; the row kept and moved in packs; a pass carried
+        through an exponential split into chains (each stage's source holds the ones before)."""
+        kernel = analyse(ctx.source, ctx.original.entry)
+        try:
+            spread, how, threads, top = self._spread(ctx, kernel)
+        except NotRowwise as e:
+            return Declined(NAME, str(e))
+        kept = ROWWISE_KEEP.stage(ctx, kernel, spread, how, threads, top)
+        if isinstance(kept, Declined):
+            return spread, kept
+        return spread, kept, ROWWISE_CHAINS.stage(ctx, kernel, (spread, kept), how, threads)
+
+    def _spread(self, ctx: RewriteContext, kernel: RowKernel) -> tuple[Rewrite, tuple, str, int]:
         taken = set(ctx.taken) | set(ctx.defaults)
         lanes = fresh_name(LANES, taken)
         block = ctx.block[0].strip()
@@ -823,82 +853,128 @@ def rewrite_rowwise(ctx: RewriteContext) -> "tuple[Rewrite, Rewrite | Declined] 
         else:
             constraints.insert(0, f"{lanes} <= 32 or {one_row}")  # a row over several warps has its block alone
         source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits)
-    except NotRowwise as e:
-        return Declined(NAME, str(e))
-    accs = ", ".join(f"{a.op} of {a.name}" + (f" and {a.partner}" if a.partner else "") for a in kernel.accumulators)
-    spread = Rewrite(NAME, source, params,
-                     f"the row spread over {lanes} threads ({len(kernel.loops)} loops over the row strided by the "
-                     f"group; {accs or 'no accumulators'} combined across it; {len(kernel.lead_stores)} writes outside "
-                     "the loops made by one lane)",
-                     tuple(constraints), grid=grid, block=new_block)
-    threads = new_block[0] if new_block else block
-    how = (rows_expr, default_rows, lanes, edits)
-    kept = _kept(ctx, kernel, spread, how, threads, top)
-    if isinstance(kept, Declined):
-        return spread, kept
-    return spread, kept, _chained(ctx, kernel, (spread, kept), how, threads)
+        accs = ", ".join(f"{a.op} of {a.name}" + (f" and {a.partner}" if a.partner else "")
+                         for a in kernel.accumulators)
+        spread = Rewrite(NAME, source, params,
+                         f"the row spread over {lanes} threads ({len(kernel.loops)} loops over the row strided by "
+                         f"the group; {accs or 'no accumulators'} combined across it; {len(kernel.lead_stores)} writes "
+                         "outside the loops made by one lane)",
+                         tuple(constraints), grid=grid, block=new_block)
+        threads = new_block[0] if new_block else block
+        return spread, (rows_expr, default_rows, lanes, edits), threads, top
 
 
-def _kept(ctx: RewriteContext, kernel: RowKernel, spread: Rewrite, how: tuple, threads: str,
-          top: int) -> Rewrite | Declined:
-    """The second stage (agents/rewrite_rowkeep.py): KEEP elements of the row in a lane's registers
-    between passes, VEC adjacent elements moved as one pack."""
-    plan = kernel.keep
-    if plan is None:
-        return Declined(rewrite_rowkeep.NAME, kernel.keep_reason)
-    taken = set(ctx.taken) | set(ctx.defaults) | {p.name for p in spread.parameters}
-    clash = sorted(w for w in taken if w.startswith("kt_") or w in rewrite_rowkeep.MACROS)
-    if clash:
-        return Declined(rewrite_rowkeep.NAME, f"the source already uses the name {clash[0]}")
-    keep = fresh_name("KEEP", taken)
-    vec = fresh_name("VEC", taken | {keep})
-    rows_expr, default_rows, lanes, edits = how
-    try:
-        source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads))
-    except NotRowwise as e:
-        return Declined(rewrite_rowkeep.NAME, str(e))
-    packs = tuple(v for v in (1, 2, 4, 8) if v * plan.size <= 16)
-    words = plan.live_words()
-    params = (ParamProposal(keep, (0, 4, 8, 16, 32, 64), 0,
-                            "elements of the row a lane keeps in registers between passes (0 = none, the original)", "keep"),
-              ParamProposal(vec, packs, 1, f"adjacent elements a lane moves as one pack, a vector access where aligned "
-                                           f"({packs[-1]} = 16 bytes; 1 = the original, one by one)", "vector"))
-    constraints = [f"{keep} % {vec} == 0"]
-    if words:  # the kept elements and about 24 more registers a thread must fit a block's registers
-        constraints.append(f"{keep} == 0 or ({threads}) * ({keep} * {words} + 24) <= max_regs_per_block")
-    kept = ", ".join(k.array for k in plan.kept)
-    packed = sorted({s.array for lp in plan.loops for s in lp.streams if s.packed})
-    what = (f"{kept} kept in a lane's registers from the first pass to the last" if kept else "nothing reread")
-    return Rewrite(rewrite_rowkeep.NAME, source, params,
-                   f"the row kept on chip and moved in packs ({what}; {', '.join(packed)} in packs of {vec})",
-                   tuple(constraints),
-                   first={spread.parameters[0].name: (1, 32, top), keep: (0, 32), vec: (1, packs[-1])},
-                   helps="memory")
+class RowKeepPass(Pass):
+    """The second stage (agents/rewrite_rowkeep.py): KEEP (keep) elements of the row in a lane's
+    registers between passes, VEC (vector) adjacent elements moved as one pack. It requires a row
+    read again in a later pass, or read and written at its loop's element on every iteration."""
+
+    name = rewrite_rowkeep.NAME
+    follows = (NAME,)
+    stage_of = NAME
+
+    def requires(self, ctx: RewriteContext) -> str | None:
+        try:
+            return analyse(ctx.source, ctx.original.entry).keep_reason or None
+        except NotRowwise as e:
+            return str(e)
+
+    def apply(self, ctx: RewriteContext) -> Rewrite | Declined:
+        """This stage of the row-wise pass made on the context's source (the earlier stage's changes in it)."""
+        return _stage(ROWWISE(ctx), self.name)
+
+    def stage(self, ctx: RewriteContext, kernel: RowKernel, spread: Rewrite, how: tuple, threads: str,
+              top: int) -> Rewrite | Declined:
+        plan = kernel.keep
+        if plan is None:
+            return Declined(self.name, kernel.keep_reason)
+        taken = set(ctx.taken) | set(ctx.defaults) | {p.name for p in spread.parameters}
+        clash = sorted(w for w in taken if w.startswith("kt_") or w in rewrite_rowkeep.MACROS)
+        if clash:
+            return Declined(self.name, f"the source already uses the name {clash[0]}")
+        keep = fresh_name("KEEP", taken)
+        vec = fresh_name("VEC", taken | {keep})
+        rows_expr, default_rows, lanes, edits = how
+        try:
+            source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads))
+        except NotRowwise as e:
+            return Declined(self.name, str(e))
+        packs = tuple(v for v in (1, 2, 4, 8) if v * plan.size <= 16)
+        words = plan.live_words()
+        params = (ParamProposal(keep, (0, 4, 8, 16, 32, 64), 0, "elements of the row a lane keeps in registers "
+                                "between passes (0 = none, the original)", "keep"),
+                  ParamProposal(vec, packs, 1, f"adjacent elements a lane moves as one pack, a vector access where "
+                                f"aligned ({packs[-1]} = 16 bytes; 1 = the original, one by one)", "vector"))
+        constraints = [f"{keep} % {vec} == 0"]
+        if words:  # the kept elements and about 24 more registers a thread must fit a block's registers
+            constraints.append(f"{keep} == 0 or ({threads}) * ({keep} * {words} + 24) <= max_regs_per_block")
+        kept = ", ".join(k.array for k in plan.kept)
+        packed = sorted({s.array for lp in plan.loops for s in lp.streams if s.packed})
+        what = (f"{kept} kept in a lane's registers from the first pass to the last" if kept else "nothing reread")
+        return Rewrite(self.name, source, params,
+                       f"the row kept on chip and moved in packs ({what}; {', '.join(packed)} in packs of {vec})",
+                       tuple(constraints),
+                       first={spread.parameters[0].name: (1, 32, top), keep: (0, 32), vec: (1, packs[-1])},
+                       helps="memory")
 
 
-def _chained(ctx: RewriteContext, kernel: RowKernel, stages: tuple, how: tuple, threads: str) -> Rewrite | Declined:
-    """The third stage (agents/rewrite_rowchains.py): CHAINS independent chains of a pass's
-    accumulators a lane, for a kernel whose pass carries a value through an exponential."""
+class RowChainsPass(Pass):
+    """The third stage (agents/rewrite_rowchains.py): CHAINS (chains) independent chains of a
+    pass's accumulators a lane. It requires a pass that carries a value through an exponential."""
+
     name = rewrite_rowchains.NAME
-    if not kernel.chained:
-        return Declined(name, "no pass carries a value through an exponential from one element to the next")
-    taken = set(ctx.taken) | set(ctx.defaults) | {p.name for s in stages for p in s.parameters}
-    if any(w.startswith(rewrite_rowchains.PREFIX) for w in ctx.taken):
-        return Declined(name, f"the source already uses a name starting {rewrite_rowchains.PREFIX}")
-    chains = fresh_name("CHAINS", taken)
-    keep, vec = (p.name for p in stages[1].parameters)
-    rows_expr, default_rows, lanes, edits = how
-    try:
-        source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads), chains)
-    except NotRowwise as e:
-        return Declined(name, str(e))
-    split = [", ".join(a.name + (f" and {a.partner}" if a.partner else "") for a in c.accumulators)
-             for c in kernel.chains if c is not None]
-    return Rewrite(name, source,
-                   (ParamProposal(chains, (1, 2, 4), 1, "independent chains of a pass's accumulators a lane runs "
-                                                        "(1 = the original, one chain)", "chains"),),
-                   f"{'; '.join(split)} split into {chains} independent chains a lane, combined at each pass's end",
-                   first={chains: (1, 2, 4)})
+    follows = (rewrite_rowkeep.NAME,)
+    stage_of = NAME
+
+    def requires(self, ctx: RewriteContext) -> str | None:
+        try:
+            kernel = analyse(ctx.source, ctx.original.entry)
+        except NotRowwise as e:
+            return str(e)
+        if not kernel.chained:
+            return "no pass carries a value through an exponential from one element to the next"
+        return None
+
+    def apply(self, ctx: RewriteContext) -> Rewrite | Declined:
+        """This stage of the row-wise pass made on the context's source (the earlier stages' changes in it)."""
+        return _stage(ROWWISE(ctx), self.name)
+
+    def stage(self, ctx: RewriteContext, kernel: RowKernel, stages: tuple, how: tuple, threads: str) -> Rewrite | Declined:
+        name = self.name
+        if not kernel.chained:
+            return Declined(name, "no pass carries a value through an exponential from one element to the next")
+        taken = set(ctx.taken) | set(ctx.defaults) | {p.name for s in stages for p in s.parameters}
+        if any(w.startswith(rewrite_rowchains.PREFIX) for w in ctx.taken):
+            return Declined(name, f"the source already uses a name starting {rewrite_rowchains.PREFIX}")
+        chains = fresh_name("CHAINS", taken)
+        keep, vec = (p.name for p in stages[1].parameters)
+        rows_expr, default_rows, lanes, edits = how
+        try:
+            source = rewrite(ctx.source, kernel, rows_expr, default_rows, lanes, edits, (keep, vec, threads), chains)
+        except NotRowwise as e:
+            return Declined(name, str(e))
+        split = [", ".join(a.name + (f" and {a.partner}" if a.partner else "") for a in c.accumulators)
+                 for c in kernel.chains if c is not None]
+        return Rewrite(name, source,
+                       (ParamProposal(chains, (1, 2, 4), 1, "independent chains of a pass's accumulators a lane runs "
+                                                            "(1 = the original, one chain)", "chains"),),
+                       f"{'; '.join(split)} split into {chains} independent chains a lane, combined at each pass's end",
+                       first={chains: (1, 2, 4)})
+
+
+def _stage(got, name: str) -> Rewrite | Declined:
+    """The stage named of what the row-wise pass made (or the Declined that ended its stages first)."""
+    for stage in got if isinstance(got, tuple) else (got,):
+        if isinstance(stage, Declined) or stage.name == name:
+            return stage
+    return Declined(name, "the row-wise pass made no such stage")
+
+
+# the passes (agents/rewrites.py registers them); each is called as a function of a RewriteContext
+ROWWISE = RowwisePass()
+ROWWISE_KEEP = RowKeepPass()
+ROWWISE_CHAINS = RowChainsPass()
+rewrite_rowwise = ROWWISE
 
 
 def runtime_defect(backend: str, limits: DeviceLimits) -> str:

@@ -2,9 +2,9 @@
 
 Every pass (agents/passes.py) is registered here, in the order they run when nothing else orders
 them; a pass that follows another runs on its source and is left out without it. A pass returns
-its Rewrite, or Declined with why; a pass's function may also return the stages of the passes
-that follow it, in order (each a Rewrite whose source builds on the one before: a later stage can
-be declined or left out and the earlier ones kept). Its parameters' defaults reproduce the
+its Rewrite, or Declined with why; a pass with later stages (passes whose `stage_of` names it)
+returns them too, in order (each a Rewrite whose source builds on the one before: a later stage
+can be declined or left out and the earlier ones kept). Its parameters' defaults reproduce the
 original token for token (the gate's check stays true), and it applies only where the model of
 the kernel proves it safe. The rules generator runs the passes on each backend's source, each on
 the source the one before made; a pass the gate rejects is dropped by name and the rest are kept.
@@ -18,31 +18,28 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import TemplateProposal, original_launch
 from kerntune.engine.template import Template
 
-from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_reduction, rewrite_rowchains,
-               rewrite_rowkeep, rewrite_rowwise, rewrite_stencil)
+from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_reduction, rewrite_rowwise,
+               rewrite_stencil)
 from .kernel_tree import KernelTreeError, classify, source_tokens
 from .passes import PASSES, Declined, FunctionPass, Pass, Rewrite, RewriteContext, ordered, register
 
 __all__ = ["Applied", "Declined", "Rewrite", "RewriteContext", "REWRITES", "apply_rewrites", "compose"]
 
-register(FunctionPass(rewrite_elementwise.NAME, rewrite_elementwise.rewrite))
-register(FunctionPass(rewrite_rowwise.NAME, rewrite_rowwise.rewrite_rowwise))
-register(FunctionPass(rewrite_rowkeep.NAME, rewrite_rowwise.rewrite_rowwise, follows=(rewrite_rowwise.NAME,),
-                      stage_of=rewrite_rowwise.NAME))
-register(FunctionPass(rewrite_rowchains.NAME, rewrite_rowwise.rewrite_rowwise, follows=(rewrite_rowkeep.NAME,),
-                      stage_of=rewrite_rowwise.NAME))
+register(rewrite_elementwise.rewrite)
+register(rewrite_rowwise.ROWWISE)
+register(rewrite_rowwise.ROWWISE_KEEP)
+register(rewrite_rowwise.ROWWISE_CHAINS)
 register(FunctionPass(rewrite_contraction.NAME, rewrite_contraction.rewrite))
 register(FunctionPass(rewrite_reduction.NAME, rewrite_reduction.rewrite))
 register(FunctionPass(rewrite_stencil.NAME, rewrite_stencil.rewrite))
 # last: it switches the math calls of whatever the passes before made
-register(FunctionPass(rewrite_fastmath.NAME, rewrite_fastmath.rewrite, after=("*",)))
+register(rewrite_fastmath.rewrite)
 
 
 def top_level() -> tuple:
-    """What apply_rewrites runs by default: each registered pass that is no later stage of another's
-    function, in order (a FunctionPass as its function)."""
-    return tuple(p.fn if isinstance(p, FunctionPass) else p for p in ordered()
-                 if not getattr(p, "stage_of", ""))
+    """What apply_rewrites runs by default: each registered pass that is no later stage of another,
+    in order (a FunctionPass as its function)."""
+    return tuple(p.fn if isinstance(p, FunctionPass) else p for p in ordered() if not p.stage_of)
 
 
 # In order; each sees the source the ones before it made (agents/passes.py's registry, which
