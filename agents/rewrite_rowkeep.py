@@ -29,8 +29,9 @@ lane owns. Distinct arguments are distinct buffers, as the spec's arguments are.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
-from .model import Access, Span
+from .model import Access
 from .passes import defaults
 from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPERS, indented
 from . import syntax as sx
@@ -125,10 +126,12 @@ class KeepPlan:
 
 # the analysis -----------------------------------------------------------------------------------
 
-def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: str, head: int) -> KeepPlan:
-    """What can be kept and packed in the row loops `loops` (rewrite_rowwise._Loop, in order) of the
+def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: str, head: int,
+         accesses: Mapping[tuple[int, int], Access]) -> KeepPlan:
+    """What can be kept and packed in the row loops `loops` (rewrite_rowwise's, in order) of the
     kernel `fn` (its declaration from byte `head`, its kernel word included), whose element writes
-    are `stores` ((node, array, index)); NotKept says why nothing can."""
+    are `stores` ((node, array, index)); `accesses` are the kernel model's, by their spans (a stream's
+    accesses are those); NotKept says why nothing can."""
     pointers = _pointers(fn, body)
     escaped = _escaped(body, pointers)
     assigned = {sx.text(t) for n in sx.walk(body) for t in [sx.target(n)] if t is not None and t.type == "identifier"}
@@ -138,7 +141,7 @@ def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: 
         el = sx.element(n)
         if el is not None and el[0]:
             reached.setdefault(pointers.get(el[0], ("", None))[1], set()).add(el[0])
-    facts = _Facts(src, pointers, escaped, assigned, written_roots, reached, sites)
+    facts = _Facts(src, pointers, escaped, assigned, written_roots, reached, sites, accesses)
     out = [_keep_loop(facts, lp) for lp in loops]
     # an array one loop writes and another touches: every loop must give its elements to the same lanes
     written = {a for n, a, _ in stores if any(sx.within(n, lp.node) for lp in loops)}
@@ -181,6 +184,7 @@ class _Facts:
     written_roots: set  # buffers the kernel writes (None: a write to a buffer not known)
     reached: dict  # buffer -> the names its elements are reached through
     sites: list  # the thread index's spans
+    accesses: Mapping  # the kernel model's accesses by their spans
 
 
 def _keep_loop(facts: _Facts, lp) -> KeepLoop:
@@ -254,32 +258,14 @@ def _streams(facts: _Facts, lp, body) -> list[Stream]:
         size = 2 if half else SIZES.get(ctype, 0)
         if not size:
             continue
+        accesses = tuple(facts.accesses.get((n.start_byte, n.end_byte)) for n, _ in xs)
+        if None in accesses:  # an element the kernel model does not read as one: left as written
+            continue
         address = f"{array} + (kt_j0 + ({_text(facts.src, offset)}))" if offset is not None else f"{array} + kt_j0"
-        out.append(Stream(array, ctype, size, half, address,
-                          next(iter(keys)), tuple(_access(n) for n, _ in xs),
+        out.append(Stream(array, ctype, size, half, address, next(iter(keys)), accesses,
                           always and any(_always(n, body) for n, _ in xs),
                           not _store_first(body, [n for n, _ in xs]), written))
     return out
-
-
-def _access(n) -> Access:
-    """An access of the row (the model's Access, in bytes; no loop numbers here: `loop` is None)."""
-    array, index = sx.element(n)
-    common = dict(index=sx.text(index), span=Span(n.start_byte, n.end_byte), loop=None, unconditional=False,
-                  index_span=Span(index.start_byte, index.end_byte) if index is not None else Span(0, 0))
-    if n.type == "call_expression":
-        if sx.call_name(n) == HALF_STORE:
-            value = sx.call_args(n)[0]
-            return Access(array, write=True, read=False, call=HALF_STORE,
-                          value_span=Span(value.start_byte, value.end_byte), **common)
-        return Access(array, write=False, read=True, call=sx.call_name(n), **common)
-    up = n
-    while up.parent is not None and up.parent.type == "parenthesized_expression":
-        up = up.parent
-    p = up.parent
-    target = p is not None and (p.type == "update_expression" or
-                                (p.type == "assignment_expression" and sx.same(p.child_by_field_name("left"), up)))
-    return Access(array, write=target, read=not target, **common)
 
 
 def _kept(loops: list[KeepLoop], written: set[str]) -> tuple[Kept, ...]:

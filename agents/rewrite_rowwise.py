@@ -37,7 +37,7 @@ from kerntune.engine.cxx import blank, parser
 
 from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
-from .model import DIALECT, EITHER, Accumulator, base_name
+from .model import DIALECT, EITHER, Accumulator, Loop, ModelError, Span, build
 from .passes import Declined, EditConflict, Edits, Pass, Rewrite, RewriteContext, defaults
 from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
 from .rewrite_rowkeep import KeepPlan
@@ -135,27 +135,23 @@ def _is_index_site(node) -> bool:
     return False
 
 
-def _find_kernel(root, entry: str):
-    name = base_name(entry)
-    for n in sx.walk(root):
-        if n.type != "function_definition":
-            continue
-        decl = n.child_by_field_name("declarator")
-        while decl is not None and decl.type != "function_declarator":
-            decl = decl.child_by_field_name("declarator")
-        if decl is not None and sx.text(decl.child_by_field_name("declarator")).split("::")[-1] == name:
-            return n
-    return None
-
-
 # the analysis ----------------------------------------------------------------------------------
 
 @dataclass
 class _Loop:
+    """A loop over the row: the kernel model's Loop, its syntax node, and the names its body declares."""
+
+    loop: Loop
     node: object
-    var: str
-    start_text: str
     locals: set[str] = field(default_factory=set)
+
+    @property
+    def var(self) -> str:
+        return self.loop.var
+
+    @property
+    def start_text(self) -> str:
+        return self.loop.start
 
 
 def analyse(source: str, entry: str) -> RowKernel:
@@ -169,42 +165,47 @@ def _analysed(source: str, entry: str) -> RowKernel:
     src = source.encode("utf-8")
     text, dialect, marks = blank(src)
     root = parser().parse(text).root_node
-    fn = _find_kernel(root, entry)
-    if fn is None:
-        raise NotRowwise(f"no kernel named {entry} in the source")
+    try:  # the kernel's loops, calls and functions are the kernel model's
+        m = build(source, entry)
+    except ModelError:
+        raise NotRowwise(f"no kernel named {entry} in the source") from None
+    fn = next(n for n in sx.walk(root) if n.type == "function_definition" and n.start_byte <= m.kernel.body.start
+              and n.end_byte == m.kernel.body.end)
     body = fn.child_by_field_name("body")
     if marks.local:
         raise NotRowwise("the kernel already uses local memory: its threads cooperate")
     if b"__shared__" in src[fn.start_byte:fn.end_byte]:
         raise NotRowwise("the kernel already uses shared memory: its threads cooperate")
 
-    # the one thread index, and nothing else that tells threads apart
+    # the one thread index, and nothing else that tells threads apart (what comes first in the source)
     sites = [n for n in sx.walk(body) if _is_index_site(n)]
     sites = [s for s in sites if not any(o is not s and sx.within(s, o) for o in sites)]
     if not sites:
         raise NotRowwise("no thread index of the form blockIdx.x * blockDim.x + threadIdx.x or get_global_id(0)")
-    for n in sx.walk(root):
-        word = ""
-        if n.type == "identifier" and sx.text(n) in CUDA_IDS:
-            word = sx.text(n)
-        elif n.type == "call_expression" and sx.call_name(n) in OPENCL_IDS:
-            word = sx.call_name(n)
-        if word and not any(sx.within(n, s) for s in sites):
-            raise NotRowwise(f"line {sx.line(n)}: {word} is read outside the thread index: the kernel is not "
-                             "one thread per row")
-        if n.type == "call_expression" and (sx.call_name(n) in COOPERATING or sx.call_name(n).startswith(EITHER.atomic_prefixes)):
-            raise NotRowwise(f"line {sx.line(n)}: {sx.call_name(n)}: the kernel's threads already cooperate")
-    for n in sx.walk(body):
-        if n.type in ("while_statement", "do_statement"):
-            raise NotRowwise(f"line {sx.line(n)}: a {n.type.split('_')[0]} loop: its trip count is unknown")
+    mine = [f.span for f in m.functions]  # the kernel and what it calls, never the file's other kernels
+    stray = next((n for n in sx.walk(root) if _id_word(n) and not any(sx.within(n, s) for s in sites)
+                  and any(f.start <= n.start_byte < f.end for f in mine)), None)
+    together = min((c for c in m.calls if c.name in COOPERATING or c.name.startswith(EITHER.atomic_prefixes)),
+                   key=lambda c: c.span.start, default=None)
+    if together is not None and (stray is None or together.span.start < stray.start_byte):
+        raise NotRowwise(f"line {_line(src, together.span)}: {together.name}: the kernel's threads already cooperate")
+    if stray is not None:
+        raise NotRowwise(f"line {sx.line(stray)}: {_id_word(stray)} is read outside the thread index: the kernel "
+                         "is not one thread per row")
+    own = [lp for lp in m.loops if lp.in_kernel]
+    for lp in own:
+        if lp.kind in ("while", "do"):
+            raise NotRowwise(f"line {_line(src, lp.span)}: a {lp.kind} loop: its trip count is unknown")
 
-    loops = [_loop_header(n) for n in sx.walk(body) if n.type == "for_statement"]
+    by_span = {(n.start_byte, n.end_byte): n for n in sx.walk(body) if n.type == "for_statement"}
+    loops = [_loop_header(lp, by_span[lp.span.start, lp.span.end]) for lp in own if lp.kind == "for"]
     if not loops:
         raise NotRowwise("no loop over a row: each thread owns single elements (an elementwise kernel)")
     for lp in loops:
-        for other in loops:
-            if other is not lp and sx.within(lp.node, other.node):
-                raise NotRowwise(f"line {sx.line(lp.node)}: a loop inside the row loop of line {sx.line(other.node)}")
+        around = [m.loops[i] for i in _parents(m, m.loops.index(lp.loop)) if m.loops[i].kind == "for"]
+        if around:
+            raise NotRowwise(f"line {_line(src, lp.loop.span)}: a loop inside the row loop of line "
+                             f"{_line(src, around[0].span)}")
 
     decls = _declarations(body)
     carried_in: dict[str, int] = {}
@@ -254,35 +255,32 @@ def _analysed(source: str, entry: str) -> RowKernel:
     keep, keep_reason = None, ""
     try:
         keep = rewrite_rowkeep.plan(src, fn, body, loops, _stores(body), [(s.start_byte, s.end_byte) for s in sites],
-                                    dialect, start)
+                                    dialect, start, {(a.span.start, a.span.end): a for a in m.accesses
+                                                     if a.function == m.name})
     except rewrite_rowkeep.NotKept as e:
         keep_reason = str(e)
     return RowKernel(dialect, tuple((s.start_byte, s.end_byte) for s in sites), tuple(row_loops), tuple(leads),
                      head, open_brace.end_byte, keep, keep_reason, tuple(chains))
 
 
-def _loop_header(node) -> _Loop:
+def _loop_header(lp: Loop, node) -> _Loop:
+    """A loop over the row: a counter set once at its start, `< end`, stepping by one, never changed
+    in the body nor left early."""
     line = sx.line(node)
-    init, cond, update = (node.child_by_field_name(k) for k in ("initializer", "condition", "update"))
-    var = ""
-    start = None
-    if init is not None and init.type == "declaration":
-        decls = [c for c in init.named_children if c.type == "init_declarator"]
-        if len(decls) == 1 and decls[0].child_by_field_name("declarator").type == "identifier":
-            var = sx.text(decls[0].child_by_field_name("declarator"))
-            start = decls[0].child_by_field_name("value")
-    elif init is not None and init.type == "assignment_expression" and sx.text(init.child_by_field_name("operator")) == "=":
-        if init.child_by_field_name("left").type == "identifier":
-            var = sx.text(init.child_by_field_name("left"))
-            start = init.child_by_field_name("right")
-    if not var or start is None:
+    var = lp.var
+    init = node.child_by_field_name("initializer")
+    declarators = [c for c in init.named_children if c.type == "init_declarator"] if init is not None and \
+        init.type == "declaration" else []
+    plain = len(declarators) == 1 and declarators[0].child_by_field_name("declarator").type == "identifier" \
+        if declarators else init is not None and init.type == "assignment_expression" and \
+        sx.text(init.child_by_field_name("operator")) == "=" and init.child_by_field_name("left").type == "identifier"
+    if not var or not lp.start or not plain:
         raise NotRowwise(f"line {line}: a loop whose counter is not set once at its start")
-    cond = sx.strip(cond)
-    if not (cond is not None and cond.type == "binary_expression" and sx.text(cond.child_by_field_name("operator")) == "<"
-            and sx.text(sx.strip(cond.child_by_field_name("left"))) == var):
+    if lp.compare != "<":
         raise NotRowwise(f"line {line}: the loop's condition is not `{var} < end`")
-    step = sx.text(update).replace(" ", "") if update is not None else ""
-    if step not in (f"{var}++", f"++{var}", f"{var}+=1", f"{var}={var}+1"):
+    if not (lp.update == "++" or lp.update == "+=" and lp.step.strip() == "1"):
+        update = node.child_by_field_name("update")
+        step = sx.text(update).replace(" ", "") if update is not None else ""
         raise NotRowwise(f"line {line}: the loop does not step by one element ({step or 'no step'})")
     body = node.child_by_field_name("body")
     for n in sx.walk(body):
@@ -291,7 +289,30 @@ def _loop_header(node) -> _Loop:
         target = sx.target(n)
         if target is not None and target.type == "identifier" and sx.text(target) == var:
             raise NotRowwise(f"line {sx.line(n)}: the loop's counter {var} is changed inside the loop")
-    return _Loop(node, var, sx.text(start))
+    return _Loop(lp, node)
+
+
+def _parents(m, index: int) -> list[int]:
+    """The loops around the model's loop `index`, outermost first."""
+    out = []
+    while m.loops[index].parent is not None:
+        index = m.loops[index].parent
+        out.insert(0, index)
+    return out
+
+
+def _id_word(n) -> str:
+    """The id a node reads (threadIdx, get_global_id, ...), or ""."""
+    if n.type == "identifier" and sx.text(n) in CUDA_IDS:
+        return sx.text(n)
+    if n.type == "call_expression" and sx.call_name(n) in OPENCL_IDS:
+        return sx.call_name(n)
+    return ""
+
+
+def _line(src: bytes, span: Span) -> int:
+    """The 1-based line a span of the source starts on."""
+    return src.count(b"\n", 0, span.start) + 1
 
 
 def _declared_name(node) -> str:

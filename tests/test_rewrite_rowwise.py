@@ -335,3 +335,23 @@ def test_the_rules_offer_chains_where_a_pass_is_carried_through_an_exponential(n
     state.template = write_template(t, proposal, tmp_path / "tpl", H200)
     values = rules.tune(state).values
     assert values.get("CHAINS") == ((1, 4) if offered else None)  # the budget keeps the ends of 1, 2, 4
+
+
+def test_the_row_analysis_reads_the_kernel_and_what_it_calls_never_the_files_other_kernels():
+    """A file holding a warp-shuffle helper and another kernel besides the row kernel: only what the
+    row kernel reaches decides (the kernel model's functions, loops and calls)."""
+    row = ("__global__ void rows(float* out, const float* inp, int N, int C) {\n"
+           "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= N) return;\n"
+           "    float s = 0.0f;\n    for (int i = 0; i < C; i++) s += inp[row * C + i];\n    out[row] = s;\n}\n")
+    helper = ("__device__ float warp_sum(float v) {\n"
+              "    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n    return v;\n}\n")
+    other = ("__global__ void by_warp(float* out, const float* inp, int C) {\n"
+             "    float v = inp[blockIdx.x * C + threadIdx.x];\n    v = warp_sum(v);\n"
+             "    if (threadIdx.x == 0) out[blockIdx.x] = v;\n}\n")
+    k = analyse(helper + other + row, "rows")
+    assert [lp.var for lp in k.loops] == ["i"] and [a.name for a in k.accumulators] == ["s"]
+    calling = row.replace("out[row] = s;", "out[row] = warp_sum(s);")
+    with pytest.raises(NotRowwise, match=re.escape("line 2: __shfl_down_sync: the kernel's threads already cooperate")):
+        analyse(helper + other + calling, "rows")
+    with pytest.raises(NotRowwise, match="no thread index of the form"):
+        analyse(helper + other + row, "by_warp")
