@@ -715,6 +715,14 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         named = [lf for lf in lifts if _constant(lf.key) is not None and lf.default == literal
                  and (kernel is None or (lf.reads or lf.name) in _body_words(source, kernel))]
         tied = same or named
+        # several elements a thread, counted by no constant the block follows (`ceil_div(n, 512)`
+        # blocks of 256 threads): the grid and the shapes would not follow the block
+        multiple = None if tied else _multiple_of(grid[dim] if dim < len(grid) else "", literal) or next(
+            (m for a in original.arguments for e in a.shape if (m := _multiple_of(e.source, literal))), None)
+        if multiple:
+            notes.append(f"the launch counts {multiple} elements a block of {literal} threads: the block size in "
+                         f"dimension {'xyz'[dim]} is left alone (the grid and the shapes would not follow it)")
+            continue
         if tied:
             name = tied[0].name
             notes.append(f"the launch's block of {literal} threads"
@@ -844,6 +852,15 @@ def _block_literal(expr: str, dim: int = 0, several: bool = False) -> int | None
 
 def _numbers(expr: str) -> list[str]:
     return [expr[a:b] for a, b in _literal_positions(expr, None)]
+
+
+def _multiple_of(expr: str, literal: int) -> int | None:
+    """A number the expression divides by that is a whole multiple (2x or more) of `literal`."""
+    for i, j in _literal_positions(expr, None):
+        value = int(expr[i:j])
+        if value > literal and value % literal == 0 and _divides_by(expr, value):
+            return value
+    return None
 
 
 def _literal_positions(expr: str, literal: int | None) -> list[tuple[int, int]]:

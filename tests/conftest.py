@@ -51,6 +51,10 @@ SLOW_CASES = {
     "test_a_naive_cooperating_kernel_is_rewritten_gated_and_reproduced_on_pocl": (
         "stencil9", "conv_rows", "matmul_coalesced", "matmul_batched", "matmul_half", "reduce_nodivergence",
         "reduce_firstadd"),
+    # one matrix product, one tree and one stencil as published stay
+    "test_a_published_kernel_is_rewritten_gated_and_reproduced_on_pocl": (
+        "sgemm/sgemm_naive", "reduction/reduce0", "reduction/reduce1", "reduction/reduce3", "stencils/jacobi_step",
+        "stencils/stencil7_zloop", "llm/encoder1"),
     "test_a_constant_that_lays_out_the_grid_or_an_output_stays_and_the_original_path_verifies": (
         "reduce_nodivergence",),
     "test_a_grid_stride_original_is_rewritten_and_reproduces_itself": ("16",),

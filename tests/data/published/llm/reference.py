@@ -1,0 +1,22 @@
+import numpy as np
+
+
+def encoder(inputs, sizes):
+    b, t, c = sizes["B"], sizes["T"], sizes["C"]
+    ids = inputs["inp"].reshape(b, t)
+    wte, wpe = inputs["wte"].astype(np.float64), inputs["wpe"].astype(np.float64)
+    return {"out": (wte[ids] + wpe[:t][None, :, :]).reshape(b, t, c)}
+
+
+def layernorm(inputs, sizes):
+    x = inputs["inp"].astype(np.float64)
+    m = x.mean(axis=-1)
+    s = 1.0 / np.sqrt(((x - m[:, None]) ** 2).mean(axis=-1) + 1e-5)
+    out = (x - m[:, None]) * s[:, None] * inputs["weight"].astype(np.float64) + inputs["bias"].astype(np.float64)
+    return {"out": out, "mean": m, "rstd": s}
+
+
+def softmax(inputs, sizes):
+    x = inputs["inp"].astype(np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return {"out": e / e.sum(axis=-1, keepdims=True)}

@@ -1,0 +1,88 @@
+// Parallel sum in OpenCL, as the vendor's OpenCL samples write it: the element type T comes from
+// the build options (-D T=float), the local memory from the host (the last argument, sized
+// at launch), and each work-group writes one partial sum.
+#ifndef T
+#define T float
+#endif
+
+// interleaved addressing with a modulo: divergent, slow
+__kernel void reduce0(__global T *g_idata, __global T *g_odata, unsigned int n, __local T *sdata) {
+    unsigned int tid = get_local_id(0);
+    unsigned int i = get_global_id(0);
+
+    sdata[tid] = (i < n) ? g_idata[i] : 0;
+
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // the tree
+    for (unsigned int s = 1; s < get_local_size(0); s *= 2) {
+        if ((tid % (2 * s)) == 0) {
+            sdata[tid] += sdata[tid + s];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    // the first work-item writes the group's sum
+    if (tid == 0) g_odata[get_group_id(0)] = sdata[0];
+}
+
+// interleaved addressing with a strided index: contiguous threads work
+__kernel void reduce1(__global T *g_idata, __global T *g_odata, unsigned int n, __local T *sdata) {
+    unsigned int tid = get_local_id(0);
+    unsigned int i = get_global_id(0);
+
+    sdata[tid] = (i < n) ? g_idata[i] : 0;
+
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (unsigned int s = 1; s < get_local_size(0); s *= 2) {
+        int index = 2 * s * tid;
+
+        if (index < get_local_size(0)) {
+            sdata[index] += sdata[index + s];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    if (tid == 0) g_odata[get_group_id(0)] = sdata[0];
+}
+
+// sequential addressing
+__kernel void reduce2(__global T *g_idata, __global T *g_odata, unsigned int n, __local T *sdata) {
+    unsigned int tid = get_local_id(0);
+    unsigned int i = get_global_id(0);
+
+    sdata[tid] = (i < n) ? g_idata[i] : 0;
+
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (unsigned int s = get_local_size(0) / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            sdata[tid] += sdata[tid + s];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    if (tid == 0) g_odata[get_group_id(0)] = sdata[0];
+}
+
+// the first add during the load: two elements a work-item, half the work-groups
+__kernel void reduce3(__global T *g_idata, __global T *g_odata, unsigned int n, __local T *sdata) {
+    unsigned int tid = get_local_id(0);
+    unsigned int i = get_group_id(0) * (get_local_size(0) * 2) + get_local_id(0);
+
+    sdata[tid] = (i < n) ? g_idata[i] : 0;
+    if (i + get_local_size(0) < n)
+        sdata[tid] += g_idata[i + get_local_size(0)];
+
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (unsigned int s = get_local_size(0) / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            sdata[tid] += sdata[tid + s];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    if (tid == 0) g_odata[get_group_id(0)] = sdata[0];
+}
