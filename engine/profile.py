@@ -236,15 +236,19 @@ def _run_target(job_path: str | None) -> int:
             nonce = str(given.get("nonce", ""))
         from .backends import open_backend
 
-        backend = open_backend(job.backend, job.device)
         for i, c in enumerate(chosen):
             if listed:
                 print(f"{STARTED} {nonce} {i}", flush=True)
-            _launch(backend, template, problem, inputs,
-                    replace(job, config=dict(c.get("config") or {}), original=bool(c.get("original"))))
+            # each configuration in a context of its own: memory an earlier one left mapped (its
+            # module, a pool) would be valid memory to memcheck and hide a far write
+            backend = open_backend(job.backend, job.device)
+            try:
+                _launch(backend, template, problem, inputs,
+                        replace(job, config=dict(c.get("config") or {}), original=bool(c.get("original"))))
+            finally:
+                backend.close()
             if listed:
                 print(f"{DONE} {nonce} {i}", flush=True)
-        backend.close()
     except Exception as e:  # reported to the parent through the tool's output, as one line
         print(f"kerntune-profile-error: {type(e).__name__}: {e}", flush=True)
         return 1
