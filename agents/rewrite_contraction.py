@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from kerntune.engine.proposal import ParamProposal
 
-from . import affine
+from . import affine, contraction_mma
 from .cooperate import (Decline, Dialect, beside, body_of, char_offsets, expression_names, guard_parts, header, inlined,
                         kernel_spans, pinned, reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted,
                         within)
@@ -452,7 +452,8 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     d = Dialect.of(ctx.backend)
     a = kernel_spans(ctx.source, ctx.model)
     vectors = vector_operands(ctx, s)
-    kernel = _kernel(header(ctx.source, a), s, d, vectors)
+    mma = not contraction_mma.declines(ctx.backend, ctx.limits.compute_capability, s, vectors)
+    kernel = _kernel(header(ctx.source, a), s, d, vectors, mma)
     acc_bytes = ELEMENT_BYTES.get(s.acc_type.split()[-1], 4)
     params = [
         ParamProposal("BM", (16, 32, 64, 128, 256), 64, "rows of outputs per block (a tile)", "tile"),
@@ -468,27 +469,35 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
         params.append(ParamProposal("VEC", (1, 4), 1, "4: the operands' tiles loaded four neighbours at a time as "
                                                       "one vector where they are aligned and in range (a switch: tried on the leaders "
                                                       "once the tiles are chosen)", "flag"))
+    if mma:  # last: the coarse grid trims the earlier of equally long lists first
+        params.append(ParamProposal("MMA", (0, 1), 0, "1: tensor cores (warp fragments of 16 x 16 x 16 half "
+                                                      "products summed in float), TM x TN fragments a warp", "tile"))
     vec_off = " and VEC == 1" if any(vectors) else ""
     off = f"{SWITCH} == 0"
+    simt = f"MMA == 1 or {off}" if mma else off
     constraints = [
-        f"{SWITCH} > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1{vec_off})",  # unread by the original
+        f"{SWITCH} > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1{vec_off}"
+        + (" and MMA == 0" if mma else "") + ")",  # unread by the original
         "BM % TM == 0 and BN % TN == 0",
-        f"{off} or (BM // TM) * (BN // TN) <= max_threads_per_block",
-        f"{off} or (BM // TM) * (BN // TN) >= warp_size",
-        f"{off} or {SWITCH} * (BM + BN + 8) * {acc_bytes} <= max_shared_per_block",
+        f"{simt} or (BM // TM) * (BN // TN) <= max_threads_per_block",
+        f"{simt} or (BM // TM) * (BN // TN) >= warp_size",
+        f"{simt} or {SWITCH} * (BM + BN + 8) * {acc_bytes} <= max_shared_per_block",
         "TM * TN <= 64",
     ] + ([f"VEC == 1 or ({SWITCH} % 4 == 0 and BM % 4 == 0 and BN % 4 == 0)"] if any(vectors) else []) \
-        + pinned(ctx, off)
+        + (list(contraction_mma.CONSTRAINTS) if mma else []) + pinned(ctx, off)
     grid = list(ctx.grid)
     block = list(ctx.block)
     tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + list(grid[2:])
-    tiled_block = ["(BM // TM) * (BN // TN)"] + ["1"] * max(0, len(block) - 1)
+    threads = f"({contraction_mma.THREADS}) if MMA == 1 else ((BM // TM) * (BN // TN))" if mma else "(BM // TM) * (BN // TN)"
+    tiled_block = [threads] + ["1"] * max(0, len(block) - 1)
     if len(grid) < 2:
         grid.append("1")
     new_grid = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_grid + ["1"] * 3, grid))
     new_block = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_block, block))
-    source = beside(ctx.source, a, f"{SWITCH} > 0", params, _helpers(d), kernel, NAME)
+    source = beside(ctx.source, a, f"{SWITCH} > 0", params, _helpers(d, mma), kernel, NAME)
     first = {"BM": (64, 128), "BN": (64, 128), SWITCH: (0, 8, 16), "TM": (4, 8), "TN": (4, 8), "STAGES": (1,)}
+    if mma:
+        first["MMA"] = (0, 1)
     for name, value in ctx.defaults.items():
         first[name] = (value,)
     what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "
@@ -496,14 +505,16 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
             f"outputs per thread in registers, STAGES 2 loading the next step while this one computes"
             + (f", VEC 4 loading {' and '.join(n + (' (halves)' if v.half else '') for n, v in zip('XY', vectors) if v)}"
                " four elements at a time"
-               if any(vectors) else "") + ", any size")
+               if any(vectors) else "")
+            + (", MMA 1 on tensor cores (TM x TN warp fragments of half products, float sums)" if mma else "")
+            + ", any size")
     return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block, first=first,
                    helps="compute")
 
 
-def _helpers(d: Dialect) -> str:
-    return ("#define KT_THREADS ((BM / TM) * (BN / TN))\n"
-            "#define KT_CEIL(a, b) (((a) + (b) - 1) / (b))\n")
+def _helpers(d: Dialect, mma: bool = False) -> str:
+    threads = contraction_mma.HELPERS if mma else "#define KT_THREADS ((BM / TM) * (BN / TN))\n"
+    return threads + "#define KT_CEIL(a, b) (((a) + (b) - 1) / (b))\n"
 
 
 def _groups(size: str, k_fast: bool) -> tuple[str, str, str]:
@@ -515,7 +526,8 @@ def _groups(size: str, k_fast: bool) -> tuple[str, str, str]:
     return groups, f"4 * (kt_g % ({size} / 4))", f"kt_g / ({size} / 4)"
 
 
-def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None, Vector | None] = (None, None)) -> str:
+def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None, Vector | None] = (None, None),
+            mma: bool = False) -> str:
     cuda = d.name == "cuda"
     T = s.acc_type
     vec = cuda and T == "float"
@@ -618,9 +630,10 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None,
                     f"{ind}}}\n{ind}#else\n{scalar}{ind}#endif\n")
         return out
 
+    tensor = f"#if MMA\n{contraction_mma.body(s, vectors, r_ok, c_ok, epilogue)}#else\n" if mma else ""
     return f"""{head}
 {{
-    {d.shared} {align}{T} kt_as[{SWITCH}][BM + 4];
+{tensor}    {d.shared} {align}{T} kt_as[{SWITCH}][BM + 4];
     {d.shared} {align}{T} kt_bs[{SWITCH}][BN + 4];
     const int kt_t = {d.local_id};
     const int kt_tr = kt_t / (BN / TN), kt_tc = kt_t % (BN / TN);
@@ -667,4 +680,4 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None,
             }}
         }}
     }}
-}}"""
+{"#endif" + chr(10) if mma else ""}}}"""

@@ -253,7 +253,9 @@ CUDA_CONFIGS = {
                                                                           "TN": 1},
                      {"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "VEC": 4},
                      {"BK": 16, "BM": 128, "BN": 64, "TM": 8, "TN": 4, "VEC": 4}),
-    "matmul_half": ({"BK": 16, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "VEC": 4},),
+    "matmul_half": ({"BK": 16, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "VEC": 4},
+                    {"BK": 32, "BM": 128, "BN": 128, "TM": 4, "TN": 2, "MMA": 1},
+                    {"BK": 16, "BM": 64, "BN": 32, "TM": 1, "TN": 2, "MMA": 1}),
     "reduce_interleaved": ({"LANES": 32}, {"LANES": 8, "THREADS": 128, "GRID": 4}),
     "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
     "stencil9": ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 64}, {"TILE": 1, "ITEMS": 8}),
@@ -313,6 +315,48 @@ def test_on_cuda_the_rewritten_kernels_gate_and_every_tuned_configuration_verifi
                                                 budget=12, probe=False, session_path=tmp_path / "tune.toml")).run()
     bad = [(r.config, r.status, r.message) for r in run.results if r.status not in ("ok", "pruned")]
     assert not bad and run.winner_ok
+
+
+# tensor-core tiles of the half product: warp layouts, depths and tile shapes
+MMA_CONFIGS = ({"BK": 32, "BM": 128, "BN": 128, "TM": 4, "TN": 2}, {"BK": 16, "BM": 64, "BN": 32, "TM": 1, "TN": 2},
+               {"BK": 32, "BM": 64, "BN": 128, "TM": 2, "TN": 4}, {"BK": 16, "BM": 16, "BN": 16, "TM": 1, "TN": 1})
+
+
+def test_the_half_product_offers_tensor_core_tiles_on_cuda_only():
+    t = load_template(NAIVE / "matmul_half")
+    cuda_names = {p.name for p in rules_template(t, "cuda", GPU).proposal.parameters}
+    assert "MMA" in cuda_names
+    assert "MMA" not in {p.name for p in rules_template(t, "opencl", CPU).proposal.parameters}
+    old = replace(GPU, compute_capability="6.1")
+    assert "MMA" not in {p.name for p in rules_template(t, "cuda", old).proposal.parameters}
+    # a float product has no half operands to give the tensor cores
+    assert "MMA" not in {p.name for p in rules_template(load_template(NAIVE / "matmul_naive"), "cuda",
+                                                           GPU).proposal.parameters}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sizes", ({}, {"M": 37, "N": 45, "K": 29}))
+def test_on_cuda_the_tensor_core_tiles_reproduce_the_half_product(sizes, tmp_path):
+    """Aligned rows (16-byte words staged) and odd ones (element by element), tails in every
+    dimension: each warp layout gives the original's outputs within the calibrated tolerance."""
+    from kerntune.engine.backends import open_backend
+    from kerntune.engine.tune import resolve_device
+
+    _, limits = resolve_device("cuda", 0)
+    original = load_template(NAIVE / "matmul_half")
+    made = rules_template(original, "cuda", limits)
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=300)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    backend = open_backend("cuda", 0)
+    try:
+        ev = Evaluator(backend, template, template.problem("small", sizes), seed=1, timing=FAST)
+        for config in MMA_CONFIGS:
+            ok, _, message = ev.reproduces_original({**template.default_config(), **config, "MMA": 1}, (3, 4))
+            assert ok, (config, message)
+    finally:
+        backend.close()
 
 
 @pytest.mark.gpu

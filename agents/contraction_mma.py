@@ -1,0 +1,171 @@
+"""The contraction's tensor-core variant (CUDA): a product of two half operands summed in float,
+computed by warp matrix fragments (`nvcuda::wmma`, 16 x 16 x 16 half products added in float).
+
+It is offered beside the register-blocked kernel as MMA = 1 where the analysis shows:
+
+- both operands are one half element each (`__half2float(A[i])` or the half itself), so a tile of
+  each can be staged in shared memory as halves, as stored;
+- the sum is a float, starts at zero and is updated by `+=` or a fused multiply-add;
+- the backend is CUDA and the device (where known) has tensor cores (compute capability 7.0 on).
+
+The block's BM x BN tile is cut into warp tiles of TM x TN fragments (16 x 16 outputs each); each
+step of BK (a multiple of 16) stages the operands' tiles in shared memory, eight neighbours at a
+time as one 16-byte word where they are in range and aligned (else one by one, zero outside),
+each tile laid out along the index its operand walks contiguously (the fragment's row or column
+order follows). The epilogue runs as written for each output the guard admits, reading the sum
+from a warp's 16 x 16 scratch. The sum's order changes (16 products at a time inside the tensor
+core): the gate's calibrated tolerance judges it, as it judges any reordering of a float sum.
+"""
+
+from __future__ import annotations
+
+ZEROS = frozenset({"0", "0.0", "0.f", "0.0f", "0.F", "0.0F", "0.", "(0)", "(0.0f)", "0.0e0", "0e0"})
+FMA = frozenset({"fmaf", "fma", "__fmaf_rn", "__fma_rn"})
+FRAGMENT = "nvcuda::wmma::fragment"
+
+
+def declines(backend: str, compute_capability: str, s, vectors) -> str:
+    """Why the tensor-core variant does not apply ("" when it does)."""
+    if backend != "cuda":
+        return "tensor-core fragments are CUDA's"
+    major = compute_capability.split(".")[0] if compute_capability else ""
+    if major.isdigit() and int(major) < 7:
+        return f"compute capability {compute_capability} has no tensor cores"
+    if not all(v is not None and v.half for v in vectors):
+        return "an operand is not one half element"
+    if s.acc_type != "float":
+        return f"the sum is a {s.acc_type}, not a float"
+    if s.update != "+=" and s.update not in FMA:
+        return f"the sum is updated by `{s.update}`"
+    if s.acc_init.replace(" ", "") not in ZEROS:
+        return f"the sum starts at `{s.acc_init}`, not zero"
+    return ""
+
+
+HELPERS = ("#if MMA\n"
+           "#include <mma.h>\n"
+           "#define KT_WARPS ((BM / (16 * TM)) * (BN / (16 * TN)))\n"
+           "#define KT_THREADS (32 * KT_WARPS)\n"
+           "#else\n"
+           "#define KT_THREADS ((BM / TM) * (BN / TN))\n"
+           "#endif\n")
+
+THREADS = "32 * (BM // (16 * TM)) * (BN // (16 * TN))"
+
+CONSTRAINTS = (
+    "MMA == 0 or (BK > 0 and BK % 16 == 0 and BM % (16 * TM) == 0 and BN % (16 * TN) == 0 and STAGES == 1 "
+    "and VEC == 1 and TM * TN <= 16)",
+    f"MMA == 0 or {THREADS} <= max_threads_per_block",
+    "MMA == 0 or (BM + BN) * (BK + 8) * 2 + (BM // (16 * TM)) * (BN // (16 * TN)) * 1024 <= max_shared_per_block",
+)
+
+
+def _tile(size: str, k_fast: bool) -> tuple[str, str]:
+    """The shared tile's dimensions (staged along the index its operand walks contiguously) and
+    the element a fragment starts at, over `kt_q` (the depth) and `kt_p` (the row or column)."""
+    if k_fast:
+        return f"[{size}][BK + 8]", "[kt_p][kt_q]"
+    return f"[BK][{size} + 8]", "[kt_q][kt_p]"
+
+
+def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: str, conds: str, k_cond: str,
+           element: str, k_fast: bool) -> str:
+    """One operand's tile at depth kt_kb into shared memory: groups of eight neighbours along the
+    contiguous index, one 16-byte word where all eight are in range and aligned, else one by one."""
+    if k_fast:
+        o, q, at = "kt_g / (BK / 8)", "8 * (kt_g % (BK / 8))", f"&{tile}[kt_o][kt_q]"
+        step = ("", " + kt_v")
+    else:
+        o, q, at = f"8 * (kt_g % ({size} / 8))", f"kt_g / ({size} / 8)", f"&{tile}[kt_q][kt_o]"
+        step = (" + kt_v", "")
+    ind = "        "
+    return (f"{ind}for (int kt_g = kt_t; kt_g < {size} * BK / 8; kt_g += KT_THREADS) {{\n"
+            f"{ind}    const int kt_o = {o}, kt_q = {q};\n"
+            f"{ind}    __half *kt_d = {at};\n"
+            f"{ind}    bool kt_in[8], kt_all = true;\n"
+            f"{ind}#pragma unroll\n"
+            f"{ind}    for (int kt_v = 0; kt_v < 8; ++kt_v) {{\n"
+            f"{ind}        const {ctype} {coord} = {origin} + kt_o{step[0]};\n"
+            f"{ind}        const {k_type} kt_k = kt_kb + kt_q{step[1]};\n"
+            f"{ind}        kt_in[kt_v] = {conds} && ({k_cond});\n"
+            f"{ind}        kt_all = kt_all && kt_in[kt_v];\n"
+            f"{ind}    }}\n"
+            f"{ind}    {{\n"
+            f"{ind}        const {ctype} {coord} = {origin} + kt_o;\n"
+            f"{ind}        const {k_type} kt_k = kt_kb + kt_q;\n"
+            f"{ind}        if (kt_all && ((unsigned long)&{element} & 15) == 0) {{\n"
+            f"{ind}            *reinterpret_cast<uint4 *>(kt_d) = *reinterpret_cast<const uint4 *>(&{element});\n"
+            f"{ind}            continue;\n"
+            f"{ind}        }}\n"
+            f"{ind}    }}\n"
+            f"{ind}#pragma unroll\n"
+            f"{ind}    for (int kt_v = 0; kt_v < 8; ++kt_v) {{\n"
+            f"{ind}        const {ctype} {coord} = {origin} + kt_o{step[0]};\n"
+            f"{ind}        const {k_type} kt_k = kt_kb + kt_q{step[1]};\n"
+            f"{ind}        kt_d[kt_v] = kt_in[kt_v] ? {element} : __float2half(0.0f);\n"
+            f"{ind}    }}\n"
+            f"{ind}}}\n")
+
+
+def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
+    """The tensor-core kernel's body (between the braces), for `#if MMA`."""
+    x, y = vectors
+    a_dims, a_at = _tile("BM", s.x_k_fast)
+    b_dims, b_at = _tile("BN", s.y_k_fast)
+    # a tile along k is row-major for A (M x K) and column-major for B (K x N), and the other way
+    a_layout = "row_major" if s.x_k_fast else "col_major"
+    b_layout = "col_major" if s.y_k_fast else "row_major"
+    a_ld = "BK + 8" if s.x_k_fast else "BM + 8"
+    b_ld = "BK + 8" if s.y_k_fast else "BN + 8"
+    a_ptr = "&kt_ah" + a_at.replace("kt_p", "kt_wm * 16 * TM + 16 * kt_m")
+    b_ptr = "&kt_bh" + b_at.replace("kt_p", "kt_wn * 16 * TN + 16 * kt_n")
+    stage_a = _stage("kt_ah", "BM", "kt_r", "kt_r0", s.r_type, s.k_type, r_ok, s.k_cond, x.element, s.x_k_fast)
+    stage_b = _stage("kt_bh", "BN", "kt_c", "kt_c0", s.c_type, s.k_type, c_ok, s.k_cond, y.element, s.y_k_fast)
+    w = "nvcuda::wmma"
+    return f"""    __shared__ __align__(32) __half kt_ah{a_dims};
+    __shared__ __align__(32) __half kt_bh{b_dims};
+    __shared__ __align__(32) float kt_cs[KT_WARPS][16][16];
+    const int kt_t = threadIdx.x, kt_w = kt_t / 32, kt_l = kt_t % 32;
+    const int kt_wm = kt_w / (BN / (16 * TN)), kt_wn = kt_w % (BN / (16 * TN));
+    const {s.r_type} kt_r0 = ({s.r_type})blockIdx.y * BM;
+    const {s.c_type} kt_c0 = ({s.c_type})blockIdx.x * BN;
+    {FRAGMENT}<{w}::accumulator, 16, 16, 16, float> kt_f[TM][TN];
+#pragma unroll
+    for (int kt_m = 0; kt_m < TM; ++kt_m)
+#pragma unroll
+        for (int kt_n = 0; kt_n < TN; ++kt_n) {w}::fill_fragment(kt_f[kt_m][kt_n], 0.0f);
+    for ({s.k_type} kt_kb = {s.start}; {s.kb_cond}; kt_kb += BK) {{
+{stage_a}{stage_b}        __syncthreads();
+#pragma unroll
+        for (int kt_q = 0; kt_q < BK; kt_q += 16) {{
+            {FRAGMENT}<{w}::matrix_a, 16, 16, 16, __half, {w}::{a_layout}> kt_fa[TM];
+            {FRAGMENT}<{w}::matrix_b, 16, 16, 16, __half, {w}::{b_layout}> kt_fb[TN];
+#pragma unroll
+            for (int kt_m = 0; kt_m < TM; ++kt_m) {w}::load_matrix_sync(kt_fa[kt_m], {a_ptr}, {a_ld});
+#pragma unroll
+            for (int kt_n = 0; kt_n < TN; ++kt_n) {w}::load_matrix_sync(kt_fb[kt_n], {b_ptr}, {b_ld});
+#pragma unroll
+            for (int kt_m = 0; kt_m < TM; ++kt_m)
+#pragma unroll
+                for (int kt_n = 0; kt_n < TN; ++kt_n) {w}::mma_sync(kt_f[kt_m][kt_n], kt_fa[kt_m], kt_fb[kt_n], kt_f[kt_m][kt_n]);
+        }}
+        __syncthreads();
+    }}
+#pragma unroll
+    for (int kt_m = 0; kt_m < TM; ++kt_m) {{
+#pragma unroll
+        for (int kt_n = 0; kt_n < TN; ++kt_n) {{
+            {w}::store_matrix_sync(&kt_cs[kt_w][0][0], kt_f[kt_m][kt_n], 16, {w}::mem_row_major);
+            __syncwarp();
+            for (int kt_e = kt_l; kt_e < 256; kt_e += 32) {{
+                const {s.r_type} kt_r = kt_r0 + kt_wm * 16 * TM + 16 * kt_m + kt_e / 16;
+                const {s.c_type} kt_c = kt_c0 + kt_wn * 16 * TN + 16 * kt_n + kt_e % 16;
+                if ({r_ok} && {c_ok}) {{
+                    float kt_v = kt_cs[kt_w][kt_e / 16][kt_e % 16];
+{epilogue}
+                }}
+            }}
+            __syncwarp();
+        }}
+    }}
+"""
