@@ -143,6 +143,20 @@ def test_resolve_prefers_the_exact_plain_name_over_a_namespaced_one():
     assert resolve([a, b], "ns::k") is b
 
 
+def test_an_entry_names_an_instantiation_by_its_numbers_however_the_demangler_spells_their_type():
+    """`template <const uint BLOCKSIZE>` instantiated at 32 demangles as `k<32u>`; the spec writes
+    `k<32>`. A different number, or a type for a number, is another kernel."""
+    k32 = split_demangled("_Z1kILj32EEvPf", "void k<32u>(float*)")
+    wide = split_demangled("_Z1kIfLl4EEvPf", "void k<float, 4l>(float*)")
+    narrow = split_demangled("_Z1kILh3EEvPf", "void k<(unsigned char)3>(float*)")
+    assert resolve([k32], "k<32>") is k32 and resolve([k32], "k< 32u >") is k32
+    assert resolve([wide, k32], "k<float, 4>") is wide and resolve([narrow, k32], "k<3>") is narrow
+    with pytest.raises(CompileError, match="no kernel named 'k<64>'"):
+        resolve([k32], "k<64>")
+    with pytest.raises(CompileError, match="no kernel named 'k<float>'"):
+        resolve([k32], "k<float>")
+
+
 @pytest.mark.gpu
 def test_a_cpp_template_kernel_launches_by_its_plain_name():
     from kerntune.engine.backends import open_backend

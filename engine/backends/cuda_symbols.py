@@ -145,7 +145,44 @@ def matches(kernel: KernelSymbol, wanted: str) -> bool:
     if name.startswith("::"):
         name = name[2:]
     same_name = kernel.name == name or kernel.name.endswith("::" + name)
-    return same_name and (not targs or _squash(targs) == _squash(kernel.template_args))
+    return same_name and (not targs or _same_arguments(targs, kernel.template_args))
+
+
+def _arguments(targs: str) -> list[str]:
+    """A template's arguments `<float, 4>` as they stand between its top-level commas, squashed."""
+    inner, out, depth, start = _squash(targs)[1:-1], [], 0, 0
+    for i, c in enumerate(inner):
+        if c in "<([":
+            depth += 1
+        elif c in ">)]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(inner[start:i])
+            start = i + 1
+    return out + [inner[start:]] if inner else out
+
+
+def _number(arg: str) -> int | None:
+    """An integer template argument's value as the demangler may write it (`32u`, `4l`,
+    `(unsigned char)3`, `0x10`); None for a type or anything else."""
+    if arg.startswith("(") and ")" in arg:
+        arg = arg[arg.index(")") + 1:]  # the demangler's cast to a narrow type
+    negative = arg.startswith("-")
+    digits = arg.lstrip("-").rstrip("uUlL")
+    try:
+        value = int(digits, 0)
+    except ValueError:
+        return None
+    return -value if negative else value
+
+
+def _same_arguments(wanted: str, found: str) -> bool:
+    """Whether the template arguments written in `entry` are the instantiation's: a number the
+    same number however the demangler spells its type (`<32>` is the `<32u>` of an unsigned
+    parameter), anything else the same text."""
+    a, b = _arguments(wanted), _arguments(found)
+    return len(a) == len(b) and all(
+        x == y or (_number(x) is not None and _number(x) == _number(y)) for x, y in zip(a, b))
 
 
 def _listing(found: list[KernelSymbol]) -> str:
