@@ -78,8 +78,16 @@ class KernelSpans:
 
 
 def kernel_spans(source: str, model) -> KernelSpans:
+    """The kernel's spans; a template kernel's from its `template <...>` line, so the kernel written
+    beside it is the same template (its instantiations name both)."""
     chars = char_offsets(source)
-    return KernelSpans(Span(*chars(model.kernel.span)), Span(*chars(model.kernel.body)))
+    span = Span(*chars(model.kernel.span))
+    if model.signature.is_template:
+        around = [sp for sp in (span_of(source, n) for n, _ in syntax_nodes(source, ("template_declaration",)))
+                  if sp.start <= span.start and span.end <= sp.end]
+        if around:
+            span = Span(max(sp.start for sp in around), span.end)
+    return KernelSpans(span, Span(*chars(model.kernel.body)))
 
 
 def body_of(source: str, a: KernelAnalysis) -> Body:

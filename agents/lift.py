@@ -36,6 +36,7 @@ from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_l
 from kerntune.engine.signature import CTYPES, PACKED
 from kerntune.engine.template import DEVICE_NAMES, DTYPES, Template
 
+from .model import ModelError, build
 from .kernel_tree import (ExplicitInstantiation, KernelAnalysis, KernelTreeError, Span, analyse, characters,
                           explicit_instantiations, source_tokens, span_of, syntax_nodes, tree_reductions)
 
@@ -543,6 +544,15 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
     cpp = {p for found in every.values() for a in found for p in a.signature.template_params}
     lifts = _unique_names(find_lifts(primary, analyses, original.entry), taken, cpp)
     lifts = [lf for lf in lifts if lf.name not in dropped]
+    # a file of several kernels: a constant only the others (or the host code) read is none of
+    # this kernel's parameters
+    read = _entry_words(primary, original.entry)
+    unread = [lf for lf in lifts if read is not None and lf.key.split(":")[0] in ("define", "constexpr")
+              and lf.key.split(":")[1] not in read]
+    if unread:
+        notes.append(f"left {', '.join(lf.origin for lf in unread)} as written: the kernel does not read "
+                     f"{'it' if len(unread) == 1 else 'them'}")
+        lifts = [lf for lf in lifts if lf not in unread]
     first: list[str] = []
     launches = _launch_lifts(original, primary, analyses, grid, block, lifts, taken, dropped, first)
     fixed = _fixed_by_layout(original, primary, _entry(analyses, original.entry), grid, lifts, launches, notes)
@@ -760,8 +770,49 @@ def _fixed_by_layout(original: Template, source: str, kernel: KernelAnalysis | N
             notes.append(f"the launch's grid covers the outputs in steps of {lf.default}, {lf.origin}, which the "
                          f"block does not follow: {lf.name} and the block size in dimension "
                          f"{'xyz'[dims[0]]} are left alone")
+    # the entry's template arguments, which no lift moves (`sgemm<32>` mapping a block of 1024
+    # threads by BLOCKSIZE 32 onto ceil_div(M, 32) rows): the block follows them no more
+    params = kernel.signature.template_params if kernel is not None else ()
+    entry = original.entry
+    args = [w for w in entry[entry.index("<") + 1:entry.rindex(">")].split(",")] if params and "<" in entry else []
+    for param, arg in zip(params, args):
+        value = _integer(arg)
+        if value is None or value < 2 or (body is not None and param not in body):
+            continue
+        dims = [d for d, g in enumerate(grid[:3]) if _divides_by(g, value)]
+        if dims:
+            untied |= set(dims)
+            notes.append(f"the launch's grid covers the outputs in steps of {value}, the template argument {param} "
+                         f"of `{entry}`, which the block does not follow: the block size in dimension "
+                         f"{'xyz'[dims[0]]} is left alone")
     out |= {lw.name for lw in launches if lw.dim in untied}
     return out
+
+
+def _entry_words(source: str, entry: str) -> set[str] | None:
+    """The words the entry kernel and the functions it calls read, with those of the macros they
+    use (transitively); None when the kernel cannot be read."""
+    try:
+        model = build(source, entry)
+    except ModelError:
+        return None
+    raw = source.encode("utf-8")
+    words: set[str] = set()
+    for f in model.functions:
+        words |= {w for w, _ in source_tokens(raw[f.span.start:f.span.end].decode("utf-8", "replace"))}
+    macros: dict[str, set[str]] = {}
+    for node, text_of in syntax_nodes(source, ("preproc_def", "preproc_function_def")):
+        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        if name is not None:
+            macros.setdefault(text_of(name), set()).update(
+                w for w, _ in source_tokens(text_of(value)) if value is not None)
+    todo = list(words & set(macros))
+    while todo:
+        for w in macros.pop(todo.pop(), set()) - words:
+            words.add(w)
+            if w in macros:
+                todo.append(w)
+    return words
 
 
 def _body_words(source: str, kernel: KernelAnalysis) -> set[str]:

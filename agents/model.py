@@ -79,11 +79,15 @@ class Dialect:
     fast: Mapping[str, str] = field(default_factory=dict)  # math calls with a fast form, and that form
     # how code written for the dialect spells an id along a dimension (`{d}` 0-2, `{x}` x/y/z)
     spell: Mapping[str, str] = field(default_factory=dict)
+    # a group of threads meeting (cooperative groups' `cg::sync(g)`, `g.sync()`): a block's where
+    # the group is made by one of `block_groups` (or declared of that type), else a tile's (a warp's)
+    group_syncs: frozenset[str] = frozenset()
+    block_groups: frozenset[str] = frozenset()
 
     @property
     def cooperating(self) -> frozenset[str]:
         """Calls through which a block's or a warp's threads work together (atomics aside)."""
-        return self.barriers | self.warp_barriers | self.shuffles
+        return self.barriers | self.warp_barriers | self.shuffles | self.group_syncs
 
     def id(self, word: str, dim: int = 0) -> str:
         """`word` (threadIdx, blockIdx, blockDim, gridDim) along dimension `dim`, as written in the dialect."""
@@ -110,7 +114,9 @@ DIALECT = {
         fast={"expf": "__expf", "logf": "__logf", "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf",
               "cosf": "__cosf", "tanf": "__tanf", "powf": "__powf", "exp10f": "__exp10f"},
         spell={"threadIdx": "threadIdx.{x}", "blockIdx": "blockIdx.{x}", "blockDim": "blockDim.{x}",
-               "gridDim": "gridDim.{x}"}),
+               "gridDim": "gridDim.{x}"},
+        group_syncs=frozenset({"sync"}),
+        block_groups=frozenset({"thread_block", "this_thread_block", "grid_group", "this_grid"})),
     "opencl": Dialect(
         barriers=frozenset({"barrier", "work_group_barrier"}),
         warp_barriers=frozenset({"sub_group_barrier"}),
@@ -877,6 +883,13 @@ class _Walk:
                                    and text(leaf) in reader.words.shared_words)
         self.shared = {_declared(d)[0] for f in [fn] + callees for n in nodes(f.child_by_field_name("body"))
                        if n.type == "declaration" and self._is_shared(n) for d in n.children_by_field_name("declarator")}
+        # a local pointer to the dynamic shared memory a helper of the file hands out (the samples'
+        # `T *sdata = SharedMemory<T>();`, whose conversion returns its `extern __shared__` array)
+        givers = self._shared_givers()
+        self.given_shared = {n for n, v in self.inits.items() if v is not None and self._pointer_decl(n, body)
+                             and any(c.type == "call_expression" and callee(c.child_by_field_name("function"))
+                                     in givers for c in nodes(v))}
+        self.shared |= self.given_shared
 
     def _pointer_decl(self, name: str, body) -> bool:
         for n in nodes(body):
@@ -1002,6 +1015,9 @@ class _Walk:
         if name in w.barriers or name in w.warp_barriers:
             self.barriers.append(Barrier(name, span, loop, "block" if name in w.barriers else "warp",
                                          self.function.name, unconditional and not self.under))
+        elif name in w.group_syncs:
+            self.barriers.append(Barrier(name, span, loop, self._group_scope(node), self.function.name,
+                                         unconditional and not self.under))
         elif name.startswith(w.atomic_prefixes):
             args = node.child_by_field_name("arguments").named_children
             array = _address_of(args[0], self.pointers, self.ptr_alias) if args else ""
@@ -1176,12 +1192,46 @@ class _Walk:
             if self.loops[lp].var and self.loops[lp].var in names:
                 self.loops[lp] = replace(self.loops[lp], register_index=True)
 
+    def _shared_givers(self) -> set[str]:
+        """The structs and functions of the file (kernels aside) that declare an `extern` shared array."""
+        out = set()
+        for n in nodes(self.r.root):
+            body = n.child_by_field_name("body")
+            if body is None or n.type not in ("struct_specifier", "class_specifier", "function_definition") or \
+                    (n.type == "function_definition" and self.r.is_kernel(n)):
+                continue
+            if any(d.type == "declaration" and self._is_shared(d) and "extern" in text(d).split() for d in nodes(body)):
+                name = n.child_by_field_name("name") if n.type != "function_definition" else None
+                out.add(text(name) if name is not None else function_name(n))
+        return out
+
+    def _group_scope(self, call) -> str:
+        """A cooperative group's meeting (`cg::sync(g)`, `g.sync()`): "block" where `g` is the block
+        (made by `this_thread_block()` or declared `thread_block`), else "warp" (a tile)."""
+        fn = call.child_by_field_name("function")
+        args = call.child_by_field_name("arguments")
+        group = fn.child_by_field_name("argument") if fn.type == "field_expression" else \
+            (args.named_children[0] if args is not None and args.named_children else None)
+        words = set(_names(group)) if group is not None else set()
+        for name in list(words):
+            init = self.inits.get(name)
+            words |= set(self.types.get(name, "").replace("::", " ").split())
+            words |= _names(init) if init is not None else set()
+        if group is not None and group.type == "call_expression":
+            words.add(callee(group.child_by_field_name("function")))
+        return "block" if words & self.r.words.block_groups else "warp"
+
     def _is_shared(self, decl) -> bool:
         start = decl.start_byte
         line = self.r.raw.rfind(b"\n", 0, start) + 1
         return any(line <= m < decl.end_byte for m in self.shared_marks)
 
     def _arrays(self, fns: list) -> None:
+        for name in sorted(self.given_shared):
+            decl = next(n for n in nodes(self.fn.child_by_field_name("body")) if n.type == "declaration"
+                        and name in {_declared(d)[0] for d in n.children_by_field_name("declarator")})
+            ctype = " ".join(w for w in self.types.get(name, "").split() if w not in ("const", "volatile"))
+            self.arrays.append(Array(name, "shared", ctype, ("",), self.r.span(decl), function_name(self.fn), (None,)))
         for fn in fns:
             for n in nodes(fn.child_by_field_name("body")):
                 if n.type != "declaration":

@@ -92,8 +92,6 @@ def read(ctx: RewriteContext) -> Contraction:
     except ModelError as e:
         raise Decline(str(e)) from None
     chars = char_offsets(ctx.source)
-    if a.signature.is_template:
-        raise Decline("a template kernel")
     if a.cooperates:
         raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
     _no_pointer_passed(a)

@@ -43,10 +43,10 @@ from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names, header,
-                        kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
-                        substituted, with_names)
-from .kernel_tree import span_of, syntax_nodes
+from .cooperate import (Decline, Dialect, beside, body_of, char_offsets, constants, expression_names, fresh_names,
+                        header, kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
+                        substituted, with_names, within)
+from .kernel_tree import Span, span_of, syntax_nodes
 from .model import ModelError
 from .passes import Declined, Rewrite, RewriteContext
 
@@ -94,8 +94,6 @@ def read(ctx: RewriteContext) -> Reduction:
         a = ctx.model
     except ModelError as e:
         raise Decline(str(e)) from None
-    if a.signature.is_template:
-        raise Decline("a template kernel")
     shared = a.shared_arrays() or [arg for arg in a.signature.args if arg.local]
     if not (shared and any(b.scope == "block" for b in a.barriers)):
         raise Decline("no shared-memory tree (barriers and shared memory)")
@@ -110,7 +108,7 @@ def read(ctx: RewriteContext) -> Reduction:
     if len(body.guards) != 1:
         raise Decline("not one guard (`if (tid == 0)`) around the last statements")
     final_at = body.guard_at[0]
-    barriers = [k for k, s in enumerate(stmts) if _is_barrier(ctx.source, s)]
+    barriers = [k for k, s in enumerate(stmts) if _is_barrier(ctx, s)]
     loops = [k for k, s in enumerate(stmts) if s.type == "for_statement"]
     if len(loops) != 1 or not barriers or barriers[0] + 1 != loops[0] or len(barriers) != 1 or loops[0] + 1 != final_at:
         raise Decline("not: stores, one barrier, one loop, then the last statements under a guard")
@@ -160,6 +158,8 @@ def _block_size(ctx) -> int:
 
 def _shared_arrays(ctx, a, body) -> list[str]:
     out = [arg.name for arg in a.signature.args if arg.local]
+    # a pointer to the dynamic shared memory a helper hands out (`T *sdata = SharedMemory<T>();`)
+    given = [arr.name for arr in a.shared_arrays() if arr.function == a.kernel.name and arr.name not in out]
     for s in body.statements:
         if s.type == "declaration" and any(w in _line_text(ctx.source, s).split() for w in ("__shared__", "__local",
                                                                                              "local")):
@@ -169,7 +169,7 @@ def _shared_arrays(ctx, a, body) -> list[str]:
                     node = node.child_by_field_name("declarator")
                 if node is not None:
                     out.append(body.text_of(node))
-    return out
+    return list(dict.fromkeys(out + given))
 
 
 def _line_text(source: str, node) -> str:
@@ -191,10 +191,13 @@ def _shared_type(ctx, a, body, S: str) -> str:
     return "float"
 
 
-def _is_barrier(source: str, s) -> bool:
-    text = raw_text(source, s)
-    return s.type == "expression_statement" and any(w in text for w in ("__syncthreads", "barrier(",
-                                                                        "work_group_barrier"))
+def _is_barrier(ctx, s) -> bool:
+    """Whether a statement is a block's barrier (`__syncthreads()`, `barrier(...)`, a cooperative
+    group's `cg::sync(block)`), as the kernel model reads barriers."""
+    if s.type != "expression_statement":
+        return False
+    chars, where = char_offsets(ctx.source), span_of(ctx.source, s)
+    return any(b.scope == "block" and within(Span(*chars(b.span)), where) for b in ctx.model.barriers)
 
 
 def _target(node, text_of, S: str) -> str | None:
@@ -377,7 +380,7 @@ def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str]:
     ops, combine = [], None
     locals_: list = []
     for st in inner:
-        if _is_barrier(ctx.source, st):
+        if _is_barrier(ctx, st):
             continue
         if st.type == "declaration":
             locals_.append(st)
@@ -385,7 +388,7 @@ def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str]:
         if st.type != "if_statement" or st.child_by_field_name("alternative") is not None:
             raise Decline("the tree's step is not declarations, one `if` and a barrier")
         ops.append(st)
-    if len(ops) != 1 or not any(_is_barrier(ctx.source, st) for st in inner):
+    if len(ops) != 1 or not any(_is_barrier(ctx, st) for st in inner):
         raise Decline("the tree's step is not one combining `if` and a barrier")
     step = ops[0]
     c_node = [x for x in step.child_by_field_name("condition").named_children if x.type != "comment"][0]

@@ -84,3 +84,89 @@ def test_a_block_whose_grid_counts_several_elements_a_thread_is_not_lifted():
     made = rules_template(load_template(spec("reduction/reduce3")), "opencl", CPU)
     assert "BLOCK" not in {p.name for p in made.proposal.parameters}
     assert any("counts 512 elements a block of 256 threads" in n for n in made.lifted.notes)
+
+
+GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132, max_shared_per_block=49152)
+# spec -> (the rewrites the rules apply on CUDA, configurations compiled with nvcc beside the defaults)
+CUDA = {
+    "sgemm/sgemm_naive": (["contraction"], ({"BK": 8, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "VEC": 4},)),
+    "sgemm/sgemm_coalesce": (["contraction"], ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4},)),
+    "reduction/reduce0": (["reduction"], ({"LANES": 32},)),
+    "reduction/reduce1": (["reduction"], ({"LANES": 8, "THREADS": 128, "GRID": 4},)),
+    "reduction/reduce2": (["reduction"], ({"LANES": 16, "GRID": 2},)),
+    "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2},)),
+    "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
+    "llm/encoder1": (["rowwise"], ({"LANES": 32},)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CUDA))
+def test_a_published_cuda_kernel_is_rewritten_and_compiles_with_nvcc(name, tmp_path, monkeypatch):
+    from kerntune.engine.backends import cuda_toolchain as cuda
+
+    if cuda.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path))
+    rewrites, configs = CUDA[name]
+    original = load_template(spec(name))
+    made = rules_template(original, "cuda", GPU)
+    assert [r.name for r in made.applied.rewrites] == rewrites, made.why_none()
+    source = made.proposal.sources["cuda"]
+    defaults = {p.name: p.default for p in made.proposal.parameters}
+    for config in ({}, *configs):
+        cubin, info, _ = cuda.compile_cubin(source, original.entry, {k: str(v) for k, v in {**defaults, **config}.items()})
+        assert cubin and info.get("spill_stores", 0) == 0, (config, info)
+
+
+def test_a_template_kernel_is_rewritten_as_the_same_template():
+    """The CUDA samples' `template <class T> reduce0`, its shared memory from the `SharedMemory<T>`
+    helper and its barrier a cooperative group's: the reduction's kernel is written beside it as the
+    same template (the file's instantiations make both), in T."""
+    made = rules_template(load_template(spec("reduction/reduce0")), "cuda", GPU)
+    source = made.proposal.sources["cuda"]
+    new = source[source.index("#if LANES > 0"):source.index("#else", source.index("#if LANES > 0"))]
+    assert "template <class T>\n__global__ void reduce0(T *g_idata, T *g_odata, unsigned int n)" in new
+    assert "T kt_acc = (T)(0);" in new and "SharedMemory" not in new
+    assert source.count("template <class T>\n__global__ void reduce0(") == 2  # the original's, as written
+
+
+def test_a_block_mapped_by_a_template_argument_is_not_lifted():
+    """`sgemm_global_mem_coalesce<32>` maps a block of 1024 threads onto ceil_div(M, 32) x
+    ceil_div(N, 32) tiles through its template argument: another block leaves outputs unwritten."""
+    made = rules_template(load_template(spec("sgemm/sgemm_coalesce")), "cuda", GPU)
+    assert "BLOCK" not in {p.name for p in made.proposal.parameters}
+    assert any("the template argument BLOCKSIZE of `sgemm_global_mem_coalesce<32>`" in n for n in made.lifted.notes)
+
+
+def test_a_constant_only_the_files_other_kernels_read_is_not_lifted():
+    """sgemm.cl's BLOCKSIZE is the coalesced and shared-memory kernels', heat.cu's BLOCK_X and
+    BLOCK_Y its host code's: none is a parameter of a kernel that never reads it."""
+    made = rules_template(load_template(spec("sgemm/sgemm_naive")), "opencl", CPU)
+    assert "BLOCKSIZE" not in {p.name for p in made.proposal.parameters}
+    assert any("left `#define BLOCKSIZE 32` (line 4) as written: the kernel does not read it" in n
+               for n in made.lifted.notes)
+    made = rules_template(load_template(spec("stencils/heat_step")), "cuda", GPU)
+    assert not {"BLOCK_X", "BLOCK_Y"} & {p.name for p in made.proposal.parameters}
+    made = rules_template(load_template(spec("sgemm/sgemm_coalesce")), "opencl", CPU)
+    assert "BLOCKSIZE" not in {p.name for p in made.proposal.parameters}  # read, and laying out the grid
+
+
+COOPERATIVE = """#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void k(float *x) {
+    cg::thread_block block = cg::this_thread_block();
+    auto tile = cg::tiled_partition<32>(block);
+    x[threadIdx.x] = 1.0f;
+    SYNC;
+}
+"""
+
+
+@pytest.mark.parametrize("sync, scope", [("cg::sync(block)", "block"), ("block.sync()", "block"),
+                                         ("cg::this_thread_block().sync()", "block"), ("tile.sync()", "warp"),
+                                         ("cg::sync(tile)", "warp")])
+def test_a_cooperative_groups_barrier_is_the_blocks_or_a_tiles(sync, scope):
+    from kerntune.agents.model import build
+
+    model = build(COOPERATIVE.replace("SYNC", sync), "k")
+    assert [(b.call, b.scope) for b in model.barriers] == [("sync", scope)] and model.cooperates
