@@ -8,7 +8,9 @@ It is offered beside the register-blocked kernel as MMA = 1 where the analysis s
 - the sum is a float, starts at zero and is updated by `+=` or a fused multiply-add;
 - the backend is CUDA and the device (where known) has tensor cores (compute capability 7.0 on).
 
-The block's BM x BN tile is cut into warp tiles of TM x TN fragments (16 x 16 outputs each); each
+The block's BM x BN tile is cut into warp tiles of 8 TM x 8 TN outputs, (TM / 2) x (TN / 2) fragments
+of 16 x 16 (so the register-blocked kernel's usual TM and TN, 4 and 8, give the usual warp tiles:
+32 x 32 to 64 x 64, four to sixteen warps a 128 x 128 block); each
 step of BK (a multiple of 16) stages the operands' tiles in shared memory, eight neighbours at a
 time as one 16-byte word where they are in range and aligned (else one by one, zero outside),
 each tile laid out along the index its operand walks contiguously (the fragment's row or column
@@ -44,19 +46,19 @@ def declines(backend: str, compute_capability: str, s, vectors) -> str:
 
 HELPERS = ("#if MMA\n"
            "#include <mma.h>\n"
-           "#define KT_WARPS ((BM / (16 * TM)) * (BN / (16 * TN)))\n"
+           "#define KT_WARPS ((BM / (8 * TM)) * (BN / (8 * TN)))\n"
            "#define KT_THREADS (32 * KT_WARPS)\n"
            "#else\n"
            "#define KT_THREADS ((BM / TM) * (BN / TN))\n"
            "#endif\n")
 
-THREADS = "32 * (BM // (16 * TM)) * (BN // (16 * TN))"
+THREADS = "32 * (BM // (8 * TM)) * (BN // (8 * TN))"
 
 CONSTRAINTS = (
-    "MMA == 0 or (BK > 0 and BK % 16 == 0 and BM % (16 * TM) == 0 and BN % (16 * TN) == 0 and STAGES == 1 "
-    "and VEC == 1 and TM * TN <= 16)",
+    "MMA == 0 or (BK > 0 and BK % 16 == 0 and TM % 2 == 0 and TN % 2 == 0 and BM % (8 * TM) == 0 "
+    "and BN % (8 * TN) == 0 and STAGES == 1 and VEC == 1)",
     f"MMA == 0 or {THREADS} <= max_threads_per_block",
-    "MMA == 0 or (BM + BN) * (BK + 8) * 2 + (BM // (16 * TM)) * (BN // (16 * TN)) * 1024 <= max_shared_per_block",
+    "MMA == 0 or (BM + BN) * (BK + 8) * 2 + (BM // (8 * TM)) * (BN // (8 * TN)) * 1024 <= max_shared_per_block",
 )
 
 
@@ -117,8 +119,8 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
     b_layout = "col_major" if s.y_k_fast else "row_major"
     a_ld = "BK + 8" if s.x_k_fast else "BM + 8"
     b_ld = "BK + 8" if s.y_k_fast else "BN + 8"
-    a_ptr = "&kt_ah" + a_at.replace("kt_p", "kt_wm * 16 * TM + 16 * kt_m")
-    b_ptr = "&kt_bh" + b_at.replace("kt_p", "kt_wn * 16 * TN + 16 * kt_n")
+    a_ptr = "&kt_ah" + a_at.replace("kt_p", "kt_wm * 8 * TM + 16 * kt_m")
+    b_ptr = "&kt_bh" + b_at.replace("kt_p", "kt_wn * 8 * TN + 16 * kt_n")
     stage_a = _stage("kt_ah", "BM", "kt_r", "kt_r0", s.r_type, s.k_type, r_ok, s.k_cond, x.element, s.x_k_fast)
     stage_b = _stage("kt_bh", "BN", "kt_c", "kt_c0", s.c_type, s.k_type, c_ok, s.k_cond, y.element, s.y_k_fast)
     w = "nvcuda::wmma"
@@ -126,40 +128,40 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
     __shared__ __align__(32) __half kt_bh{b_dims};
     __shared__ __align__(32) float kt_cs[KT_WARPS][16][16];
     const int kt_t = threadIdx.x, kt_w = kt_t / 32, kt_l = kt_t % 32;
-    const int kt_wm = kt_w / (BN / (16 * TN)), kt_wn = kt_w % (BN / (16 * TN));
+    const int kt_wm = kt_w / (BN / (8 * TN)), kt_wn = kt_w % (BN / (8 * TN));
     const {s.r_type} kt_r0 = ({s.r_type})blockIdx.y * BM;
     const {s.c_type} kt_c0 = ({s.c_type})blockIdx.x * BN;
-    {FRAGMENT}<{w}::accumulator, 16, 16, 16, float> kt_f[TM][TN];
+    {FRAGMENT}<{w}::accumulator, 16, 16, 16, float> kt_f[TM / 2][TN / 2];
 #pragma unroll
-    for (int kt_m = 0; kt_m < TM; ++kt_m)
+    for (int kt_m = 0; kt_m < TM / 2; ++kt_m)
 #pragma unroll
-        for (int kt_n = 0; kt_n < TN; ++kt_n) {w}::fill_fragment(kt_f[kt_m][kt_n], 0.0f);
+        for (int kt_n = 0; kt_n < TN / 2; ++kt_n) {w}::fill_fragment(kt_f[kt_m][kt_n], 0.0f);
     for ({s.k_type} kt_kb = {s.start}; {s.kb_cond}; kt_kb += BK) {{
 {stage_a}{stage_b}        __syncthreads();
 #pragma unroll
         for (int kt_q = 0; kt_q < BK; kt_q += 16) {{
-            {FRAGMENT}<{w}::matrix_a, 16, 16, 16, __half, {w}::{a_layout}> kt_fa[TM];
-            {FRAGMENT}<{w}::matrix_b, 16, 16, 16, __half, {w}::{b_layout}> kt_fb[TN];
+            {FRAGMENT}<{w}::matrix_a, 16, 16, 16, __half, {w}::{a_layout}> kt_fa[TM / 2];
+            {FRAGMENT}<{w}::matrix_b, 16, 16, 16, __half, {w}::{b_layout}> kt_fb[TN / 2];
 #pragma unroll
-            for (int kt_m = 0; kt_m < TM; ++kt_m) {w}::load_matrix_sync(kt_fa[kt_m], {a_ptr}, {a_ld});
+            for (int kt_m = 0; kt_m < TM / 2; ++kt_m) {w}::load_matrix_sync(kt_fa[kt_m], {a_ptr}, {a_ld});
 #pragma unroll
-            for (int kt_n = 0; kt_n < TN; ++kt_n) {w}::load_matrix_sync(kt_fb[kt_n], {b_ptr}, {b_ld});
+            for (int kt_n = 0; kt_n < TN / 2; ++kt_n) {w}::load_matrix_sync(kt_fb[kt_n], {b_ptr}, {b_ld});
 #pragma unroll
-            for (int kt_m = 0; kt_m < TM; ++kt_m)
+            for (int kt_m = 0; kt_m < TM / 2; ++kt_m)
 #pragma unroll
-                for (int kt_n = 0; kt_n < TN; ++kt_n) {w}::mma_sync(kt_f[kt_m][kt_n], kt_fa[kt_m], kt_fb[kt_n], kt_f[kt_m][kt_n]);
+                for (int kt_n = 0; kt_n < TN / 2; ++kt_n) {w}::mma_sync(kt_f[kt_m][kt_n], kt_fa[kt_m], kt_fb[kt_n], kt_f[kt_m][kt_n]);
         }}
         __syncthreads();
     }}
 #pragma unroll
-    for (int kt_m = 0; kt_m < TM; ++kt_m) {{
+    for (int kt_m = 0; kt_m < TM / 2; ++kt_m) {{
 #pragma unroll
-        for (int kt_n = 0; kt_n < TN; ++kt_n) {{
+        for (int kt_n = 0; kt_n < TN / 2; ++kt_n) {{
             {w}::store_matrix_sync(&kt_cs[kt_w][0][0], kt_f[kt_m][kt_n], 16, {w}::mem_row_major);
             __syncwarp();
             for (int kt_e = kt_l; kt_e < 256; kt_e += 32) {{
-                const {s.r_type} kt_r = kt_r0 + kt_wm * 16 * TM + 16 * kt_m + kt_e / 16;
-                const {s.c_type} kt_c = kt_c0 + kt_wn * 16 * TN + 16 * kt_n + kt_e % 16;
+                const {s.r_type} kt_r = kt_r0 + kt_wm * 8 * TM + 16 * kt_m + kt_e / 16;
+                const {s.c_type} kt_c = kt_c0 + kt_wn * 8 * TN + 16 * kt_n + kt_e % 16;
                 if ({r_ok} && {c_ok}) {{
                     float kt_v = kt_cs[kt_w][kt_e / 16][kt_e % 16];
 {epilogue}

@@ -469,7 +469,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
                                                       "once the tiles are chosen)", "flag"))
     if mma:  # last: the coarse grid trims the earlier of equally long lists first
         params.append(ParamProposal("MMA", (0, 1), 0, "1: tensor cores (warp fragments of 16 x 16 x 16 half "
-                                                      "products summed in float), TM x TN fragments a warp", "tile"))
+                                                      "products summed in float), 8 TM x 8 TN outputs a warp", "tile"))
     vec_off = " and VEC == 1" if any(vectors) else ""
     off = f"{SWITCH} == 0"
     simt = f"MMA == 1 or {off}" if mma else off
@@ -496,6 +496,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     first = {"BM": (64, 128), "BN": (64, 128), SWITCH: (0, 8, 16), "TM": (4, 8), "TN": (4, 8), "STAGES": (1,)}
     if mma:
         first["MMA"] = (0, 1)
+        first[SWITCH] = (0, 8, 16, 32)  # a tensor-core step is 16 deep: 32 halves the barriers
     for name, value in ctx.defaults.items():
         first[name] = (value,)
     what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "
@@ -504,7 +505,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
             + (f", VEC 4 loading {' and '.join(n + (' (halves)' if v.half else '') for n, v in zip('XY', vectors) if v)}"
                " four elements at a time"
                if any(vectors) else "")
-            + (", MMA 1 on tensor cores (TM x TN warp fragments of half products, float sums)" if mma else "")
+            + (", MMA 1 on tensor cores (8 TM x 8 TN outputs a warp in fragments of half products, float sums)" if mma else "")
             + ", any size")
     return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block, first=first,
                    helps="compute")
