@@ -117,7 +117,7 @@ def read(ctx: RewriteContext) -> Reduction:
     env = _stores(ctx, a, stmts[:barriers[0]], text_of, S, ids)
     if S not in env:
         raise Decline(f"no thread stores its value into `{S}[tid]` before the barrier")
-    op, combine = _tree(ctx, stmts[loops[0]], text_of, S, env, ids, B)
+    op, combine, mirror = _tree(ctx, stmts[loops[0]], text_of, S, env, ids, B)
     elem_type = _shared_type(ctx, a, body, S)
     padding = _identity(op, elem_type)
     try:
@@ -127,7 +127,7 @@ def read(ctx: RewriteContext) -> Reduction:
     except Decline as why:
         value, flat = env[S], False
         bound, per = _bounds(ctx, value, B, why)
-    final = tuple(_final(ctx, a, stmts[final_at:], text_of, S, env, ids, body.guards[0]))
+    final = tuple(_final(ctx, a, stmts[final_at:], text_of, S, env, ids, body.guards[0], mirror))
     per_segment = any("kt_j" in expression_names_stmt(f) for f in final)
     if not per_segment:
         _atomic(ctx, final, op)
@@ -343,8 +343,10 @@ def Poly_of(B: int) -> affine.Poly:
     return affine.Poly.name("kt_j") * affine.Poly.const(B) + affine.Poly.name("kt_t")
 
 
-def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str]:
-    """The tree's combining operator, proved by simulating every step for every thread."""
+def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str, str]:
+    """The tree's combining operator, proved by simulating every step for every thread, and the
+    local that mirrors each thread's own slot ("" for none): the samples' running sum,
+    `S[tid] = sum = sum + S[tid + s]`, which holds what `S[tid]` holds throughout."""
     init = loop.child_by_field_name("initializer")
     cond = loop.child_by_field_name("condition")
     update = loop.child_by_field_name("update")
@@ -402,7 +404,30 @@ def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str]:
     dst = _index(left, text_of)
     oper = text_of(e.child_by_field_name("operator"))
     right = e.child_by_field_name("right")
-    src, kind = _source(right, text_of, S, oper, dst)
+    mirror = ""
+    if oper == "=" and right.type == "assignment_expression" and right.child_by_field_name("left").type == "identifier":
+        # `S[tid] = sum = sum + S[src]`: `sum` held S[tid]'s value at the barrier (the same stored
+        # value) and changes nowhere else in the loop, so the step is `S[tid] = S[tid] + S[src]`
+        mirror = text_of(right.child_by_field_name("left"))
+        if mirror not in env or "".join(env.get(S, "").split()) not in ("".join(env[mirror].split()),
+                                                                        "(" + "".join(env[mirror].split()) + ")"):
+            raise Decline(f"`{mirror}` does not hold the thread's slot of `{S}` when the tree starts")
+        writes = [x for x in syntax_nodes(text_of(loop), ("assignment_expression", "update_expression"))
+                  if x[1](x[0].child_by_field_name("left") or x[0].child_by_field_name("argument")) == mirror]
+        if len(writes) != 1:
+            raise Decline(f"`{mirror}` changes in the tree other than as its slot's copy")
+        own = f"{S}[{dst}]"
+        inner = substituted(right, text_of, {mirror: own}, {})
+        found = syntax_nodes(f"void kt_f() {{ {own} = {inner[inner.index('=', len(own)) + 1:].strip()}; }}"
+                             if text_of(right.child_by_field_name("operator")) == "=" else
+                             f"void kt_f() {{ {inner}; }}", ("assignment_expression",))
+        if not found:
+            raise Decline(f"`{' '.join(text_of(e).split())}` cannot be read as a step of the tree")
+        right, text_of_step = found[0][0].child_by_field_name("right"), found[0][1]
+        oper = text_of_step(found[0][0].child_by_field_name("operator"))
+        src, kind = _source(right, text_of_step, S, oper, dst)
+    else:
+        src, kind = _source(right, text_of, S, oper, dst)
     combine = {"sum": "($a) + ($b)", "max": f"{kind[1]}($a, $b)", "min": f"{kind[1]}($a, $b)"}[kind[0]]
     local_defs = []
     for st in locals_:
@@ -427,6 +452,8 @@ def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str]:
             if not number(text_of(c_node), full):
                 continue
             d_i, s_i = number(dst, full), number(src, full)
+            if mirror and d_i != t:
+                raise Decline(f"at step {var} = {s_now} thread {t} writes slot {d_i}, not its own, with `{mirror}`")
             if not (0 <= d_i < B and 0 <= s_i < B) or d_i in writes:
                 raise Decline(f"at step {var} = {s_now} thread {t} combines slots {d_i} and {s_i}: outside the "
                               "block or written twice")
@@ -440,7 +467,7 @@ def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str]:
         s_now = number(step_text, {var: s_now})
     if content[0] != (1 << B) - 1:
         raise Decline(f"the tree does not gather all {B} slots into slot 0")
-    return kind[0], combine
+    return kind[0], combine, mirror
 
 
 def _env_text(text: str, env, scope) -> str:
@@ -490,7 +517,7 @@ def _source(right, text_of, S: str, oper: str, dst: str) -> tuple[str, tuple[str
     raise Decline(f"the tree's step is not a sum, max or min of two slots of `{S}`")
 
 
-def _final(ctx, a, stmts, text_of, S: str, env, ids, guard: str):
+def _final(ctx, a, stmts, text_of, S: str, env, ids, guard: str, mirror: str = ""):
     g = python_text(_env_text(guard, env, {}), ids)
     try:
         only_first = all(parse_expression(g).evaluate({"kt_t": t, "kt_j": 0}) == (t == 0) for t in range(64))
@@ -499,10 +526,12 @@ def _final(ctx, a, stmts, text_of, S: str, env, ids, guard: str):
     if not only_first:
         raise Decline(f"the last statements run under `{guard}`, not for the block's first thread alone")
     exprs = {**ids, f"{S}[0]": "kt_total"}
+    # the first thread's copy of its slot is slot 0's value
+    names = {**{k: f"({v})" for k, v in env.items() if k != S}, **({mirror: "kt_total"} if mirror else {})}
     for s in stmts:
         if s.type != "expression_statement":
             raise Decline("a last statement that is not an expression")
-        text = substituted(s, text_of, {k: f"({v})" for k, v in env.items() if k != S}, exprs)
+        text = substituted(s, text_of, names, exprs)
         if S in expression_names_stmt(text):
             raise Decline(f"a last statement reads `{S}` other than its slot 0")
         if "$" in text:

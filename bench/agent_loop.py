@@ -4,12 +4,16 @@
                                [--template-budget 64] [--backend auto] [--md FILE]
     python bench/agent_loop.py --naive all [--problem NAME] ...
     python bench/agent_loop.py --naive silu_mul,residual_add,gelu_bf16 ...
+    python bench/agent_loop.py --published all|sgemm/sgemm_naive,reduction/reduce0,... ...
 
 --naive takes kernels of tests/data/naive (as people first write them: a thread per element, per
 row or per output of a matrix product, a shared-memory tree, a stencil), each tuned at its
 NAIVE_BARS size (or --problem) against the hand-written template NAIVE_BARS names at the same size
 (the library's templates/, or bench/bars/ for the bars written for the cooperating-thread kernels);
-a kernel with no bar shows its % of SOL alone. On CUDA, where PyTorch is installed, the vendor
+a kernel with no bar shows its % of SOL alone. --published takes the specs of tests/data/published
+(kernels as people publish them, several to a file; `group/spec`), each at its PUBLISHED_BARS size
+against the bar named there: the authors' own faster kernel of the same file where there is one
+(a spec of that folder, measured as written), else a bench/bars/ or library template. On CUDA, where PyTorch is installed, the vendor
 library doing the same work is timed too (cuBLAS through torch.matmul with TF32 off, torch.sum,
 torch's embedding), the L2 flushed before each run, and a second short table gives kerntune's time
 over the hand-written one's and the library's, with medians and 95% intervals (bootstrap of the
@@ -85,10 +89,32 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "stencil1d": (None, "64M"),
     "embedding_gather": ("gather_rows", "llama-t8192"),
 }
+PUBLISHED = ROOT / "tests" / "data" / "published"
+# published spec -> (its bar: a spec of tests/data/published, a bench/bars/ or library template, or
+# None; the problem both run at)
+PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
+    "sgemm/sgemm_naive": ("sgemm/sgemm_shared", "4096"),  # the worklog's shared-memory step
+    "sgemm/sgemm_coalesce": ("sgemm/sgemm_shared", "4096"),
+    "sgemm/mygemm1": ("sgemm/mygemm2", "4096"),  # the tutorial's local-memory tiles (OpenCL)
+    "reduction/reduce0": ("block_sums", "64M"),
+    "reduction/reduce1": ("block_sums", "64M"),
+    "reduction/reduce2": ("block_sums", "64M"),
+    "reduction/reduce3": (None, "64M"),
+    "stencils/heat_step": (None, "8k"),
+    "stencils/jacobi_step": (None, "8k"),
+    "stencils/stencil7": (None, "512"),
+    "stencils/stencil7_zloop": (None, "512"),
+    "llm/encoder1": (None, "gpt2-b8"),
+    "llm/encoder2": (None, "gpt2-b8"),
+    "llm/layernorm1": (None, "gpt2-t8192"),
+    "llm/softmax1": (None, "gpt2-t1024"),
+}
 # naive kernel -> the vendor library's way of doing the same work (timed through PyTorch on CUDA)
 LIBRARY = {"matmul_naive": "sgemm", "matmul_coalesced": "sgemm_epilogue", "matmul_half": "hgemm_nt",
            "reduce_interleaved": "block_sums", "reduce_nodivergence": "block_sums",
-           "reduce_sequential": "block_sums", "reduce_atomic": "sum", "embedding_gather": "embedding"}
+           "reduce_sequential": "block_sums", "reduce_atomic": "sum", "embedding_gather": "embedding",
+           "sgemm_naive": "sgemm_epilogue", "sgemm_coalesce": "sgemm_epilogue", "reduce0": "block_sums",
+           "reduce1": "block_sums", "reduce2": "block_sums"}
 LIBRARY_WORDS = {"sgemm": "cuBLAS sgemm (torch.matmul, TF32 off)",
                  "sgemm_epilogue": "cuBLAS sgemm with alpha/beta (torch.addmm, TF32 off)",
                  "hgemm_nt": "cuBLAS half A @ B^T (torch.matmul)", "block_sums": "torch.sum over rows of 256",
@@ -132,6 +158,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", default=",".join(PROBLEMS))
     ap.add_argument("--naive", help="kernels of tests/data/naive, comma-separated, or `all` (instead of --kernels)")
+    ap.add_argument("--published", help="specs of tests/data/published (`group/spec`), comma-separated, or `all`")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget", type=int, default=48, help="evaluations per round of the loop")
     ap.add_argument("--template-budget", type=int, default=64, help="evaluations of the hand-written template")
@@ -151,18 +178,20 @@ def main() -> int:
     from kerntune.engine.evaluate import TimingPolicy
 
     timing = TimingPolicy(min_repeats=args.repeats, max_repeats=args.repeats) if args.repeats else TimingPolicy()
+    aside = bool(args.naive or args.published)  # kernels beside their bars and the vendor library
+    flag = "--naive" if args.naive else "--published" if args.published else "--kernels"
     for kernel, spec, bar, problem in _runs(args, backend, work):
         original = load_template(spec)
         tune = TuneOptions(backend=backend, problem=problem, overrides=overrides, seed=7, timing=timing,
                            profile_top=args.profile_top, session_path=args.sessions / f"{kernel}-loop-rules.toml",
-                           command=["python", "bench/agent_loop.py", "--naive" if args.naive else "--kernels", kernel])
+                           command=["python", "bench/agent_loop.py", flag, kernel])
         t0 = time.monotonic()
         out = TuningLoop(original, [RulesProvider()], LoopOptions(tune=tune, rounds=args.rounds, budget=args.budget),
                          [lambda ev: None]).run()
         loop_s = time.monotonic() - t0
         hb = None
         lib = library_us(LIBRARY.get(kernel), original.problem(problem, overrides).values, backend) \
-            if args.naive else None
+            if aside else None
         if bar is not None:
             library = load_template(bar_path(bar))
             hand = TuneRun(library, TuneOptions(backend=backend, problem=problem, overrides=overrides, seed=7,
@@ -197,7 +226,7 @@ def main() -> int:
                       + ["| " + " | ".join(r) + " |" for r in rows])
     print(f"\n{limits.name} ({backend})\n\n{table}")
     brief = ""
-    if args.naive and short:
+    if aside and short:
         head2 = ["kernel", "size", "kerntune us", "hand-written us", "library us", "kerntune / hand (time)",
                  "kerntune / library (time)", "kerntune % SOL", "library % SOL"]
         brief = "\n".join(["| " + " | ".join(head2) + " |", "|" + "---|" * len(head2)]
@@ -207,7 +236,7 @@ def main() -> int:
             "\nmedians [95% interval of the median]; a time ratio above 1 is kerntune slower"
         print(f"\n{brief}")
     if args.md:
-        what = "naive kernels" if args.naive else "the library's originals"
+        what = "naive kernels" if args.naive else "published kernels" if args.published else "the library's originals"
         args.md.write_text(f"# The rules loop on {what}, {limits.name} ({backend})\n\n"
                            f"- command: `python {' '.join(sys.argv)}`\n- date: {time.strftime('%Y-%m-%d')}\n\n"
                            f"{table}\n" + (f"\n{brief}\n" if brief else ""))
@@ -215,7 +244,9 @@ def main() -> int:
 
 
 def bar_path(bar: str) -> Path:
-    """A bar's template: bench/bars/ first, else the library's."""
+    """A bar's template: a published spec (`sgemm/sgemm_shared`), bench/bars/, else the library's."""
+    if (PUBLISHED / f"{bar}.toml").is_file():
+        return PUBLISHED / f"{bar}.toml"
     return BARS / bar if (BARS / bar / "kernel.toml").is_file() else templates.path(bar)
 
 
@@ -312,6 +343,24 @@ def library_us(what: str | None, sizes: dict, backend: str, reps: int = 100) -> 
 
 def _runs(args, backend: str, work: Path):
     """(kernel, spec folder, the bar's template name or None, problem) for each kernel asked for."""
+    if args.published:
+        names = sorted(PUBLISHED_BARS) if args.published == "all" else args.published.split(",")
+        for name in names:
+            path = PUBLISHED / f"{name}.toml"
+            if not path.is_file():
+                print(f"{name}: no {path}; skipped", file=sys.stderr)
+                continue
+            if backend not in load_template(path).sources:
+                print(f"{name}: no {backend} source; skipped", file=sys.stderr)
+                continue
+            bar, problem = PUBLISHED_BARS.get(name, (None, None))
+            if bar is not None and backend not in load_template(bar_path(bar)).sources:
+                bar = None
+            copy = work / path.parent.name  # the spec beside its file of kernels and its reference
+            if not copy.exists():
+                shutil.copytree(path.parent, copy)
+            yield path.stem, copy / path.name, bar, args.problem or problem
+        return
     if args.naive:
         names = sorted(p.name for p in NAIVE.iterdir() if (p / "kernel.toml").is_file()) \
             if args.naive == "all" else args.naive.split(",")

@@ -170,3 +170,75 @@ def test_a_cooperative_groups_barrier_is_the_blocks_or_a_tiles(sync, scope):
 
     model = build(COOPERATIVE.replace("SYNC", sync), "k")
     assert [(b.call, b.scope) for b in model.barriers] == [("sync", scope)] and model.cooperates
+
+
+GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0", "reduction/reduce1",
+               "reduction/reduce2", "reduction/reduce3", "stencils/heat_step", "stencils/jacobi_step",
+               "stencils/stencil7", "stencils/stencil7_zloop", "llm/encoder1", "llm/encoder2", "llm/layernorm1",
+               "llm/softmax1")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_KERNELS)
+def test_on_cuda_a_published_kernels_template_gates_and_every_tuned_configuration_verifies(name, tmp_path):
+    from kerntune.engine.tune import TuneOptions, TuneRun, resolve_device
+
+    _, limits = resolve_device("cuda", 0)
+    original = load_template(spec(name))
+    made = rules_template(original, "cuda", limits)
+    assert made.proposal is not None, made.why_none()
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=300)
+    assert verdict.ok, verdict.reason
+    run = TuneRun(verdict.template, TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
+                                                budget=12, probe=False, session_path=tmp_path / "tune.toml")).run()
+    bad = [(r.config, r.status, r.message) for r in run.results if r.status not in ("ok", "pruned")]
+    assert not bad and run.winner_ok
+
+
+RUNNING = """__global__ void part(const float *in, float *out, int n) {
+    __shared__ float s[256];
+    int t = threadIdx.x;
+    int i = blockIdx.x * 256 + t;
+    float v = i < n ? in[i] : 0.0f;
+    s[t] = STORED;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if (t < k) STEP;
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = v;
+}
+"""
+
+
+@pytest.mark.parametrize("stored, step, why", [
+    ("v", "s[t] = v = v + s[t + k]", None),
+    ("v", "s[t] = v += s[t + k]", None),
+    ("2.0f * v", "s[t] = v = v + s[t + k]", "does not hold the thread's slot"),
+    ("v", "s[t] = v = v + s[t + k], v += 1.0f", "is not an assignment|changes in the tree"),
+    ("v", "s[t ^ 1] = v = v + s[t + k]", "not its own"),
+])
+def test_a_running_sum_beside_the_shared_array_is_the_threads_slot_or_declined(stored, step, why):
+    """The samples' reduce3 keeps each thread's sum in a register as it writes its slot
+    (`s[t] = v = v + s[t + k]`): the register is the slot only when it held the slot's value at the
+    barrier, changes nowhere else and writes the thread's own slot; the first thread's copy is then
+    the block's total."""
+    from kerntune.agents.cooperate import Decline
+    from kerntune.agents.kernel_tree import classify
+    from kerntune.agents.rewrite_reduction import read
+    from kerntune.agents.rewrites import RewriteContext
+    from kerntune.engine.proposal import original_launch
+
+    source = RUNNING.replace("STORED", stored).replace("STEP", step)
+    from dataclasses import replace
+
+    t = replace(load_template(Path(__file__).resolve().parent / "data" / "naive" / "reduce_sequential"), entry="part")
+    grid, block = original_launch(t, GPU)
+    ctx = RewriteContext(t, "cuda", source, classify(source, "part"), tuple(grid), tuple(block), {}, GPU)
+    if why is None:
+        r = read(ctx)
+        assert r.op == "sum" and r.final == ("out[kt_j] = kt_total;",)
+    else:
+        with pytest.raises(Decline, match=why):
+            read(ctx)

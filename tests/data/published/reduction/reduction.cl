@@ -66,23 +66,25 @@ __kernel void reduce2(__global T *g_idata, __global T *g_odata, unsigned int n, 
     if (tid == 0) g_odata[get_group_id(0)] = sdata[0];
 }
 
-// the first add during the load: two elements a work-item, half the work-groups
+// the first add during the load: two elements a work-item, half the work-groups; each work-item
+// keeps its running sum in a register beside its slot
 __kernel void reduce3(__global T *g_idata, __global T *g_odata, unsigned int n, __local T *sdata) {
     unsigned int tid = get_local_id(0);
     unsigned int i = get_group_id(0) * (get_local_size(0) * 2) + get_local_id(0);
 
-    sdata[tid] = (i < n) ? g_idata[i] : 0;
+    T mySum = (i < n) ? g_idata[i] : 0;
     if (i + get_local_size(0) < n)
-        sdata[tid] += g_idata[i + get_local_size(0)];
+        mySum += g_idata[i + get_local_size(0)];
 
+    sdata[tid] = mySum;
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (unsigned int s = get_local_size(0) / 2; s > 0; s >>= 1) {
         if (tid < s) {
-            sdata[tid] += sdata[tid + s];
+            sdata[tid] = mySum = mySum + sdata[tid + s];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    if (tid == 0) g_odata[get_group_id(0)] = sdata[0];
+    if (tid == 0) g_odata[get_group_id(0)] = mySum;
 }
