@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 
 from kerntune.engine.agent_api import LoopState, RoundRecord
 from kerntune.engine.result import FAILED, Result, config_label, ranked
-from kerntune.engine.sol import sol_time_us
+from kerntune.engine.sol import sol_time_us, tensor_bound
 
 
 def us(v: float | None) -> str:
@@ -42,7 +42,8 @@ def sol_table(state: LoopState) -> str:
     o = state.original
     parts = []
     for p in o.problems:
-        t = sol_time_us(float(o.cost_bytes.evaluate(p.values)), float(o.cost_flops.evaluate(p.values)), state.limits)
+        t = sol_time_us(float(o.cost_bytes.evaluate(p.values)), float(o.cost_flops.evaluate(p.values)), state.limits,
+                        tensor=tensor_bound(o, state.limits.backend))
         mark = " (tuned here)" if dict(p.values) == dict(state.problem.values) else ""
         parts.append(f"{p.label()} {us(t)}{mark}")
     return "Speed of light per problem size: " + ", ".join(parts) + "."

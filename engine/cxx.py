@@ -225,6 +225,38 @@ def code_nodes(node) -> Iterator:
         stack.extend(reversed(n.children))
 
 
+# What a CUDA source computes on the tensor cores through: the warp-matrix API (`nvcuda::wmma`,
+# mma.h), its builtins, and inline PTX's mma / wgmma instructions; CUTLASS and CuTe headers
+TENSOR_NAMES = frozenset({"wmma", "nvcuda", "mma_sync", "load_matrix_sync", "store_matrix_sync"})
+TENSOR_PREFIXES = ("__hmma", "__imma", "__bmma", "__dmma", "__mma_")
+TENSOR_PTX = ("mma.", "wgmma.", "ldmatrix.")
+TENSOR_HEADERS = ("mma.h", "cutlass/", "cute/", "cuda/barrier")
+
+
+@functools.lru_cache(maxsize=64)
+def may_use_tensor_cores(source: str) -> bool:
+    """Whether a CUDA source names anything that computes on the tensor cores (read from its
+    syntax tree: identifiers, inline assembly's strings, includes), in any #if branch."""
+    if any(name.startswith(TENSOR_HEADERS[1:]) or name.rsplit("/", 1)[-1] == TENSOR_HEADERS[0]
+           for _, name in includes(source)):
+        return True
+    stack = [parser().parse(source.encode("utf-8", "replace")).root_node]
+    while stack:
+        n = stack.pop()
+        if n.type == "comment":
+            continue
+        if n.type in ("identifier", "field_identifier", "namespace_identifier", "type_identifier"):
+            name = text(n)
+            if name in TENSOR_NAMES or name.startswith(TENSOR_PREFIXES):
+                return True
+        elif n.type in ("string_literal", "raw_string_literal", "concatenated_string"):
+            if any(word.startswith(TENSOR_PTX) for word in re.split(r'[\s";{}]+', text(n))):
+                return True
+            continue
+        stack.extend(n.children)
+    return False
+
+
 def includes(source: str) -> list[tuple[str, str]]:
     """Every `#include` of a source, in #if branches too, as (kind, name): kind `quoted`
     (`"x.h"`), `system` (`<x.h>`) or `computed` (a macro's value, unknown until preprocessed);

@@ -31,7 +31,7 @@ from .result import Result, config_key
 from .search import STRATEGIES
 from .header import run_header
 from .session import SessionWriter, default_path
-from .sol import sol_time_us
+from .sol import sol_time_us, tensor_bound
 from .template import Template, TemplateError
 from .tune import Sink, TuneError, TuneOptions, TuneRun, peaks_for, resolve_device
 
@@ -149,7 +149,8 @@ class TuningLoop(Controlled):
         self.backend, self.limits, self.problem = backend, limits, problem
         env = problem.values
         self.sol_us = sol_time_us(float(self.original.cost_bytes.evaluate(env)),
-                                  float(self.original.cost_flops.evaluate(env)), limits)
+                                  float(self.original.cost_flops.evaluate(env)), limits,
+                                  tensor=tensor_bound(self.original, backend))
         self.history: list[RoundRecord] = []
         self.best: Result | None = None
         self.best_round = 0

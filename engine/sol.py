@@ -37,6 +37,21 @@ DATASHEET: dict[str, tuple[float, float]] = {
     "TITAN RTX": (672.0, 16300.0),
 }
 
+# Dense half-precision tensor-core rates with float sums (GFLOP/s, datasheet), for a kernel that may
+# compute on the tensor cores: its arithmetic is bounded by these, not by the fp32 rate above (which
+# such a kernel beats many times over). Matched like DATASHEET; an unknown device gives such a kernel
+# no arithmetic bound at all (its memory bound alone).
+TENSOR_DATASHEET: dict[str, float] = {
+    "H100 80GB HBM3": 989400.0,
+    "H100 PCIe": 756000.0,
+    "H100": 989400.0,
+    "H200": 989400.0,
+    "A100": 312000.0,
+    "L40S": 362000.0,
+    "RTX 4090": 165200.0,
+    "TITAN RTX": 130500.0,
+}
+
 # A measured time may beat its bound by this much before it is called suspect: the probe itself
 # is a measurement with a few percent of spread.
 SUSPECT_MARGIN = 0.05
@@ -133,11 +148,30 @@ def save_peaks(limits: DeviceLimits, bandwidth_gbs: float, gflops: float, spread
     return path
 
 
-def sol_time_us(bytes_moved: float, flops: float, limits: DeviceLimits) -> float | None:
-    """The speed-of-light time in microseconds, or None when the device's peaks are unknown."""
+def tensor_gflops(limits: DeviceLimits) -> float:
+    """The device's dense half-precision tensor-core rate (datasheet), 0 when unknown."""
+    return next((v for k, v in TENSOR_DATASHEET.items() if k in limits.name), 0.0)
+
+
+def tensor_bound(template, backend: str) -> bool:
+    """Whether a template's kernel, on this backend, may compute on the tensor cores (any of its
+    configurations: the bound must hold for every one)."""
+    from .cxx import may_use_tensor_cores
+
+    if backend != "cuda":
+        return False
+    source = template.sources.get(backend)
+    return bool(source) and may_use_tensor_cores(source)
+
+
+def sol_time_us(bytes_moved: float, flops: float, limits: DeviceLimits, tensor: bool = False) -> float | None:
+    """The speed-of-light time in microseconds, or None when the device's peaks are unknown. With
+    `tensor` (the kernel may compute on the tensor cores) the arithmetic term is the tensor-core
+    rate's, or left out where that rate is unknown."""
     terms = []
     if limits.peak_bandwidth_gbs > 0 and bytes_moved > 0:
         terms.append(bytes_moved / (limits.peak_bandwidth_gbs * 1e3))
-    if limits.peak_gflops > 0 and flops > 0:
-        terms.append(flops / (limits.peak_gflops * 1e3))
+    gflops = tensor_gflops(limits) if tensor else limits.peak_gflops
+    if gflops > 0 and flops > 0:
+        terms.append(flops / (gflops * 1e3))
     return max(terms) if terms else None

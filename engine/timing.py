@@ -21,7 +21,7 @@ from .energy import NoEnergyCounter, counter_reader
 from .input_sets import InputSets
 from .inputs import InputPool, Inputs, random_change
 from .result import Result
-from .sol import SUSPECT_MARGIN, sol_time_us
+from .sol import SUSPECT_MARGIN, sol_time_us, tensor_bound
 from .space import Geometry
 from .template import Problem, Template
 
@@ -73,7 +73,8 @@ class Timing:
         env = problem.values
         self.bytes_moved = float(template.cost_bytes.evaluate(env))
         self.flops = float(template.cost_flops.evaluate(env))
-        self.sol_us = sol_time_us(self.bytes_moved, self.flops, backend.limits)
+        self.sol_us = sol_time_us(self.bytes_moved, self.flops, backend.limits,
+                                  tensor=tensor_bound(template, backend.name))
         cache = backend.limits.l2_bytes
         # The bound is only a fair test when no part of the working set can still be cached.
         self.cold_cache = policy.flush and (backend.flush_bytes() >= cache or self.bytes_moved >= 2 * cache)

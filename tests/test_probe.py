@@ -172,3 +172,42 @@ def test_readme_main_job_ranks_honest_configurations_none_suspect(tmp_path):
     show = json.loads(subprocess.run([sys.executable, "-m", "kerntune.tui.cli", "show", str(session), "--json"],
                                      capture_output=True, text=True, timeout=60).stdout)
     assert show["best"]["median_us"] > 0 and show["speedup"] is not None and show["speedup"] >= 1.0
+
+
+TENSOR_SOURCES = {
+    "wmma": "#include <mma.h>\n__global__ void k(float *c) { nvcuda::wmma::fragment<int, 16, 16, 16, float> f; }",
+    "using": "using namespace nvcuda;\n__global__ void k(float *c) { wmma::mma_sync(a, b, c, d); }",
+    "inline PTX": '__global__ void k(float *c) { asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 '
+                  '{%0,%1}, {%2}, {%3}, {%4};" : "=f"(c[0])); }',
+    "CUTLASS": '#include "cutlass/gemm/device/gemm.h"\n__global__ void k(float *c) {}',
+}
+PLAIN_SOURCES = {
+    "fp32": "__global__ void k(float *c, float gamma) { c[0] = gamma * 2.0f; }",
+    "mentions": '// wmma would help here\n__global__ void k(float *c) { printf("gamma. %f", c[0]); }',
+}
+
+
+@pytest.mark.parametrize("source", TENSOR_SOURCES.values(), ids=TENSOR_SOURCES.keys())
+def test_a_kernel_on_the_tensor_cores_is_bounded_by_their_rate_not_the_fp32_one(source):
+    """A tensor-core kernel runs many times faster than the fp32 rate allows: bounded by it, every
+    one of its results would be suspect and none ranked."""
+    from kerntune.engine.cxx import may_use_tensor_cores
+    from kerntune.engine.sol import tensor_gflops
+
+    assert may_use_tensor_cores(source)
+    h200 = replace(H100, name="NVIDIA H200").with_peaks(4800.0, 66900.0, "datasheet")
+    flops = 2 * 4096.0 ** 3
+    fp32 = sol_time_us(1e8, flops, h200)
+    tensor = sol_time_us(1e8, flops, h200, tensor=True)
+    assert tensor == pytest.approx(flops / (tensor_gflops(h200) * 1e3)) and tensor < fp32 / 10
+    # a device whose tensor rate is not known: the memory bound alone
+    unknown = replace(H100, name="Fake GPU").with_peaks(3000.0, 60000.0, "datasheet")
+    assert sol_time_us(1e8, flops, unknown, tensor=True) == \
+        pytest.approx(1e8 / 3e6)
+
+
+@pytest.mark.parametrize("source", PLAIN_SOURCES.values(), ids=PLAIN_SOURCES.keys())
+def test_a_kernel_that_only_mentions_tensor_cores_keeps_the_fp32_bound(source):
+    from kerntune.engine.cxx import may_use_tensor_cores
+
+    assert not may_use_tensor_cores(source)
