@@ -646,8 +646,9 @@ class _Forms:
     thread and block ids as index symbols, everything else that holds still an invariant name."""
 
     def __init__(self, locals_: Mapping[str, str], indices: set[str], changing: frozenset[str],
-                 pointers: frozenset[str] = frozenset()):
+                 pointers: frozenset[str] = frozenset(), macros: Mapping[str, tuple[tuple[str, ...], str]] | None = None):
         self.locals, self.indices, self.changing, self.pointers = locals_, indices, changing, pointers
+        self.macros = macros or {}  # the file's function-like macros: name -> (parameters, body)
         self.depth = 0
 
     def index(self, node, span: Span) -> IndexExpr:
@@ -655,6 +656,28 @@ class _Forms:
         loads: list[str] = []
         self._reads(node, names, loads, 0)
         return IndexExpr(text(node), span, self.form(node), frozenset(names), tuple(dict.fromkeys(loads)))
+
+    def _expanded(self, call):
+        """A call of one of the file's function-like macros (`IDX(i + 1, j)`), expanded as the
+        preprocessor does: each parameter of its body replaced by its argument's text as written (no
+        parentheses added: `#define AT(r, c) r * W + c` reads `AT(i + 1, 2)` as i + 1 * W + 2), as a
+        syntax tree; None for anything else."""
+        fn = call.child_by_field_name("function")
+        if fn is None or fn.type != "identifier" or text(fn) not in self.macros:
+            return None
+        params, body = self.macros[text(fn)]
+        args = [a for a in call.child_by_field_name("arguments").named_children if a.type != "comment"]
+        tree = parse_expression(body)
+        if len(args) != len(params) or tree is None:
+            return None
+        raw, base = tree.text, tree.start_byte
+        values = dict(zip(params, (text(a) for a in args)))
+        out, at = [], 0
+        for n in nodes(tree):
+            if n.type == "identifier" and text(n) in values:
+                out += [raw[at:n.start_byte - base].decode("utf-8"), values[text(n)]]
+                at = n.end_byte - base
+        return parse_expression("".join(out) + raw[at:].decode("utf-8"))
 
     def _reads(self, node, names: set, loads: list, depth: int) -> None:
         for n in nodes(node):
@@ -733,6 +756,13 @@ class _Forms:
             if name in self.changing or name in self.pointers:
                 return None
             return Affine.of(name)
+        if t == "call_expression" and self.depth < 32:
+            expanded = self._expanded(node)
+            if expanded is not None:
+                self.depth += 1
+                got = self.form(expanded)
+                self.depth -= 1
+                return got
         if t == "unary_expression":
             v = self.form(node.child_by_field_name("argument"))
             op = text(node.child_by_field_name("operator"))
@@ -770,6 +800,7 @@ class _Reader:
         self.words = DIALECT[self.dialect]
         self.raw_root = parser().parse(self.raw).root_node
         self.defines = self._defines()
+        self.macros = self._macros()
 
     def _defines(self) -> dict[str, int]:
         out = {}
@@ -779,6 +810,23 @@ class _Reader:
                 v = int_literal(text(value).strip()) if value is not None else None
                 if v is not None:
                     out[text(n.child_by_field_name("name"))] = v
+        return out
+
+    def _macros(self) -> dict[str, tuple[tuple[str, ...], str]]:
+        """The file's function-like macros whose body is one expression: name -> (parameters, body).
+        A name defined more than once (under `#if`s) is left out: which one holds is the
+        preprocessor's to say."""
+        out, seen = {}, set()
+        for n in nodes(self.root):
+            if n.type == "preproc_function_def":
+                name = text(n.child_by_field_name("name"))
+                params, value = n.child_by_field_name("parameters"), n.child_by_field_name("value")
+                if name in seen:
+                    out.pop(name, None)
+                elif params is not None and value is not None and parse_expression(text(value).strip()) is not None:
+                    out[name] = (tuple(text(p) for p in params.named_children if p.type == "identifier"),
+                                 text(value).strip())
+                seen.add(name)
         return out
 
     def span(self, node) -> Span:
@@ -932,7 +980,7 @@ class _Walk:
                 ids.add(found)
         dims = frozenset(d for _, d in ids)
         indices = []
-        forms = _Forms(self.locals, set(), self.changing, frozenset(self.pointers))
+        forms = _Forms(self.locals, set(), self.changing, frozenset(self.pointers), self.r.macros)
         for name, value in self.inits.items():
             if value is None:
                 continue
@@ -1121,7 +1169,7 @@ class _Walk:
             index = f"{offset} + ({index})"
         names = {self.loops[i].var for i in loops if self.loops[i].var}
         forms = _Forms(self.locals if self.function.kernel else {}, names, self.changing if self.function.kernel
-                       else frozenset(), frozenset(self.pointers))
+                       else frozenset(), frozenset(self.pointers), self.r.macros)
         node = parse_expression(index) if via and offset != "0" else index_node
         expr = forms.index(node, self.r.span(index_node)) if node is not None else \
             IndexExpr(index, self.r.span(index_node), None)
@@ -1321,7 +1369,8 @@ class _Walk:
                 step_node = right
             halving = (op, _number(text(step_node) if step_node is not None else "")) in (("/=", 2), (">>=", 1))
         outer = {self.loops[i].var for i in loops if self.loops[i].var}
-        forms = _Forms(self.locals if self.function.kernel else {}, outer, self.changing, frozenset(self.pointers))
+        forms = _Forms(self.locals if self.function.kernel else {}, outer, self.changing, frozenset(self.pointers),
+                       self.r.macros)
         start_form = forms.form(start_node) if start_node is not None else None
         bound_form = forms.form(bound_node) if bound_node is not None else None
         step_form = forms.form(step_node) if step_node is not None else \

@@ -29,8 +29,8 @@ OPENCL = {
     "reduction/reduce1": (["reduction"], ({"LANES": 8, "THREADS": 64, "GRID": 1},)),
     "reduction/reduce2": (["reduction"], ({"LANES": 32, "GRID": 2},)),
     "reduction/reduce3": (["reduction"], ({"LANES": 16, "THREADS": 128},)),
-    "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2},)),
-    "stencils/jacobi_step": (["stencil"], ({"ITEMS": 2, "RX": 4},)),
+    "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 2, "RX": 2})),
+    "stencils/jacobi_step": (["stencil"], ({"ITEMS": 2, "RX": 4}, {"TILE": 1, "ITEMS": 4})),
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
     "llm/encoder1": (["rowwise"], ({"LANES": 16, "BLOCK": 16},)),
 }
@@ -94,7 +94,7 @@ CUDA = {
     "reduction/reduce0": (["reduction"], ({"LANES": 32},)),
     "reduction/reduce1": (["reduction"], ({"LANES": 8, "THREADS": 128, "GRID": 4},)),
     "reduction/reduce2": (["reduction"], ({"LANES": 16, "GRID": 2},)),
-    "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2},)),
+    "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 4})),
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
     "llm/encoder1": (["rowwise"], ({"LANES": 32},)),
 }
@@ -242,3 +242,20 @@ def test_a_running_sum_beside_the_shared_array_is_the_threads_slot_or_declined(s
     else:
         with pytest.raises(Decline, match=why):
             read(ctx)
+
+
+def test_an_index_through_a_function_like_macro_is_read_as_the_preprocessor_expands_it():
+    """heat.cu's `u[IDX(i + 1, j)]` with `#define IDX(i, j) ((j) * nx + (i))`: the index is
+    (j) * nx + (i + 1), so the stencil's tile serves the read. An argument goes in as written, as
+    the preprocessor puts it: `AT(i + 1, 2)` with `#define AT(r, c) r * W + c` is i + 1 * W + 2."""
+    from kerntune.agents.model import build
+
+    model = build((PUBLISHED / "stencils" / "heat.cu").read_text(), "heat_step")
+    forms = {str(x.expr.affine) for x in model.accesses if x.array == "u"}
+    assert "(blockDim.x) * blockIdx.x + (blockDim.y * nx) * blockIdx.y + threadIdx.x + (nx) * threadIdx.y + 1" in forms
+    source = ("#define AT(r, c) r * W + c\n__global__ void k(const float *x, float *y, int W) {\n"
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    y[i] = x[AT(i + 1, 2)];\n}\n")
+    read = next(x for x in build(source, "k").accesses if x.array == "x")
+    assert str(read.expr.affine) == "(blockDim.x) * blockIdx.x + threadIdx.x + 2 + W"
+    made = rules_template(load_template(spec("stencils/jacobi_step")), "opencl", CPU)
+    assert "TILE" in {p.name for p in made.proposal.parameters}
