@@ -727,7 +727,10 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         tied = same or named
         # several elements a thread, counted by no constant the block follows (`ceil_div(n, 512)`
         # blocks of 256 threads): the grid and the shapes would not follow the block
-        multiple = None if tied else _multiple_of(grid[dim] if dim < len(grid) else "", literal) or next(
+        # (a grid that divides by the block itself follows it, whatever else it divides by:
+        # `ceil_div(n / 64, 8)` blocks of 8)
+        along = grid[dim] if dim < len(grid) else ""
+        multiple = None if tied else (None if _divides_by(along, literal) else _multiple_of(along, literal)) or next(
             (m for a in original.arguments for e in a.shape if (m := _multiple_of(e.source, literal))), None)
         if multiple:
             notes.append(f"the launch counts {multiple} elements a block of {literal} threads: the block size in "

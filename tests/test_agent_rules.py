@@ -480,8 +480,9 @@ REVERSE = """__kernel void reverse(__global float *out, __global const float *in
 
 @pytest.mark.parametrize("head, why", [
     ("", "no template to tune (rules provider): the rules find nothing to lift or rewrite: no #define"),
-    # a knob the kernel never reads: lifted, rejected by the gate, dropped, and then nothing is left
-    ("#define VEC 4\n", "no proposed template passed the gate (last: parameter(s) VEC are declared but never used"),
+    # a knob the kernel never reads is left as written: nothing to tune
+    ("#define VEC 4\n", "no template to tune (rules provider): the rules find nothing to lift or rewrite: left "
+                        "`#define VEC 4` (line 1) as written"),
 ])
 def test_with_nothing_to_tune_the_rules_loop_ends_with_the_reverified_original(head, why, tmp_path, capsys,
                                                                                opencl_backend):
