@@ -15,6 +15,7 @@ from kerntune.engine.proposal import ParamProposal
 
 from . import affine
 from .kernel_tree import KernelAnalysis, Span, inline, span_of, syntax_nodes
+from .syntax import cut
 
 THREAD_WORDS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "get_global_id", "get_local_id", "get_group_id",
                 "get_local_size", "get_num_groups", "get_global_size", "get_global_offset", "warpSize"}
@@ -58,20 +59,10 @@ class Body:
     guard_at: list[int] = field(default_factory=list)  # for each guard, the statements before it
 
 
-def char_offsets(source: str):
-    """A function from a span of the kernel model (bytes of the source) to (start, end) in
-    characters of `source`."""
-    raw = source.encode("utf-8")
-    if len(raw) == len(source):
-        return lambda span: (span.start, span.end)
-    return lambda span: (len(raw[:span.start].decode("utf-8", "replace")),
-                         len(raw[:span.end].decode("utf-8", "replace")))
-
-
 @dataclass(frozen=True)
 class KernelSpans:
-    """Where the model's kernel and its body stand, in characters of the source: what `header`
-    and `beside` read."""
+    """Where the model's kernel and its body stand, in bytes of the source: what `header` and
+    `beside` read."""
 
     span: Span
     body: Span
@@ -80,14 +71,13 @@ class KernelSpans:
 def kernel_spans(source: str, model) -> KernelSpans:
     """The kernel's spans; a template kernel's from its `template <...>` line, so the kernel written
     beside it is the same template (its instantiations name both)."""
-    chars = char_offsets(source)
-    span = Span(*chars(model.kernel.span))
+    span = model.kernel.span
     if model.signature.is_template:
         around = [sp for sp in (span_of(source, n) for n, _ in syntax_nodes(source, ("template_declaration",)))
                   if sp.start <= span.start and span.end <= sp.end]
         if around:
             span = Span(max(sp.start for sp in around), span.end)
-    return KernelSpans(span, Span(*chars(model.kernel.body)))
+    return KernelSpans(span, model.kernel.body)
 
 
 def body_of(source: str, a: KernelAnalysis) -> Body:
@@ -245,15 +235,15 @@ def defaults_block(params: list[ParamProposal] | tuple[ParamProposal, ...]) -> s
 def beside(source: str, a: KernelAnalysis, switch: str, params, helpers: str, kernel: str, what: str) -> str:
     """The source with the new kernel beside the original: `#if switch` the new one, `#else` the
     original as written, the parameters' defaults ahead of both."""
-    original = source[a.span.start:a.span.end]
-    return (source[:a.span.start] + f"// kerntune: the {what} rewrite; its parameters' defaults give the original "
-            f"kernel\n{defaults_block(params)}#if {switch}\n{helpers}{kernel}\n#else\n{original}\n#endif"
-            + source[a.span.end:])
+    original = cut(source, a.span.start, a.span.end)
+    return (cut(source, 0, a.span.start) + f"// kerntune: the {what} rewrite; its parameters' defaults give the "
+            f"original kernel\n{defaults_block(params)}#if {switch}\n{helpers}{kernel}\n#else\n{original}\n#endif"
+            + cut(source, a.span.end))
 
 
 def header(source: str, a: KernelAnalysis) -> str:
     """The kernel's declaration as written, up to its body's brace."""
-    return source[a.span.start:a.body.start].rstrip()
+    return cut(source, a.span.start, a.body.start).rstrip()
 
 
 def pinned(ctx, switch_off: str) -> list[str]:
@@ -322,7 +312,7 @@ def _py(node, text_of, ids: dict[str, str]) -> str:
 def raw_text(source: str, node) -> str:
     """A node's text as written (the CUDA and OpenCL words the syntax tree blanks included)."""
     sp = span_of(source, node)
-    return source[sp.start:sp.end]
+    return cut(source, sp.start, sp.end)
 
 
 def with_names(template: str, names: dict[str, str]) -> str:

@@ -21,8 +21,8 @@ the passes over one element or one row ask:
 
 `slope` tells how an index expression moves as the element variable moves (through div and mod
 too, with the conditions under which it holds), which is what the rewrites need to prove a vector
-access safe. The analysis' spans are bytes of the source, as the model's are; `span_of`,
-`source_tokens` and `characters` give characters, for code that slices the source as text.
+access safe. Every span is bytes of the source, as the model's are (`span_of`, `source_tokens`
+too): agents/syntax.py's `cut` gives the text of one.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from kerntune.engine.signature import KernelSignature, parse_kernels
 
 from . import model
 from .model import EITHER, Access, Accumulator, Loop, function_name, parse_expression
-from .model import Span as Bytes
+from .model import Span
 
 # ids a thread reads, by kind: CUDA fields and OpenCL functions (the model's dialect table, in this
 # analysis' words)
@@ -55,16 +55,6 @@ EXP_FUNCTIONS = EITHER.exp
 
 
 @dataclass(frozen=True)
-class Span:
-    """A half-open range of characters of the source, source[start:end]: what `span_of` and
-    `source_tokens` give, for code that slices the source as text (the lifts, the cooperating
-    passes). The analysis itself is in bytes, as the model is (`Bytes`)."""
-
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
 class ThreadIndex:
     """A local variable initialised from thread or block ids."""
 
@@ -72,7 +62,7 @@ class ThreadIndex:
     expr: str  # its initialiser, as written
     reads: tuple[tuple[str, int], ...]  # (kind, dimension): ("group", 0) for blockIdx.x
     is_global: bool  # a global index: group * local_size + local, or get_global_id, in one dimension
-    span: Bytes  # the declaration statement
+    span: Span  # the declaration statement
 
 
 @dataclass(frozen=True)
@@ -82,7 +72,7 @@ class Guard:
     var: str
     bound: str
     form: str  # "if", "return" or "loop" (a grid-stride loop over the elements)
-    span: Bytes  # the if statement (or the loop)
+    span: Span  # the if statement (or the loop)
 
 
 @dataclass(frozen=True)
@@ -92,8 +82,8 @@ class KernelAnalysis:
     name: str
     dialect: str
     signature: KernelSignature
-    span: Bytes  # the function definition (from its return type, the kernel words included)
-    body: Bytes  # the body's braces included
+    span: Span  # the function definition (from its return type, the kernel words included)
+    body: Span  # the body's braces included
     thread_indices: tuple[ThreadIndex, ...] = ()
     element: str = ""  # the variable of the element or row a thread owns
     guard: Guard | None = None
@@ -104,7 +94,7 @@ class KernelAnalysis:
     softmax_pairs: tuple[tuple[str, str], ...] = ()  # (max variable, sum-of-exp variable)
     launch_dims: frozenset[int] = frozenset()  # dimensions of the launch the kernel reads
     fixed_threads: tuple[int, ...] = ()  # literals the indexing takes as a thread count
-    fixed_spans: tuple[tuple[int, Bytes, int], ...] = ()  # each such literal, where it stands, its dimension
+    fixed_spans: tuple[tuple[int, Span, int], ...] = ()  # each such literal, where it stands, its dimension
     barriers: bool = False
     shared: bool = False  # __shared__ or __local memory
     atomics: bool = False
@@ -113,11 +103,11 @@ class KernelAnalysis:
     reasons: tuple[str, ...] = ()
     locals: dict[str, str] = field(default_factory=dict)  # single-assignment locals: name -> initialiser
     arg_types: dict[str, str] = field(default_factory=dict)  # pointer argument -> its element type as written
-    returns: tuple[Bytes, ...] = ()  # the kernel's return statements
+    returns: tuple[Span, ...] = ()  # the kernel's return statements
     changing: frozenset[str] = frozenset()  # locals assigned after their declaration (or declared bare)
-    statements: tuple[Bytes, ...] = ()  # the top-level statements of its body
+    statements: tuple[Span, ...] = ()  # the top-level statements of its body
     stride_loop: int | None = None  # the grid-stride loop over the elements (an index into `loops`), if any
-    name_span: Bytes = Bytes(0, 0)  # its name in the declaration
+    name_span: Span = Span(0, 0)  # its name in the declaration
 
     @property
     def owns(self) -> str:
@@ -226,33 +216,15 @@ class _File:
         self.blanked, self.dialect, self.marks = cxx.blank(self.raw)
         self.root = cxx.parser().parse(self.blanked).root_node
         self.signatures = {s.name: s for s in parse_kernels(source, defines)}
-        ascii_only = len(self.raw) == len(source)
-        self._chars = None if ascii_only else self._char_map()
         raw_root = cxx.parser().parse(self.raw).root_node
         self.shared_marks = sorted(leaf.start_byte for leaf in cxx.leaves(raw_root)
                                    if cxx.text(leaf) in ("__shared__", "__local", "local" if self.dialect == "opencl" else ""))
 
-    def _char_map(self) -> list[int]:
-        out, pos = [0] * (len(self.raw) + 1), 0
-        for i, ch in enumerate(self.source):
-            n = len(ch.encode("utf-8"))
-            for k in range(n):
-                out[pos + k] = i
-            pos += n
-        out[pos] = len(self.source)
-        return out
+    def span(self, start: int, end: int) -> Span:
+        return Span(start, end)
 
-    def span(self, start: int, end: int) -> Bytes:
-        return Bytes(start, end)
-
-    def node_span(self, node) -> Bytes:
-        return Bytes(node.start_byte, node.end_byte)
-
-    def characters(self, start: int, end: int) -> Span:
-        """Bytes [start, end) of the source as characters."""
-        if self._chars is None:
-            return Span(start, end)
-        return Span(self._chars[start], self._chars[end])
+    def node_span(self, node) -> Span:
+        return Span(node.start_byte, node.end_byte)
 
     def functions(self) -> Iterator:
         stack = [self.root]
@@ -539,12 +511,12 @@ class _Body:
             start += 1
         return start
 
-    def _name_span(self) -> Bytes:
+    def _name_span(self) -> Span:
         d = self.fn.child_by_field_name("declarator")
         while d is not None and d.type != "function_declarator":
             d = d.child_by_field_name("declarator")
         name = d.child_by_field_name("declarator") if d is not None else None
-        return self.f.node_span(name) if name is not None else Bytes(0, 0)
+        return self.f.node_span(name) if name is not None else Span(0, 0)
 
     def _arg_types(self) -> dict[str, str]:
         """Each pointer argument's element type as written, qualifiers left out (`floatX`, `T`)."""
@@ -623,7 +595,7 @@ class _Body:
                 escaped.append(name)
         return escaped, half_args
 
-    def _node_at(self, span: Bytes):
+    def _node_at(self, span: Span):
         stack = [self.body]
         while stack:
             n = stack.pop()
@@ -974,26 +946,20 @@ def syntax_nodes(source: str, types: tuple[str, ...]) -> list:
 
 
 def span_of(source: str, node, f: "_File | None" = None) -> Span:
-    """A node's span in characters of `source` (a preprocessor line's end of line left out)."""
+    """A node's span in bytes of `source` (a preprocessor line's end of line left out)."""
     f = f or _file(source)
     end = node.end_byte
     while end > node.start_byte and f.raw[end - 1:end] in (b"\n", b"\r"):
         end -= 1
-    return f.characters(node.start_byte, end)
-
-
-def characters(source: str, span: Bytes) -> Span:
-    """A span of the analysis (bytes of the source) in characters of `source`, for code that
-    slices the source as text."""
-    return _file(source).characters(span.start, span.end)
+    return Span(node.start_byte, end)
 
 
 def source_tokens(source: str) -> list[tuple[str, Span]]:
     """The source's tokens as written (CUDA and OpenCL words included), comments and string
-    literals left out, with their spans."""
+    literals left out, with their spans in bytes."""
     f = _file(source)
     root = cxx.parser().parse(f.raw).root_node
-    return [(cxx.text(leaf), f.characters(leaf.start_byte, leaf.end_byte)) for leaf in cxx.leaves(root)]
+    return [(cxx.text(leaf), Span(leaf.start_byte, leaf.end_byte)) for leaf in cxx.leaves(root)]
 
 
 @dataclass(frozen=True)

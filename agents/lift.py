@@ -37,8 +37,9 @@ from kerntune.engine.signature import CTYPES, PACKED
 from kerntune.engine.template import DEVICE_NAMES, DTYPES, Template
 
 from .model import ModelError, build
-from .kernel_tree import (ExplicitInstantiation, KernelAnalysis, KernelTreeError, Span, analyse, characters,
-                          explicit_instantiations, source_tokens, span_of, syntax_nodes, tree_reductions)
+from .kernel_tree import (ExplicitInstantiation, KernelAnalysis, KernelTreeError, Span, analyse, explicit_instantiations,
+                          source_tokens, span_of, syntax_nodes, tree_reductions)
+from .syntax import cut, line_of
 
 # Names that say what a literal tunes, by kind. A #define or constexpr with another name (N_HEADS,
 # PI, WARP_SIZE) is part of what the kernel computes and is left alone.
@@ -59,7 +60,7 @@ PRAGMA_HELPER = (
 
 @dataclass(frozen=True)
 class Edit:
-    """Replace source[start:end] with text."""
+    """Replace the bytes [start, end) of the source with text."""
 
     start: int
     end: int
@@ -120,7 +121,7 @@ def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None, entry:
     with no kernel to analyse has them all lifted."""
     if analyses is None:
         analyses = analyse(source)
-    hot = {characters(source, lp.pragma) for a in analyses for lp in a.loops if lp.pragma is not None and lp.hot}
+    hot = {lp.pragma for a in analyses for lp in a.loops if lp.pragma is not None and lp.hot}
     lifts: list[Lift] = []
     unrolls = 0
     lines = _Lines(source)
@@ -139,7 +140,7 @@ def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None, entry:
             unrolls += 1
             name = "UNROLL" if unrolls == 1 else f"UNROLL_{unrolls}"
             start, end = lines.whole(node.span)
-            line = source[start:end]
+            line = cut(source, start, end)
             indent = line[:len(line) - len(line.lstrip(" \t"))]
             nl = "\n" if line.endswith("\n") else ""
             where = f"(line {lines.number(node.span.start)})"
@@ -219,7 +220,7 @@ def directives(source: str) -> list[Directive]:
             guarded = parent is not None and parent.type == "preproc_ifdef" and \
                 text(parent.children[0]).endswith("ifndef") and text(parent.child_by_field_name("name")) == name
             vs = span_of(source, value_node)
-            body = source[vs.start:vs.end]
+            body = cut(source, vs.start, vs.end)
             lead = len(body) - len(body.lstrip())
             digits = body.lstrip().split("/")[0].split()[0]
             out.append(Directive("define", name, value, span_of(source, node),
@@ -278,18 +279,18 @@ def _define_value(arg: str) -> tuple[int | None, str]:
 
 
 class _Lines:
-    """Line numbers and whole-line spans of a source."""
+    """Line numbers and whole-line spans (bytes) of a source."""
 
     def __init__(self, source: str):
-        self.source = source
+        self.raw = source.encode("utf-8")
 
     def number(self, offset: int) -> int:
-        return self.source.count("\n", 0, offset) + 1
+        return self.raw.count(b"\n", 0, offset) + 1
 
     def whole(self, span: Span) -> tuple[int, int]:
-        start = self.source.rfind("\n", 0, span.start) + 1
-        end = self.source.find("\n", max(span.end - 1, span.start))
-        return start, (len(self.source) if end < 0 else end + 1)
+        start = self.raw.rfind(b"\n", 0, span.start) + 1
+        end = self.raw.find(b"\n", max(span.end - 1, span.start))
+        return start, (len(self.raw) if end < 0 else end + 1)
 
 
 def _guard(name: str, value: int, comment: str) -> str:
@@ -340,9 +341,10 @@ def apply(source: str, lifts: list[Lift], launches: list[tuple[str, int]] = (),
     """The source with the lifts' edits (and the launch's, their text already named) made and the
     defaults set at the top; `launches` are the launch's (name, default) that no lift declares."""
     edits = [e for lift in lifts for e in lift.edits] + list(launch_edits)
-    out = source
-    for e in sorted(edits, key=lambda e: e.start, reverse=True):
-        out = out[:e.start] + e.text + out[e.end:]
+    raw = source.encode("utf-8")
+    for e in sorted(edits, key=lambda e: e.start, reverse=True):  # bytes of the source
+        raw = raw[:e.start] + e.text.encode("utf-8") + raw[e.end:]
+    out = raw.decode("utf-8")
     guards = [(n, v) for n, v in launches if all(lf.name != n for lf in lifts)]
     guards += [(lf.name, lf.default) for lf in lifts if lf.guard]
     head = ""
@@ -369,18 +371,19 @@ def insert_after_prelude(source: str, text: str) -> str:
             continue
         first = span_of(source, node).start
         break
+    raw = source.encode("utf-8")  # the spans are bytes
     if end is not None:
-        pos = source.find("\n", end)
-        pos = len(source) if pos < 0 else pos + 1
+        pos = raw.find(b"\n", end)
+        pos = len(raw) if pos < 0 else pos + 1
     elif first is not None:
-        pos = source.rfind("\n", 0, first) + 1
+        pos = raw.rfind(b"\n", 0, first) + 1
     else:
-        pos = len(source)
-    before = source[:pos]
+        pos = len(raw)
+    before = raw[:pos].decode("utf-8")
     if before and not before.endswith("\n"):
         before += "\n"
     last = before[:-1].rsplit("\n", 1)[-1] if before else ""
-    return before + ("\n" if last.strip() else "") + text + source[pos:]
+    return before + ("\n" if last.strip() else "") + text + raw[pos:].decode("utf-8")
 
 
 # what a prelude's #if group may hold: includes, typedefs, defines and nested groups of them
@@ -709,12 +712,12 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         if kernel is not None:
             # the literal as the block's count in this dimension's global index is lifted with it;
             # the same number anywhere else (another dimension's index too) is a count it may assume
-            fixed = {characters(source, s) for _, s, d in kernel.fixed_spans if d == dim}
-            inside = characters(source, kernel.body)
+            fixed = {s for _, s, d in kernel.fixed_spans if d == dim}
+            inside = kernel.body
             body = [sp for word, sp in source_tokens(source)
                     if inside.start <= sp.start < inside.end and _integer(word) == literal and sp not in fixed]
             if body:
-                line = source.count("\n", 0, body[0].start) + 1
+                line = line_of(source, body[0].start)
                 notes.append(f"the kernel's body uses {literal} itself (line {line}), as a thread count it may "
                              f"assume: the block size in dimension {'xyz'[dim]} is left alone")
                 continue
@@ -819,7 +822,7 @@ def _entry_words(source: str, entry: str) -> set[str] | None:
 
 
 def _body_words(source: str, kernel: KernelAnalysis) -> set[str]:
-    inside = characters(source, kernel.body)
+    inside = kernel.body
     return {w for w, sp in source_tokens(source) if inside.start <= sp.start < inside.end}
 
 
@@ -867,8 +870,7 @@ def _launch_edits(source: str, launches: list[LaunchLift], kernel: KernelAnalysi
         for value, span, dim in kernel.fixed_spans:
             lw = next((x for x in launches if x.dim == dim and x.literal == value), None)
             if lw is not None:
-                at = characters(source, span)
-                edits.append(Edit(at.start, at.end, lw.name))
+                edits.append(Edit(span.start, span.end, lw.name))
     return edits, ""
 
 

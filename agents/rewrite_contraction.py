@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine, contraction_mma
-from .cooperate import (Decline, Dialect, beside, body_of, char_offsets, expression_names, guard_parts, header, inlined,
+from .cooperate import (Decline, Dialect, beside, body_of, expression_names, guard_parts, header, inlined,
                         kernel_spans, pinned, reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted,
                         within)
-from .kernel_tree import Span, span_of, syntax_nodes
+from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ModelError
 from .passes import Declined, Rewrite, RewriteContext
 
@@ -91,7 +91,6 @@ def read(ctx: RewriteContext) -> Contraction:
         a = ctx.model
     except ModelError as e:
         raise Decline(str(e)) from None
-    chars = char_offsets(ctx.source)
     if a.cooperates:
         raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
     _no_pointer_passed(a)
@@ -107,7 +106,7 @@ def read(ctx: RewriteContext) -> Contraction:
     body = body_of(ctx.source, kernel_spans(ctx.source, a))
     text_of = body.text_of
     loops = [s for s in body.statements if s.type == "for_statement"]
-    if len(loops) != 1 or span_of(ctx.source, loops[0]) != Span(*chars(loop.span)):
+    if len(loops) != 1 or span_of(ctx.source, loops[0]) != loop.span:
         raise Decline("the loop is not a statement of the kernel's body")
     at = body.statements.index(loops[0])
     before, after = body.statements[:at], body.statements[at + 1:]
@@ -138,7 +137,7 @@ def read(ctx: RewriteContext) -> Contraction:
     if len(used) != 2:
         raise Decline("the product's factors do not read two different coordinates of the output (no "
                       "contraction of two operands)")
-    r, c = _order(ctx, a, after, used, chars)
+    r, c = _order(ctx, a, after, used)
     x = " * ".join(f"({f})" for f, d in deps if c not in d)
     y = " * ".join(f"({f})" for f, d in deps if c in d)
     ren = {r: "kt_r", c: "kt_c", k: "kt_k", acc.var: "kt_v"}
@@ -176,7 +175,7 @@ def read(ctx: RewriteContext) -> Contraction:
         if _reads_ids(text):
             raise Decline(f"the statement after the loop reads thread ids (line {s.start_point[0] + 1})")
         epilogue.append(" ".join(text.split()))
-    _own_outputs(ctx, a, after, {r: "kt_r", c: "kt_c"}, x_text + " " + y_text, chars)
+    _own_outputs(ctx, a, after, {r: "kt_r", c: "kt_c"}, x_text + " " + y_text)
     acc_type = _declared_type(before, acc.var, text_of) or "float"
     return Contraction(
         r, c, _declared_type(before, r, text_of) or "int", _declared_type(before, c, text_of) or "int",
@@ -269,9 +268,9 @@ def _factors(node, text_of) -> list[str]:
     return [text_of(node)]
 
 
-def _order(ctx, a, after, used: list[str], chars) -> tuple[str, str]:
+def _order(ctx, a, after, used: list[str]) -> tuple[str, str]:
     """(r, c): c is the coordinate along which the output's index walks contiguously."""
-    stores = [x for x in a.accesses if x.write and any(within(Span(*chars(x.span)), span_of(ctx.source, s))
+    stores = [x for x in a.accesses if x.write and any(within(x.span, span_of(ctx.source, s))
                                                         for s in after)]
     for x in stores:
         idx = inlined(a, x.index, {used[0]: "kt_0", used[1]: "kt_1"})
@@ -316,7 +315,7 @@ def _loop_type(loop_node, text_of) -> str:
     return "int"
 
 
-def _own_outputs(ctx, a, after, ren: dict[str, str], operands: str, chars) -> None:
+def _own_outputs(ctx, a, after, ren: dict[str, str], operands: str) -> None:
     """Every write is after the loop, at an index reading both coordinates, into an array the
     operands do not read."""
     spans = [span_of(ctx.source, s) for s in after]
@@ -324,7 +323,7 @@ def _own_outputs(ctx, a, after, ren: dict[str, str], operands: str, chars) -> No
     for x in a.accesses:
         if not x.write:
             continue
-        if not any(within(Span(*chars(x.span)), sp) for sp in spans):
+        if not any(within(x.span, sp) for sp in spans):
             raise Decline(f"`{x.array}` is written inside the loop or before it")
         idx = expression_names(inlined(a, x.index, ren))
         if not {"kt_r", "kt_c"} <= idx:

@@ -43,10 +43,10 @@ from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, body_of, char_offsets, constants, expression_names, fresh_names,
+from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names,
                         header, kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
                         substituted, with_names, within)
-from .kernel_tree import Span, span_of, syntax_nodes
+from .kernel_tree import span_of, syntax_nodes
 from .model import ModelError
 from .passes import Declined, Rewrite, RewriteContext
 
@@ -176,7 +176,8 @@ def _line_text(source: str, node) -> str:
     """A statement's text from the start of its line: the words the syntax tree blanks
     (`__shared__`, `__local`) stand before the node's first character."""
     sp = span_of(source, node)
-    return source[source.rfind("\n", 0, sp.start) + 1:sp.end]
+    raw = source.encode("utf-8")  # the spans are bytes
+    return raw[raw.rfind(b"\n", 0, sp.start) + 1:sp.end].decode("utf-8")
 
 
 def _shared_type(ctx, a, body, S: str) -> str:
@@ -196,8 +197,8 @@ def _is_barrier(ctx, s) -> bool:
     group's `cg::sync(block)`), as the kernel model reads barriers."""
     if s.type != "expression_statement":
         return False
-    chars, where = char_offsets(ctx.source), span_of(ctx.source, s)
-    return any(b.scope == "block" and within(Span(*chars(b.span)), where) for b in ctx.model.barriers)
+    where = span_of(ctx.source, s)
+    return any(b.scope == "block" and within(b.span, where) for b in ctx.model.barriers)
 
 
 def _target(node, text_of, S: str) -> str | None:

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, char_offsets, fresh_names, guard_parts, header, kernel_spans, raw_text,
+from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, kernel_spans, raw_text,
                         reads_thread_ids, spec_scalars, spec_text, with_names)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly
 from .passes import Declined, Rewrite, RewriteContext
+from .syntax import cut
 
 
 NAME = "stencil"
@@ -58,7 +59,7 @@ def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
 
 @dataclass(frozen=True)
 class TiledRead:
-    """A read the tile serves: its span (characters of the source) and its offset from the point."""
+    """A read the tile serves: its span (bytes of the source) and its offset from the point."""
 
     span: tuple[int, int]
     dx: str  # over the loops' variables
@@ -286,7 +287,7 @@ def _count(ctx, arg: str, scalars: dict[str, str], defines) -> str | None:
     return " * ".join(factors)
 
 
-def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars, blocks: dict[str, tuple]) \
+def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, blocks: dict[str, tuple]) \
         -> tuple[list[Tile], Halo, str]:
     """The inputs worth staging in shared memory, the halo around the block's points they need,
     and why none is when none is."""
@@ -317,8 +318,7 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, chars, blocks: d
                 strides = (gx, gy, base)
             elif strides != (gx, gy, base):
                 continue  # another layout or base: this read stays a read of global memory
-            span = chars(x.span)
-            reads.append(TiledRead(span, dx, dy))
+            reads.append(TiledRead((x.span.start, x.span.end), dx, dy))
             h = h.cover(Halo(max(0, -ex[0]), max(0, ex[1]), max(0, -ey[0]), max(0, ey[1])))
         if not reads or not h.any:
             continue
@@ -398,18 +398,16 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     if model.cooperates:
         raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
     a = kernel_spans(ctx.source, model)
-    chars = char_offsets(ctx.source)
     blocks = block_size(ctx)
     (cx, ox), y = _coordinates(model, blocks)
     cy, oy = y if y is not None else (None, 0)
     two_d = cy is not None
     fn, text_of = _function(ctx, a)
     body = fn.child_by_field_name("body")
-    rest = ctx.source[a.body.start:a.body.end]
+    rest = cut(ctx.source, a.body.start, a.body.end)
     for t in (cx, cy):
         if t is not None:
-            start, end = chars(t.span)
-            rest = rest.replace(ctx.source[start:end], "")
+            rest = rest.replace(cut(ctx.source, t.span.start, t.span.end), "")
     if reads_thread_ids(rest):
         raise Decline(f"the body reads thread or block ids other than through its coordinate{'s' if two_d else ''}")
     if "$" in rest:
@@ -420,7 +418,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     # itself (a coordinate's offset only shrinks what it must cover)
     extent = spec_text(_bound(body, text_of, walk.name, coords), spec_scalars(ctx))
     block = list(ctx.block) + ["1"] * (2 - len(ctx.block))
-    found, halo, no_tile = tiles(ctx, model, two_d, chars, blocks)
+    found, halo, no_tile = tiles(ctx, model, two_d, blocks)
     if not all(_compile_time(b, ctx) for b in block[:2]):
         found, no_tile = [], "the block's size is not a parameter or a number"
     if not two_d and not found:
@@ -431,7 +429,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     items, tile, rx = names["ITEMS"], names["TILE"], names.get("RX")
     # the body as a function of the point: each coordinate's initialiser becomes the point's value
     points = [(cx, "kt_x" + (f" + {ox}" if ox else ""))] + ([(cy, "kt_y" + (f" + {oy}" if oy else ""))] if two_d else [])
-    plain, tiled = _bodies(ctx, a, points, found, two_d, chars)
+    plain, tiled = _bodies(ctx, a, points, found, two_d)
     params, args = _parameters(fn, ctx, d, model)
     qualifier = "static __device__ __forceinline__ void" if d.name == "cuda" else "static inline void"
     point = params + ["const int kt_x"] + (["const int kt_y"] if two_d else [])
@@ -498,17 +496,17 @@ def _tile_macros(h: Halo, block: list[str], two_d: bool, across: bool) -> str:
     return f"#define KT_TW {width}\n#define KT_TH {height}\n"
 
 
-def _bodies(ctx, a, coords, found: list[Tile], two_d: bool, chars) -> tuple[str, str]:
+def _bodies(ctx, a, coords, found: list[Tile], two_d: bool) -> tuple[str, str]:
     """The kernel's body as the point function runs it: reading global memory, and reading the tiles."""
     start = a.body.start
     edits = []
     for t, value in coords:
-        first, last = chars(t.span)
-        decl = ctx.source[first:last]
-        init = decl.rfind(t.expr)
+        first, last = t.span.start, t.span.end
+        decl = cut(ctx.source, first, last).encode("utf-8")  # bytes, as the spans are
+        init = decl.rfind(t.expr.encode("utf-8"))
         if init < 0:
             raise Decline(f"the declaration of `{t.name}` cannot be rewritten")
-        edits.append((first + init, first + init + len(t.expr), value))
+        edits.append((first + init, first + init + len(t.expr.encode("utf-8")), value))
     tile_edits = list(edits)
     for i, t in enumerate(found):
         for r in t.reads:
@@ -516,10 +514,10 @@ def _bodies(ctx, a, coords, found: list[Tile], two_d: bool, chars) -> tuple[str,
             tile_edits.append((r.span[0], r.span[1], f"kt_s{i}[{where}(kt_x + ({r.dx}) - kt_ox)]"))
 
     def apply(changes) -> str:
-        text = ctx.source[start:a.body.end]
+        text = cut(ctx.source, start, a.body.end).encode("utf-8")
         for s, e, new in sorted(changes, key=lambda c: -c[0]):
-            text = text[:s - start] + new + text[e - start:]
-        return text
+            text = text[:s - start] + new.encode("utf-8") + text[e - start:]
+        return text.decode("utf-8")
     spans = sorted((s, e) for s, e, _ in tile_edits)
     if any(e1 > s2 for (_, e1), (s2, _) in zip(spans, spans[1:])):
         raise Decline("a read the tile would serve overlaps a coordinate's declaration")
@@ -604,7 +602,7 @@ def _parameters(fn, ctx, d: Dialect, model: KernelModel) -> tuple[list[str], lis
             after = span_of(ctx.source, p).end if p.type in ("(", ",") else after
             continue
         end = span_of(ctx.source, p).end
-        text = " ".join((ctx.source[after:end] if after is not None else raw_text(ctx.source, p)).split())
+        text = " ".join((cut(ctx.source, after, end) if after is not None else raw_text(ctx.source, p)).split())
         node = p.child_by_field_name("declarator")
         while node is not None and node.type != "identifier":
             node = node.child_by_field_name("declarator")

@@ -3,12 +3,13 @@ analyses and rewrites: a node's text, its parts, and where it stands."""
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 from kerntune.engine.cxx import blank, leaves, parser, text
 
 __all__ = ["text", "strip", "walk", "names", "line", "within", "same", "call_name", "call_args", "target",
-           "element", "compact", "uses"]
+           "element", "compact", "uses", "cut", "line_of"]
 
 
 def strip(node):
@@ -97,3 +98,19 @@ def uses(code: str, name: str) -> bool:
     """Whether a piece of C or C++ code (statements, a body) has `name` among its tokens."""
     root = parser().parse(blank(code.encode("utf-8"))[0]).root_node
     return any(text(n) == name for n in leaves(root))
+
+
+@functools.lru_cache(maxsize=16)
+def _encoded(source: str) -> bytes:
+    return source.encode("utf-8")
+
+
+def cut(source: str, start: int, end: int | None = None) -> str:
+    """Bytes [start, end) of a source, as text: every span of the kernel model and the syntax trees
+    is bytes of the source as written (`end` None: to the source's end)."""
+    return _encoded(source)[start:end].decode("utf-8")
+
+
+def line_of(source: str, offset: int) -> int:
+    """The 1-based line of a byte of a source."""
+    return _encoded(source).count(b"\n", 0, offset) + 1

@@ -66,6 +66,9 @@ SLOW_CASES = {
     # the largest recorded sessions: the reader's every form is in the others
     "test_the_fast_reader_reads_every_recorded_session_as_tomllib_does": (
         "matmul-2048", "silu_and_mul-llama7b-t2048", "softmax-llama-t2048", "silu_and_mul_bf16-llama7b-t2048"),
+    # the passes that take longest to make; the element-wise, stencil and lifts' cases stay
+    "test_a_comment_of_several_bytes_a_character_before_and_in_the_kernel_changes_nothing_else": (
+        "naive/softmax_online", "naive/reduce_sequential", "naive/matmul_naive"),
 }
 
 # Whole tests that run several complete tunes each (in processes of their own, killed and resumed,

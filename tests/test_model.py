@@ -122,7 +122,8 @@ __global__ void rows(const float *x, float *y, int n, int c) {
 
 
 def test_the_kernel_trees_loops_accesses_and_accumulators_are_the_models_in_bytes():
-    from kerntune.agents.kernel_tree import characters, classify
+    from kerntune.agents.kernel_tree import classify, source_tokens, span_of, syntax_nodes
+    from kerntune.agents.syntax import cut
 
     a, m = classify(ROWS), build(ROWS)
     raw = ROWS.encode()
@@ -131,9 +132,13 @@ def test_the_kernel_trees_loops_accesses_and_accumulators_are_the_models_in_byte
     assert [(s.var, s.op, s.loop) for s in a.accumulators] == [(s.var, s.op, s.loop) for s in m.accumulators]
     assert a.loops[0].span == m.loops[0].span and a.body == m.kernel.body
     assert raw[a.accesses[0].span.start:a.accesses[0].span.end] == b"x[r * c + j]"
-    # in characters for code that slices the text: the comment's quotes and dash take more bytes
-    text = characters(ROWS, a.accesses[0].span)
-    assert ROWS[text.start:text.end] == "x[r * c + j]" and text.start < a.accesses[0].span.start
+    # the syntax helpers' spans are bytes too (the comment's quotes and dash take more bytes than
+    # characters), and `cut` gives a span's text
+    assert cut(ROWS, a.accesses[0].span.start, a.accesses[0].span.end) == "x[r * c + j]"
+    assert ROWS.index("x[r * c + j]") < a.accesses[0].span.start
+    (node, _), = [(n, t) for n, t in syntax_nodes(ROWS, ("subscript_expression",)) if t(n) == "x[r * c + j]"]
+    assert span_of(ROWS, node) == a.accesses[0].span
+    assert [sp for w, sp in source_tokens(ROWS) if w == "x"][-1].start == a.accesses[0].span.start
 
 
 def test_a_loop_over_a_tiles_row_or_a_packs_members_indexes_a_register_array_and_a_cast_pointer_is_an_access():

@@ -148,3 +148,41 @@ def test_two_indices_written_alike_but_for_spacing_and_comments_read_the_same():
     keys = {syntax.compact(s.child_by_field_name("indices") or s, {"i": "@"}) for s in subs}
     assert keys == {"[row*C+@]"}
     assert syntax.uses("float s = xi + v; // i", "xi") and not syntax.uses("float s = xi + v; // i", "i")
+
+
+# a kernel of each pass (and of each kind of lift: a template's argument, #defines), a backend each
+NON_ASCII = [("naive/gelu", "cuda", ["elementwise"]), ("naive/stencil5", "opencl", ["stencil"]),
+             ("byo/softmax", "cuda", ["fast_math"]), ("byo/transpose", "cuda", []),
+             ("naive/softmax_online", "opencl", ["rowwise", "rowwise_keep", "rowwise_chains", "fast_math"]),
+             ("naive/reduce_sequential", "opencl", ["reduction"]), ("naive/matmul_naive", "cuda", ["contraction"])]
+
+
+@pytest.mark.parametrize("kernel,backend,rewrites", NON_ASCII, ids=[f"{k}-{b}" for k, b, _ in NON_ASCII])
+def test_a_comment_of_several_bytes_a_character_before_and_in_the_kernel_changes_nothing_else(kernel, backend,
+                                                                                            rewrites, tmp_path):
+    """Every span is bytes of the source: `// größe µs` before the kernel and at the top of its body
+    (characters of two bytes each) leaves the template what it is with `// grosse us` there."""
+    import shutil
+
+    from kerntune.agents.model import build
+    from kerntune.agents.rules import rules_template
+
+    def made(comment: str):
+        folder = tmp_path / f"{len(comment.encode())}"
+        shutil.copytree(NAIVE.parent / kernel, folder)
+        t = load_template(folder)
+        for path in [p for p in folder.iterdir() if p.suffix in (".cu", ".cl")]:
+            src = path.read_text()
+            at = build(src, t.entry).kernel.body.start + 1  # just after the body's brace (bytes)
+            raw = src.encode()
+            path.write_text(comment + "\n" + (raw[:at] + f" {comment}\n".encode() + raw[at:]).decode())
+        m = rules_template(load_template(folder), backend, CPU if backend == "opencl" else GPU)
+        return [r.name for r in m.applied.rewrites], m.proposal
+
+    plain, wide = "// grosse us", "// größe µs"
+    names, a = made(plain)
+    wide_names, b = made(wide)
+    assert names == wide_names == rewrites and a is not None and b is not None
+    assert a.sources[backend].count(plain) >= 2
+    assert {k: s.replace(plain, wide) for k, s in a.sources.items()} == b.sources
+    assert (a.parameters, a.grid, a.block, a.constraints) == (b.parameters, b.grid, b.block, b.constraints)
