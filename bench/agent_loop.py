@@ -43,7 +43,7 @@ from kerntune import templates
 from kerntune.agents.rules import RulesProvider
 from kerntune.engine.loop import LoopOptions, TuningLoop
 from kerntune.engine.proposal import dump_spec
-from kerntune.engine.template import load_template, read_spec_toml
+from kerntune.engine.template import load_template, read_spec_toml, spec_entry
 from kerntune.engine.tune import TuneOptions, TuneRun, resolve_device
 from kerntune.tui.text import fmt_config
 
@@ -143,7 +143,7 @@ def original_spec(kernel: str, backend: str, into: Path) -> Path | None:
         shutil.copyfile(lib / kernel_table["reference"].split(":")[0], d / kernel_table["reference"].split(":")[0])
     launch = data["launch"]
     data["kernel"] = kernel_table
-    data["launch"] = {"grid": launch["baseline_grid"], "block": launch["baseline_block"]}
+    data["launch"] = {"grid": spec_entry(launch, "original_grid"), "block": spec_entry(launch, "original_block")}
     for key in ("param", "constraints"):
         data.pop(key, None)
     if backend == "opencl" and (PORTS / kernel / "kernel.toml").exists():

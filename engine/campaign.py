@@ -166,7 +166,7 @@ def pair_result(session: Session, size: str, status: str) -> PairResult:
     return PairResult(
         template=str(session.template.get("name", "")), size=size,
         problem=dict(session.space.get("problem", {})), session=str(session.path), status=status,
-        results=tuple(session.results()), best=session.best(), original=session.baseline(),
+        results=tuple(session.results()), best=session.best(), original=session.default_result(),
         default_key=config_key(default) if isinstance(default, Mapping) else "")
 
 

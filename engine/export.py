@@ -106,7 +106,7 @@ def shipped_of(session: Session) -> Shipped:
     if best is None:
         raise ExportError(f"{session.path}: no verified configuration: nothing to ship")
     s = session.summary()
-    base = s.get("baseline") or {}
+    base = s.get("default") or {}
     b = s["best"]
     interval = b.get("speedup_interval")
     return Shipped(size=str(session.space.get("problem_name") or "problem"), problem=_problem(session),
@@ -204,7 +204,7 @@ def _row(r: Result, rank: int | None, original_us: float | None) -> dict[str, An
 
 def leaderboard(session: Session) -> list[dict[str, Any]]:
     """Every result, the ranked ones first with their rank."""
-    base = session.baseline()
+    base = session.default_result()
     original_us = base.median_us if base is not None and base.ranked else None
     board = ranked(session.results())
     keys = {id(r) for r in board}

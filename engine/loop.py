@@ -134,7 +134,7 @@ class TuningLoop(Controlled):
         search_seed = tune.search_seed if tune.search_seed is not None else tune.seed
         self.tune_options = replace(tune, seed=seed, search_seed=search_seed, session_path=path, resume=False,
                                     backend=backend)
-        # the original kernel at its defaults is the session's baseline
+        # the original kernel at its defaults is the session's default configuration
         header = run_header(self.original, backend, problem, limits, None, self.tune_options, {
             "strategy": "agent loop",
             "agent": self.provider.name,
@@ -244,7 +244,7 @@ class TuningLoop(Controlled):
             outcome = TuneRun(self.original, opts, emitter=self.events).run()
         except TuneError as e:
             raise LoopError(f"the original kernel cannot be measured: {e}") from None
-        result = outcome.baseline or (outcome.results[0] if outcome.results else None)
+        result = outcome.default_result or (outcome.results[0] if outcome.results else None)
         if result is None or not result.verified:
             message = result.message if result is not None else outcome.reason
             raise LoopError(f"the original kernel does not run on {self.limits.name}: "
@@ -276,13 +276,13 @@ class TuningLoop(Controlled):
         self._emit(SearchPlanned(self.events.now(), number, self.provider.name, search.strategy, search.budget,
                                  {p.name: list(p.values) for p in template.parameters}, search.reason))
         # every configuration of this template is measured once in the session, the default too:
-        # an earlier round's result of it stays the baseline of speedups
+        # an earlier round's result of it stays what speedups are over
         earlier = [r for rec in self.history if rec.template_dir == self.template_dir for r in rec.results]
         skip = tuple(dict.fromkeys(config_key(r.config) for r in earlier))
         default_key = config_key(template.default_config())
-        baseline = next((r for r in earlier if config_key(r.config) == default_key), None)
+        default_result = next((r for r in earlier if config_key(r.config) == default_key), None)
         opts = replace(self.tune_options, strategy=search.strategy, budget=search.budget, skip=skip,
-                       baseline=baseline)
+                       default_result=default_result)
         try:
             outcome = TuneRun(template, opts, emitter=self.events).run()
         except TuneError as e:

@@ -84,7 +84,7 @@ def template_from_session(header: Mapping[str, Any], into: Path) -> Any:
     built-in one of that name when it is the same, else rebuilt in `into` from the spec and
     sources the session carries (without the numpy reference, which profiling does not need)."""
     from .proposal import dump_spec
-    from .template import TemplateError, load_template, parse_template, read_spec_toml
+    from .template import TemplateError, load_template, parse_template, read_spec_toml, spec_entry
 
     t = header.get("template", {})
     fingerprint = t.get("fingerprint")
@@ -114,11 +114,12 @@ def template_from_session(header: Mapping[str, Any], into: Path) -> Any:
     names = {"cuda": "kernel.cu", "opencl": "kernel.cl"}
     kernel["sources"] = {backend: names.get(backend, "kernel.src")}
     (into / kernel["sources"][backend]).write_text(t["source"])
-    if isinstance(t.get("original_source"), str) and kernel.get("baseline"):
-        kernel["baseline"] = {backend: "original." + names.get(backend, "x.src").split(".")[-1]}
-        (into / kernel["baseline"][backend]).write_text(t["original_source"])
-    else:
-        kernel.pop("baseline", None)
+    had_original = spec_entry(kernel, "original")
+    kernel.pop("baseline", None)  # the key earlier specs (and the sessions that carry them) wrote
+    kernel.pop("original", None)
+    if isinstance(t.get("original_source"), str) and had_original:
+        kernel["original"] = {backend: "original." + names.get(backend, "x.src").split(".")[-1]}
+        (into / kernel["original"][backend]).write_text(t["original_source"])
     spec_path = into / "kernel.toml"
     text = dump_spec(data)
     spec_path.write_text(text)
@@ -264,7 +265,7 @@ def _launch(backend: Any, template: Any, problem: Any, inputs: Any, job: Profile
 
     name = job.backend
     if job.original:
-        # a spec with no baseline file is its own original (the agent loop's, with no
+        # a spec with no original's file is its own original (the agent loop's, with no
         # parameters): its source as written, no defines
         source = job.originals.get(name) or template.original_sources.get(name) or template.source_for(name)
         kernel = backend.compile(source, template.entry, {}, template.options_for(name))

@@ -58,8 +58,8 @@ def original_launch(original: Template, limits: DeviceLimits | None = None) -> t
 
     A spec that already has parameters is taken at its defaults; device names become this
     device's values (a template is made for the device it is tuned on)."""
-    if original.baseline_block and not original.parameters:
-        return ([e.source for e in original.baseline_grid], [e.source for e in original.baseline_block])
+    if original.original_block and not original.parameters:
+        return ([e.source for e in original.original_grid], [e.source for e in original.original_block])
     values: dict[str, Any] = dict(original.default_config())
     if limits is not None:
         values.update(limits.expression_names())
@@ -89,7 +89,8 @@ def compose_spec(original: Template, proposal: TemplateProposal, limits: DeviceL
     kernel = dict(data.get("kernel", {}))
     backends = sorted(proposal.sources)
     kernel["sources"] = {b: f"kernel.{EXTENSIONS[b]}" for b in backends}
-    kernel["baseline"] = {b: f"original.{EXTENSIONS[b]}" for b in backends}
+    kernel.pop("baseline", None)  # the key earlier specs wrote for it
+    kernel["original"] = {b: f"original.{EXTENSIONS[b]}" for b in backends}
     if original.reference_path is not None:
         ref = original.reference_path.name
         if original.reference_function != "reference":
@@ -125,8 +126,10 @@ def compose_spec(original: Template, proposal: TemplateProposal, limits: DeviceL
         launch["block"] = list(proposal.block)
     if proposal.shared_bytes is not None:
         launch["shared_bytes"] = proposal.shared_bytes
-    launch["baseline_grid"] = grid
-    launch["baseline_block"] = block
+    for key in ("baseline_grid", "baseline_block"):  # the keys earlier specs wrote for them
+        launch.pop(key, None)
+    launch["original_grid"] = grid
+    launch["original_block"] = block
     data["launch"] = launch
     # tables in the order a reader expects: the kernel, its parameters, then the rest
     order = ["constraints", "kernel", "param", "launch", "arg", "problem", "verify", "cost"]

@@ -433,7 +433,7 @@ def _verification_problems(template) -> list[str]:
     from .space import whole_blocks_only
 
     every = template.problems + template.verify_problems
-    original = template.baseline_grid or (template.grid if not template.parameters else ())
+    original = template.original_grid or (template.grid if not template.parameters else ())
     if any(whole_blocks_only(e, pr.values, name) for e in original for pr in every[:1]
            for name in pr.values):  # as the engine decides (space.odd_problem)
         return []

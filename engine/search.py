@@ -138,7 +138,7 @@ class ByObjective:
 
 def make_strategy(name: str, space: Space, *, seed: int = 0, done: Iterable[str] = (),
                   first: Config | None = None) -> Strategy:
-    """A strategy by name; `first` (the baseline) is proposed before anything else."""
+    """A strategy by name; `first` (the default configuration) is proposed before anything else."""
     if name == "grid":
         return GridSearch(space, done, first)
     if name == "random":
@@ -401,7 +401,7 @@ class ModelGuided(_Places):
     log-time of the configurations that ran, with expected improvement choosing the next among
     those not yet evaluated. Figures: bench/results/search-cpu.md.
 
-    It starts from the baseline and a space-filling design (`_spread_untried`). A configuration
+    It starts from the default configuration and a space-filling design (`_spread_untried`). A configuration
     that failed is never proposed again but stays out of the time model: the fastest
     configurations tend to sit at the edge of the resource limits (the largest tiles that still
     fit), beside ones that fail, and a failure counted as "much slower" (twice the slowest, as
@@ -485,7 +485,7 @@ class ModelGuided(_Places):
     @property
     def lookahead(self) -> int | None:
         """How many configurations it wants out at once (engine/driver.py): any number for its
-        start (the baseline and the space-filling design need no result), then `window`, so that
+        start (the default configuration and the space-filling design need no result), then `window`, so that
         each proposal is made from the results of all but the last few. A run compiling ahead in
         a dozen processes kept 28 out: with a budget of 30, every proposal was made before the
         first result came back, and the model never chose one."""
@@ -499,7 +499,7 @@ class ModelGuided(_Places):
     # -- proposals --
 
     def _spread_untried(self) -> int:
-        """The start: the baseline, then each time the untried configuration farthest from all
+        """The start: the default configuration, then each time the untried configuration farthest from all
         tried ones (maximin, ties at random). Such a design covers the space's extremes, where the
         fastest configurations often lie (widest vectors, largest tiles, most work per thread):
         on the recorded spaces it needs a median of 6 evaluations (200 seeds) where random starts

@@ -235,7 +235,7 @@ class Session:
     def evaluated_keys(self) -> set[str]:
         return {config_key(r.config) for r in self.results()}
 
-    def baseline(self) -> Result | None:
+    def default_result(self) -> Result | None:
         default = self.template.get("default_config")
         if not isinstance(default, Mapping):
             return None
@@ -285,7 +285,7 @@ class Session:
         for r in results:
             if r.status in FAILED:
                 failed[r.status] = failed.get(r.status, 0) + 1
-        best, base = self.best(), self.baseline()
+        best, base = self.best(), self.default_result()
         out: dict[str, Any] = {
             "path": str(self.path),
             "id": self.info.get("id", ""),
@@ -300,7 +300,7 @@ class Session:
             "suspect": sum(1 for r in results if r.status == "suspect"),
             "failed": failed,
             "best": None,
-            "baseline": None,
+            "default": None,
             "speedup": None,
             "finished": None,
             "warnings": list(self.warnings),
@@ -317,7 +317,7 @@ class Session:
             if best.disturbed:
                 out["best"]["disturbed"] = best.disturbed
         if base is not None and base.median_us is not None:
-            out["baseline"] = {"config": dict(base.config), "median_us": base.median_us, "status": base.status}
+            out["default"] = {"config": dict(base.config), "median_us": base.median_us, "status": base.status}
             if best is not None and best.median_us:
                 out["speedup"] = base.median_us / best.median_us
         lead = self.leaders()

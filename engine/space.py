@@ -236,9 +236,9 @@ def odd_problem(template: Template, problem: Problem, configs: Sequence[Config],
     # a size the original kernel's own launch covers in whole blocks only (a launcher's `n / 16`,
     # not `(n + 15) / 16`; no bounds check in the kernel) is a multiple by the original's design:
     # an odd one would fail the original, not find a tail bug. Only the original's launch (the
-    # spec's, or the one a template made from it keeps as its baseline) says so, never a grid a
+    # spec's, or the one a template made from it keeps as the original's launch) says so, never a grid a
     # template proposes.
-    original = template.baseline_grid or (template.grid if not template.parameters else ())
+    original = template.original_grid or (template.grid if not template.parameters else ())
     for name in values:
         v = int(values[name])
         if v < 2 or any(whole_blocks_only(e, first.values, name) for e in original):
@@ -260,9 +260,9 @@ def launch_geometry(template: Template, config: Mapping[str, ParamValue] | None,
     if config is not None:
         return geometry(template, config, problem, limits)
     t = template
-    if not t.baseline_block:
+    if not t.original_block:
         return geometry(t, t.default_config(), problem, limits)
-    dims = [[int(e.evaluate(problem.values)) for e in exprs] for exprs in (t.baseline_grid, t.baseline_block)]
+    dims = [[int(e.evaluate(problem.values)) for e in exprs] for exprs in (t.original_grid, t.original_block)]
     pad = [tuple((d + [1, 1, 1])[:3]) for d in dims]
     # the dynamic shared memory the template declares, at the defaults (which reproduce the original)
     shared = 0 if t.shared_bytes is None else \

@@ -5,7 +5,8 @@ geometry, the kernel's arguments (dtype, shape, role), the problem sizes to tune
 model. Parameters reach the source as preprocessor defines; the source keeps `#ifndef NAME` /
 `#define NAME default` so that it compiles alone as the default configuration. The original kernel
 (what a template was made from, measured first) may be a file of its own: the spec names it
-`[kernel] baseline`, a key kept as earlier specs wrote it; in the code it is the original.
+`[kernel] original`, and its own launch `[launch] original_grid` / `original_block`; the keys
+earlier specs wrote for them (`baseline`, `baseline_grid`, `baseline_block`) are read alike.
 
 Every spec error is a `TemplateError` whose message is one line naming the file, the key and what
 was expected.
@@ -157,8 +158,8 @@ class Template:
     verify_problems: tuple[Problem, ...]
     cost_bytes: Expression
     cost_flops: Expression
-    baseline_grid: tuple[Expression, ...] = ()
-    baseline_block: tuple[Expression, ...] = ()
+    original_grid: tuple[Expression, ...] = ()  # the original kernel's own launch (problem names only)
+    original_block: tuple[Expression, ...] = ()
     reference_path: Path | None = None
     reference_function: str = "reference"
     reference_timeout: float = 120.0  # seconds one call of the reference (or its import) may take
@@ -386,7 +387,7 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
     kernel = s.table(data, "kernel", "")
     s.check_keys(
         kernel,
-        {"name", "description", "entry", "sources", "baseline", "reference", "forbid_spills", "options",
+        {"name", "description", "entry", "sources", "original", "baseline", "reference", "forbid_spills", "options",
          "absolute_includes", "reference_timeout"},
         "kernel",
     )
@@ -415,13 +416,14 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
             continue
         loaded[backend] = _read_beside(s, directory, fname, f"kernel.sources.{backend}")
     originals: dict[str, str] = {}
-    original_files = kernel.get("baseline", {})  # the original kernel's files: the spec's key
+    okey = _written_key(s, kernel, "original", "kernel")  # the original kernel's files
+    original_files = kernel.get(okey, {})
     if not isinstance(original_files, dict):
-        raise s.fail("kernel.baseline", "a table of backend = file", original_files)
+        raise s.fail(f"kernel.{okey}", "a table of backend = file", original_files)
     for backend, fname in original_files.items():
         if backend not in BACKENDS or not isinstance(fname, str):
-            raise s.fail(f"kernel.baseline.{backend}", "backend = file name", fname)
-        originals[backend] = _read_beside(s, directory, fname, f"kernel.baseline.{backend}")
+            raise s.fail(f"kernel.{okey}.{backend}", "backend = file name", fname)
+        originals[backend] = _read_beside(s, directory, fname, f"kernel.{okey}.{backend}")
 
     options: dict[str, tuple[str, ...]] = {}
     raw_opts = kernel.get("options", {})
@@ -438,7 +440,7 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
 
     if sources is None:  # what the compiler would read besides the sources: never outside the folders
         roots = [directory.resolve(), *(Path(o[2:]) for opts in options.values() for o in opts if o.startswith("-I"))]
-        for table, files, texts in (("sources", source_files, loaded), ("baseline", original_files, originals)):
+        for table, files, texts in (("sources", source_files, loaded), (okey, original_files, originals)):
             for backend, fname in files.items():
                 _check_includes(s, texts[backend], [(directory / fname).resolve().parent, *roots[1:]], roots,
                                 absolute_includes, f"kernel.{table}.{backend}")
@@ -502,15 +504,17 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
     )
 
     launch = s.table(data, "launch", "")
-    s.check_keys(launch, {"grid", "block", "shared_bytes", "baseline_grid", "baseline_block"}, "launch")
+    s.check_keys(launch, {"grid", "block", "shared_bytes", "original_grid", "original_block", "baseline_grid",
+                          "baseline_block"}, "launch")
     grid = _dims(s, launch, "grid", checked)
     block = _dims(s, launch, "block", checked)
     # The original kernel's own launch (its block size may follow the row length).
-    baseline_grid = baseline_block = ()
-    if "baseline_grid" in launch or "baseline_block" in launch:
+    original_grid = original_block = ()
+    gkey, bkey = (_written_key(s, launch, k, "launch") for k in ("original_grid", "original_block"))
+    if gkey in launch or bkey in launch:
         only_problem = lambda v, k: checked(v, k, problem_names)  # noqa: E731
-        baseline_grid = _dims(s, launch, "baseline_grid", only_problem)
-        baseline_block = _dims(s, launch, "baseline_block", only_problem)
+        original_grid = _dims(s, launch, gkey, only_problem)
+        original_block = _dims(s, launch, bkey, only_problem)
     shared = checked(launch["shared_bytes"], "launch.shared_bytes") if "shared_bytes" in launch else None
 
     arguments = _arguments(s, data.get("arg"), checked, problem_names)
@@ -550,8 +554,8 @@ def parse_template(text: str, path: Path, sources: Mapping[str, str] | None = No
         verify_problems=verify_problems,
         cost_bytes=cost_bytes,
         cost_flops=cost_flops,
-        baseline_grid=baseline_grid,
-        baseline_block=baseline_block,
+        original_grid=original_grid,
+        original_block=original_block,
         reference_path=reference_path,
         reference_function=reference_fn,
         reference_timeout=float(reference_timeout),
@@ -791,6 +795,27 @@ def _parameters(s: _Spec, raw: Any) -> tuple[Parameter, ...]:
             raise s.fail(f"{where}.kind", f"one of {', '.join(PARAM_KINDS)}", kind)
         out.append(Parameter(name, tuple(values), default, description, kind))
     return tuple(out)
+
+
+# The original kernel's files and launch, and the keys earlier specs (and the sessions that carry
+# them) wrote for the same: read alike, never written again.
+EARLIER_KEYS = {"original": "baseline", "original_grid": "baseline_grid", "original_block": "baseline_block"}
+
+
+def spec_entry(table: Mapping, key: str) -> Any:
+    """A spec table's value of `key` (a parsed kernel.toml's, or a session's copy of one), or of
+    the key earlier specs wrote for it; None with neither."""
+    if key in table:
+        return table[key]
+    return table.get(EARLIER_KEYS.get(key, key))
+
+
+def _written_key(s: _Spec, table: Mapping, key: str, where: str) -> str:
+    """`key`, or the earlier key the spec wrote for it; both at once is an error."""
+    earlier = EARLIER_KEYS[key]
+    if key in table and earlier in table:
+        raise s.fail(f"{where}.{key}", f"one of {key} and {earlier} (its earlier name), not both")
+    return earlier if earlier in table else key
 
 
 def _dims(s: _Spec, launch: Mapping, key: str, checked: Callable) -> tuple[Expression, ...]:

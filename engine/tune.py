@@ -82,9 +82,9 @@ class TuneOptions:
     # Configurations (their config_key) measured earlier, by an earlier round of the agent loop
     # on the same template: not evaluated again.
     skip: tuple[str, ...] = ()
-    # The default configuration's result from such an earlier round: the baseline of speedups,
+    # The default configuration's result from such an earlier round: what speedups are over,
     # so that the default is not measured again either.
-    baseline: Result | None = None
+    default_result: Result | None = None
     # Profile the K best configurations with Nsight Compute when the search ends (CUDA only).
     profile_top: int = 0
     # CUDA: compute-sanitizer memcheck on the K fastest configurations (the reported winner is
@@ -108,7 +108,7 @@ class Outcome:
     reason: str
     results: list[Result]
     best: Result | None
-    baseline: Result | None
+    default_result: Result | None
     space: Space
     limits: DeviceLimits
     winner_ok: bool | None = None
@@ -265,7 +265,7 @@ class TuneRun(Controlled):
             if len(starts) < len(opts.start_from):
                 self.events.note(f"{len(opts.start_from) - len(starts)} of the {len(opts.start_from)} starting "
                                  f"configurations are not in this problem's space: skipped")
-            first = [default] if default in feasible else []  # the baseline still goes first
+            first = [default] if default in feasible else []  # the default configuration still goes first
             strategy = Seeded(strategy, first + starts, done)
         if opts.objective != "time":
             strategy = ByObjective(strategy, opts.objective)
@@ -285,9 +285,10 @@ class TuneRun(Controlled):
                           (limits.peak_bandwidth_gbs, limits.peak_gflops, limits.peaks_source)
                           if limits.peaks_source else None, limits.peaks_spread,
                           ((odd.name, dict(odd.values)),) if odd is not None else ())
-        baseline = next((r for r in results if config_key(r.config) == default.key), None)
-        if baseline is None and opts.baseline is not None and config_key(opts.baseline.config) == default.key:
-            baseline = opts.baseline
+        default_result = next((r for r in results if config_key(r.config) == default.key), None)
+        earlier = opts.default_result  # an earlier round's
+        if default_result is None and earlier is not None and config_key(earlier.config) == default.key:
+            default_result = earlier
         progress = Progress(len(results), fastest(results))
         rules = StopRules(opts.budget, opts.time_limit, opts.sol_target, opts.patience)
         reason = "space exhausted"
@@ -307,16 +308,16 @@ class TuneRun(Controlled):
                 self._worker_notes(evaluations.info, limits)
 
         def on_result(config: Config, result: Result, improved: bool) -> None:
-            nonlocal baseline
+            nonlocal default_result
             worker_notes()
             results.append(result)
             index = len(results) - 1
             self.events.emit(ConfigEvaluated(self.events.now(), index, result))
             if config == default:
-                baseline = result
+                default_result = result
             if improved:
-                speedup = (baseline.median_us / result.median_us
-                           if baseline is not None and baseline.ranked else 1.0)
+                speedup = (default_result.median_us / result.median_us
+                           if default_result is not None and default_result.ranked else 1.0)
                 self.events.emit(BestImproved(self.events.now(), index, dict(result.config), result.median_us,
                                         result.sol_fraction or 0.0, speedup))
 
@@ -342,7 +343,7 @@ class TuneRun(Controlled):
             if best is not None and not self.events.stopped:
                 best, winner_ok = self._final_check(evaluations, results, template, problem, backend)
                 if best is not None and winner_ok and not self.events.stopped:
-                    best = self._paired(evaluations, results, best, baseline, default, template, problem, backend)
+                    best = self._paired(evaluations, results, best, default_result, default, template, problem, backend)
                     winner_ok = best is not None
                 if best is not None and winner_ok and len(getattr(evaluations, "labels", ())) > 1:
                     self._retime(evaluations, best)
@@ -358,7 +359,7 @@ class TuneRun(Controlled):
         verified = sum(1 for r in results if r.verified)
         self.events.emit(RunFinished(self.events.now(), reason, len(results), verified,
                                dict(best.config) if best else {}, best.median_us if best else 0.0))
-        return Outcome(path, reason, results, best, baseline, space, limits, winner_ok, profiles)
+        return Outcome(path, reason, results, best, default_result, space, limits, winner_ok, profiles)
 
     def _evaluations(self, spec: WorkerSpec, template: Template, backend: str, limits: DeviceLimits):
         """Where configurations are measured: a Dask cluster, a worker per listed device, or one."""
@@ -445,14 +446,14 @@ class TuneRun(Controlled):
                              f"{fmt_values(hit[0].config) or 'the original'}: {hit[0].disturbed}); their times "
                              "are marked ~", source="disturbance")
 
-    def _paired(self, evaluations, results: list[Result], winner: Result, baseline: Result | None,
+    def _paired(self, evaluations, results: list[Result], winner: Result, default_result: Result | None,
                 default: Config, template: Template, problem: Problem | None = None,
                 backend: str = "") -> Result | None:
         """The leaders and the original timed together (engine/retime.py); the configuration to
         report: the winner, or the one the paired times choose among those tied with the fastest
         (checked again on new inputs first when it is not the winner). One event records it all."""
         paired = getattr(evaluations, "paired", None)
-        original = baseline if baseline is not None and baseline.ranked else None
+        original = default_result if default_result is not None and default_result.ranked else None
         others = [r for r in ranked(results) if r is not winner]
         # a fixed cost at the end: a tenth of the search's time, between 2 s and a minute
         wall = min(60.0, max(2.0, 0.1 * (time.monotonic() - self._search_started)))

@@ -77,14 +77,14 @@ def test_rules_loop_templates_the_original_and_ends_with_a_verified_best_at_leas
     assert {r.backend for r in events if isinstance(r, RunStarted)} == {"opencl"}
 
     # stage 2: a verified best, at least as fast as the template's defaults (the original's code)
-    # measured in the same session; the original itself is measured and kept as the baseline
+    # measured in the same session; the original itself is measured and kept as the default configuration
     done = events[-1]
     assert isinstance(done, LoopFinished) and done.best_us > 0
     results = s.results()
     default = template.default_config()
     defaults = [x.median_us for x in results if config_key(x.config) == config_key(default) and x.ranked]
     best = min((x for x in results if x.ranked and x.config), key=lambda x: x.median_us)
-    assert s.baseline() is not None and s.baseline().config == {} and done.original_us == s.baseline().median_us
+    assert s.default_result() is not None and s.default_result().config == {} and done.original_us == s.default_result().median_us
     # never slower than the original: the best configuration, or the original itself when none beat it
     assert done.best_us <= done.original_us and done.speedup >= 1.0
     # the configurations the leaders' paired re-timing chose, and those it found tied (one run's
@@ -220,7 +220,7 @@ def test_a_proposal_never_changes_what_the_kernel_is_checked_against(tmp_path):
     assert [(a.name, a.dtype, a.role) for a in template.arguments] == [(a.name, a.dtype, a.role) for a in t.arguments]
     assert [x.values for x in template.problems] == [x.values for x in t.problems]
     assert template.cost_bytes.source == t.cost_bytes.source
-    assert [e.source for e in template.baseline_block] == ["256"]
+    assert [e.source for e in template.original_block] == ["256"]
 
 
 

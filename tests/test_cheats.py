@@ -125,7 +125,7 @@ def test_no_odd_size_is_added_where_the_originals_own_launch_covers_whole_blocks
     limits = opencl_backend.limits
     assert odd_problem(t, p, build_space(t, p, limits).configs, limits) is None
     made = write_template(t, lift_template(t, "opencl", limits).proposal, tmp_path / "tpl", limits)
-    assert [e.source for e in made.baseline_grid] == ["N // 16", "N // 16"]
+    assert [e.source for e in made.original_grid] == ["N // 16", "N // 16"]
     assert odd_problem(made, p, build_space(made, p, limits).configs, limits) is None
     # the cheats' template with a grid that drops the tail still gets its odd size
     cheat = load_template(CHEATS)

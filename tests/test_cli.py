@@ -42,14 +42,14 @@ def test_tune_silu_and_mul_prints_the_leaderboard_and_a_session_show_reads(tmp_p
     assert summary["template"] == "silu_and_mul"
     assert summary["evaluated"] == 12 and summary["verified"] == 12
     assert summary["failed"] == {}
-    assert summary["baseline"]["config"]["BLOCK"] == 1024
+    assert summary["default"]["config"]["BLOCK"] == 1024
     best = summary["best"]
     assert best["median_us"] > 0 and set(best["config"]) == {"BLOCK", "VEC", "ROWS", "UNROLL", "FAST_EXP", "STREAM", "SPLIT"}
     if "speedup_interval" in best:  # the leaders' paired re-timing gives the speedup, with its interval
         low, high = best["speedup_interval"]
         assert low <= summary["speedup"] <= high
     else:
-        assert summary["speedup"] == pytest.approx(summary["baseline"]["median_us"] / best["median_us"])
+        assert summary["speedup"] == pytest.approx(summary["default"]["median_us"] / best["median_us"])
 
 
 def test_a_grid_over_vector_add_finds_verified_configs(tmp_path):
@@ -162,7 +162,7 @@ def test_list_and_devices(capsys, monkeypatch):
 
 
 def test_start_from_tries_another_sizes_fastest_first(tmp_path, capsys):
-    """--start-from: the baseline, then the K fastest of a session at another size, then the strategy."""
+    """--start-from: the default configuration, then the K fastest of a session at another size, then the strategy."""
     first = tmp_path / "small.toml"
     assert main(["tune", "vector_add", "--shape", "n=4096", "--session", str(first), *QUICK]) == 0
     fastest = [config_key(r.config) for r in sorted((r for r in load_session(first).results() if r.ranked),

@@ -44,7 +44,7 @@ def test_silu_and_mul_tunes_on_cuda_with_every_result_verified(tmp_path):
     bad = [(r.config, r.status, r.message) for r in out.results if r.status != "ok"]
     assert not bad
     assert out.winner_ok is True
-    assert out.best.median_us <= out.baseline.median_us
+    assert out.best.median_us <= out.default_result.median_us
     s = load_session(out.session_path)
     assert s.summary()["verified"] == out.space.feasible
 
@@ -155,8 +155,8 @@ def test_library_kernels_tune_on_cuda_with_every_result_verified(tmp_path, name,
     out = _tune(name, tmp_path, problem=problem, strategy="random", budget=40)
     bad = [(r.config, r.status, r.message) for r in out.results if r.status not in ("ok", "pruned")]
     assert not bad
-    assert out.winner_ok is True and out.baseline is not None and out.baseline.status == "ok"
-    assert out.best.median_us <= out.baseline.median_us
+    assert out.winner_ok is True and out.default_result is not None and out.default_result.status == "ok"
+    assert out.best.median_us <= out.default_result.median_us
 
 
 def test_every_cheat_is_caught_on_the_gpu(tmp_path):

@@ -66,13 +66,13 @@ def test_a_session_round_trips_every_event_exactly(tmp_path):
     assert s.template["spec"] == "a\n[[event]]\nb"
 
 
-def test_summary_reports_best_baseline_and_failures(tmp_path):
+def test_summary_reports_best_default_and_failures(tmp_path):
     s = load_session(write(tmp_path / "s.toml"))
     summary = s.summary()
     assert summary["evaluated"] == 2 and summary["verified"] == 1
     assert summary["failed"] == {"wrong_result": 1}
     assert summary["best"]["config"] == {"B": 1} and summary["best"]["median_us"] == 1.5
-    assert summary["baseline"]["median_us"] == 1.5 and summary["speedup"] == 1.0
+    assert summary["default"]["median_us"] == 1.5 and summary["speedup"] == 1.0
 
 
 def test_a_file_cut_anywhere_in_its_last_event_loads_without_it(tmp_path):

@@ -170,3 +170,22 @@ def test_parse_template_never_raises_other_errors_on_random_bytes(tmp_path):
         text = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))).decode("latin-1")
         with pytest.raises(TemplateError):
             parse_template(text, tmp_path / "kernel.toml")
+
+
+@pytest.mark.parametrize("files,grid,block", [("original", "original_grid", "original_block"),
+                                              ("baseline", "baseline_grid", "baseline_block")])
+def test_the_original_kernels_files_and_launch_load_under_their_keys_and_the_earlier_ones(tmp_path, files, grid, block):
+    (tmp_path / "original.cl").write_text(SOURCE.replace("BLOCK", "2"))
+    spec = GOOD.replace('sources = { opencl = "kernel.cl" }',
+                        f'sources = {{ opencl = "kernel.cl" }}\n{files} = {{ opencl = "original.cl" }}')
+    spec = spec.replace('block = ["BLOCK"]', f'block = ["BLOCK"]\n{grid} = ["ceil_div(n, 256)"]\n{block} = [256]')
+    t = load_template(write(tmp_path, spec))
+    assert t.original_sources["opencl"] == SOURCE.replace("BLOCK", "2")
+    assert [e.source for e in t.original_grid] == ["ceil_div(n, 256)"] and [e.source for e in t.original_block] == ["256"]
+
+
+def test_the_original_under_both_its_key_and_the_earlier_one_is_one_line(tmp_path):
+    spec = GOOD.replace('block = ["BLOCK"]', 'block = ["BLOCK"]\noriginal_block = [256]\nbaseline_block = [256]')
+    with pytest.raises(TemplateError, match=r"\[launch.original_block\] expected one of original_block and "
+                                            r"baseline_block \(its earlier name\), not both"):
+        load_template(write(tmp_path, spec))

@@ -127,7 +127,7 @@ def test_a_one_device_session_has_no_devices_and_its_text_and_csv_are_as_before(
     state = folded_one_device()
     assert state.devices == {} and not state.several_devices
     results = [e.result for e in state.entries.values()]
-    assert "device" not in leaderboard_csv(results, state.baseline).splitlines()[0].split(",")
+    assert "device" not in leaderboard_csv(results, state.default_result).splitlines()[0].split(",")
     out = io.StringIO()
     TextRenderer(out)(ConfigEvaluated(1.0, 0, results[0]))
     assert out.getvalue().startswith("[   1/0] BLOCK=256 ITEMS=1: ok")

@@ -48,7 +48,7 @@ def test_the_rank_and_speedup_agree_with_the_recorded_session():
     assert state.best == best
     summary = s.summary()
     assert state.speedup(best) == pytest.approx(summary["speedup"])
-    assert state.baseline.config == s.template["default_config"]
+    assert state.default_result.config == s.template["default_config"]
     assert state.evaluated == 24 and state.ranked_count == 24
     assert state.finished is not None and state.winner is not None and state.winner.ok
 
@@ -245,7 +245,7 @@ def test_the_live_feed_shows_the_agent_loop_from_its_first_event_and_plain_sinks
     assert load_session(tmp_path / "loop.toml").header == header  # what the file holds, the sinks had
 
 
-def test_the_original_kernel_with_no_parameters_is_the_baseline():
+def test_the_original_kernel_with_no_parameters_is_the_default_configuration():
     from kerntune.engine.events import ConfigEvaluated
     from kerntune.engine.result import Result
     from kerntune.tui.state import DashboardState
@@ -254,7 +254,7 @@ def test_the_original_kernel_with_no_parameters_is_the_baseline():
     state.set_header({"template": {"name": "x", "backend": "opencl", "parameters": [], "default_config": {}}})
     state.apply(ConfigEvaluated(0.1, 0, Result(config={}, status="ok", median_us=10.0)))
     state.apply(ConfigEvaluated(0.2, 1, Result(config={"B": 2}, status="ok", median_us=5.0)))
-    assert state.baseline_us == 10.0
+    assert state.default_us == 10.0
     assert state.speedup(Result(config={"B": 2}, status="ok", median_us=5.0)) == 2.0
 
 
@@ -289,7 +289,7 @@ def test_a_configuration_s_source_has_its_defines_launch_and_options_and_show_pr
     state.apply_all(session.events)
     key = state.ranked_key(2)
     r = state.entries[key].result
-    text = config_source(session.header, r, rank=2, ranked=state.ranked_count, baseline_us=state.baseline_us)
+    text = config_source(session.header, r, rank=2, ranked=state.ranked_count, default_us=state.default_us)
     assert text.startswith("/* kerntune: wide, the configuration ranked 2 of 30 (median ")
     assert f" * launch: grid {r.grid[0]} x 1 x 1 work-groups, block {r.block[0]} x 1 x 1 work-items" in text
     assert " * compile: clBuildProgram" in text
@@ -347,14 +347,14 @@ def test_a_result_s_figures_read_the_same_on_the_dashboard_in_the_text_table_and
     s = load_session(VECTOR_ADD)
     state = folded(VECTOR_ADD)
     results = s.results()
-    rows = leaderboard_rows(results, state.baseline, limit=len(results))
-    table = list(csv.DictReader(io.StringIO(leaderboard_csv(results, state.baseline))))
+    rows = leaderboard_rows(results, state.default_result, limit=len(results))
+    table = list(csv.DictReader(io.StringIO(leaderboard_csv(results, state.default_result))))
     assert len(rows) == len(table) == state.ranked_count == 24
     for rank, (row, line) in enumerate(zip(rows, table), start=1):
         key = state.ranked_key(rank)
         cells = all_cells(state, key, {})
         text = dict(zip(HEADERS, row))
-        # one speedup over one baseline, however it is written
+        # one speedup over the default configuration, however it is written
         assert cells["speedup"][0] == text["speedup"] == f"{float(line['speedup']):.2f}x"
         assert cells["sol"][0] == text["% SOL"] == f"{100 * float(line['sol_fraction']):.1f}%"
         assert float(line["median_us"]) == state.column_value("median", key)

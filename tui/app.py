@@ -605,7 +605,7 @@ class Dashboard(App[int]):
         rank = state.rank(key)
         try:
             source = config_source(state.header, r, rank=rank, ranked=state.ranked_count,
-                                   baseline_us=state.baseline_us, session_path=self.session_path,
+                                   default_us=state.default_us, session_path=self.session_path,
                                    template=state.template_of(key))
         except ExportError as e:
             self.notify(str(e), title="No source", severity="warning")

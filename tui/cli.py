@@ -208,7 +208,7 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.csv:
         from kerntune.tui.text import leaderboard_csv
 
-        text = leaderboard_csv(session.results(), session.baseline(), failed=args.failed)
+        text = leaderboard_csv(session.results(), session.default_result(), failed=args.failed)
         if args.output is None:
             sys.stdout.write(text)
         else:
@@ -244,7 +244,7 @@ def cmd_show(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(printable(f"best {fmt_num(summary['best']['median_us'])} us, {fmt_ratio(summary['speedup'])} the default "
               f"configuration{within}"))
     out.results = session.results()
-    out.baseline = session.baseline()
+    out.default_result = session.default_result()
     out.leaders = session.leaders()
     out.finish(show_failed=args.failed)
     from kerntune.tui.words import front_lines
@@ -303,7 +303,7 @@ def _show_source(session: Any, rank: int) -> int:
         raise UsageError(f"--config {rank}: {session.path} ranks {state.ranked_count} configurations")
     try:
         text = config_source(session.header, state.entries[key].result, rank=rank, ranked=state.ranked_count,
-                             baseline_us=state.baseline_us, session_path=session.path,
+                             default_us=state.default_us, session_path=session.path,
                              template=state.template_of(key))
     except ExportError as e:
         raise UsageError(f"{session.path}: {e}") from None

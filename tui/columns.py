@@ -18,7 +18,7 @@ from .numbers import fmt_gbs, fmt_num, fmt_percent, fmt_ratio, fmt_us
 
 
 def speedup_over(base_us: float | None, r: Result) -> float | None:
-    """How many times faster than the baseline's median time (None without either time)."""
+    """How many times faster than the default configuration's median time (None without either time)."""
     return base_us / r.median_us if base_us and r.median_us else None
 
 
@@ -47,7 +47,7 @@ class Column:
 
     key: str  # what sorts, filters and the board's view call it
     header: str  # the dashboard's header; text output writes µ as u
-    value: Callable[[Result, float | None], Any]  # from a result and the baseline's µs: sorts, filters, CSV
+    value: Callable[[Result, float | None], Any]  # from a result and the default configuration's µs: sorts, filters, CSV
     screen: Callable[[Any], str]  # the dashboard's cell
     text: Callable[[Any], str] | None = None  # the text mode's cell; None: the text table leaves it out
     style: Callable[[Any], str] = _plain  # the dashboard cell's Rich style for a value

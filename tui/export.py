@@ -74,7 +74,7 @@ def _defines_header(state: DashboardState, best: Result, session_path: Path | No
 def best_json(state: DashboardState, session_path: Path | None = None) -> str:
     """The best configuration and its figures as one JSON object."""
     best = _best(state)
-    base = state.baseline
+    base = state.default_result
     out = {
         "template": state.template.get("name", ""),
         "problem": _problem(state),
@@ -86,7 +86,7 @@ def best_json(state: DashboardState, session_path: Path | None = None) -> str:
         "sol_fraction": best.sol_fraction,
         "bandwidth_gbs": best.bandwidth_gbs,
         "speedup": state.speedup(best),
-        "baseline": {"config": dict(base.config), "median_us": base.median_us} if base is not None else None,
+        "default": {"config": dict(base.config), "median_us": base.median_us} if base is not None else None,
         "winner_verified": state.winner.ok if state.winner is not None else None,
         "session": str(session_path) if session_path is not None else None,
     }
@@ -132,7 +132,7 @@ SOURCE_SUFFIX = {"cuda": ".cu", "opencl": ".cl"}
 
 
 def config_source(header: Mapping[str, Any], result: Result, *, rank: int | None = None,
-                  ranked: int | None = None, baseline_us: float | None = None,
+                  ranked: int | None = None, default_us: float | None = None,
                   session_path: Path | str | None = None, template: Mapping[str, Any] | None = None) -> str:
     """A configuration as one standalone source file, the program that was measured: a comment
     with where it came from, its launch geometry (grid, block, dynamic shared bytes) and compiler
@@ -159,8 +159,8 @@ def config_source(header: Mapping[str, Any], result: Result, *, rank: int | None
         figures.append(f"median {result.median_us:.3f} us")
     if result.sol_fraction is not None:
         figures.append(f"{100 * result.sol_fraction:.1f}% of speed-of-light")
-    if baseline_us and result.median_us:
-        figures.append(f"{baseline_us / result.median_us:.2f}x the default configuration")
+    if default_us and result.median_us:
+        figures.append(f"{default_us / result.median_us:.2f}x the default configuration")
     grid, block, shared = _geometry(spec, problem, device, result, original)
     unit = ("work-groups", "work-items") if backend == "opencl" else ("blocks", "threads")
     lines = [f"/* kerntune: {name}, {where}" + (f" ({', '.join(figures)})" if figures else ""),
@@ -235,11 +235,12 @@ def _problem_of(header: Mapping[str, Any]) -> dict[str, Any]:
 def _geometry(spec: Mapping[str, Any], problem: Mapping[str, Any], device: Mapping[str, Any],
               result: Result, original: bool = False) -> tuple[Sequence[int], Sequence[int], int | None]:
     """Grid and block as recorded (else from the template's launch expressions; the original's
-    from its baseline launch when the spec keeps one) and the dynamic shared bytes from its
+    from its own launch when the spec keeps one) and the dynamic shared bytes from its
     `shared_bytes` expression (the original's at the defaults); evaluated by kerntune's
     expression reader."""
     from kerntune.engine.device import DeviceLimits
     from kerntune.engine.expressions import ExpressionError, evaluate
+    from kerntune.engine.template import spec_entry
 
     launch = _mapping(spec.get("launch"))
     env: dict[str, Any] = {}
@@ -251,8 +252,8 @@ def _geometry(spec: Mapping[str, Any], problem: Mapping[str, Any], device: Mappi
     params = spec.get("param") if isinstance(spec.get("param"), list) else []
     env.update({p["name"]: p["default"] for p in params if isinstance(p, Mapping) and "name" in p and "default" in p})
     env.update(result.config)
-    if original and isinstance(launch.get("baseline_block"), list):
-        launch = {**launch, "grid": launch.get("baseline_grid"), "block": launch["baseline_block"]}
+    if original and isinstance(spec_entry(launch, "original_block"), list):
+        launch = {**launch, "grid": spec_entry(launch, "original_grid"), "block": spec_entry(launch, "original_block")}
 
     def dims(key: str) -> tuple[int, ...]:
         exprs = launch.get(key)

@@ -136,7 +136,7 @@ def _leave_leaders(app: LiveDashboard) -> None:
     state = app.state
     results = [e.result for e in state.entries.values()]
     if results:
-        Console().print(leaderboard_table(results, state.baseline, limit=5))
+        Console().print(leaderboard_table(results, state.default_result, limit=5))
     if app.session_path is not None:
         print(printable(f"session: {app.session_path}"))
 
@@ -404,7 +404,7 @@ def serve_after_loop(template: Template, outcome: LoopOutcome, lopts: LoopOption
           f"each ({budget} configurations at most, the loop's fastest first), then one configuration is chosen "
           f"for all of them (sessions in {folder})"))
     options = replace(lopts.tune, problem=None, session_path=None, resume=False, budget=budget, skip=(),
-                      baseline=None, sol_target=0.0)
+                      default_result=None, sol_target=0.0)
     campaign = Campaign([Kernel(tuned.spec_path, tuned.name, tuple((n, n, {}) for n in template.serves))], folder,
                         options, name=template.name, start_from={tuned.name: fastest})
     return run_campaign(campaign, f"{template.name}: the loop's template at every size it serves")

@@ -34,7 +34,7 @@ class LoopText:
     def finish(self, outcome: LoopOutcome, show_failed: bool = False) -> None:
         board = self._renderer(self.out)
         board.results = self.results + self.runs.results  # a demoted result replaced in its round
-        board.baseline = outcome.original  # speedups over the original kernel
+        board.default_result = outcome.original  # speedups over the original kernel
         name = outcome.template.name if outcome.template else ""
         board.finish(f"{name} - {outcome.limits.name}: every round", show_failed)
         for line in summary_lines(outcome):

@@ -35,7 +35,7 @@ def fmt_ratio(ratio: float | None) -> str:
 
 
 def fmt_speedup(base_us: float | None, us: float | None) -> str:
-    """How many times faster than the baseline ("-" without a baseline or a time)."""
+    """How many times faster than the default configuration ("-" without its time or this one's)."""
     return fmt_ratio(base_us / us) if base_us and us else "-"
 
 

@@ -79,7 +79,8 @@ def add_search_arguments(t: argparse.ArgumentParser) -> None:
                    help="measure on a running Dask cluster (tcp://HOST:8786): its workers compile and "
                         "measure, results stream into this host's session")
     t.add_argument("--strategy", choices=_strategies(), default="model",
-                   help="model (the default: the baseline, then configurations spread over the space, then "
+                   help="model (the default: the default configuration first, then configurations spread over the space, "
+                        "then "
                         "Bayesian optimisation), grid (every configuration in the order of the value lists), "
                         "random or local (hill climbing)")
     t.add_argument("--sol-target", type=float, default=0.0, metavar="F",

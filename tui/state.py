@@ -381,19 +381,19 @@ class DashboardState:
         return self.entries[self._ranked[0][2]].result if self._ranked else None
 
     @property
-    def baseline(self) -> Result | None:
+    def default_result(self) -> Result | None:
         """The template's default configuration, once it has been evaluated."""
-        # a template with no parameters has the empty key: the original kernel is its baseline
+        # a template with no parameters has the empty key: the original kernel is its default configuration
         e = self.entries.get(self.default_key) if self.default_key is not None else None
         return e.result if e is not None else None
 
     @property
-    def baseline_us(self) -> float | None:
-        b = self.baseline
+    def default_us(self) -> float | None:
+        b = self.default_result
         return float(b.median_us) if b is not None and b.ranked else None
 
     def speedup(self, r: Result) -> float | None:
-        return speedup_over(self.baseline_us, r)
+        return speedup_over(self.default_us, r)
 
     def template_of(self, key: str) -> Mapping[str, Any]:
         """The template a configuration was measured with, as the session header names a template
@@ -504,7 +504,7 @@ class DashboardState:
         if column.startswith("param:"):
             v = r.config.get(column[6:])
             return _sortable(v)
-        return COLUMN[column].value(r, self.baseline_us)  # KeyError for a column there is not
+        return COLUMN[column].value(r, self.default_us)  # KeyError for a column there is not
 
 
 def _remove(ranked: list[tuple[float, int, str]], item: tuple[float, int, str]) -> None:

@@ -70,16 +70,16 @@ def _board_order(results: Iterable[Result], limit: int | None = None,
     return rows
 
 
-def _base_us(baseline: Result | None) -> float | None:
-    return baseline.median_us if baseline is not None and baseline.ranked else None
+def _base_us(default_result: Result | None) -> float | None:
+    return default_result.median_us if default_result is not None and default_result.ranked else None
 
 
-def leaderboard_rows(results: Iterable[Result], baseline: Result | None, limit: int = 15,
+def leaderboard_rows(results: Iterable[Result], default_result: Result | None, limit: int = 15,
                      failed: bool = False, marks: Mapping[str, str] | None = None) -> list[list[str]]:
     """Rows of the leaderboard: ranked results fastest first, then suspect ones, then failures;
     with a device column when they come from more than one device (`headers` names the columns)."""
     results = list(results)
-    base = _base_us(baseline)
+    base = _base_us(default_result)
     columns = text_columns(several_devices(results), energy_measured(results))
     return [_row(rank, r, base, columns) for rank, r in _board_order(results, limit, failed, marks)]
 
@@ -105,7 +105,7 @@ HEADERS = headers()  # a one-device session's
 _LEFT = {"parameters"} | {c.text_header for c in text_columns(True) if not c.right}
 
 
-def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: bool = False) -> str:
+def leaderboard_csv(results: Iterable[Result], default_result: Result | None, failed: bool = False) -> str:
     """Every ranked result (then suspect ones, and failures with `failed`) as CSV: one row per
     configuration, its figures as recorded (microseconds, GB/s, fractions), not rounded; the
     device that measured each when they come from more than one."""
@@ -116,7 +116,7 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
     w = csv.writer(out, lineterminator="\n")
     # names, values and messages from the session: printable here too (a CSV file gets printed)
     w.writerow(["rank", "label", *map(printable, names), *(c.csv for c in columns), "message"])
-    base = _base_us(baseline)
+    base = _base_us(default_result)
 
     def cell(v: Any) -> str:
         return "" if v is None else fmt_value(v)
@@ -127,13 +127,13 @@ def leaderboard_csv(results: Iterable[Result], baseline: Result | None, failed: 
     return out.getvalue()
 
 
-def leaderboard_table(results: Iterable[Result], baseline: Result | None, title: str = "",
+def leaderboard_table(results: Iterable[Result], default_result: Result | None, title: str = "",
                       limit: int = 15, failed: bool = False, marks: Mapping[str, str] | None = None) -> Table:
     results = list(results)
     table = Table(title=_cell(title) if title else None, title_justify="left", header_style="bold")
     for h in headers(several_devices(results), energy_measured(results)):
         table.add_column(h, justify="left" if h in _LEFT else "right", overflow="fold")
-    for row in leaderboard_rows(results, baseline, limit, failed, marks):
+    for row in leaderboard_rows(results, default_result, limit, failed, marks):
         table.add_row(*map(_cell, row))
     return table
 
@@ -159,7 +159,7 @@ class TextRenderer:
                                width=text_width())
         self.verbose = verbose
         self.results: list[Result] = []
-        self.baseline: Result | None = None
+        self.default_result: Result | None = None
         self.default_key: str | None = None
         self.feasible = 0
         self.resumed = 0  # results of an earlier run of a resumed session: the count goes on from there
@@ -182,7 +182,7 @@ class TextRenderer:
             r = ev.result
             self.results.append(r)
             if self.default_key is not None and config_key(r.config) == self.default_key:
-                self.baseline = r
+                self.default_result = r
             if not self.tty:
                 msg = f" {r.message}" if r.message and not r.ranked else ""
                 # a run over several devices marks each result with the one that measured it
@@ -226,7 +226,7 @@ class TextRenderer:
         if self._line:
             self.out.write("\n")
             self._line = False
-        self.console.print(leaderboard_table(self.results, self.baseline, title, failed=show_failed,
+        self.console.print(leaderboard_table(self.results, self.default_result, title, failed=show_failed,
                                              marks=tie_marks(self.leaders)))
         for legend in (tie_legend(self.leaders), disturbed_legend(self.results)):
             if legend:

@@ -46,7 +46,7 @@ def details_renderable(state: DashboardState, key: str):
         row("spread", f"{fmt_percent(r.spread)}  (interquartile range / median)")
     speed = state.speedup(r)
     if speed:
-        row("speedup", f"{speed:.2f}x the default configuration ({fmt_us(state.baseline_us)} µs)")
+        row("speedup", f"{speed:.2f}x the default configuration ({fmt_us(state.default_us)} µs)")
     if r.sol_us is not None:
         row("speed of light", f"{fmt_us(r.sol_us)} µs; this result is at {fmt_percent(r.sol_fraction)} of it")
     if r.bandwidth_gbs is not None:

@@ -97,7 +97,7 @@ def all_cells(state: DashboardState, key: str, names: Mapping[str, str]) -> dict
     for name in state.parameters:
         out[f"param:{name}"] = (fmt_value(r.config.get(name, "")), "dim" if failed else "")
     out["config"] = (config_text(state, r.config, names), "dim" if failed else "")
-    base = state.baseline_us
+    base = state.default_us
     for c in COLUMNS:
         v = c.value(r, base)
         out[c.key] = (c.screen(v), c.style(v))
@@ -283,11 +283,11 @@ class Leaderboard(Vertical):
         return labels
 
     def _row(self, key: str) -> dict[str, Cell]:
-        """A row's cells, formatted again only when its rank, the baseline or the winner changed."""
+        """A row's cells, formatted again only when its rank, the default configuration's time or the winner changed."""
         state = self.state
         e = state.entries[key]
         w = state.winner
-        depends = (e.seq, state.rank(key), state.baseline_us, id(w), len(state.parameters), id(state.leaders))
+        depends = (e.seq, state.rank(key), state.default_us, id(w), len(state.parameters), id(state.leaders))
         cached = self._cells.get(key)
         if cached is not None and cached[0] == depends:
             return cached[1]
