@@ -1,12 +1,12 @@
-"""The stencil rewrite, for a kernel in which each thread computes the point of a one- or
-two-dimensional grid its global ids name (a stencil, a convolution's pass, any map over a grid
+"""The stencil rewrite, for a kernel in which each thread computes the point of a one-, two- or
+three-dimensional grid its global ids name (a stencil, a convolution's pass, any map over a grid
 whose neighbours it reads): a halo tile in shared memory, and several points per thread along
 one axis.
 
 What the analysis (on agents/model.py's KernelModel) must show, else it declines with the reason:
 
-- the coordinates `x = blockIdx.x * blockDim.x + threadIdx.x` (and `y = ... .y`), or
-  `get_global_id(0)` (and `(1)`), and no other read of thread or block ids;
+- the coordinates `x = blockIdx.x * blockDim.x + threadIdx.x` (and `y = ... .y`, `z = ... .z`), or
+  `get_global_id(0)` (and `(1)`, `(2)`), and no other read of thread or block ids;
 - a guard at the top of the body bounding the axis the points walk (`if (x >= W || y >= H)
   return;` or the body inside `if (x < W && y < H)`), so a point past the grid does nothing;
 - no barrier, shared memory or atomic already;
@@ -19,8 +19,8 @@ What the analysis (on agents/model.py's KernelModel) must show, else it declines
 The new kernel (beside the original under `#if`; ITEMS = 1 and TILE = 0 are the original token for
 token) runs the original body, as written, as a function of the point, ITEMS times per thread:
 ITEMS consecutive rows in two dimensions (`y = (blockIdx.y * blockDim.y + threadIdx.y) * ITEMS +
-r`, pointers restricted so the rows one point loads stay in registers for the next), ITEMS blocks'
-worth of columns in one (`x = (blockIdx.x * ITEMS + r) * blockDim.x + threadIdx.x`). With TILE = 1
+r`, pointers restricted so the rows one point loads stay in registers for the next), ITEMS
+consecutive planes along z in three (no tile there), ITEMS blocks' worth of columns in one (`x = (blockIdx.x * ITEMS + r) * blockDim.x + threadIdx.x`). With TILE = 1
 the block first loads every element of each tiled input its points can read (the block's points
 and the halo the reads' offsets reach) into shared memory, each element whose flat index lies in
 the array, then meets at a barrier; a tiled read then takes the tile's copy of the very element
@@ -99,7 +99,7 @@ def block_size(ctx: RewriteContext) -> dict[str, Poly]:
     launch's literal or parameter where the kernel writes that instead (`blockIdx.x * 16`, the
     lifted `blockIdx.x * BLOCK`)."""
     out = {}
-    for d, dim in enumerate("xy"):
+    for d, dim in enumerate("xyz"):
         b = ctx.block[d].strip() if d < len(ctx.block) else "1"
         own = (Poly.of(int(b)),) if b.isdigit() else (Poly.of(b),) if b.isidentifier() else ()
         out[dim] = (Poly.of(f"blockDim.{dim}"),) + own
@@ -107,8 +107,9 @@ def block_size(ctx: RewriteContext) -> dict[str, Poly]:
 
 
 def _coordinates(model: KernelModel, blocks: dict[str, tuple]) -> tuple:
-    """The x thread index (dimension 0) and the y one (dimension 1, None on a one-dimensional
-    grid), each with the whole number it adds to the global id (`... + threadIdx.x + 1`)."""
+    """The x thread index (dimension 0), the y one (dimension 1, None on a one-dimensional grid)
+    and the z one (dimension 2, None but on a three-dimensional grid), each with the whole number
+    it adds to the global id (`... + threadIdx.x + 1`)."""
     coords = {}
     for t in model.thread_indices:
         got = _global(t.form, blocks)
@@ -118,17 +119,17 @@ def _coordinates(model: KernelModel, blocks: dict[str, tuple]) -> tuple:
         if d in coords:
             raise Decline(f"two coordinates of dimension {d}")
         coords[d] = (t, offset)
-    if set(coords) not in ({0, 1}, {0}):
-        raise Decline("not a point of a one- or two-dimensional grid (x and y from the global ids of dimensions "
-                      "0 and 1)")
-    return coords[0], coords.get(1)
+    if set(coords) not in ({0, 1, 2}, {0, 1}, {0}):
+        raise Decline("not a point of a grid of one, two or three dimensions (x, y and z from the global ids of "
+                      "dimensions 0, 1 and 2)")
+    return coords[0], coords.get(1), coords.get(2)
 
 
 def _global(form, blocks: dict[str, tuple]) -> tuple[int, int] | None:
     """(dimension, offset) of `blockIdx * blockDim + threadIdx + offset`, the offset a whole number >= 0."""
     if form is None or len(form.coeffs) != 2 or form.const.number is None or form.const.number < 0:
         return None
-    for d, dim in enumerate("xy"):
+    for d, dim in enumerate("xyz"):
         if form.coeff(f"threadIdx.{dim}") == Poly.of(1) and form.coeff(f"blockIdx.{dim}") in blocks[dim]:
             return d, form.const.number
     return None
@@ -399,26 +400,28 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
     a = kernel_spans(ctx.source, model)
     blocks = block_size(ctx)
-    (cx, ox), y = _coordinates(model, blocks)
+    (cx, ox), y, z = _coordinates(model, blocks)
     cy, oy = y if y is not None else (None, 0)
-    two_d = cy is not None
+    cz, oz = z if z is not None else (None, 0)
+    two_d, three_d = cy is not None, cz is not None
     fn, text_of = _function(ctx, a)
     body = fn.child_by_field_name("body")
     rest = cut(ctx.source, a.body.start, a.body.end)
-    for t in (cx, cy):
+    for t in (cx, cy, cz):
         if t is not None:
             rest = rest.replace(cut(ctx.source, t.span.start, t.span.end), "")
     if reads_thread_ids(rest):
         raise Decline(f"the body reads thread or block ids other than through its coordinate{'s' if two_d else ''}")
     if "$" in rest:
         raise Decline("a `$` in the kernel's code")
-    coords = {cx.name} | ({cy.name} if two_d else set())
-    walk = cy if two_d else cx  # the axis the points of one thread walk
+    coords = {cx.name} | ({cy.name} if two_d else set()) | ({cz.name} if three_d else set())
+    walk = cz if three_d else cy if two_d else cx  # the axis the points of one thread walk
     # the points a thread walks past the guard's bound do nothing: the grid may cover the bound
     # itself (a coordinate's offset only shrinks what it must cover)
     extent = spec_text(_bound(body, text_of, walk.name, coords), spec_scalars(ctx))
-    block = list(ctx.block) + ["1"] * (2 - len(ctx.block))
-    found, halo, no_tile = tiles(ctx, model, two_d, blocks)
+    block = list(ctx.block) + ["1"] * (3 - len(ctx.block))
+    found, halo, no_tile = tiles(ctx, model, two_d, blocks) if not three_d else \
+        ([], Halo(), "a grid of three dimensions (its points walk z through registers, no tile)")
     if not all(_compile_time(b, ctx) for b in block[:2]):
         found, no_tile = [], "the block's size is not a parameter or a number"
     if not two_d and not found:
@@ -428,11 +431,12 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     names = fresh_names(("ITEMS", "TILE") + (("RX",) if across is not None else ()), ctx.taken | set(ctx.defaults))
     items, tile, rx = names["ITEMS"], names["TILE"], names.get("RX")
     # the body as a function of the point: each coordinate's initialiser becomes the point's value
-    points = [(cx, "kt_x" + (f" + {ox}" if ox else ""))] + ([(cy, "kt_y" + (f" + {oy}" if oy else ""))] if two_d else [])
+    points = [(cx, "kt_x" + (f" + {ox}" if ox else ""))] + ([(cy, "kt_y" + (f" + {oy}" if oy else ""))] if two_d else []) \
+        + ([(cz, "kt_z" + (f" + {oz}" if oz else ""))] if three_d else [])
     plain, tiled = _bodies(ctx, a, points, found, two_d)
     params, args = _parameters(fn, ctx, d, model)
     qualifier = "static __device__ __forceinline__ void" if d.name == "cuda" else "static inline void"
-    point = params + ["const int kt_x"] + (["const int kt_y"] if two_d else [])
+    point = params + ["const int kt_x"] + (["const int kt_y"] if two_d else []) + (["const int kt_z"] if three_d else [])
     local = "" if d.name == "cuda" else "__local "
     restrict = "__restrict__" if d.name == "cuda" else "restrict"
     tile_params = [f"{local}const {t.ctype} *{restrict} kt_s{i}" for i, t in enumerate(found)]
@@ -441,9 +445,11 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     if found:
         helpers = (f"#if $TILE > 0\n{_tile_macros(halo, block, two_d, rx is not None)}"
                    f"{qualifier} kt_point({', '.join(point + tile_params)})\n{tiled}\n#else\n{helpers}#endif\n")
-    kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d, rx is not None), names)
+    kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d, rx is not None, three_d), names)
     helpers = with_names(helpers, names)
-    params_out = [ParamProposal(items, (1, 2, 4, 8, 16), 1, f"points per thread along {'y, consecutive rows' if two_d else 'x, a block apart'} (1: the original kernel)", "work")]
+    walks = "z, consecutive planes" if three_d else "y, consecutive rows" if two_d else "x, a block apart"
+    params_out = [ParamProposal(items, (1, 2, 4, 8, 16), 1, f"points per thread along {walks} (1: the original "
+                                "kernel)", "work")]
     switch = f"{items} > 1"
     if rx is not None:
         params_out.append(ParamProposal(rx, (1, 2, 4, 8), 1, "points per thread along x, a block's width apart "
@@ -454,7 +460,11 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
                                         "memory first", "tile"))
         switch += f" || {tile} > 0"
     grid = list(ctx.grid)
-    if two_d:
+    if three_d:
+        grid[2] = f"ceil_div({extent}, ({block[2]}) * {items}) if {items} > 1 else ({grid[2]})"
+        if rx is not None:
+            grid[0] = f"ceil_div({across}, ({block[0]}) * {rx}) if {rx} > 1 else ({grid[0]})"
+    elif two_d:
         grid[1] = f"ceil_div({extent}, ({block[1]}) * {items}) if {items} > 1 else ({grid[1]})"
         if rx is not None:
             grid[0] = f"ceil_div({across}, ({block[0]}) * {rx}) if {rx} > 1 else ({grid[0]})"
@@ -463,8 +473,8 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     source = beside(ctx.source, a, switch, params_out, helpers, kernel, NAME)
     first = {items: (1, 4, 8)}
     constraints = []
-    what = (f"stencil: ITEMS points per thread along {'y' if two_d else 'x'}, pointers restricted so neighbouring "
-            f"{'rows' if two_d else 'points'} stay in registers")
+    what = (f"stencil: ITEMS points per thread along {'z' if three_d else 'y' if two_d else 'x'}, pointers "
+            f"restricted so neighbouring {'planes' if three_d else 'rows' if two_d else 'points'} stay in registers")
     if rx is not None:
         first[rx] = (1, 4, 8)
         constraints.append(f"{rx} * {items} <= 32")
@@ -525,12 +535,17 @@ def _bodies(ctx, a, coords, found: list[Tile], two_d: bool) -> tuple[str, str]:
 
 
 def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: list[str],
-            two_d: bool, across: bool) -> str:
+            two_d: bool, across: bool, three_d: bool = False) -> str:
     cuda = d.name == "cuda"
-    gid = ("blockIdx.x", "blockIdx.y") if cuda else ("(int)get_group_id(0)", "(int)get_group_id(1)")
-    lid = ("threadIdx.x", "threadIdx.y") if cuda else ("(int)get_local_id(0)", "(int)get_local_id(1)")
-    dim = ("blockDim.x", "blockDim.y") if cuda else ("(int)get_local_size(0)", "(int)get_local_size(1)")
-    call = ", ".join(args + ["kt_x"] + (["kt_y0 + kt_r"] if two_d else []))
+    gid = tuple(d.group_id) if cuda else tuple(f"(int)get_group_id({i})" for i in range(3))
+    lid = ("threadIdx.x", "threadIdx.y", "threadIdx.z") if cuda else tuple(f"(int)get_local_id({i})" for i in range(3))
+    dim = ("blockDim.x", "blockDim.y", "blockDim.z") if cuda else tuple(f"(int)get_local_size({i})" for i in range(3))
+    call = ", ".join(args + ["kt_x"] + (["kt_y", "kt_z0 + kt_r"] if three_d else ["kt_y0 + kt_r"] if two_d else []))
+    if three_d:  # ITEMS consecutive planes along z at the thread's (x, y); no tile
+        return (f"{header(ctx.source, a)}\n{{\n    const int kt_y = {gid[1]} * {dim[1]} + {lid[1]};\n"
+                f"    const int kt_z0 = ({gid[2]} * {dim[2]} + {lid[2]}) * $ITEMS;\n"
+                + _across_loop(f"{gid[0]} * {dim[0]} + {lid[0]}", f"({gid[0]} * $RX + kt_q) * {dim[0]} + {lid[0]}",
+                               call, across) + "}")
     if two_d:
         plain = (f"    const int kt_y0 = ({gid[1]} * {dim[1]} + {lid[1]}) * $ITEMS;\n"
                  + _across_loop(f"{gid[0]} * {dim[0]} + {lid[0]}", f"({gid[0]} * $RX + kt_q) * {dim[0]} + {lid[0]}",
