@@ -15,6 +15,7 @@ from kerntune.engine.proposal import ParamProposal
 
 from . import affine
 from .kernel_tree import KernelAnalysis, Span, inline, span_of, syntax_nodes
+from .passes import Declined, Pass, Rewrite
 from .syntax import cut
 
 THREAD_WORDS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "get_global_id", "get_local_id", "get_group_id",
@@ -23,6 +24,34 @@ THREAD_WORDS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "get_global_id",
 
 class Decline(Exception):
     """A rewrite that does not apply; the message says why in one phrase."""
+
+
+class ReadingPass(Pass):
+    """A cooperating pass that requires what its reading of the kernel finds: `read(ctx)` gives it
+    (a contraction, a tree reduction) or raises Decline with the reason; `emit(ctx, found)` writes
+    the rewrite. The reading is made once a context, for `requires` and `apply` both."""
+
+    def __init__(self):
+        self._read: tuple = (None, None)  # (the context, what `read` found in it)
+
+    def read(self, ctx):
+        raise NotImplementedError
+
+    def emit(self, ctx, found):
+        raise NotImplementedError
+
+    def requires(self, ctx) -> str | None:
+        try:
+            self._read = (ctx, self.read(ctx))
+        except Decline as e:
+            return str(e)
+        return None
+
+    def apply(self, ctx) -> Rewrite | Declined:
+        try:
+            return self.emit(ctx, self._read[1] if self._read[0] is ctx else self.read(ctx))
+        except Decline as e:
+            return Declined(self.name, str(e))
 
 
 @dataclass(frozen=True)

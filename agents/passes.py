@@ -36,7 +36,7 @@ its defaults through the C preprocessor and compares the tokens with the origina
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.template import PARAM_KINDS, Parameter, Template
@@ -268,19 +268,6 @@ class Pass:
 
     def make(self, edits: Edits, params: Iterable[Param], description: str, **more) -> Rewrite:
         return Rewrite(self.name, edits.result(), tuple(params), description, **more)
-
-
-class FunctionPass(Pass):
-    """A pass whose work is one function of a RewriteContext, `requires` left to the function (the
-    cooperating passes, which read the model and decline in the function)."""
-
-    def __init__(self, name: str, fn: Callable[[RewriteContext], object], follows: tuple[str, ...] = (),
-                 after: tuple[str, ...] = (), stage_of: str = ""):
-        self.name, self.fn, self.follows, self.after = name, fn, follows, after
-        self.stage_of = stage_of  # a later stage of the pass named, made by its function
-
-    def apply(self, ctx: RewriteContext):
-        return self.fn(ctx)
 
 
 PASSES: list[Pass] = []

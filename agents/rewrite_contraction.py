@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine, contraction_mma
-from .cooperate import (Decline, Dialect, beside, body_of, expression_names, guard_parts, header, inlined,
+from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, expression_names, guard_parts, header, inlined,
                         kernel_spans, pinned, reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted,
                         within)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ModelError
-from .passes import Declined, Rewrite, RewriteContext
+from .passes import Rewrite, RewriteContext
 
 
 NAME = "contraction"
@@ -76,13 +76,21 @@ class Contraction:
     kb_cond: str  # the loop's condition over `kt_kb`, a tile's first k
 
 
-def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
-    """The contraction rewrite of the context's kernel, or why it does not apply."""
-    try:
-        shape = read(ctx)
-        return _rewrite(ctx, shape)
-    except Decline as e:
-        return Declined(NAME, str(e))
+class ContractionPass(ReadingPass):
+    """The contraction rewrite as a pass: it requires the contraction `read` finds in the kernel
+    (declined with the reason `read` gives otherwise)."""
+
+    name = NAME
+
+    def read(self, ctx: RewriteContext):
+        return read(ctx)
+
+    def emit(self, ctx: RewriteContext, found) -> Rewrite:
+        return _rewrite(ctx, found)
+
+
+# the pass, called as a function of a RewriteContext (agents/rewrites.py registers it)
+rewrite = ContractionPass()
 
 
 def read(ctx: RewriteContext) -> Contraction:

@@ -43,12 +43,12 @@ from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, body_of, constants, expression_names, fresh_names,
+from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, constants, expression_names, fresh_names,
                         header, kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
                         substituted, with_names, within)
 from .kernel_tree import span_of, syntax_nodes
 from .model import ModelError
-from .passes import Declined, Rewrite, RewriteContext
+from .passes import Rewrite, RewriteContext
 
 
 NAME = "reduction"
@@ -80,12 +80,21 @@ class Reduction:
     per_segment: bool  # the last statements read the segment (partials per block)
 
 
-def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
-    """The reduction rewrite of the context's kernel, or why it does not apply."""
-    try:
-        return _rewrite(ctx, read(ctx))
-    except Decline as e:
-        return Declined(NAME, str(e))
+class ReductionPass(ReadingPass):
+    """The reduction rewrite as a pass: it requires the block's tree reduction `read` finds in the
+    kernel (declined with the reason `read` gives otherwise)."""
+
+    name = NAME
+
+    def read(self, ctx: RewriteContext):
+        return read(ctx)
+
+    def emit(self, ctx: RewriteContext, found) -> Rewrite:
+        return _rewrite(ctx, found)
+
+
+# the pass, called as a function of a RewriteContext (agents/rewrites.py registers it)
+rewrite = ReductionPass()
 
 
 def read(ctx: RewriteContext) -> Reduction:

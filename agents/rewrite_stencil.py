@@ -40,7 +40,7 @@ from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, head
                         reads_thread_ids, spec_scalars, spec_text, with_names)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly
-from .passes import Declined, Rewrite, RewriteContext
+from .passes import Declined, Pass, Rewrite, RewriteContext
 from .syntax import cut
 
 
@@ -49,12 +49,22 @@ MAX_HALO = 16  # elements a tile reaches past the block's points on one side
 MAX_TILES = 4  # inputs staged in shared memory
 
 
-def rewrite(ctx: RewriteContext) -> Rewrite | Declined:
-    """The stencil rewrite of the context's kernel, or why it does not apply."""
-    try:
-        return _rewrite(ctx)
-    except Decline as e:
-        return Declined(NAME, str(e))
+class StencilPass(Pass):
+    """The stencil rewrite as a pass: what it requires (a thread per point of a 1-D or 2-D grid,
+    threads that do not cooperate, neighbours read at fixed offsets) is read as it is rewritten,
+    and declined there with the reason."""
+
+    name = NAME
+
+    def apply(self, ctx: RewriteContext) -> Rewrite | Declined:
+        try:
+            return _rewrite(ctx)
+        except Decline as e:
+            return Declined(NAME, str(e))
+
+
+# the pass, called as a function of a RewriteContext (agents/rewrites.py registers it)
+rewrite = StencilPass()
 
 
 @dataclass(frozen=True)

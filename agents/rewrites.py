@@ -21,7 +21,7 @@ from kerntune.engine.template import Template
 from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_reduction, rewrite_rowwise,
                rewrite_stencil)
 from .kernel_tree import KernelTreeError, classify, source_tokens
-from .passes import PASSES, Declined, FunctionPass, Pass, Rewrite, RewriteContext, ordered, register
+from .passes import Declined, Pass, Rewrite, RewriteContext, ordered, register
 
 __all__ = ["Applied", "Declined", "Rewrite", "RewriteContext", "REWRITES", "apply_rewrites", "compose"]
 
@@ -29,17 +29,17 @@ register(rewrite_elementwise.rewrite)
 register(rewrite_rowwise.ROWWISE)
 register(rewrite_rowwise.ROWWISE_KEEP)
 register(rewrite_rowwise.ROWWISE_CHAINS)
-register(FunctionPass(rewrite_contraction.NAME, rewrite_contraction.rewrite))
-register(FunctionPass(rewrite_reduction.NAME, rewrite_reduction.rewrite))
-register(FunctionPass(rewrite_stencil.NAME, rewrite_stencil.rewrite))
+register(rewrite_contraction.rewrite)
+register(rewrite_reduction.rewrite)
+register(rewrite_stencil.rewrite)
 # last: it switches the math calls of whatever the passes before made
 register(rewrite_fastmath.rewrite)
 
 
-def top_level() -> tuple:
+def top_level() -> tuple[Pass, ...]:
     """What apply_rewrites runs by default: each registered pass that is no later stage of another,
-    in order (a FunctionPass as its function)."""
-    return tuple(p.fn if isinstance(p, FunctionPass) else p for p in ordered() if not p.stage_of)
+    in order."""
+    return tuple(p for p in ordered() if not p.stage_of)
 
 
 # In order; each sees the source the ones before it made (agents/passes.py's registry, which
@@ -63,16 +63,16 @@ class Applied:
 def apply_rewrites(original: Template, sources: dict[str, str], primary: str, grid: tuple[str, ...],
                    block: tuple[str, ...], defaults: dict, limits: DeviceLimits,
                    dropped: frozenset[str] | set[str] = frozenset(), taken: frozenset[str] = frozenset(),
-                   rewrites: tuple | None = None, left_out: str = GATE_LEFT_OUT) -> Applied:
+                   rewrites: tuple[Pass, ...] | None = None, left_out: str = GATE_LEFT_OUT) -> Applied:
     """The rewrites of `rewrites` that apply, made in order on every backend's source (the primary
     backend decides; another backend whose rewrite differs is left out, with a note); a rewrite or
     stage named in `dropped` is declined with `left_out` as the reason."""
     out = Applied(dict(sources), grid=tuple(grid), block=tuple(block))
     defaults = dict(defaults)
-    for fn in (top_level() if rewrites is None else rewrites):
+    for p in (top_level() if rewrites is None else rewrites):
         made: dict[str, list[Rewrite]] = {}  # backend -> the stages it takes
         for backend in [primary] + sorted(b for b in out.sources if b != primary):
-            got = _one(fn, original, backend, out, defaults, limits, taken)
+            got = _one(p, original, backend, out, defaults, limits, taken)
             stages = list(got) if isinstance(got, tuple) else [got]
             if backend == primary:
                 mine: list[Rewrite] = []
@@ -111,23 +111,17 @@ def apply_rewrites(original: Template, sources: dict[str, str], primary: str, gr
     return out
 
 
-def _one(fn, original: Template, backend: str, sofar: Applied, defaults: dict, limits: DeviceLimits,
+def _one(p: Pass, original: Template, backend: str, sofar: Applied, defaults: dict, limits: DeviceLimits,
          taken: frozenset[str]) -> Rewrite | Declined | tuple:
-    """A pass (or a pass's function) run on one backend's source so far."""
+    """A pass run on one backend's source so far."""
     source = sofar.sources[backend]
     try:
         analysis = classify(source, original.entry)
     except KernelTreeError as e:
-        return Declined(_name(fn), str(e))
+        return Declined(p.name, str(e))
     ctx = RewriteContext(original, backend, source, analysis, sofar.grid, sofar.block, dict(defaults), limits,
                          frozenset(taken))
-    return fn.run(ctx) if isinstance(fn, Pass) else fn(ctx)
-
-
-def _name(fn) -> str:
-    if isinstance(fn, Pass):
-        return fn.name
-    return next((p.name for p in PASSES if getattr(p, "fn", None) is fn), getattr(fn, "__name__", "rewrite"))
+    return p.run(ctx)
 
 
 def _difference(other: Rewrite, mine: Rewrite) -> str:
