@@ -27,6 +27,7 @@ compilable (static shared arrays sized by parameters within the device's shared 
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field, replace
 
@@ -630,6 +631,11 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
         new_block[lw.dim] = _replace_literal(block[lw.dim], lw.literal, lw.name)
         for d in lw.grid_dims or ((lw.dim,) if lw.in_grid else ()):
             new_grid[d] = _replace_literal(new_grid[d], lw.literal, lw.name)
+            # whole blocks only (`M // 32`: a kernel without bounds checks): another block must
+            # divide the size too, or the last rows go unwritten
+            whole = _floor_divided(grid[d], lw.literal)
+            if whole is not None:
+                constraints.append(f"({whole}) % {lw.name} == 0")
     # dynamic shared memory sized by the block (`256 * 4` for a float a thread) follows its parameter
     shared = original.shared_bytes.source if original.shared_bytes is not None else None
     literals = [lw.literal for lw in launches]
@@ -908,6 +914,18 @@ def _block_literal(expr: str, dim: int = 0, several: bool = False) -> int | None
 
 def _numbers(expr: str) -> list[str]:
     return [expr[a:b] for a, b in _literal_positions(expr, None)]
+
+
+def _floor_divided(expr: str, literal: int) -> str | None:
+    """`E` of a launch expression that is `E // literal` (whole blocks of `literal`), else None."""
+    try:
+        node = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv) and \
+            isinstance(node.right, ast.Constant) and node.right.value == literal:
+        return ast.unparse(node.left)
+    return None
 
 
 def _multiple_of(expr: str, literal: int) -> int | None:

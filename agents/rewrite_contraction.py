@@ -5,7 +5,9 @@ product in either layout, with any epilogue: alpha/beta, a cast, a bias).
 What the analysis must show (else it declines with the reason):
 
 - the thread's output has two coordinates, `r` and `c`, locals made from thread and block ids,
-  each bounded by the guard (`if (r < M && c < N)` or `if (r >= M || c >= N) return;`);
+  each bounded by the guard (`if (r < M && c < N)` or `if (r >= M || c >= N) return;`), or, where
+  no guard names it, a global index whose bound is the original launch's extent (every thread the
+  original makes writes its output);
 - one loop `for (k = S; k < E; ++k)` (or `<=`) whose bounds read neither coordinate, carrying one
   accumulator updated as `acc += X * Y`, `acc = acc + X * Y` or `acc = fma(X, Y, acc)`, where the
   factors split into an operand X that reads `r` (and `k`) but not `c`, and an operand Y that reads
@@ -30,6 +32,7 @@ epilogue test the guard's conditions and the loop's own condition.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 from kerntune.engine.proposal import ParamProposal
@@ -164,12 +167,23 @@ def read(ctx: RewriteContext) -> Contraction:
                 m_bound = m_bound or bound
             elif bound is not None:
                 n_bound = n_bound or bound
+    # no guard on a coordinate at all (a tutorial's kernel for sizes that are multiples of its
+    # block): every thread the original's launch makes writes its output, so the launch's extent
+    # along that coordinate's dimension is the bound
+    m_spec = n_spec = None
+    if m_bound is None and not r_conds:
+        m_spec, m_bound = _launch_extent(ctx, a, r, scalars)
+        r_conds.append(f"kt_r < {m_bound}")
+    if n_bound is None and not c_conds:
+        n_spec, n_bound = _launch_extent(ctx, a, c, scalars)
+        c_conds.append(f"kt_c < {n_bound}")
     if m_bound is None or n_bound is None:
         raise Decline(f"the guard does not bound both coordinates (`{r} < M`, `{c} < N`)")
     for cond in r_conds + c_conds:
         if _reads_ids(cond) or expression_names(cond) & (coords - {r, c}):
             raise Decline(f"the guard's condition `{cond}` reads more than its coordinate")
-    m_spec, n_spec = (spec_text(inlined(a, b, {}), scalars) for b in (m_bound, n_bound))
+    m_spec = m_spec or spec_text(inlined(a, m_bound, {}), scalars)
+    n_spec = n_spec or spec_text(inlined(a, n_bound, {}), scalars)
     start = inlined(a, loop.start, {})
     k_cond = inlined(a, f"{k} {'<=' if loop.inclusive else '<'} {loop.bound}", {k: "kt_k"})
     for text in (start, k_cond):
@@ -274,6 +288,47 @@ def _factors(node, text_of) -> list[str]:
         return _factors(node.child_by_field_name("left"), text_of) + \
             _factors(node.child_by_field_name("right"), text_of)
     return [text_of(node)]
+
+
+def _launch_extent(ctx, a, coordinate: str, scalars: dict[str, str]) -> tuple[str, str]:
+    """The threads the original's launch makes along the coordinate's dimension (its grid times its
+    block there), over the spec's problem names and as C over the kernel's scalar arguments;
+    Decline when the coordinate is no global index of one dimension or the launch reads a size no
+    scalar argument carries."""
+    t = next((t for t in a.thread_indices if t.name == coordinate), None)
+    dims = {d for _, d in t.reads} if t is not None else set()
+    if t is None or not t.is_global or len(dims) != 1:
+        raise Decline(f"no guard bounds `{coordinate}`, which is no global index of one dimension")
+    d = dims.pop()
+    if d >= len(ctx.grid) or d >= len(ctx.block):
+        raise Decline(f"no guard bounds `{coordinate}` and the launch has no dimension {d}")
+    spec = f"({ctx.grid[d]}) * ({ctx.block[d]})"
+    by_problem = {v.strip(): k for k, v in scalars.items() if v.strip().isidentifier()}
+    values = {k: str(v) for k, v in ctx.defaults.items() if isinstance(v, int) and not isinstance(v, bool)}
+    try:
+        c_text = _c_integer(ast.parse(spec, mode="eval").body, {**values, **by_problem})
+    except (SyntaxError, ValueError) as e:
+        raise Decline(f"no guard bounds `{coordinate}`, and the launch's extent `{spec}` is not C: {e}") from None
+    return spec, c_text
+
+
+def _c_integer(node, names: dict[str, str]) -> str:
+    """A launch expression (whole numbers, sizes, + - * //, ceil_div) as C integer arithmetic over
+    the kernel's names (the sizes are never negative, so C's `/` is Python's `//`)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return str(node.value)
+    if isinstance(node, ast.Name):
+        if node.id not in names:
+            raise ValueError(f"`{node.id}` is no scalar argument of the kernel")
+        return f"({names[node.id]})"
+    if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv):
+        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/"}[type(node.op)]
+        return f"({_c_integer(node.left, names)} {op} {_c_integer(node.right, names)})"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ceil_div" \
+            and len(node.args) == 2 and not node.keywords:
+        x, y = (_c_integer(n, names) for n in node.args)
+        return f"(({x} + {y} - 1) / {y})"
+    raise ValueError(f"`{ast.unparse(node)}` is not whole-number arithmetic")
 
 
 def _order(ctx, a, after, used: list[str]) -> tuple[str, str]:
