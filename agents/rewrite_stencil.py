@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, kernel_spans, raw_text,
+from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, inlined, kernel_spans, raw_text,
                         reads_thread_ids, spec_scalars, spec_text, with_names)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly
@@ -428,7 +428,8 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     walk = cz if three_d else cy if two_d else cx  # the axis the points of one thread walk
     # the points a thread walks past the guard's bound do nothing: the grid may cover the bound
     # itself (a coordinate's offset only shrinks what it must cover)
-    extent = spec_text(_bound(body, text_of, walk.name, coords), spec_scalars(ctx))
+    # a bound held in a local (`int N = B * T * C; if (idx < N)`) is read through it
+    extent = spec_text(inlined(model, _bound(body, text_of, walk.name, coords), {}), spec_scalars(ctx))
     block = list(ctx.block) + ["1"] * (3 - len(ctx.block))
     found, halo, no_tile = tiles(ctx, model, two_d, blocks) if not three_d else \
         ([], Halo(), "a grid of three dimensions (its points walk z through registers, no tile)")
@@ -606,7 +607,7 @@ def _across(body, text_of, var: str, coords: set[str], ctx: RewriteContext) -> s
     """The bound the guard sets on x, over the spec's sizes: the grid's columns RX points a thread
     cover (None where the guard bounds no x: no RX then)."""
     try:
-        return spec_text(_bound(body, text_of, var, coords), spec_scalars(ctx))
+        return spec_text(inlined(ctx.model, _bound(body, text_of, var, coords), {}), spec_scalars(ctx))
     except Decline:
         return None
 
