@@ -551,8 +551,16 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
     # a file of several kernels: a constant only the others (or the host code) read is none of
     # this kernel's parameters
     read = _entry_words(primary, original.entry)
+    if read is not None:  # the spec's launch and shapes read it too (a template's own parameter)
+        read = set(read) | {w for e in [*grid, *block, *(x.source for a in original.arguments for x in a.shape)]
+                            for w in re.findall(r"[A-Za-z_]\w*", str(e))}
+    # an overridable default holding the launch's block size is the launch's (a template's own
+    # `#ifndef BLOCK / #define BLOCK 256` beside a block of 256: the block lifts into it, once)
+    launch_sizes = {v for e in block if (v := _integer(str(e).strip())) is not None}
+    overridable = _overridable(primary)
     unread = [lf for lf in lifts if read is not None and lf.key.split(":")[0] in ("define", "constexpr")
-              and lf.key.split(":")[1] not in read]
+              and lf.key.split(":")[1] not in read
+              and not (lf.key.split(":")[1] in overridable and lf.default in launch_sizes)]
     if unread:
         notes.append(f"left {', '.join(lf.origin for lf in unread)} as written: the kernel does not read "
                      f"{'it' if len(unread) == 1 else 'them'}")
@@ -798,6 +806,27 @@ def _fixed_by_layout(original: Template, source: str, kernel: KernelAnalysis | N
                          f"of `{entry}`, which the block does not follow: the block size in dimension "
                          f"{'xyz'[dims[0]]} is left alone")
     out |= {lw.name for lw in launches if lw.dim in untied}
+    return out
+
+
+def _overridable(source: str) -> set[str]:
+    """The parameters of a template kerntune wrote: the macros of a defaults block (`#ifndef X`
+    then `#define X ...`, one after another under a `// kerntune:` comment). A file's own
+    `#ifndef` defaults (a tutorial's block size for the host to set) are not among them."""
+    out = set()
+    for node, text_of in syntax_nodes(source, ("preproc_ifdef",)):
+        name = node.child_by_field_name("name")
+        if name is None or not text_of(node).lstrip().startswith("#ifndef"):
+            continue
+        before = node.prev_named_sibling
+        while before is not None and before.type == "preproc_ifdef":
+            before = before.prev_named_sibling
+        if before is None or before.type != "comment" or not text_of(before).startswith("// kerntune:"):
+            continue
+        first = next((c for c in node.named_children if c.type not in ("identifier", "comment")), None)
+        inner = first.child_by_field_name("name") if first is not None and first.type == "preproc_def" else None
+        if inner is not None and text_of(inner) == text_of(name):
+            out.add(text_of(name))
     return out
 
 
