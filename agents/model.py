@@ -641,6 +641,10 @@ def function_name(fn) -> str:
     return callee(d.child_by_field_name("declarator")) if d is not None else ""
 
 
+MAX_EXPANSION = 4096  # characters of an index a function-like macro may expand to
+MAX_EXPANSIONS = 256  # function-like macro calls one expression's form may expand
+
+
 class _Forms:
     """Affine forms of expressions: locals assigned once inlined, `indices` (loop variables) and the
     thread and block ids as index symbols, everything else that holds still an invariant name."""
@@ -649,6 +653,7 @@ class _Forms:
                  pointers: frozenset[str] = frozenset(), macros: Mapping[str, tuple[tuple[str, ...], str]] | None = None):
         self.locals, self.indices, self.changing, self.pointers = locals_, indices, changing, pointers
         self.macros = macros or {}  # the file's function-like macros: name -> (parameters, body)
+        self.expansions = 0  # macro calls expanded so far (a macro may call another twice, and so on)
         self.depth = 0
 
     def index(self, node, span: Span) -> IndexExpr:
@@ -663,8 +668,9 @@ class _Forms:
         parentheses added: `#define AT(r, c) r * W + c` reads `AT(i + 1, 2)` as i + 1 * W + 2), as a
         syntax tree; None for anything else."""
         fn = call.child_by_field_name("function")
-        if fn is None or fn.type != "identifier" or text(fn) not in self.macros:
+        if fn is None or fn.type != "identifier" or text(fn) not in self.macros or self.expansions >= MAX_EXPANSIONS:
             return None
+        self.expansions += 1
         params, body = self.macros[text(fn)]
         args = [a for a in call.child_by_field_name("arguments").named_children if a.type != "comment"]
         tree = parse_expression(body)
@@ -677,7 +683,9 @@ class _Forms:
             if n.type == "identifier" and text(n) in values:
                 out += [raw[at:n.start_byte - base].decode("utf-8"), values[text(n)]]
                 at = n.end_byte - base
-        return parse_expression("".join(out) + raw[at:].decode("utf-8"))
+        expanded = "".join(out) + raw[at:].decode("utf-8")
+        # a macro that grows as it expands (each level calling the last twice) is not read
+        return parse_expression(expanded) if len(expanded) <= MAX_EXPANSION else None
 
     def _reads(self, node, names: set, loads: list, depth: int) -> None:
         for n in nodes(node):

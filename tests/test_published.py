@@ -275,3 +275,17 @@ def test_a_tutorials_kernel_without_bounds_checks_is_bounded_by_its_launch():
     source = made.proposal.sources["opencl"]
     assert "(kt_r < (((N) / (32)) * (32)))" in source and "(kt_c < (((M) / (32)) * (32)))" in source
     assert {"(M) % BLOCK == 0", "(N) % BLOCK_Y == 0"} <= set(made.proposal.constraints)
+
+
+def test_a_macro_that_doubles_at_every_level_is_not_expanded_without_end():
+    """`A39(i)` calls A38 twice, and so on down: 2^39 expansions. The model expands a bounded
+    number of macro calls per index and reads the rest as no affine index (the read stays global)."""
+    from kerntune.agents.model import build
+
+    macros = "#define A0(x) (x)\n" + "".join(f"#define A{i}(x) A{i - 1}(x) + A{i - 1}(x)\n" for i in range(1, 40))
+    source = macros + ("__global__ void k(const float *a, float *b) {\n"
+                       "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    b[i] = a[A39(i)];\n}\n")
+    read = next(x for x in build(source, "k").accesses if x.array == "a")
+    assert read.expr.affine is None
+    assert next(x for x in build(source.replace("A39(i)", "A3(i)"), "k").accesses
+                if x.array == "a").expr.affine is not None  # eight calls: expanded
