@@ -83,6 +83,7 @@ class Dialect:
     # the group is made by one of `block_groups` (or declared of that type), else a tile's (a warp's)
     group_syncs: frozenset[str] = frozenset()
     block_groups: frozenset[str] = frozenset()
+    tile_groups: frozenset[str] = frozenset()  # a warp's (or fewer threads') groups
 
     @property
     def cooperating(self) -> frozenset[str]:
@@ -116,7 +117,9 @@ DIALECT = {
         spell={"threadIdx": "threadIdx.{x}", "blockIdx": "blockIdx.{x}", "blockDim": "blockDim.{x}",
                "gridDim": "gridDim.{x}"},
         group_syncs=frozenset({"sync"}),
-        block_groups=frozenset({"thread_block", "this_thread_block", "grid_group", "this_grid"})),
+        block_groups=frozenset({"thread_block", "this_thread_block", "grid_group", "this_grid"}),
+        tile_groups=frozenset({"thread_block_tile", "tiled_partition", "coalesced_group", "coalesced_threads",
+                               "thread_group"})),
     "opencl": Dialect(
         barriers=frozenset({"barrier", "work_group_barrier"}),
         warp_barriers=frozenset({"sub_group_barrier"}),
@@ -1071,7 +1074,7 @@ class _Walk:
         if name in w.barriers or name in w.warp_barriers:
             self.barriers.append(Barrier(name, span, loop, "block" if name in w.barriers else "warp",
                                          self.function.name, unconditional and not self.under))
-        elif name in w.group_syncs:
+        elif name in w.group_syncs and self._group_scope(node) is not None:
             self.barriers.append(Barrier(name, span, loop, self._group_scope(node), self.function.name,
                                          unconditional and not self.under))
         elif name.startswith(w.atomic_prefixes):
@@ -1261,9 +1264,11 @@ class _Walk:
                 out.add(text(name) if name is not None else function_name(n))
         return out
 
-    def _group_scope(self, call) -> str:
+    def _group_scope(self, call) -> str | None:
         """A cooperative group's meeting (`cg::sync(g)`, `g.sync()`): "block" where `g` is the block
-        (made by `this_thread_block()` or declared `thread_block`), else "warp" (a tile)."""
+        (made by `this_thread_block()` or declared `thread_block`), "warp" where it is a tile (a
+        `thread_block_tile`, `tiled_partition`, coalesced or generic group); None where `g` is no
+        group at all (a function of the file that happens to be called `sync`)."""
         fn = call.child_by_field_name("function")
         args = call.child_by_field_name("arguments")
         group = fn.child_by_field_name("argument") if fn.type == "field_expression" else \
@@ -1271,11 +1276,14 @@ class _Walk:
         words = set(_names(group)) if group is not None else set()
         for name in list(words):
             init = self.inits.get(name)
-            words |= set(self.types.get(name, "").replace("::", " ").split())
-            words |= _names(init) if init is not None else set()
+            words |= set(self.types.get(name, "").replace("::", " ").replace("<", " ").replace(">", " ").split())
+            words |= {callee(n.child_by_field_name("function")) for n in nodes(init) if n.type == "call_expression"} \
+                if init is not None else set()
         if group is not None and group.type == "call_expression":
             words.add(callee(group.child_by_field_name("function")))
-        return "block" if words & self.r.words.block_groups else "warp"
+        if words & self.r.words.block_groups:
+            return "block"
+        return "warp" if words & self.r.words.tile_groups else None
 
     def _is_shared(self, decl) -> bool:
         start = decl.start_byte

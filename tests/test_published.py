@@ -177,6 +177,14 @@ def test_a_cooperative_groups_barrier_is_the_blocks_or_a_tiles(sync, scope):
     assert [(b.call, b.scope) for b in model.barriers] == [("sync", scope)] and model.cooperates
 
 
+def test_a_function_of_the_file_called_sync_is_no_barrier():
+    from kerntune.agents.model import build
+
+    source = ("__device__ void sync(float *x, int i) { x[i] = 0.0f; }\n"
+              "__global__ void k(float *x) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    sync(x, i);\n}\n")
+    assert not build(source, "k").barriers
+
+
 GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0", "reduction/reduce1",
                "reduction/reduce2", "reduction/reduce3", "stencils/heat_step", "stencils/jacobi_step",
                "stencils/stencil7", "stencils/stencil7_zloop", "llm/encoder1", "llm/encoder2", "llm/layernorm1",
