@@ -838,9 +838,14 @@ def _entry_words(source: str, entry: str) -> set[str] | None:
     except ModelError:
         return None
     raw = source.encode("utf-8")
+    spans = [f.span for f in model.functions]
+    # a template's header reads words too (`template <int B = NT>`)
+    spans += [span_of(source, n) for n, _ in syntax_nodes(source, ("template_declaration",))
+              if any(sp.start <= f.span.start and f.span.end <= sp.end for sp in [span_of(source, n)]
+                     for f in model.functions)]
     words: set[str] = set()
-    for f in model.functions:
-        words |= {w for w, _ in source_tokens(raw[f.span.start:f.span.end].decode("utf-8", "replace"))}
+    for sp in spans:
+        words |= {w for w, _ in source_tokens(raw[sp.start:sp.end].decode("utf-8", "replace"))}
     macros: dict[str, set[str]] = {}
     for node, text_of in syntax_nodes(source, ("preproc_def", "preproc_function_def")):
         name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
