@@ -15,6 +15,7 @@ from kerntune.engine.proposal import ParamProposal
 
 from . import affine
 from .kernel_tree import KernelAnalysis, Span, inline, span_of, syntax_nodes
+from .lift import fresh_name
 from .passes import Declined, Pass, Rewrite
 from .syntax import cut
 
@@ -354,7 +355,6 @@ def with_names(template: str, names: dict[str, str]) -> str:
 
 def fresh_names(wanted: tuple[str, ...], taken) -> dict[str, str]:
     """A name for each parameter a rewrite adds that neither the source nor the spec uses."""
-    from .lift import fresh_name
     out: dict[str, str] = {}
     for name in wanted:
         out[name] = fresh_name(name, set(taken) | set(out.values()))

@@ -34,8 +34,10 @@ from kerntune.engine import cxx
 from kerntune.engine.signature import KernelSignature, parse_kernels
 
 from . import model
-from .model import EITHER, Access, Accumulator, Loop, function_name, parse_expression
+from .model import (EITHER, Access, Accumulator, Loop, declarator_name, function_name, integer, parse_expression,
+                    unwrap)
 from .model import Span
+from .syntax import names
 
 # ids a thread reads, by kind: CUDA fields and OpenCL functions (the model's dialect table, in this
 # analysis' words)
@@ -261,25 +263,6 @@ class _File:
 
 
 
-def _unwrap(node):
-    """The expression inside parentheses and casts."""
-    while node is not None:
-        if node.type == "parenthesized_expression":
-            named = [c for c in node.named_children if c.type != "comment"]
-            node = named[0] if len(named) == 1 else None
-        elif node.type == "cast_expression":
-            node = node.child_by_field_name("value")
-        elif node.type == "call_expression" and cxx.callee(node.child_by_field_name("function")) in (
-                "static_cast", "size_t", "long", "int", "unsigned"):
-            args = node.child_by_field_name("arguments").named_children
-            node = args[0] if len(args) == 1 else None
-            if node is None:
-                return None
-        else:
-            return node
-    return None
-
-
 def thread_reads(node, dialect: str) -> set[tuple[str, int]]:
     """The (kind, dimension) of every thread or block id an expression reads."""
     out: set[tuple[str, int]] = set()
@@ -305,7 +288,7 @@ def thread_reads(node, dialect: str) -> set[tuple[str, int]]:
 def _global_index(node, dialect: str) -> tuple[bool, int | None, tuple[int, ...]]:
     """Whether an initialiser is a global index in one dimension; its dimension; the literals it
     takes as the block's thread count (`blockIdx.x * 256 + threadIdx.x`)."""
-    node = _unwrap(node)
+    node = unwrap(node)
     if node is None:
         return False, None, ()
     if node.type == "call_expression" and cxx.callee(node.child_by_field_name("function")) == "get_global_id":
@@ -313,17 +296,17 @@ def _global_index(node, dialect: str) -> tuple[bool, int | None, tuple[int, ...]
         return True, dim, ()
     if node.type != "binary_expression" or cxx.text(node.child_by_field_name("operator")) != "+":
         return False, None, ()
-    left, right = _unwrap(node.child_by_field_name("left")), _unwrap(node.child_by_field_name("right"))
+    left, right = unwrap(node.child_by_field_name("left")), unwrap(node.child_by_field_name("right"))
     for prod, local in ((left, right), (right, left)):
         if prod is None or local is None:
             continue
         lr = thread_reads(local, dialect)
-        if len(lr) != 1 or next(iter(lr))[0] != "local" or _unwrap(local) is None:
+        if len(lr) != 1 or next(iter(lr))[0] != "local" or unwrap(local) is None:
             continue
         dim = next(iter(lr))[1]
         if prod.type != "binary_expression" or cxx.text(prod.child_by_field_name("operator")) != "*":
             continue
-        a, b = _unwrap(prod.child_by_field_name("left")), _unwrap(prod.child_by_field_name("right"))
+        a, b = unwrap(prod.child_by_field_name("left")), unwrap(prod.child_by_field_name("right"))
         if a is None or b is None:
             continue
         ra, rb = thread_reads(a, dialect), thread_reads(b, dialect)
@@ -374,7 +357,7 @@ class _Body:
         up = lp.compare in ("<", "<=", "!=")
         trip = lp.trip
         if lp.compare == "!=" and trip is None:
-            s, b, st = _literal(lp.start), _literal(lp.bound), _literal(lp.step)
+            s, b, st = integer(lp.start), integer(lp.bound), integer(lp.step)
             if s is not None and b is not None and st:
                 trip = max(0, (b - s + st - 1) // st)
         return replace(lp, bound=lp.bound if up else "", inclusive=lp.inclusive and up, trip=trip)
@@ -386,7 +369,7 @@ class _Body:
             n = stack.pop()
             if n.type in ("declaration", "for_range_loop"):
                 for d in n.children_by_field_name("declarator"):
-                    name, _ = _declared(d)
+                    name, _ = declarator_name(d)
                     if name:
                         self.declared.add(name)
             if n.type == "init_declarator":
@@ -409,17 +392,17 @@ class _Body:
                             if root is not None:
                                 self.cast_alias[name] = root
             elif n.type == "assignment_expression":
-                left = _unwrap(n.child_by_field_name("left"))
+                left = unwrap(n.child_by_field_name("left"))
                 if left is not None and left.type == "identifier":
                     self.assigned[cxx.text(left)] = self.assigned.get(cxx.text(left), 0) + 1
             elif n.type == "update_expression":
-                arg = _unwrap(n.child_by_field_name("argument"))
+                arg = unwrap(n.child_by_field_name("argument"))
                 if arg is not None and arg.type == "identifier":
                     self.assigned[cxx.text(arg)] = self.assigned.get(cxx.text(arg), 0) + 1
             stack.extend(n.children)
 
     def _pointer_root(self, value) -> tuple[str | None, str]:
-        v = _unwrap(value)
+        v = unwrap(value)
         if v is None:
             return None, ""
         if v.type == "identifier":
@@ -528,7 +511,7 @@ class _Body:
         for p in params.named_children if params is not None else []:
             if p.type != "parameter_declaration":
                 continue
-            name, pointer = _declared(p.child_by_field_name("declarator"))
+            name, pointer = declarator_name(p.child_by_field_name("declarator"))
             if pointer and name:
                 words = [w for w in cxx.text(p.child_by_field_name("type")).split()
                          if w not in ("const", "volatile", "__restrict__", "restrict", "__restrict")]
@@ -578,7 +561,7 @@ class _Body:
                         half_args.add(args[-1].id)
             if n.type != "subscript_expression":
                 continue
-            arr = _unwrap(n.child_by_field_name("argument"))
+            arr = unwrap(n.child_by_field_name("argument"))
             idx_list = n.child_by_field_name("indices") or n.child_by_field_name("index")
             if arr is None or idx_list is None or arr.type != "identifier":
                 continue
@@ -629,14 +612,14 @@ class _Body:
         for stmt in self.body.named_children:
             if stmt.type != "if_statement":
                 continue
-            cond = _unwrap(stmt.child_by_field_name("condition"))
+            cond = unwrap(stmt.child_by_field_name("condition"))
             if cond is None or cond.type == "condition_clause":
                 named = [c for c in (cond.named_children if cond is not None else []) if c.type != "comment"]
-                cond = _unwrap(named[0]) if len(named) == 1 else None
+                cond = unwrap(named[0]) if len(named) == 1 else None
             if cond is None or cond.type != "binary_expression":
                 return None
             op = cxx.text(cond.child_by_field_name("operator"))
-            left, right = _unwrap(cond.child_by_field_name("left")), _unwrap(cond.child_by_field_name("right"))
+            left, right = unwrap(cond.child_by_field_name("left")), unwrap(cond.child_by_field_name("right"))
             if left is None or right is None:
                 return None
             if cxx.text(right) == var:  # `n > i` reads as `i < n`
@@ -670,22 +653,6 @@ def _intrinsic(address) -> tuple[object | None, object | None]:
     return None, None
 
 
-def _declared(node) -> tuple[str, bool]:
-    """(name, is a pointer) of a parameter's declarator."""
-    pointer = False
-    while node is not None and node.type != "identifier":
-        if node.type in ("pointer_declarator", "array_declarator"):
-            pointer = True
-        inner = node.child_by_field_name("declarator")
-        if inner is None:
-            named = [c for c in node.named_children if c.type not in ("type_qualifier", "comment")]
-            inner = named[-1] if named else None
-        node = inner
-    return (cxx.text(node) if node is not None else ""), pointer
-
-
-
-
 def _returns(node) -> bool:
     if node is None:
         return False
@@ -695,17 +662,6 @@ def _returns(node) -> bool:
         named = [c for c in node.named_children if c.type != "comment"]
         return len(named) == 1 and named[0].type == "return_statement"
     return False
-
-
-def _names(node) -> set[str]:
-    out = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type == "identifier":
-            out.add(cxx.text(n))
-        stack.extend(n.children)
-    return out
 
 
 def _exp_of(node, var: str, inits: dict) -> bool:
@@ -718,25 +674,19 @@ def _exp_of(node, var: str, inits: dict) -> bool:
     while stack:
         n = stack.pop()
         if n.type == "call_expression" and cxx.callee(n.child_by_field_name("function")) in EXP_FUNCTIONS:
-            names = _names(n.child_by_field_name("arguments"))
-            todo = list(names)
+            todo = list(names(n.child_by_field_name("arguments")))
             while todo:
                 x = todo.pop()
                 if x == var:
                     return True
                 if x in inits and x not in seen:
                     seen.add(x)
-                    todo.extend(_names(inits[x]))
+                    todo.extend(names(inits[x]))
         if n.type == "identifier" and cxx.text(n) in inits and cxx.text(n) not in seen:
             seen.add(cxx.text(n))
             stack.append(inits[cxx.text(n)])
         stack.extend(n.children)
     return False
-
-
-def _literal(text: str) -> int | None:
-    t = text.strip().rstrip("uUlL")
-    return int(t) if t.isdigit() else None
 
 
 def _plus(a: str, b: str) -> str:
@@ -760,7 +710,7 @@ class _Slopes:
         self.depth = 0
 
     def of(self, node) -> int | None:
-        node = _unwrap(node)
+        node = unwrap(node)
         if node is None:
             return None
         t = node.type
@@ -804,7 +754,7 @@ class _Slopes:
             if op == "*":
                 if a == 0 and b == 0:
                     return 0
-                one = _literal(cxx.text(_unwrap(right) if a == 1 else _unwrap(left)) or "")
+                one = integer(cxx.text(unwrap(right) if a == 1 else unwrap(left)) or "")
                 return 1 if one == 1 else None
             if op in ("/", "%", ">>", "&"):
                 if b != 0:
@@ -1018,7 +968,7 @@ def explicit_instantiations(source: str, kernel: str) -> list[ExplicitInstantiat
         args = [c for c in targs.named_children if c.type != "comment"]
         literals = []
         for (name, ctype), arg in zip(params, args):
-            value = _literal(cxx.text(arg)) if arg.type == "number_literal" else None
+            value = integer(cxx.text(arg)) if arg.type == "number_literal" else None
             if name and ctype and value is not None:
                 literals.append(TemplateArgument(name, ctype, value, span_of(source, arg, f)))
         out.append(ExplicitInstantiation(kernel, " ".join(cxx.text(targs).split()), span_of(source, node, f),

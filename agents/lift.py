@@ -37,7 +37,7 @@ from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_l
 from kerntune.engine.signature import CTYPES, PACKED
 from kerntune.engine.template import DEVICE_NAMES, DTYPES, Template
 
-from .model import ModelError, build
+from .model import ModelError, build, integer
 from .kernel_tree import (ExplicitInstantiation, KernelAnalysis, KernelTreeError, Span, analyse, explicit_instantiations,
                           source_tokens, span_of, syntax_nodes, tree_reductions)
 from .syntax import cut, line_of
@@ -233,7 +233,7 @@ def directives(source: str) -> list[Directive]:
             words = text(node.child_by_field_name("argument")).split()
             if not words or words[0] != "unroll" or len(words) > 2:
                 continue
-            count = _integer(words[1]) if len(words) == 2 else None
+            count = integer(words[1]) if len(words) == 2 else None
             if len(words) == 2 and count is None:
                 continue  # `#pragma unroll N` with a macro or an expression: already a choice
             out.append(Directive("unroll", "", count, span_of(source, node)))
@@ -248,7 +248,7 @@ def directives(source: str) -> list[Directive]:
             if decl is None or decl.type != "init_declarator":
                 continue
             value = decl.child_by_field_name("value")
-            number = _integer(text(value)) if value is not None and value.type == "number_literal" else None
+            number = integer(text(value)) if value is not None and value.type == "number_literal" else None
             target = decl.child_by_field_name("declarator")
             if number is None or target is None or target.type != "identifier":
                 continue
@@ -262,11 +262,6 @@ def directives(source: str) -> list[Directive]:
 _INTEGER_TYPES = {"int", "unsigned", "long", "short", "size_t", "int32_t", "uint32_t", "int64_t", "uint64_t", "auto"}
 
 
-def _integer(text: str) -> int | None:
-    t = text.strip().rstrip("uUlL")
-    return int(t) if t.isdigit() else None
-
-
 def _define_value(arg: str) -> tuple[int | None, str]:
     """The integer a #define's value is, and the comment after it."""
     body, comment = arg, ""
@@ -276,7 +271,7 @@ def _define_value(arg: str) -> tuple[int | None, str]:
             body, comment = body[:at], arg[at:].strip()
             break
     words = body.split()
-    return (_integer(words[0]) if len(words) == 1 else None), comment
+    return (integer(words[0]) if len(words) == 1 else None), comment
 
 
 class _Lines:
@@ -324,7 +319,7 @@ def launch_attributes(source: str) -> list[tuple[str, tuple[int, ...], tuple[Spa
         values, spans, j = [], [], i + 2
         while j < len(tokens) and tokens[j][0] != ")":
             if tokens[j][0] != ",":
-                number = _integer(tokens[j][0])
+                number = integer(tokens[j][0])
                 if number is None:
                     values = []
                     break
@@ -556,7 +551,7 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
                             for w in re.findall(r"[A-Za-z_]\w*", str(e))}
     # an overridable default holding the launch's block size is the launch's (a template's own
     # `#ifndef BLOCK / #define BLOCK 256` beside a block of 256: the block lifts into it, once)
-    launch_sizes = {v for e in block if (v := _integer(str(e).strip())) is not None}
+    launch_sizes = {v for e in block if (v := integer(str(e).strip())) is not None}
     overridable = _overridable(primary)
     unread = [lf for lf in lifts if read is not None and lf.key.split(":")[0] in ("define", "constexpr")
               and lf.key.split(":")[1] not in read
@@ -729,7 +724,7 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
             fixed = {s for _, s, d in kernel.fixed_spans if d == dim}
             inside = kernel.body
             body = [sp for word, sp in source_tokens(source)
-                    if inside.start <= sp.start < inside.end and _integer(word) == literal and sp not in fixed]
+                    if inside.start <= sp.start < inside.end and integer(word) == literal and sp not in fixed]
             if body:
                 line = line_of(source, body[0].start)
                 notes.append(f"the kernel's body uses {literal} itself (line {line}), as a thread count it may "
@@ -796,7 +791,7 @@ def _fixed_by_layout(original: Template, source: str, kernel: KernelAnalysis | N
     entry = original.entry
     args = [w for w in entry[entry.index("<") + 1:entry.rindex(">")].split(",")] if params and "<" in entry else []
     for param, arg in zip(params, args):
-        value = _integer(arg)
+        value = integer(arg)
         if value is None or value < 2 or (body is not None and param not in body):
             continue
         dims = [d for d, g in enumerate(grid[:3]) if _divides_by(g, value)]
@@ -878,14 +873,14 @@ def _constants_holding(source: str, kernel: KernelAnalysis | None, entry: str, l
     """A constant of the kernel that holds the block's thread count and is not lifted with it (a
     template argument `k<256>`, a `#define` or `constexpr` of that value the body reads), in words;
     "" when there is none."""
-    if "<" in entry and any(_integer(w) == literal for w, _ in source_tokens(entry[entry.index("<"):])):
+    if "<" in entry and any(integer(w) == literal for w, _ in source_tokens(entry[entry.index("<"):])):
         return f"its template argument ({entry})"
     if kernel is None:
         return ""
     lifted = {lf.name for lf in lifts} | {lf.key.split(":")[1] for lf in lifts if lf.key.count(":") >= 2}
     names = {d.name for d in directives(source) if d.kind in ("define", "constexpr") and d.value == literal}
     names |= {param for inst in kernel.signature.instantiations for param, words in inst.args
-              if _integer(words) == literal}
+              if integer(words) == literal}
     held = sorted((names & _body_words(source, kernel)) - lifted)
     return f"`{held[0]}`" if held else ""
 

@@ -48,6 +48,8 @@ from typing import Iterable, Iterator, Mapping
 from kerntune.engine.cxx import blank, callee, first_error, int_literal, parser, text
 from kerntune.engine.signature import KernelSignature, SignatureError, parse_kernels
 
+from .syntax import names
+
 # one table of both dialects' words ----------------------------------------------------------------
 
 CUDA_IDS = {"threadIdx": "threadIdx", "blockIdx": "blockIdx", "blockDim": "blockDim", "gridDim": "gridDim"}
@@ -940,8 +942,9 @@ class _Walk:
         self.changing = frozenset(self.declared - set(self.locals))
         self.shared_marks = sorted(leaf.start_byte for leaf in nodes(reader.raw_root) if leaf.child_count == 0
                                    and text(leaf) in reader.words.shared_words)
-        self.shared = {_declared(d)[0] for f in [fn] + callees for n in nodes(f.child_by_field_name("body"))
-                       if n.type == "declaration" and self._is_shared(n) for d in n.children_by_field_name("declarator")}
+        self.shared = {declarator_name(d)[0] for f in [fn] + callees
+                       for n in nodes(f.child_by_field_name("body")) if n.type == "declaration" and self._is_shared(n)
+                       for d in n.children_by_field_name("declarator")}
         # a local pointer to the dynamic shared memory a helper of the file hands out (the samples'
         # `T *sdata = SharedMemory<T>();`, whose conversion returns its `extern __shared__` array)
         givers = self._shared_givers()
@@ -954,7 +957,7 @@ class _Walk:
         for n in nodes(body):
             if n.type == "init_declarator":
                 d = n.child_by_field_name("declarator")
-                if d is not None and d.type == "pointer_declarator" and _declared(d)[0] == name:
+                if d is not None and d.type == "pointer_declarator" and declarator_name(d)[0] == name:
                     return True
         return False
 
@@ -1205,7 +1208,7 @@ class _Walk:
             for n in nodes(fn.child_by_field_name("body")):
                 if n.type == "declaration":
                     for d in n.children_by_field_name("declarator"):
-                        if _declared(d)[0] == array:
+                        if declarator_name(d)[0] == array:
                             return _array_dims(d)
         return ()
 
@@ -1273,7 +1276,7 @@ class _Walk:
         args = call.child_by_field_name("arguments")
         group = fn.child_by_field_name("argument") if fn.type == "field_expression" else \
             (args.named_children[0] if args is not None and args.named_children else None)
-        words = set(_names(group)) if group is not None else set()
+        words = set(names(group)) if group is not None else set()
         for name in list(words):
             init = self.inits.get(name)
             words |= set(self.types.get(name, "").replace("::", " ").replace("<", " ").replace(">", " ").split())
@@ -1293,7 +1296,7 @@ class _Walk:
     def _arrays(self, fns: list) -> None:
         for name in sorted(self.given_shared):
             decl = next(n for n in nodes(self.fn.child_by_field_name("body")) if n.type == "declaration"
-                        and name in {_declared(d)[0] for d in n.children_by_field_name("declarator")})
+                        and name in {declarator_name(d)[0] for d in n.children_by_field_name("declarator")})
             ctype = " ".join(w for w in self.types.get(name, "").split() if w not in ("const", "volatile"))
             self.arrays.append(Array(name, "shared", ctype, ("",), self.r.span(decl), function_name(self.fn), (None,)))
         for fn in fns:
@@ -1305,7 +1308,7 @@ class _Walk:
                                  if w not in ("const", "volatile"))
                 for d in n.children_by_field_name("declarator"):
                     dims = _array_dims(d)
-                    name = _declared(d)[0]
+                    name = declarator_name(d)[0]
                     if not dims or not name:
                         continue
                     sizes = tuple(self._value(x) for x in dims)
@@ -1383,7 +1386,7 @@ class _Walk:
                     op, step_node = inner + "=", right.child_by_field_name("right")
             else:
                 step_node = right
-            halving = (op, _number(text(step_node) if step_node is not None else "")) in (("/=", 2), (">>=", 1))
+            halving = (op, integer(text(step_node) if step_node is not None else "")) in (("/=", 2), (">>=", 1))
         outer = {self.loops[i].var for i in loops if self.loops[i].var}
         forms = _Forms(self.locals if self.function.kernel else {}, outer, self.changing, frozenset(self.pointers),
                        self.r.macros)
@@ -1392,7 +1395,7 @@ class _Walk:
         step_form = forms.form(step_node) if step_node is not None else \
             Affine.of(1 if op == "++" else -1) if op in ("++", "--") else None
         trip = None
-        s_, b_, st_ = (_number(x) for x in (start, bound, step))
+        s_, b_, st_ = (integer(x) for x in (start, bound, step))
         if s_ is not None and b_ is not None and st_ and compare in ("<", "<=", ""):
             trip = max(0, (b_ + (1 if inclusive else 0) - s_ + st_ - 1) // st_)
         strided, role, dim = False, "serial", None
@@ -1437,7 +1440,7 @@ class _Walk:
                     kind = "min"
             elif r is not None and r.type == "conditional_expression":
                 cnd = unwrap(r.child_by_field_name("condition"))
-                if cnd is not None and cnd.type == "binary_expression" and var in _names(cnd):
+                if cnd is not None and cnd.type == "binary_expression" and var in names(cnd):
                     o = text(cnd.child_by_field_name("operator"))
                     first = text(unwrap(cnd.child_by_field_name("left")))
                     kind = "max" if (o in (">", ">=")) == (first != var) else "min"
@@ -1445,7 +1448,7 @@ class _Walk:
             stmt = node.parent.parent if node.parent is not None else None
             if stmt is not None and stmt.type == "if_statement" and op == "=":
                 cnd = unwrap(stmt.child_by_field_name("condition"))
-                if cnd is not None and cnd.type == "binary_expression" and var in _names(cnd):
+                if cnd is not None and cnd.type == "binary_expression" and var in names(cnd):
                     o = text(cnd.child_by_field_name("operator"))
                     first = text(unwrap(cnd.child_by_field_name("left")))
                     if o in (">", ">=", "<", "<="):
@@ -1483,14 +1486,14 @@ class _Walk:
         while stack:
             n = stack.pop()
             if n.type == "call_expression" and callee(n.child_by_field_name("function")) in self.r.words.exp:
-                todo = list(_names(n.child_by_field_name("arguments")))
+                todo = list(names(n.child_by_field_name("arguments")))
                 while todo:
                     x = todo.pop()
                     if x == var:
                         return callee(n.child_by_field_name("function"))
                     if x in self.inits and self.inits[x] is not None and x not in seen:
                         seen.add(x)
-                        todo.extend(_names(self.inits[x]))
+                        todo.extend(names(self.inits[x]))
             if n.type == "identifier" and text(n) in self.inits and self.inits[text(n)] is not None \
                     and text(n) not in seen:
                 seen.add(text(n))
@@ -1561,14 +1564,14 @@ def _declarations(body) -> tuple[dict, dict[str, int], set[str], dict[str, str]]
         if n.type in ("declaration", "for_range_loop"):
             ctype = text(n.child_by_field_name("type"))
             for d in n.children_by_field_name("declarator"):
-                name, _ = _declared(d)
+                name, _ = declarator_name(d)
                 if name:
                     declared.add(name)
                     types.setdefault(name, ctype)
         if n.type == "init_declarator":
             target = n.child_by_field_name("declarator")
             value = n.child_by_field_name("value")
-            name, _ = _declared(target)
+            name, _ = declarator_name(target)
             if name and value is not None:
                 if name in inits:
                     assigned[name] = assigned.get(name, 0) + 1
@@ -1595,7 +1598,7 @@ def _array_dims(d) -> tuple[str, ...]:
     return tuple(reversed(dims))
 
 
-def _declared(node) -> tuple[str, bool]:
+def declarator_name(node) -> tuple[str, bool]:
     """(name, is a pointer or array) of a declarator."""
     pointer = False
     while node is not None and node.type != "identifier":
@@ -1609,10 +1612,7 @@ def _declared(node) -> tuple[str, bool]:
     return (text(node) if node is not None else ""), pointer
 
 
-def _names(node) -> set[str]:
-    return {text(n) for n in nodes(node) if n.type == "identifier"}
-
-
-def _number(expr: str) -> int | None:
+def integer(expr: str) -> int | None:
+    """The integer a literal's text is (a `u` or `l` suffix allowed), else None."""
     t = expr.strip().rstrip("uUlL")
     return int(t) if t.isdigit() else None

@@ -41,6 +41,7 @@ from typing import Iterable, Mapping
 from kerntune.engine.device import DeviceLimits
 from kerntune.engine.template import PARAM_KINDS, Parameter, Template
 
+from .lift import Edit, fresh_name
 from .model import KernelModel, ModelError, Span, build
 
 Param = Parameter  # name, values, default, description, kind
@@ -76,8 +77,6 @@ class RewriteContext:
 
     def fresh(self, name: str, also: Iterable[str] = ()) -> str:
         """`name`, or a variant no name of the source, spec or parameters so far has."""
-        from .lift import fresh_name
-
         return fresh_name(name, set(self.taken) | set(self.defaults) | set(also))
 
 
@@ -111,15 +110,6 @@ class Declined:
 
 class EditConflict(ValueError):
     """Two edits of one buffer overlap."""
-
-
-@dataclass(frozen=True)
-class Edit:
-    """Replace the bytes [start, end) with `text` (an insertion when start == end)."""
-
-    start: int
-    end: int
-    text: str
 
 
 class Edits:
