@@ -492,6 +492,12 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         what += "; RX points per thread along x, a block's width apart"
     if found:
         first[tile] = (0, 1)
+        # the first round spends its configurations along the axis the neighbourhood runs: points
+        # along an axis with no halo share no loads (the separable convolution's other pass)
+        if two_d and rx is not None and halo.x0 + halo.x1 == 0 and halo.y0 + halo.y1 > 0:
+            first[rx], first[items] = (1,), (1, 4, 8, 16)
+        elif two_d and rx is not None and halo.y0 + halo.y1 == 0 and halo.x0 + halo.x1 > 0:
+            first[items] = (1,)
         elements = _tile_elements(halo, block, items, two_d, rx)
         size = sum(ELEMENT_BYTES[t.ctype] for t in found)
         constraints.append(f"{tile} == 0 or {elements} * {size} <= max_shared_per_block")

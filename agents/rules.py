@@ -290,7 +290,8 @@ def coarse_grid(template: Template, budget: int, first: dict | None = None,
     measure; it is tried on the leaders in the refinement instead."""
     first = first or {}
     lists = {p.name: tuple(first[p.name]) if p.name in first else
-             (spread(p.values, p.default, 2) if first else tuple(p.values)) for p in template.parameters}
+             ((_next_to(p) if is_thread_count(p) else spread(p.values, p.default, 2)) if first else tuple(p.values))
+             for p in template.parameters}
     counts = {name: len(v) for name, v in lists.items()}
     threads = {p.name for p in template.parameters if is_thread_count(p)}
     switches = {p.name for p in template.parameters if is_switch(p)}
@@ -302,6 +303,16 @@ def coarse_grid(template: Template, budget: int, first: dict | None = None,
         name = max((n for n in counts if counts[n] > 1), key=lambda n: (n in switches, counts[n], n not in threads))
         counts[name] -= 1
     return grid()
+
+
+def _next_to(p: Parameter) -> tuple:
+    """A thread count's default and its largest value (the one below the default when that is
+    the largest): beside the rewrites' chosen values, a block of one thread, the far end of the
+    list the other way, measures nothing worth knowing."""
+    ordered = sorted(p.values)
+    i = ordered.index(p.default)
+    other = ordered[-1] if i + 1 < len(ordered) else ordered[i - 1] if i else None
+    return tuple(sorted({p.default} | ({other} if other is not None else set())))
 
 
 def spread(values: tuple, default: ParamValue, k: int) -> tuple:
