@@ -36,7 +36,7 @@ from kerntune.engine.signature import KernelSignature, parse_kernels
 from . import model
 from .model import (EITHER, Access, Accumulator, Loop, declarator_name, function_name, integer, parse_expression,
                     unwrap)
-from .model import Span
+from .model import Span, ThreadIndex
 from .syntax import names
 
 # ids a thread reads, by kind: CUDA fields and OpenCL functions (the model's dialect table, in this
@@ -54,17 +54,6 @@ STORE_INTRINSICS = EITHER.stores
 HALF_LOADS = EITHER.half_loads
 HALF_STORES = EITHER.half_stores
 EXP_FUNCTIONS = EITHER.exp
-
-
-@dataclass(frozen=True)
-class ThreadIndex:
-    """A local variable initialised from thread or block ids."""
-
-    name: str
-    expr: str  # its initialiser, as written
-    reads: tuple[tuple[str, int], ...]  # (kind, dimension): ("group", 0) for blockIdx.x
-    is_global: bool  # a global index: group * local_size + local, or get_global_id, in one dimension
-    span: Span  # the declaration statement
 
 
 @dataclass(frozen=True)
@@ -454,7 +443,9 @@ class _Body:
             is_global, dim, literal = _global_index(value, f.dialect)
             fixed += [(v, f.node_span(node), dim) for v, node in literal]
             decl = value.parent.parent if value.parent is not None else value
-            indices.append(ThreadIndex(name, cxx.text(value), tuple(sorted(reads)), is_global, f.node_span(decl)))
+            # the model's ThreadIndex, global also where the block's count is a literal
+            ids = {model.id_of(n) for n in model.nodes(value)} - {None}
+            indices.append(ThreadIndex(name, cxx.text(value), tuple(sorted(ids)), is_global, f.node_span(decl)))
         dims = {d for d in range(3) if any(d == dim for _, dim in thread_reads(self.body, f.dialect))}
         shared = any(self.f.marks.head(self.fn) <= o < self.fn.end_byte for o in f.shared_marks)
         element = next((t.name for t in indices if t.is_global and t.reads[0][1] == 0 and

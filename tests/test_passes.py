@@ -100,6 +100,7 @@ def test_the_kernel_tree_and_the_passes_read_the_models_one_dialect_table():
     from kerntune.agents import kernel_tree, model, rewrite_fastmath, rewrite_rowwise
 
     assert kernel_tree.Loop is model.Loop and kernel_tree.Access is model.Access
+    assert kernel_tree.ThreadIndex is model.ThreadIndex and kernel_tree.Span is model.Span
     assert kernel_tree.Accumulator is model.Accumulator is rewrite_rowwise.Accumulator
     assert kernel_tree.EXP_FUNCTIONS == rewrite_rowwise.EXP_CALLS == model.DIALECT["cuda"].exp
     assert "__syncwarp" in rewrite_rowwise.COOPERATING and "sub_group_barrier" in kernel_tree.BARRIERS
