@@ -78,6 +78,7 @@ class Reduction:
     per: int  # elements of X per thread of the original (2: each thread read two)
     final: tuple[str, ...]  # over kt_j (the segment) and kt_total
     per_segment: bool  # the last statements read the segment (partials per block)
+    lockstep: bool = False  # the original's last steps rely on a warp's threads in lockstep
 
 
 class ReductionPass(ReadingPass):
@@ -107,7 +108,15 @@ def read(ctx: RewriteContext) -> Reduction:
     if not (shared and any(b.scope == "block" for b in a.barriers)):
         raise Decline("no shared-memory tree (barriers and shared memory)")
     B = _block_size(ctx)
-    body = body_of(ctx.source, kernel_spans(ctx.source, a))
+    try:
+        body = body_of(ctx.source, kernel_spans(ctx.source, a))
+    except Decline:
+        first = min((b.span.start for b in a.barriers if b.scope == "block"), default=None)
+        if first is not None and any(lp.in_kernel and lp.depth == 0 and lp.span.end <= first for lp in a.loops):
+            raise Decline("each thread first adds its elements in a loop before the tree (a grid-stride loop: a "
+                          "block's partial covers elements strided by the launch's grid), which the rules do not "
+                          "restructure") from None
+        raise
     text_of = body.text_of
     stmts = body.statements
     shared = _shared_arrays(ctx, a, body)
@@ -118,15 +127,17 @@ def read(ctx: RewriteContext) -> Reduction:
         raise Decline("not one guard (`if (tid == 0)`) around the last statements")
     final_at = body.guard_at[0]
     barriers = [k for k, s in enumerate(stmts) if _is_barrier(ctx, s)]
-    loops = [k for k, s in enumerate(stmts) if s.type == "for_statement"]
-    if len(loops) != 1 or not barriers or barriers[0] + 1 != loops[0] or len(barriers) != 1 or loops[0] + 1 != final_at:
+    tree_at = barriers[0] + 1 if barriers else final_at
+    if not barriers or any(s.type == "for_statement" for s in stmts[:tree_at]) or tree_at >= final_at or any(
+            s.type not in ("for_statement", "if_statement") and not _is_barrier(ctx, s)
+            for s in stmts[tree_at:final_at]):
         raise Decline("not: stores, one barrier, one loop, then the last statements under a guard")
     ids = {**{t: "kt_t" for t in T_IDS}, **{j: "kt_j" for j in J_IDS}, **{b: str(B) for b in B_IDS},
            "get_global_id(0)": f"(kt_j * {B} + kt_t)"}
     env = _stores(ctx, a, stmts[:barriers[0]], text_of, S, ids)
     if S not in env:
         raise Decline(f"no thread stores its value into `{S}[tid]` before the barrier")
-    op, combine, mirror = _tree(ctx, stmts[loops[0]], text_of, S, env, ids, B)
+    op, combine, mirror, lockstep = _tree(ctx, stmts[tree_at:final_at], text_of, S, env, ids, B, ctx.backend)
     elem_type = _shared_type(ctx, a, body, S)
     padding = _identity(op, elem_type)
     try:
@@ -144,11 +155,36 @@ def read(ctx: RewriteContext) -> Reduction:
         raise Decline("the last statements read thread ids other than the block's index")
     if "$" in value:
         raise Decline("a `$` in the kernel's code")
-    return Reduction(B, op, combine, elem_type, value, padding, bound, flat, per, final, per_segment)
+    return Reduction(B, op, combine, elem_type, value, padding, bound, flat, per, final, per_segment, lockstep)
 
 
 def expression_names_stmt(text: str) -> set[str]:
     return {t(n) for n, t in syntax_nodes(text, ("identifier",))}
+
+
+def _constants(ctx) -> dict[str, int]:
+    """The whole numbers the kernel may read (cooperate.constants), and a template kernel's value
+    parameters at the entry's arguments (`reduce5<float, 256>`: blockSize 256)."""
+    out = constants(ctx)
+    # a `#define blockSize blockSize_SIZE` a lift left naming its parameter
+    for node, text_of in syntax_nodes(ctx.source, ("preproc_def",)):
+        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        if name is not None and value is not None and text_of(value).strip() in out:
+            out.setdefault(text_of(name), out[text_of(value).strip()])
+    # the spec's build options define what the file's `#ifndef` defaults leave (-DblockSize=256)
+    for option in ctx.original.compile_options.get(ctx.backend, ()):
+        name, _, digits = option[2:].partition("=") if option.startswith("-D") else ("", "", "")
+        if name.strip().isidentifier() and digits.strip().rstrip("uUlL").isdigit():
+            out[name.strip()] = int(digits.strip().rstrip("uUlL"))
+    params = ctx.model.signature.template_params
+    entry = ctx.original.entry
+    if params and "<" in entry:
+        args = [w.strip() for w in entry[entry.index("<") + 1:entry.rindex(">")].split(",")]
+        for param, arg in zip(params, args):
+            digits = arg.rstrip("uUlL")
+            if digits.isdigit() and param not in out:
+                out[param] = int(digits)
+    return out
 
 
 def _block_size(ctx) -> int:
@@ -302,7 +338,7 @@ def _guarded_value(v: str, B: int, ctx) -> tuple[str, str, str]:
         p = affine.read(index, {"kt_j", "kt_t"})
     except affine.NotAffine as e:
         raise Decline(str(e)) from None
-    for name, val in constants(ctx).items():
+    for name, val in _constants(ctx).items():
         p = p.substitute(name, affine.Poly.const(val))
     if p != Poly_of(B):
         raise Decline(f"the elements a block reads (`{index}`) are not its {B} in a run")
@@ -353,23 +389,194 @@ def Poly_of(B: int) -> affine.Poly:
     return affine.Poly.name("kt_j") * affine.Poly.const(B) + affine.Poly.name("kt_t")
 
 
-def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str, str]:
-    """The tree's combining operator, proved by simulating every step for every thread, and the
-    local that mirrors each thread's own slot ("" for none): the samples' running sum,
-    `S[tid] = sum = sum + S[tid + s]`, which holds what `S[tid]` holds throughout."""
-    init = loop.child_by_field_name("initializer")
-    cond = loop.child_by_field_name("condition")
-    update = loop.child_by_field_name("update")
-    if init is None or cond is None or update is None:
-        raise Decline("the tree's loop has no start, condition or step")
-    if init.type == "declaration":
-        d = init.child_by_field_name("declarator")
-        var, start = text_of(d.child_by_field_name("declarator")), d.child_by_field_name("value")
-    elif init.type == "assignment_expression":
-        var, start = text_of(init.child_by_field_name("left")), init.child_by_field_name("right")
-    else:
-        raise Decline("the tree's loop does not start from a value")
-    consts = {k: str(v) for k, v in constants(ctx).items()}
+@dataclass(frozen=True)
+class _Step:
+    """One combining assignment of the tree as each thread may take it: under `conds` (kernel text,
+    all true for a thread that takes it), the loop counters at `bind`, locals of the loop's body."""
+
+    conds: tuple[str, ...]
+    bind: tuple[tuple[str, int], ...]
+    locals: tuple[tuple[str, str], ...]
+    dst: str
+    src: str
+    kind: tuple[str, str]
+    mirror: str  # the local a `S[tid] = sum = sum + S[src]` step keeps equal to the slot, or ""
+
+
+BARRIER = "barrier"
+MAX_INLINE = 4  # calls into the file's functions followed within the tree
+
+
+class _Tree:
+    """Reads the statements after the first barrier into steps and barriers, in the order the
+    threads take them: loops unrolled at their counters' values, levels under a condition that
+    holds for no thread or every one (`if (blockSize >= 512)`) kept or left out, a call to one of
+    the file's functions (`warpReduce(sdata, tid)`) followed into its body, its parameters read as
+    their arguments."""
+
+    def __init__(self, ctx, S: str, number, consts: dict[str, str]):
+        self.ctx, self.S, self.number, self.consts = ctx, S, number, consts
+        self.items: list = []
+
+    def constant(self, text: str, bind: dict):
+        """The condition's value where it reads no thread (None where it does)."""
+        try:
+            return self.number(text, bind)
+        except Decline:
+            return None
+
+    def read(self, nodes, text_of, rename, conds, bind, locals_, depth=0) -> None:
+        for n in nodes:
+            if n.type == "comment":
+                continue
+            if n.type == "compound_statement":
+                self.read([c for c in n.named_children], text_of, rename, conds, bind, locals_, depth)
+            elif n.type == "expression_statement" and _is_barrier(self.ctx, n):
+                if conds:
+                    raise Decline(f"a barrier under a condition of the thread (`{' '.join(conds[-1].split())}`)")
+                self.items.append(BARRIER)
+            elif n.type == "declaration":
+                for d in n.children_by_field_name("declarator"):
+                    if d.type != "init_declarator":
+                        raise Decline(f"`{' '.join(text_of(n).split())}` declares a local with no value in the tree")
+                    name = d.child_by_field_name("declarator")
+                    while name.type != "identifier" and name.child_by_field_name("declarator") is not None:
+                        name = name.child_by_field_name("declarator")
+                    value = substituted(d.child_by_field_name("value"), text_of, rename)
+                    if "".join(value.split()).strip("()") == self.S:
+                        rename = {**rename, text_of(name): self.S}  # `volatile T *smem = sdata;`
+                    else:
+                        locals_ = locals_ + ((text_of(name), value),)
+            elif n.type == "for_statement":
+                self.loop(n, text_of, rename, conds, bind, locals_, depth)
+            elif n.type == "if_statement":
+                if n.child_by_field_name("alternative") is not None:
+                    raise Decline("an `else` in the tree")
+                c = [x for x in n.child_by_field_name("condition").named_children if x.type != "comment"][0]
+                cond = substituted(c, text_of, rename)
+                known = self.constant(cond, dict(bind))
+                if known is None:
+                    self.read([n.child_by_field_name("consequence")], text_of, rename, conds + (cond,), bind,
+                              locals_, depth)
+                elif known:
+                    self.read([n.child_by_field_name("consequence")], text_of, rename, conds, bind, locals_, depth)
+            elif n.type == "expression_statement" and n.named_children and \
+                    n.named_children[0].type == "call_expression":
+                self.call(n.named_children[0], text_of, rename, conds, bind, locals_, depth)
+            elif n.type == "expression_statement":
+                self.step(n, text_of, rename, conds, bind, locals_)
+            else:
+                raise Decline(f"`{' '.join(text_of(n).split())[:60]}` in the tree is not a loop, a condition, a "
+                              "barrier or a combining step")
+
+    def loop(self, n, text_of, rename, conds, bind, locals_, depth) -> None:
+        init, cond = n.child_by_field_name("initializer"), n.child_by_field_name("condition")
+        update = n.child_by_field_name("update")
+        if init is None or cond is None or update is None:
+            raise Decline("the tree's loop has no start, condition or step")
+        if init.type == "declaration":
+            d = init.child_by_field_name("declarator")
+            var, start = text_of(d.child_by_field_name("declarator")), d.child_by_field_name("value")
+        elif init.type == "assignment_expression":
+            var, start = text_of(init.child_by_field_name("left")), init.child_by_field_name("right")
+        else:
+            raise Decline("the tree's loop does not start from a value")
+        if update.type == "assignment_expression" and text_of(update.child_by_field_name("left")) == var:
+            op = text_of(update.child_by_field_name("operator"))
+            step_text = f"{var} {op[:-1]} ({text_of(update.child_by_field_name('right'))})" if op != "=" else \
+                text_of(update.child_by_field_name("right"))
+        elif update.type == "update_expression":
+            step_text = f"{var} + 1" if "++" in text_of(update) else f"{var} - 1"
+        else:
+            raise Decline("the tree's loop steps other than by an assignment")
+        inner = {k: v for k, v in rename.items() if k != var}
+        now = self.number(substituted(start, text_of, inner), dict(bind))
+        for _ in range(65):
+            at = {**dict(bind), var: now}
+            if not self.number(substituted(cond, text_of, inner), at):
+                return
+            self.read([n.child_by_field_name("body")], text_of, inner, conds, tuple(at.items()), locals_, depth)
+            now = self.number(step_text, at)
+        raise Decline("the tree's loop does not end within 64 steps")
+
+    def call(self, e, text_of, rename, conds, bind, locals_, depth) -> None:
+        fn = e.child_by_field_name("function")
+        targs = []
+        if fn.type == "template_function":
+            targs = [substituted(a, text_of, rename) for a in fn.child_by_field_name("arguments").named_children
+                     if a.type != "comment"]
+            fn = fn.child_by_field_name("name")
+        name = text_of(fn)
+        args = [substituted(a, text_of, rename) for a in e.child_by_field_name("arguments").named_children
+                if a.type != "comment"]
+        if depth >= MAX_INLINE:
+            raise Decline(f"the tree calls `{name}` more than {MAX_INLINE} functions deep")
+        for f, f_text in syntax_nodes(self.ctx.source, ("function_definition",)):
+            d = f.child_by_field_name("declarator")
+            while d is not None and d.type != "function_declarator":
+                d = d.child_by_field_name("declarator")
+            if d is None or f_text(d.child_by_field_name("declarator")) != name:
+                continue
+            params = []
+            for p in d.child_by_field_name("parameters").named_children:
+                if p.type != "parameter_declaration":
+                    continue
+                x = p.child_by_field_name("declarator")
+                while x is not None and x.type != "identifier":
+                    x = x.child_by_field_name("declarator")
+                params.append(f_text(x) if x is not None else "")
+            tparams = []
+            if f.parent is not None and f.parent.type == "template_declaration":
+                for p in f.parent.child_by_field_name("parameters").named_children:
+                    x = p.child_by_field_name("declarator") or p.child_by_field_name("name")
+                    tparams.append(f_text(x) if x is not None else "")
+            if len(params) != len(args) or (targs and len(tparams) != len(targs)):
+                raise Decline(f"`{name}` is called with other arguments than it takes")
+            names = {**dict(zip(params, (f"({a})" for a in args))), **dict(zip(tparams, (f"({a})" for a in targs)))}
+            for p, a in zip(params, args):
+                if "".join(a.split()) == self.S:
+                    names[p] = self.S
+            self.read([f.child_by_field_name("body")], f_text, names, conds, bind, locals_, depth + 1)
+            return
+        raise Decline(f"the tree calls `{name}`, no function of the file")
+
+    def step(self, n, text_of, rename, conds, bind, locals_) -> None:
+        text = substituted(n, text_of, rename)
+        found = syntax_nodes(f"void kt_f() {{ {text} }}", ("assignment_expression",))
+        if not found or found[0][0].parent.type != "expression_statement":
+            raise Decline(f"`{' '.join(text.split())[:60]}` in the tree is not a combining step")
+        e, t = found[0]
+        left = e.child_by_field_name("left")
+        if left.type != "subscript_expression" or t(left.child_by_field_name("argument")) != self.S:
+            raise Decline(f"the tree's step does not write `{self.S}`")
+        dst = _index(left, t)
+        oper, right = t(e.child_by_field_name("operator")), e.child_by_field_name("right")
+        mirror = ""
+        if oper == "=" and right.type == "assignment_expression" and \
+                right.child_by_field_name("left").type == "identifier":
+            # `S[tid] = sum = sum + S[src]`: the step is `S[tid] = S[tid] + S[src]` where `sum` holds
+            # the thread's slot (proved as the tree is taken)
+            mirror = t(right.child_by_field_name("left"))
+            own = f"{self.S}[{dst}]"
+            inner = substituted(right, t, {mirror: own}, {})
+            again = syntax_nodes(f"void kt_f() {{ {own} = {inner[inner.index('=', len(own)) + 1:].strip()}; }}"
+                                 if t(right.child_by_field_name("operator")) == "=" else
+                                 f"void kt_f() {{ {inner}; }}", ("assignment_expression",))
+            if not again:
+                raise Decline(f"`{' '.join(text.split())}` cannot be read as a step of the tree")
+            right, t = again[0][0].child_by_field_name("right"), again[0][1]
+            oper = t(again[0][0].child_by_field_name("operator"))
+        src, kind = _source(right, t, self.S, oper, dst)
+        self.items.append(_Step(conds, bind, locals_, dst, src, kind, mirror))
+
+
+def _tree(ctx, stmts, text_of, S: str, env, ids, B: int, dialect: str) -> tuple[str, str, str, bool]:
+    """The tree's combining operator, proved by taking every step for every thread; the local that
+    holds slot 0's value at the end ("" for none: the samples' running sum, `S[tid] = sum = sum +
+    S[tid + s]`, holds its slot's value while every step goes through it); and whether the last
+    steps rely on a warp's threads in lockstep (no barrier between steps that read a slot another
+    thread of the same warp writes: the hand-unrolled last warp)."""
+    consts = {k: str(v) for k, v in _constants(ctx).items()}
     py_ids = {**ids, **consts}
 
     def number(text: str, extra: dict) -> int:
@@ -378,106 +585,107 @@ def _tree(ctx, loop, text_of, S: str, env, ids, B: int) -> tuple[str, str, str]:
         except (ExpressionError, KeyError) as e:
             raise Decline(f"`{' '.join(text.split())}` cannot be evaluated ({e})") from None
 
-    s_val = number(text_of(start), {})
-    if update.type == "assignment_expression" and text_of(update.child_by_field_name("left")) == var:
-        op = text_of(update.child_by_field_name("operator"))
-        step_text = f"{var} {op[:-1]} ({text_of(update.child_by_field_name('right'))})" if op != "=" else \
-            text_of(update.child_by_field_name("right"))
-    elif update.type == "update_expression":
-        step_text = f"{var} + 1" if "++" in text_of(update) else f"{var} - 1"
-    else:
-        raise Decline("the tree's loop steps other than by an assignment")
-    body = loop.child_by_field_name("body")
-    inner = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
-    ops, combine = [], None
-    locals_: list = []
-    for st in inner:
-        if _is_barrier(ctx, st):
-            continue
-        if st.type == "declaration":
-            locals_.append(st)
-            continue
-        if st.type != "if_statement" or st.child_by_field_name("alternative") is not None:
-            raise Decline("the tree's step is not declarations, one `if` and a barrier")
-        ops.append(st)
-    if len(ops) != 1 or not any(_is_barrier(ctx, st) for st in inner):
-        raise Decline("the tree's step is not one combining `if` and a barrier")
-    step = ops[0]
-    c_node = [x for x in step.child_by_field_name("condition").named_children if x.type != "comment"][0]
-    assigns = _assignments(step.child_by_field_name("consequence"), text_of)
-    if len(assigns) != 1:
-        raise Decline("the tree's step combines more than one pair")
-    e = assigns[0]
-    left = e.child_by_field_name("left")
-    if left.type != "subscript_expression" or text_of(left.child_by_field_name("argument")) != S:
-        raise Decline(f"the tree's step does not write `{S}`")
-    dst = _index(left, text_of)
-    oper = text_of(e.child_by_field_name("operator"))
-    right = e.child_by_field_name("right")
-    mirror = ""
-    if oper == "=" and right.type == "assignment_expression" and right.child_by_field_name("left").type == "identifier":
-        # `S[tid] = sum = sum + S[src]`: `sum` held S[tid]'s value at the barrier (the same stored
-        # value) and changes nowhere else in the loop, so the step is `S[tid] = S[tid] + S[src]`
-        mirror = text_of(right.child_by_field_name("left"))
+    tree = _Tree(ctx, S, number, consts)
+    tree.read(stmts, text_of, {}, (), (), ())
+    steps = [x for x in tree.items if x is not BARRIER]
+    if not steps:
+        raise Decline("no step of the tree combines two slots")
+    kinds = {x.kind[0] for x in steps}
+    if len(kinds) != 1 or len({x.kind for x in steps}) != 1:
+        raise Decline("the tree's steps combine slots with different operators")
+    kind = steps[0].kind
+    mirrors = {x.mirror for x in steps if x.mirror}
+    if len(mirrors) > 1:
+        raise Decline("the tree keeps more than one running value beside the slots")
+    mirror = next(iter(mirrors), "")
+    if mirror:
         if mirror not in env or "".join(env.get(S, "").split()) not in ("".join(env[mirror].split()),
                                                                         "(" + "".join(env[mirror].split()) + ")"):
             raise Decline(f"`{mirror}` does not hold the thread's slot of `{S}` when the tree starts")
-        writes = [x for x in syntax_nodes(text_of(loop), ("assignment_expression", "update_expression"))
-                  if x[1](x[0].child_by_field_name("left") or x[0].child_by_field_name("argument")) == mirror]
-        if len(writes) != 1:
-            raise Decline(f"`{mirror}` changes in the tree other than as its slot's copy")
-        own = f"{S}[{dst}]"
-        inner = substituted(right, text_of, {mirror: own}, {})
-        found = syntax_nodes(f"void kt_f() {{ {own} = {inner[inner.index('=', len(own)) + 1:].strip()}; }}"
-                             if text_of(right.child_by_field_name("operator")) == "=" else
-                             f"void kt_f() {{ {inner}; }}", ("assignment_expression",))
-        if not found:
-            raise Decline(f"`{' '.join(text_of(e).split())}` cannot be read as a step of the tree")
-        right, text_of_step = found[0][0].child_by_field_name("right"), found[0][1]
-        oper = text_of_step(found[0][0].child_by_field_name("operator"))
-        src, kind = _source(right, text_of_step, S, oper, dst)
-    else:
-        src, kind = _source(right, text_of, S, oper, dst)
+        # every write of it in the tree is a step's `S[tid] = sum = ...` (taken or not)
+        for st in stmts:
+            for x, t in syntax_nodes(text_of(st), ("assignment_expression", "update_expression")):
+                if t(x.child_by_field_name("left") or x.child_by_field_name("argument")) != mirror:
+                    continue
+                up = x.parent
+                while up is not None and up.type == "parenthesized_expression":
+                    up = up.parent
+                if x.type != "assignment_expression" or up is None or up.type != "assignment_expression" or \
+                        up.child_by_field_name("right") != x or \
+                        up.child_by_field_name("left").type != "subscript_expression" or \
+                        t(up.child_by_field_name("left").child_by_field_name("argument")) != S:
+                    raise Decline(f"`{mirror}` changes in the tree other than as its slot's copy")
     combine = {"sum": "($a) + ($b)", "max": f"{kind[1]}($a, $b)", "min": f"{kind[1]}($a, $b)"}[kind[0]]
-    local_defs = []
-    for st in locals_:
-        for d in st.children_by_field_name("declarator"):
-            if d.type == "init_declarator":
-                local_defs.append((text_of(d.child_by_field_name("declarator")), d.child_by_field_name("value")))
-    content = [1 << t for t in range(B)]
-    s_now, rounds = s_val, 0
-    while True:
-        rounds += 1
-        if rounds > 64:
-            raise Decline("the tree's loop does not end within 64 steps")
-        if not number(text_of(cond), {var: s_now}):
-            break
+    content: list = [1 << t for t in range(B)]  # the elements each slot holds; None: one counted twice
+    mirrored = True  # every write so far went through the mirror: it holds its thread's slot
+    lockstep = False
+    phase: list[_Step] = []
+
+    def close(phase: list[_Step], final: bool) -> None:
+        """Checks a run of steps with no barrier between them: a slot one thread writes that another
+        reads or writes is a race, unless every thread taking part is of one warp (in lockstep)."""
+        nonlocal lockstep
+        owners: dict[int, set] = {}
+        touched: dict[int, set] = {}
+        taking: set = set()
+        for st, t, d_i, s_i in phase:
+            owners.setdefault(d_i, set()).add(t)
+            touched.setdefault(d_i, set()).add(t)
+            touched.setdefault(s_i, set()).add(t)
+            taking.add(t)
+        if final:
+            touched.setdefault(0, set()).add(0)  # the last statements' thread reads slot 0
+            taking.add(0)
+        if any(len(owners[x] | touched[x]) > 1 for x in owners):
+            if len({t // 32 for t in taking}) > 1:
+                raise Decline(f"at step {_where(phase[0][0])} a slot is read while another thread writes it")
+            lockstep = True
+
+    taken: list = []
+    for item in tree.items:
+        if item is BARRIER:
+            close(taken, False)
+            taken = []
+            continue
+        st = item
+        if st.mirror and not mirrored:
+            raise Decline(f"`{st.mirror}` no longer holds its thread's slot at step {_where(st)}")
+        snapshot = list(content)
         writes: dict[int, int] = {}
         for t in range(B):
-            scope = {var: s_now, "kt_t": t}
-            local_env = {}
-            for name, val in local_defs:
-                local_env[name] = number(text_of(val), {**scope, **local_env})
-            full = {**scope, **local_env}
-            if not number(text_of(c_node), full):
+            scope = {**dict(st.bind), "kt_t": t}
+            for name, val in st.locals:
+                scope[name] = number(val, scope)
+            if not all(number(c, scope) for c in st.conds):
                 continue
-            d_i, s_i = number(dst, full), number(src, full)
-            if mirror and d_i != t:
-                raise Decline(f"at step {var} = {s_now} thread {t} writes slot {d_i}, not its own, with `{mirror}`")
+            d_i, s_i = number(st.dst, scope), number(st.src, scope)
+            if st.mirror and d_i != t:
+                raise Decline(f"at step {_where(st)} thread {t} writes slot {d_i}, not its own, with `{st.mirror}`")
             if not (0 <= d_i < B and 0 <= s_i < B) or d_i in writes:
-                raise Decline(f"at step {var} = {s_now} thread {t} combines slots {d_i} and {s_i}: outside the "
+                raise Decline(f"at step {_where(st)} thread {t} combines slots {d_i} and {s_i}: outside the "
                               "block or written twice")
             writes[d_i] = s_i
-        if set(writes.values()) & set(writes):
-            raise Decline(f"at step {var} = {s_now} a slot is read while another thread writes it")
+            taken.append((st, t, d_i, s_i))
+        if writes and not st.mirror:
+            mirrored = False
         for d_i, s_i in writes.items():
-            if content[d_i] & content[s_i]:
-                raise Decline(f"at step {var} = {s_now} a value would be counted twice")
-            content[d_i] |= content[s_i]
-        s_now = number(step_text, {var: s_now})
+            a, b = snapshot[d_i], snapshot[s_i]
+            content[d_i] = None if a is None or b is None or a & b else a | b
+    # the steps after the last barrier are followed by the last statements (thread 0 reads slot 0)
+    close(taken, True)
+    if content[0] is None:
+        raise Decline("the tree counts a value twice in slot 0")
     if content[0] != (1 << B) - 1:
         raise Decline(f"the tree does not gather all {B} slots into slot 0")
-    return kind[0], combine, mirror
+    if lockstep and dialect != "cuda":
+        raise Decline("the tree's last steps run without barriers, a warp's threads in lockstep, which OpenCL does "
+                      "not promise")
+    return kind[0], combine, mirror if mirrored else "", lockstep
+
+
+def _where(st: _Step) -> str:
+    at = ", ".join(f"{k} = {v}" for k, v in st.bind)
+    return f"`{st.dst} <- {st.src}`" + (f" ({at})" if at else "")
 
 
 def _env_text(text: str, env, scope) -> str:
@@ -629,6 +837,10 @@ def _rewrite(ctx: RewriteContext, r: Reduction) -> Rewrite:
         first = {names["GRID"]: (0, 2, 8), names["THREADS"]: (256, 512), names["ITEMS"]: (1, 4)}
         what = (f"reduction: an atomic {r.op} of all the elements, GRID blocks per multiprocessor striding over them, "
                 f"ITEMS loads in flight per thread, one atomic per block")
+    if r.lockstep:
+        what += ("; the original's last steps run without barriers or __syncwarp, a warp's threads assumed in "
+                 "lockstep: a race on Volta and later GPUs (independent thread scheduling), which the rewrite's "
+                 "shuffles do not have")
     constraints += pinned(ctx, off)
     for name, value in ctx.defaults.items():
         first[name] = (value,)

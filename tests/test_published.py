@@ -31,6 +31,7 @@ OPENCL = {
     "reduction/reduce1": (["reduction"], ({"LANES": 8, "THREADS": 64, "GRID": 1},)),
     "reduction/reduce2": (["reduction"], ({"LANES": 32, "GRID": 2},)),
     "reduction/reduce3": (["reduction"], ({"LANES": 16, "THREADS": 128},)),
+    "reduction/reduce5": (["reduction"], ({"LANES": 32, "THREADS": 64, "GRID": 1},)),
     "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 2, "RX": 2})),
     "stencils/jacobi_step": (["stencil"], ({"ITEMS": 2, "RX": 4}, {"TILE": 1, "ITEMS": 4})),
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
@@ -69,6 +70,8 @@ DECLINED = {
     "sgemm/mygemm2": ("opencl", "contraction", "already cooperate"),
     # the trainer's element-per-thread encoder: its bound is a local (`int N = B * T * C`), read through it
     "llm/encoder2": ("opencl", "stencil", "a one-dimensional grid whose points read no neighbours"),
+    # the samples' reduce6: each thread's grid-stride loop before the tree
+    "reduction/reduce6": ("cuda", "reduction", "adds its elements in a loop before the tree"),
 }
 
 
@@ -98,6 +101,8 @@ CUDA = {
     "reduction/reduce0": (["reduction"], ({"LANES": 32},)),
     "reduction/reduce1": (["reduction"], ({"LANES": 8, "THREADS": 128, "GRID": 4},)),
     "reduction/reduce2": (["reduction"], ({"LANES": 16, "GRID": 2},)),
+    "reduction/reduce4": (["reduction"], ({"LANES": 32, "THREADS": 512},)),
+    "reduction/reduce5": (["reduction"], ({"LANES": 16, "GRID": 4},)),
     "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 4})),
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
     "stencils/stencil7": (["stencil"], ({"ITEMS": 8, "RX": 2},)),
@@ -186,7 +191,8 @@ def test_a_function_of_the_file_called_sync_is_no_barrier():
 
 
 GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0", "reduction/reduce1",
-               "reduction/reduce2", "reduction/reduce3", "stencils/heat_step", "stencils/jacobi_step",
+               "reduction/reduce2", "reduction/reduce3", "reduction/reduce4", "reduction/reduce5", "stencils/heat_step",
+               "stencils/jacobi_step",
                "stencils/stencil7", "stencils/stencil7_zloop", "llm/encoder1", "llm/encoder2", "llm/layernorm1",
                "llm/softmax1")
 

@@ -236,6 +236,44 @@ def test_the_reduction_refuses_a_tree_that_does_not_sum_every_slot_once(case):
         read_reduction(context(code, "part", "cuda", GPU, "reduce_nodivergence"))
 
 
+WARP_TAIL = """__global__ void part(const float *in, float *out, int n) {
+    __shared__ float s[256];
+    int t = threadIdx.x;
+    int i = blockIdx.x * 256 + t;
+    s[t] = i < n ? in[i] : 0.0f;
+    __syncthreads();
+    for (int k = 128; k > LAST; k >>= 1) {
+        if (t < k) s[t] += s[t + k];
+        __syncthreads();
+    }
+    if (t < LAST) {
+        volatile float *v = s;
+        for (int k = LAST; k > 0; k >>= 1) v[t] += v[t + k];
+    }
+    if (t == 0) out[blockIdx.x] = s[0];
+}
+"""
+OPENCL_WORDS = {"__global__ void part(const float *in, float *out": "__kernel void part(__global const float *in, "
+                "__global float *out", "__shared__": "__local", "threadIdx.x": "get_local_id(0)",
+                "blockIdx.x": "get_group_id(0)", "__syncthreads()": "barrier(CLK_LOCAL_MEM_FENCE)",
+                "volatile float": "volatile __local float"}
+
+
+def test_a_last_warp_summed_without_barriers_is_read_as_lockstep_steps():
+    """The samples' hand-unrolled last warp (a volatile pointer, no barrier between its steps) sums
+    slot 0 right only while the warp's threads run in lockstep: CUDA's reduction takes it and says
+    so in its plan; over two warps it is a race; OpenCL promises no lockstep."""
+    r = read_reduction(context(WARP_TAIL.replace("LAST", "32"), "part", "cuda", GPU, "reduce_nodivergence"))
+    assert (r.op, r.lockstep, r.B) == ("sum", True, 256)
+    with pytest.raises(Decline, match="read while another thread writes"):
+        read_reduction(context(WARP_TAIL.replace("LAST", "64"), "part", "cuda", GPU, "reduce_nodivergence"))
+    code = WARP_TAIL.replace("LAST", "32")
+    for cuda_word, opencl_word in OPENCL_WORDS.items():
+        code = code.replace(cuda_word, opencl_word)
+    with pytest.raises(Decline, match="lockstep, which OpenCL does not promise"):
+        read_reduction(context(code, "part", "opencl", CPU, "reduce_nodivergence"))
+
+
 def test_affine_reads_indices_as_polynomials():
     assert affine.slope("row * K + k", "k") == 1
     assert affine.slope("row * K + k", "row") is None  # K moves it, not a number

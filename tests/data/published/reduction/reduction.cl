@@ -88,3 +88,34 @@ __kernel void reduce3(__global T *g_idata, __global T *g_odata, unsigned int n, 
 
     if (tid == 0) g_odata[get_group_id(0)] = mySum;
 }
+
+// the work-group size compiled in (-D blockSize=256), so the tree unrolls and the levels a group of
+// this size does not need disappear; no OpenCL device promises a warp in lockstep, so every level
+// keeps its barrier down to the last
+#ifndef blockSize
+#define blockSize 256
+#endif
+
+__kernel void reduce5(__global T *g_idata, __global T *g_odata, unsigned int n, __local T *sdata) {
+    unsigned int tid = get_local_id(0);
+    unsigned int i = get_group_id(0) * (blockSize * 2) + get_local_id(0);
+
+    T mySum = (i < n) ? g_idata[i] : 0;
+    if (i + blockSize < n)
+        mySum += g_idata[i + blockSize];
+
+    sdata[tid] = mySum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    if (blockSize >= 512) { if (tid < 256) { sdata[tid] = mySum = mySum + sdata[tid + 256]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >= 256) { if (tid < 128) { sdata[tid] = mySum = mySum + sdata[tid + 128]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >= 128) { if (tid <  64) { sdata[tid] = mySum = mySum + sdata[tid +  64]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=  64) { if (tid <  32) { sdata[tid] = mySum = mySum + sdata[tid +  32]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=  32) { if (tid <  16) { sdata[tid] = mySum = mySum + sdata[tid +  16]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=  16) { if (tid <   8) { sdata[tid] = mySum = mySum + sdata[tid +   8]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=   8) { if (tid <   4) { sdata[tid] = mySum = mySum + sdata[tid +   4]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=   4) { if (tid <   2) { sdata[tid] = mySum = mySum + sdata[tid +   2]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=   2) { if (tid <   1) { sdata[tid] = mySum = mySum + sdata[tid +   1]; } barrier(CLK_LOCAL_MEM_FENCE); }
+
+    if (tid == 0) g_odata[get_group_id(0)] = mySum;
+}
