@@ -544,7 +544,7 @@ class _Tree:
         text = substituted(n, text_of, rename)
         found = syntax_nodes(f"void kt_f() {{ {text} }}", ("assignment_expression",))
         if not found or found[0][0].parent.type != "expression_statement":
-            raise Decline(f"`{' '.join(text.split())[:60]}` in the tree is not a combining step")
+            raise Decline(f"`{' '.join(text.split())[:60]}` in the tree is not an assignment combining two slots")
         e, t = found[0]
         left = e.child_by_field_name("left")
         if left.type != "subscript_expression" or t(left.child_by_field_name("argument")) != self.S:
