@@ -100,6 +100,8 @@ PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
     "reduction/reduce1": ("block_sums", "64M"),
     "reduction/reduce2": ("block_sums", "64M"),
     "reduction/reduce3": (None, "64M"),
+    "reduction/reduce4": ("reduction/reduce5", "64M"),  # the samples' next step: the tree unrolled
+    "reduction/reduce5": (None, "64M"),
     "stencils/heat_step": (None, "8k"),
     "stencils/jacobi_step": (None, "8k"),
     "stencils/stencil7": (None, "512"),
