@@ -167,7 +167,9 @@ def index_slope(analysis: KernelAnalysis, index: str, var: str | None = None) ->
         return Slope(None)
     var = var or analysis.element
     # thread ids move with the element a thread owns, not with a loop the thread runs
-    s = _Slopes(analysis.locals, var, ids_move=var == analysis.element, changing=analysis.changing)
+    # an array no statement of the kernel writes holds its values: read where the index stays, it stays
+    fixed = frozenset(x.array for x in analysis.accesses) - {x.array for x in analysis.accesses if x.write}
+    s = _Slopes(analysis.locals, var, ids_move=var == analysis.element, changing=analysis.changing, fixed=fixed)
     value = s.of(node)
     return Slope(value, tuple(dict.fromkeys(s.conditions)))
 
@@ -334,7 +336,9 @@ class _Body:
         by_span = {(n.start_byte, n.end_byte): n for n in _walk_types(self.body, _LOOP_TYPES)}
         self.loop_nodes = [by_span.get((lp.span.start, lp.span.end)) for lp in m.loops if lp.in_kernel]
         self.helper_loops = tuple(self._loop(lp) for lp in m.loops if not lp.in_kernel)
-        self.accesses = [x for x in m.accesses if x.function == m.name and x.array in self.pointers and not x.deref]
+        # `*(p + i)` and `*q` (q a local pointer into an argument) are the element accesses they name
+        self.accesses = [x for x in m.accesses if x.function == m.name and x.array in self.pointers]
+        self.derefs = {x.span.start for x in self.accesses if x.deref}
         self.accumulators = [replace(a, init=cxx.text(self.inits[a.var]) if a.var in self.inits else "")
                              for a in m.accumulators]
         self.returns = list(m.returns)
@@ -521,7 +525,7 @@ class _Body:
             if n.type == "identifier" and cxx.text(n) in names:
                 parent = n.parent
                 ok = parent is not None and parent.type == "subscript_expression" and \
-                    parent.child_by_field_name("argument") == n or n.id in half_args
+                    parent.child_by_field_name("argument") == n or n.id in half_args or self._dereferenced(n)
                 decl = n
                 while decl is not None and decl.type not in ("init_declarator", "compound_statement"):
                     decl = decl.parent
@@ -535,6 +539,19 @@ class _Body:
                 continue
             stack.extend(n.children)
         return tuple(dict.fromkeys(out))
+
+    def _dereferenced(self, n) -> bool:
+        """Whether the pointer `n` is dereferenced as an access the model read: `*q`, `*(p + i)`."""
+        up = n.parent
+        while up is not None and up.type == "parenthesized_expression":
+            up = up.parent
+        if up is not None and up.type == "binary_expression" and cxx.text(up.child_by_field_name("operator")) == "+" \
+                and unwrap(up.child_by_field_name("left")) == n:
+            up = up.parent
+            while up is not None and up.type == "parenthesized_expression":
+                up = up.parent
+        return up is not None and up.type == "pointer_expression" and \
+            cxx.text(up.child_by_field_name("operator")) == "*" and self.f.node_span(up).start in self.derefs
 
     def _escaped(self) -> tuple[list[str], set[int]]:
         """The arguments whose element's address is taken (`&p[i]`, but for a cache-hint
@@ -692,8 +709,9 @@ class _Slopes:
     """How expressions move with one variable: 0, 1 or None."""
 
     def __init__(self, locals_: dict[str, str], var: str, ids_move: bool = True,
-                 changing: frozenset[str] = frozenset()):
+                 changing: frozenset[str] = frozenset(), fixed: frozenset[str] = frozenset()):
         self.locals = locals_
+        self.fixed = fixed  # arrays the kernel never writes
         self.changing = changing  # a local that changes is not known to stay put
         self.ids = None if ids_move else 0
         self.var = var
@@ -766,6 +784,12 @@ class _Slopes:
             parts = [self.of(node.child_by_field_name(k)) for k in ("condition", "consequence", "alternative")]
             return 0 if all(p == 0 for p in parts) else None
         if t == "subscript_expression":
+            # `inp[b * T + t]` of an array never written, at an index that stays: the same value
+            arr = unwrap(node.child_by_field_name("argument"))
+            idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
+            inner = [c for c in idx.named_children if c.type != "comment"] if idx is not None else []
+            if arr is not None and arr.type == "identifier" and cxx.text(arr) in self.fixed and len(inner) == 1:
+                return 0 if self.of(inner[0]) == 0 else None
             return None
         return None
 

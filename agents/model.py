@@ -1137,6 +1137,13 @@ class _Walk:
         if not self.function.kernel:
             return
         inner = unwrap(node.child_by_field_name("argument"))
+        if inner is not None and inner.type == "identifier":  # `*out_btc`, a local pointer into an array
+            array, via, offset = self._root(text(inner))
+            if via and array in self.pointers:
+                read, write = _direction(node)
+                self._add(array, inner, via, offset, write, read, self.r.span(node), loops, unconditional, "", None,
+                          deref=True, index_text="0")
+            return
         if inner is None or inner.type != "binary_expression" or text(inner.child_by_field_name("operator")) != "+":
             return
         left, right = unwrap(inner.child_by_field_name("left")), inner.child_by_field_name("right")
@@ -1177,14 +1184,14 @@ class _Walk:
                   self.r.span(value) if value is not None else None)
 
     def _add(self, array, index_node, via, offset, write, read, span, loops, unconditional, call, value_span,
-             space: str = "", deref: bool = False, more: list = ()) -> None:
-        index = text(index_node)
+             space: str = "", deref: bool = False, more: list = (), index_text: str | None = None) -> None:
+        index = text(index_node) if index_text is None else index_text
         if via and offset != "0":
             index = f"{offset} + ({index})"
         names = {self.loops[i].var for i in loops if self.loops[i].var}
         forms = _Forms(self.locals if self.function.kernel else {}, names, self.changing if self.function.kernel
                        else frozenset(), frozenset(self.pointers), self.r.macros)
-        node = parse_expression(index) if via and offset != "0" else index_node
+        node = parse_expression(index) if via and offset != "0" or index_text is not None else index_node
         expr = forms.index(node, self.r.span(index_node)) if node is not None else \
             IndexExpr(index, self.r.span(index_node), None)
         if space == "array":

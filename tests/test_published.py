@@ -37,6 +37,9 @@ OPENCL = {
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
     "stencils/stencil7": (["stencil"], ({"ITEMS": 4}, {"ITEMS": 2, "RX": 2, "BLOCK": 8, "BLOCK_Z": 2})),
     "llm/encoder1": (["rowwise"], ({"LANES": 16, "BLOCK": 16},)),
+    # the element-per-thread encoder: `*out_btc = *wte_ix + *wpe_tc` through local pointers into
+    # the arrays, the token's row `ix` read where the pack's (b, t) stays
+    "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2}, {"VEC": 2, "GRID": 2})),
 }
 
 
@@ -68,8 +71,6 @@ def test_a_published_kernel_is_rewritten_gated_and_reproduced_on_pocl(name, tmp_
 DECLINED = {
     "sgemm/sgemm_shared": ("opencl", "contraction", "already cooperate"),
     "sgemm/mygemm2": ("opencl", "contraction", "already cooperate"),
-    # the trainer's element-per-thread encoder: its bound is a local (`int N = B * T * C`), read through it
-    "llm/encoder2": ("opencl", "stencil", "a one-dimensional grid whose points read no neighbours"),
     # the samples' reduce6: each thread's grid-stride loop before the tree
     "reduction/reduce6": ("cuda", "reduction", "adds its elements in a loop before the tree"),
 }
@@ -107,6 +108,7 @@ CUDA = {
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
     "stencils/stencil7": (["stencil"], ({"ITEMS": 8, "RX": 2},)),
     "llm/encoder1": (["rowwise"], ({"LANES": 32},)),
+    "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2, "CACHE": 1},)),
 }
 
 
@@ -180,6 +182,19 @@ def test_a_cooperative_groups_barrier_is_the_blocks_or_a_tiles(sync, scope):
 
     model = build(COOPERATIVE.replace("SYNC", sync), "k")
     assert [(b.call, b.scope) for b in model.barriers] == [("sync", scope)] and model.cooperates
+
+
+def test_a_dereferenced_local_pointer_into_an_array_is_the_element_it_points_at():
+    """`float *o = out + b * n + c; *o = *p + 1.0f;`: pointer arithmetic then a dereference reads
+    and writes one element, at the offset the local pointer carries; `*(x + i)` too."""
+    from kerntune.agents.model import build
+
+    source = ("__global__ void k(float *out, const float *x, int n) {\n"
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    int b = i / n, c = i % n;\n"
+              "    float *o = out + b * n + c;\n    const float *p = x + c;\n    *o = *p + *(x + i);\n}\n")
+    got = {(a.array, "".join(a.index.split()), a.read, a.write, a.via) for a in build(source, "k").accesses}
+    assert got == {("out", "b*n+c+(0)", False, True, "o"), ("x", "c+(0)", True, False, "p"),
+                   ("x", "i", True, False, "")}
 
 
 def test_a_function_of_the_file_called_sync_is_no_barrier():
