@@ -110,6 +110,20 @@ def kernel_spans(source: str, model) -> KernelSpans:
     return KernelSpans(span, model.kernel.body)
 
 
+def template_parameters(source: str, model) -> str:
+    """A template kernel's template parameter list as written (`<typename real, int R>`), for a
+    helper function written as the same template; "" for a kernel that is none."""
+    if not model.signature.is_template:
+        return ""
+    span = model.kernel.span
+    around = [(n, t) for n, t in syntax_nodes(source, ("template_declaration",))
+              if span_of(source, n).start <= span.start and span.end <= span_of(source, n).end]
+    if not around:
+        raise Decline("the template kernel's `template <...>` line cannot be read")
+    node, text_of = max(around, key=lambda x: x[0].start_byte)
+    return " ".join(text_of(node.child_by_field_name("parameters")).split())
+
+
 def body_of(source: str, a: KernelAnalysis) -> Body:
     """The analysed kernel's body, flattened; Decline when it holds a return other than a guard's,
     an `if` with statements after it, or an `else`."""

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Iterable, Iterator, Mapping
 
 from kerntune.engine.cxx import blank, callee, first_error, int_literal, parser, text
-from kerntune.engine.signature import KernelSignature, SignatureError, parse_kernels
+from kerntune.engine.signature import KernelSignature, SignatureError, parse_kernel, parse_kernels
 
 from .syntax import names
 
@@ -878,8 +878,15 @@ class _Reader:
             raise ModelError(str(e)) from None
         if name not in sigs:
             raise ModelError(f"the kernel {name} could not be read")
+        sig = sigs[name]
+        if entry is not None and "<" in entry and sig.is_template:
+            # the instantiation the entry names (`heat_step_t<double>`), not the file's first one
+            try:
+                sig = parse_kernel(self.source, entry)
+            except SignatureError:
+                pass
         callees = self._callees(fn, by_name)
-        walk = _Walk(self, fn, sigs[name], callees)
+        walk = _Walk(self, fn, sig, callees)
         return walk.model(entry or name)
 
     def _callees(self, fn, by_name: dict[str, list]) -> list:

@@ -31,13 +31,13 @@ read of global memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
 from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, inlined, kernel_spans, raw_text,
-                        reads_thread_ids, spec_scalars, spec_text, with_names)
+                        reads_thread_ids, spec_scalars, spec_text, template_parameters, with_names)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly
 from .passes import Declined, Pass, Rewrite, RewriteContext
@@ -404,8 +404,6 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         model = ctx.model
     except ModelError as e:
         raise Decline(str(e)) from None
-    if model.signature.is_template:
-        raise Decline("a template kernel")
     if model.cooperates:
         raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
     a = kernel_spans(ctx.source, model)
@@ -450,6 +448,10 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     point = params + ["const int kt_x"] + (["const int kt_y"] if two_d else []) + (["const int kt_z"] if three_d else [])
     local = "" if d.name == "cuda" else "__local "
     restrict = "__restrict__" if d.name == "cuda" else "restrict"
+    # a template kernel's tiles in the template's own words (`real`), which every instantiation makes
+    tile_bytes = sum(ELEMENT_BYTES[t.ctype] for t in found)  # at the entry's instantiation
+    words = {arg.name: arg.ctype for arg in model.signature.generic_args}
+    found = [replace(t, ctype=words.get(t.array, t.ctype)) for t in found]
     tile_params = [f"{local}const {t.ctype} *{restrict} kt_s{i}" for i, t in enumerate(found)]
     tile_params += ["const int kt_ox"] + (["const int kt_oy"] if two_d else [])
     helpers = f"{qualifier} kt_point({', '.join(point)})\n{plain}\n"
@@ -458,6 +460,11 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
                    f"{qualifier} kt_point({', '.join(point + tile_params)})\n{tiled}\n#else\n{helpers}#endif\n")
     kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d, rx is not None, three_d), names)
     helpers = with_names(helpers, names)
+    tparams = template_parameters(ctx.source, model)
+    if tparams:
+        # a template kernel: the point's function is the same template, called at the kernel's arguments
+        helpers = helpers.replace(f"{qualifier} kt_point(", f"template {tparams}\n{qualifier} kt_point(")
+        kernel = kernel.replace("kt_point(", f"kt_point<{', '.join(model.signature.template_params)}>(")
     walks = "z, consecutive planes" if three_d else "y, consecutive rows" if two_d else "x, a block apart"
     params_out = [ParamProposal(items, (1, 2, 4, 8, 16), 1, f"points per thread along {walks} (1: the original "
                                 "kernel)", "work")]
@@ -499,8 +506,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         elif two_d and rx is not None and halo.y0 + halo.y1 == 0 and halo.x0 + halo.x1 > 0:
             first[items] = (1,)
         elements = _tile_elements(halo, block, items, two_d, rx)
-        size = sum(ELEMENT_BYTES[t.ctype] for t in found)
-        constraints.append(f"{tile} == 0 or {elements} * {size} <= max_shared_per_block")
+        constraints.append(f"{tile} == 0 or {elements} * {tile_bytes} <= max_shared_per_block")
         what += (f"; TILE 1 stages {', '.join(t.array for t in found)} with a halo of "
                  f"{halo.x0}/{halo.x1}{f' x {halo.y0}/{halo.y1}' if two_d else ''} in shared memory")
     elif two_d:

@@ -105,6 +105,8 @@ CUDA = {
     "reduction/reduce4": (["reduction"], ({"LANES": 32, "THREADS": 512},)),
     "reduction/reduce5": (["reduction"], ({"LANES": 16, "GRID": 4},)),
     "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 4})),
+    # a template kernel (`template <typename real>`, run as double): the point's function is the same template
+    "stencils/heat_step_t": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 2, "RX": 2})),
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
     "stencils/stencil7": (["stencil"], ({"ITEMS": 8, "RX": 2},)),
     "llm/encoder1": (["rowwise"], ({"LANES": 32},)),
@@ -207,7 +209,7 @@ def test_a_function_of_the_file_called_sync_is_no_barrier():
 
 GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0", "reduction/reduce1",
                "reduction/reduce2", "reduction/reduce3", "reduction/reduce4", "reduction/reduce5", "stencils/heat_step",
-               "stencils/jacobi_step",
+               "stencils/heat_step_t", "stencils/jacobi_step",
                "stencils/stencil7", "stencils/stencil7_zloop", "llm/encoder1", "llm/encoder2", "llm/layernorm1",
                "llm/softmax1")
 
