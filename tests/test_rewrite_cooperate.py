@@ -366,11 +366,18 @@ def test_the_half_product_offers_tensor_core_tiles_on_cuda_only():
     cuda_names = {p.name for p in rules_template(t, "cuda", GPU).proposal.parameters}
     assert "MMA" in cuda_names
     assert "MMA" not in {p.name for p in rules_template(t, "opencl", CPU).proposal.parameters}
-    old = replace(GPU, compute_capability="6.1")
-    assert "MMA" not in {p.name for p in rules_template(t, "cuda", old).proposal.parameters}
-    # a float product has no half operands to give the tensor cores
-    assert "MMA" not in {p.name for p in rules_template(load_template(NAIVE / "matmul_naive"), "cuda",
-                                                           GPU).proposal.parameters}
+    from types import SimpleNamespace as NS
+
+    from kerntune.agents.contraction_mma import declines
+
+    half = NS(half=True)
+    s = NS(acc_type="float", update="+=", acc_init="0.0f")
+    assert declines("cuda", "9.0", s, (half, half)) == ""
+    assert "no tensor cores" in declines("cuda", "6.1", s, (half, half))
+    # a float product has no half operands to give the tensor cores; a sum that starts elsewhere
+    assert "not one half element" in declines("cuda", "9.0", s, (half, NS(half=False)))
+    assert "not zero" in declines("cuda", "9.0", NS(acc_type="float", update="+=", acc_init="bias"), (half, half))
+    assert "updated by `-=`" in declines("cuda", "", NS(acc_type="float", update="-=", acc_init="0"), (half, half))
 
 
 @pytest.mark.gpu
