@@ -543,6 +543,14 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
     cpp = {p for found in every.values() for a in found for p in a.signature.template_params}
     lifts = _unique_names(find_lifts(primary, analyses, original.entry), taken, cpp)
     lifts = [lf for lf in lifts if lf.name not in dropped]
+    # a #define the spec's build options set (`-DblockSize=256` over `#ifndef blockSize`): the
+    # option's value is the one compiled, whatever the parameter says
+    optioned = {o[2:].split("=")[0].strip() for o in original.compile_options.get(backend, ()) if o.startswith("-D")}
+    overridden = [lf for lf in lifts if lf.key.split(":")[0] == "define" and lf.key.split(":")[1] in optioned]
+    if overridden:
+        notes.append(f"left {', '.join(lf.origin for lf in overridden)} as written: the spec's build options "
+                     f"define {'it' if len(overridden) == 1 else 'them'}")
+        lifts = [lf for lf in lifts if lf not in overridden]
     # a file of several kernels: a constant only the others (or the host code) read is none of
     # this kernel's parameters
     read = _entry_words(primary, original.entry)

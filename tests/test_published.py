@@ -144,6 +144,15 @@ def test_a_template_kernel_is_rewritten_as_the_same_template():
     assert source.count("template <class T>\n__global__ void reduce0(") == 2  # the original's, as written
 
 
+def test_a_define_the_build_options_set_is_not_lifted():
+    """reduction.cl's `#ifndef blockSize / #define blockSize 256`, the spec building it with
+    -DblockSize=256: a parameter there would change nothing the compiler sees."""
+    made = rules_template(load_template(spec("reduction/reduce5")), "opencl", CPU)
+    assert not any("blockSize" in p.name for p in made.proposal.parameters)
+    assert any("`#define blockSize 256` (line" in n and "the spec's build options define it" in n
+               for n in made.lifted.notes)
+
+
 def test_a_block_mapped_by_a_template_argument_is_not_lifted():
     """`sgemm_global_mem_coalesce<32>` maps a block of 1024 threads onto ceil_div(M, 32) x
     ceil_div(N, 32) tiles through its template argument: another block leaves outputs unwritten."""
