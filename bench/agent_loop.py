@@ -103,6 +103,7 @@ PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
     "reduction/reduce4": ("reduction/reduce5", "64M"),  # the samples' next step: the tree unrolled
     "reduction/reduce5": (None, "64M"),
     "stencils/heat_step": (None, "8k"),
+    "stencils/heat_step_t": (None, "8k"),  # the same step as a template, in double
     "stencils/jacobi_step": (None, "8k"),
     "stencils/stencil7": (None, "512"),
     "stencils/stencil7_zloop": (None, "512"),
