@@ -237,13 +237,14 @@ def _shared_type(ctx, a, body, S: str) -> str:
     return "float"
 
 
-def _is_barrier(ctx, s) -> bool:
+def _is_barrier(ctx, s, scope: str = "block") -> bool:
     """Whether a statement is a block's barrier (`__syncthreads()`, `barrier(...)`, a cooperative
-    group's `cg::sync(block)`), as the kernel model reads barriers."""
+    group's `cg::sync(block)`), or with scope "warp" a warp's (`__syncwarp()`, `tile.sync()`), as
+    the kernel model reads barriers."""
     if s.type != "expression_statement":
         return False
     where = span_of(ctx.source, s)
-    return any(b.scope == "block" and within(b.span, where) for b in ctx.model.barriers)
+    return any(b.scope == scope and within(b.span, where) for b in ctx.model.barriers)
 
 
 def _target(node, text_of, S: str) -> str | None:
@@ -403,7 +404,7 @@ class _Step:
     mirror: str  # the local a `S[tid] = sum = sum + S[src]` step keeps equal to the slot, or ""
 
 
-BARRIER = "barrier"
+BARRIER, WARP_BARRIER = object(), object()  # a block's barrier, a warp's (`__syncwarp()`)
 MAX_INLINE = 4  # calls into the file's functions followed within the tree
 
 
@@ -460,6 +461,8 @@ class _Tree:
                               locals_, depth)
                 elif known:
                     self.read([n.child_by_field_name("consequence")], text_of, rename, conds, bind, locals_, depth)
+            elif n.type == "expression_statement" and _is_barrier(self.ctx, n, "warp"):
+                self.items.append(WARP_BARRIER)
             elif n.type == "expression_statement" and n.named_children and \
                     n.named_children[0].type == "call_expression":
                 self.call(n.named_children[0], text_of, rename, conds, bind, locals_, depth)
@@ -587,7 +590,7 @@ def _tree(ctx, stmts, text_of, S: str, env, ids, B: int, dialect: str) -> tuple[
 
     tree = _Tree(ctx, S, number, consts)
     tree.read(stmts, text_of, {}, (), (), ())
-    steps = [x for x in tree.items if x is not BARRIER]
+    steps = [x for x in tree.items if isinstance(x, _Step)]
     if not steps:
         raise Decline("no step of the tree combines two slots")
     kinds = {x.kind[0] for x in steps}
@@ -619,33 +622,40 @@ def _tree(ctx, stmts, text_of, S: str, env, ids, B: int, dialect: str) -> tuple[
     content: list = [1 << t for t in range(B)]  # the elements each slot holds; None: one counted twice
     mirrored = True  # every write so far went through the mirror: it holds its thread's slot
     lockstep = False
-    phase: list[_Step] = []
 
-    def close(phase: list[_Step], final: bool) -> None:
-        """Checks a run of steps with no barrier between them: a slot one thread writes that another
-        reads or writes is a race, unless every thread taking part is of one warp (in lockstep)."""
+    def close(phase: list, final: bool) -> None:
+        """Checks a run of steps with no block barrier between them: a slot one thread writes that
+        another reads or writes is a race across warps; within a warp it is ordered by a warp's
+        barrier between the two (`__syncwarp()`), else only by the warp's threads in lockstep."""
         nonlocal lockstep
-        owners: dict[int, set] = {}
-        touched: dict[int, set] = {}
-        taking: set = set()
-        for st, t, d_i, s_i in phase:
-            owners.setdefault(d_i, set()).add(t)
-            touched.setdefault(d_i, set()).add(t)
-            touched.setdefault(s_i, set()).add(t)
-            taking.add(t)
+        writers: dict[int, set] = {}
+        users: dict[int, set] = {}
+        for st, t, d_i, s_i, sub in phase:
+            writers.setdefault(d_i, set()).add((t, sub))
+            users.setdefault(d_i, set()).add((t, sub))
+            users.setdefault(s_i, set()).add((t, sub))
         if final:
-            touched.setdefault(0, set()).add(0)  # the last statements' thread reads slot 0
-            taking.add(0)
-        if any(len(owners[x] | touched[x]) > 1 for x in owners):
-            if len({t // 32 for t in taking}) > 1:
-                raise Decline(f"at step {_where(phase[0][0])} a slot is read while another thread writes it")
-            lockstep = True
+            users.setdefault(0, set()).add((0, sub_phase))  # the last statements' thread reads slot 0
+        for x, ws in writers.items():
+            for t1, p1 in ws:
+                for t2, p2 in users[x]:
+                    if t1 == t2:
+                        continue
+                    if t1 // 32 != t2 // 32:
+                        st = next(e[0] for e in phase if e[1] in (t1, t2))
+                        raise Decline(f"at step {_where(st)} a slot is read while another thread writes it")
+                    if p1 == p2:
+                        lockstep = True
 
     taken: list = []
+    sub_phase = 0
     for item in tree.items:
         if item is BARRIER:
             close(taken, False)
             taken = []
+            continue
+        if item is WARP_BARRIER:
+            sub_phase += 1
             continue
         st = item
         if st.mirror and not mirrored:
@@ -665,7 +675,7 @@ def _tree(ctx, stmts, text_of, S: str, env, ids, B: int, dialect: str) -> tuple[
                 raise Decline(f"at step {_where(st)} thread {t} combines slots {d_i} and {s_i}: outside the "
                               "block or written twice")
             writes[d_i] = s_i
-            taken.append((st, t, d_i, s_i))
+            taken.append((st, t, d_i, s_i, sub_phase))
         if writes and not st.mirror:
             mirrored = False
         for d_i, s_i in writes.items():

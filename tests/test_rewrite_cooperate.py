@@ -267,6 +267,10 @@ def test_a_last_warp_summed_without_barriers_is_read_as_lockstep_steps():
     assert (r.op, r.lockstep, r.B) == ("sum", True, 256)
     with pytest.raises(Decline, match="read while another thread writes"):
         read_reduction(context(WARP_TAIL.replace("LAST", "64"), "part", "cuda", GPU, "reduce_nodivergence"))
+    # a warp's barrier between steps that leave the slots they read alone: no lockstep needed
+    synced = WARP_TAIL.replace("LAST", "32").replace("v[t] += v[t + k];", "{ if (t < k) v[t] += v[t + k]; __syncwarp(); }")
+    r = read_reduction(context(synced, "part", "cuda", GPU, "reduce_nodivergence"))
+    assert (r.op, r.lockstep) == ("sum", False)
     code = WARP_TAIL.replace("LAST", "32")
     for cuda_word, opencl_word in OPENCL_WORDS.items():
         code = code.replace(cuda_word, opencl_word)
