@@ -144,6 +144,16 @@ def test_a_template_kernel_is_rewritten_as_the_same_template():
     assert source.count("template <class T>\n__global__ void reduce0(") == 2  # the original's, as written
 
 
+def test_a_template_stencil_is_written_in_the_templates_words_at_the_entrys_instantiation():
+    """heat_step_t<double>: the point's function is the same template, its tile `real`, and the
+    shared-memory constraint counts the double's 8 bytes (the file instantiates float first)."""
+    made = rules_template(load_template(spec("stencils/heat_step_t")), "cuda", GPU)
+    source = made.proposal.sources["cuda"]
+    assert "template <typename real>\nstatic __device__ __forceinline__ void kt_point(" in source
+    assert "__shared__ real kt_s0[" in source and "kt_point<real>(" in source
+    assert any(c.endswith("* 8 <= max_shared_per_block") for c in made.proposal.constraints), made.proposal.constraints
+
+
 def test_a_define_the_build_options_set_is_not_lifted():
     """reduction.cl's `#ifndef blockSize / #define blockSize 256`, the spec building it with
     -DblockSize=256: a parameter there would change nothing the compiler sees."""
