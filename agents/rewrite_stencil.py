@@ -47,6 +47,7 @@ from .syntax import cut
 NAME = "stencil"
 MAX_HALO = 16  # elements a tile reaches past the block's points on one side
 MAX_TILES = 4  # inputs staged in shared memory
+MAX_PLANES = 4  # planes a 3-D march keeps in registers on each side of the point
 
 
 class StencilPass(Pass):
@@ -74,6 +75,30 @@ class TiledRead:
     span: tuple[int, int]
     dx: str  # over the loops' variables
     dy: str
+    dz: str = "0"  # a read of the thread's own column along z (3-D): the plane it reaches
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A read at the point's neighbour: the index's strides along x, y and z, its offsets along
+    each (whole numbers, and the loops' variables with their ranges), and the rest of it."""
+
+    strides: tuple  # (gx, gy, gz): Polys, None for an axis the grid lacks
+    offsets: tuple  # per axis: (whole number, [(coefficient, loop variable, its range)])
+    base: Poly
+
+    def text(self, axis: int) -> str:
+        const, terms = self.offsets[axis]
+        return _offset([(c, v) for c, v, _ in terms], const)
+
+    def extent(self, axis: int) -> tuple[int, int]:
+        const, terms = self.offsets[axis]
+        return _extent([(c, r) for c, _, r in terms], const)
+
+    def fixed(self, axis: int) -> int | None:
+        """Its offset along the axis where no loop's variable moves it."""
+        const, terms = self.offsets[axis]
+        return None if terms else const
 
 
 @dataclass(frozen=True)
@@ -87,6 +112,11 @@ class Tile:
     base: str
     count: str  # the array's elements, over the kernel's scalars
     reads: tuple[TiledRead, ...]
+    # a 3-D grid's march along z: the plane's stride, the reads of the thread's own column (the
+    # registers hold it), and that column's offset from the point in the plane
+    sz: str = "0"
+    column_reads: tuple[TiledRead, ...] = ()
+    column: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -95,13 +125,24 @@ class Halo:
     x1: int = 0
     y0: int = 0
     y1: int = 0
+    z0: int = 0  # planes below and above the point a 3-D march keeps in registers
+    z1: int = 0
 
     def cover(self, other: "Halo") -> "Halo":
-        return Halo(max(self.x0, other.x0), max(self.x1, other.x1), max(self.y0, other.y0), max(self.y1, other.y1))
+        return Halo(*(max(a, b) for a, b in zip(self.extents, other.extents)))
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        return (self.x0, self.x1, self.y0, self.y1, self.z0, self.z1)
 
     @property
     def any(self) -> bool:
-        return bool(self.x0 or self.x1 or self.y0 or self.y1)
+        return any(self.extents)
+
+    @staticmethod
+    def around(ex: tuple[int, int], ey: tuple[int, int] = (0, 0), ez: tuple[int, int] = (0, 0)) -> "Halo":
+        """The halo offsets from ex[0] to ex[1] along x (and so on) reach."""
+        return Halo(max(0, -ex[0]), max(0, ex[1]), max(0, -ey[0]), max(0, ey[1]), max(0, -ez[0]), max(0, ez[1]))
 
 
 def block_size(ctx: RewriteContext) -> dict[str, Poly]:
@@ -211,22 +252,12 @@ def _split(k: Poly, sx: Poly, sy: Poly | None) -> tuple[int, int, Poly] | None:
         return a, 0, k - Poly.of(a)
     if sx == one or sy == one:
         unit, other = (sx, sy) if sx == one else (sy, sx)
-        if other.number is not None:
-            c = dict(k.terms).get((), 0)
-            n = other.number
-            if n <= 1:
-                return None
-            q = (c + n // 2) // n
-            u, v, rest = c - q * n, q, k - Poly.of(c)
-        else:
-            lead = _lead(other)
-            got = dict(k.terms).get(lead[0], 0)
-            if got % lead[1]:
-                return None
-            v = got // lead[1]
-            rem = k - other * Poly.of(v)
-            u = dict(rem.terms).get((), 0)
-            rest = rem - Poly.of(u)
+        v = _whole(k, other)
+        if v is None:
+            return None
+        rem = k - other * Poly.of(v)
+        u = dict(rem.terms).get((), 0)
+        rest = rem - Poly.of(u)
         return (u, v, rest) if sx == one else (v, u, rest)
     return None
 
@@ -298,10 +329,12 @@ def _count(ctx, arg: str, scalars: dict[str, str], defines) -> str | None:
     return " * ".join(factors)
 
 
-def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, blocks: dict[str, tuple]) \
-        -> tuple[list[Tile], Halo, str]:
+def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, blocks: dict[str, tuple], three_d: bool = False,
+          plane: int = 0) -> tuple[list[Tile], Halo, str]:
     """The inputs worth staging in shared memory, the halo around the block's points they need,
-    and why none is when none is."""
+    and why none is when none is. On a 3-D grid the tile is the point's plane's (`plane` past the
+    z global id: `k = get_global_id(2) + 1`), and the reads of the thread's own column at any plane
+    (`in[idx ± nx * ny]`) are the registers' of its march."""
     scalars_c = {a.name for a in model.signature.args if not a.pointer} | set(model.defines)
     scalars = spec_scalars(ctx)
     written = {x.array for x in model.accesses if x.write} | {c.array for c in model.atomics}
@@ -314,57 +347,112 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, blocks: dict[str
             continue
         if arg.ctype not in ELEMENT_BYTES or (ctx.backend == "opencl" and arg.ctype in ("half", "__half")):
             continue
-        reads, h, strides = [], Halo(), None
+        placed, layout = [], None
         for x in model.accesses_of(array):
             form = x.expr.affine if x.expr is not None else None
             if form is None or (x.call and x.call not in hints) or x.function != model.name or x.write:
                 continue
-            got = _read(model, x, form, two_d, blocks)
+            got = _read(model, x, form, two_d, blocks, three_d)
             if isinstance(got, str):
                 if got:
                     why = f"`{array}[{' '.join(x.index.split())}]` {got}"
                 continue
-            (gx, gy), (dx, dy), (ex, ey), base = got
-            if strides is None:
-                strides = (gx, gy, base)
-            elif strides != (gx, gy, base):
+            if layout is None:
+                layout = (got.strides, got.base)
+            elif layout != (got.strides, got.base):
                 continue  # another layout or base: this read stays a read of global memory
-            reads.append(TiledRead((x.span.start, x.span.end), dx, dy))
-            h = h.cover(Halo(max(0, -ex[0]), max(0, ex[1]), max(0, -ey[0]), max(0, ey[1])))
-        if not reads or not h.any:
+            placed.append(((x.span.start, x.span.end), got))
+        column = _column([p for _, p in placed], plane) if three_d else (0, 0)
+        reads, column_reads, h = [], [], Halo()
+        for span, got in placed:
+            if three_d and (got.fixed(0), got.fixed(1)) == column:
+                column_reads.append(TiledRead(span, got.text(0), got.text(1), got.text(2)))
+                h = h.cover(Halo.around((column[0],) * 2, (column[1],) * 2, got.extent(2)))
+            elif got.fixed(2) == (plane if three_d else 0):
+                reads.append(TiledRead(span, got.text(0), got.text(1)))
+                h = h.cover(Halo.around(got.extent(0), got.extent(1)))
+            # else: a read off the column at another plane stays a read of global memory
+        if not (reads or column_reads) or not h.any:
             continue
+        # a 3-D grid's points may lie past the global ids (`k = get_global_id(2) + 1`): neighbours
+        # are reads at more than one place around the point
+        if three_d and len({tuple(got.extent(axis) for axis in range(3)) for _, got in placed}) < 2 \
+                and all(lo == hi for _, got in placed for lo, hi in (got.extent(axis) for axis in range(3))):
+            continue
+        if three_d:  # the column's point of the tile's plane: the thread's own, written from its registers
+            h = h.cover(Halo.around((column[0],) * 2, (column[1],) * 2, (plane, plane)))
         if max(h.x0, h.x1, h.y0, h.y1) > MAX_HALO:
             why = f"`{array}` is read more than {MAX_HALO} points away"
             continue
-        gx, gy, base = strides
-        texts = [_c_text(p, scalars_c) for p in (gx, gy if gy is not None else Poly(), base)]
+        if max(h.z0, h.z1) > MAX_PLANES:
+            why = f"`{array}` is read more than {MAX_PLANES} planes away"
+            continue
+        (gx, gy, gz), base = layout
+        texts = [_c_text(p, scalars_c) for p in (gx, gy if gy is not None else Poly(), base,
+                                                 gz if gz is not None else Poly())]
         count = _count(ctx, array, scalars, model.defines)
         if any(t is None for t in texts) or count is None:
             why = (f"the size or layout of `{array}` is not known to the kernel (its shape over the scalar "
                    f"arguments, strides over scalars and #defines)")
             continue
-        out.append(Tile(array, arg.ctype, texts[0], texts[1], texts[2], count, tuple(reads)))
+        out.append(Tile(array, arg.ctype, texts[0], texts[1], texts[2], count, tuple(reads), texts[3],
+                        tuple(column_reads), column))
         halo = halo.cover(h)
         if len(out) == MAX_TILES:
             break
     return out, halo, why
 
 
-def _read(model: KernelModel, x, form, two_d: bool, blocks: dict[str, tuple]):
-    """((stride along x, along y), (offset along x, along y) over the loop variables, their ranges,
-    the rest of its index) of a read at the point's neighbour; else why not ("" for a read that does
-    not move with the point at all, a coefficient or a table)."""
-    gx = form.coeff("threadIdx.x")
-    gy = form.coeff("threadIdx.y") if two_d else None
-    if gx.is_zero and (gy is None or gy.is_zero):
+def _column(placed: list[Placed], plane: int) -> tuple[int, int]:
+    """The offset in the plane of the column a 3-D march keeps in registers: where most reads at
+    other planes lie (`in[idx - nx * ny]`: the point's own), else where most reads of the point's
+    plane at a fixed place do (the point itself, as a rule)."""
+    at = [(p.fixed(0), p.fixed(1), p.extent(2) != (plane, plane)) for p in placed]
+    for off_plane in (True, False):
+        got = [(x, y) for x, y, z in at if x is not None and y is not None and z == off_plane]
+        if got:
+            return max(dict.fromkeys(got), key=got.count)
+    return (0, 0)
+
+
+def _whole(k: Poly, stride: Poly) -> int | None:
+    """How many whole strides k holds: by the stride's leading term, or the nearest whole number
+    where the stride is a number (> 1); None where the leading term does not divide."""
+    if stride.number is not None:
+        n = stride.number
+        return (dict(k.terms).get((), 0) + n // 2) // n if n > 1 else None
+    lead = _lead(stride)
+    got = dict(k.terms).get(lead[0], 0)
+    return None if got % lead[1] else got // lead[1]
+
+
+def _split3(k: Poly, sx: Poly, sy: Poly | None, sz: Poly | None) -> tuple[int, int, int, Poly] | None:
+    """k = a * sx + b * sy + c * sz + rest, the plane's stride (sz) taken out first (by its
+    leading term, or the nearest whole number of planes where it is a number), then _split."""
+    c = 0
+    if sz is not None:
+        c = _whole(k, sz)
+        if c is None:
+            return None
+        k = k - sz * Poly.of(c)
+    parts = _split(k, sx, sy)
+    return None if parts is None else (parts[0], parts[1], c, parts[2])
+
+
+def _read(model: KernelModel, x, form, two_d: bool, blocks: dict[str, tuple], three_d: bool = False):
+    """Where a read lies from the point (a Placed); else why not ("" for a read that does not move
+    with the point at all, a coefficient or a table)."""
+    axes = "xyz"[:3 if three_d else 2 if two_d else 1]
+    g = [form.coeff(f"threadIdx.{a}") for a in axes]
+    if all(c.is_zero for c in g):
         return ""
-    if gx.is_zero or form.coeff("blockIdx.x") not in [gx * b for b in blocks["x"]]:
-        return "does not move with x as the point does"
-    if two_d and (gy.is_zero or form.coeff("blockIdx.y") not in [gy * b for b in blocks["y"]]):
-        return "does not move with y as the point does"
+    for a, c in zip(axes, g):
+        if c.is_zero or form.coeff(f"blockIdx.{a}") not in [c * b for b in blocks[a]]:
+            return f"does not move with {a} as the point does"
+    strides = tuple(g) + (None,) * (3 - len(g))
     loops = {lp.var: lp for lp in model.nest(x.loop) if lp.var}
-    allowed = {"threadIdx.x", "blockIdx.x"} | ({"threadIdx.y", "blockIdx.y"} if two_d else set())
-    tx, ty = [], []
+    allowed = {f"{w}.{a}" for a in axes for w in ("threadIdx", "blockIdx")}
+    terms: tuple[list, list, list] = ([], [], [])
     for sym, coeff in form.coeffs:
         if sym in allowed:
             continue
@@ -376,23 +464,29 @@ def _read(model: KernelModel, x, form, two_d: bool, blocks: dict[str, tuple]):
         rng = _range(model, lp)
         if rng is None:
             return f"moves with `{sym}`, whose loop's bounds are not numbers or #defines"
-        parts = _split(coeff, gx, gy)
-        if parts is None or not parts[2].is_zero:
-            return f"moves with `{sym}` other than by whole points along x and y"
-        if parts[0]:
-            tx.append((parts[0], sym, rng))
-        if parts[1]:
-            ty.append((parts[1], sym, rng))
-    parts = _split(form.const, gx, gy)
+        parts = _split3(coeff, *strides)
+        if parts is None or not parts[3].is_zero:
+            return f"moves with `{sym}` other than by whole points along {'x, y and z' if three_d else 'x and y'}"
+        for axis in range(3):
+            if parts[axis]:
+                terms[axis].append((parts[axis], sym, rng))
+    parts = _split3(form.const, *strides)
     if parts is None:
         return "has no stride of one along x or y"
-    a, b, base = parts
-    ex = _extent([(c, r) for c, _, r in tx], a)
-    ey = _extent([(c, r) for c, _, r in ty], b)
-    return (gx, gy), (_offset([(c, v) for c, v, _ in tx], a), _offset([(c, v) for c, v, _ in ty], b)), (ex, ey), base
+    return Placed(strides, tuple((parts[i], terms[i]) for i in range(3)), parts[3])
 
 
 # the rewrite --------------------------------------------------------------------------------------------------
+
+def _bound_names(ctx: RewriteContext) -> dict[str, str]:
+    """What a guard's bound may read, over the spec's names: the scalar arguments' values, a
+    parameter made before this rewrite (its own name), a whole-number #define of the file (its
+    value: `k < nz - RADIUS`)."""
+    out = {name: str(value) for name, value in ctx.model.defines.items()}
+    out.update({name: name for name in ctx.defaults if name in out})
+    out.update(spec_scalars(ctx))
+    return out
+
 
 def _compile_time(text: str, ctx: RewriteContext) -> bool:
     t = text.strip()
@@ -427,11 +521,10 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     # the points a thread walks past the guard's bound do nothing: the grid may cover the bound
     # itself (a coordinate's offset only shrinks what it must cover)
     # a bound held in a local (`int N = B * T * C; if (idx < N)`) is read through it
-    extent = spec_text(inlined(model, _bound(body, text_of, walk.name, coords), {}), spec_scalars(ctx))
+    extent = spec_text(inlined(model, _bound(body, text_of, walk.name, coords), {}), _bound_names(ctx))
     block = list(ctx.block) + ["1"] * (3 - len(ctx.block))
-    found, halo, no_tile = tiles(ctx, model, two_d, blocks) if not three_d else \
-        ([], Halo(), "a grid of three dimensions (its points walk z through registers, no tile)")
-    if not all(_compile_time(b, ctx) for b in block[:2]):
+    found, halo, no_tile = tiles(ctx, model, two_d, blocks, three_d, oz)
+    if not all(_compile_time(b, ctx) for b in block[:3 if three_d else 2]):
         found, no_tile = [], "the block's size is not a parameter or a number"
     if not two_d and not found:
         raise Decline(f"a one-dimensional grid whose points read no neighbours: {no_tile}")
@@ -442,7 +535,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     # the body as a function of the point: each coordinate's initialiser becomes the point's value
     points = [(cx, "kt_x" + (f" + {ox}" if ox else ""))] + ([(cy, "kt_y" + (f" + {oy}" if oy else ""))] if two_d else []) \
         + ([(cz, "kt_z" + (f" + {oz}" if oz else ""))] if three_d else [])
-    plain, tiled = _bodies(ctx, a, points, found, two_d)
+    plain, tiled = _bodies(ctx, a, points, found, two_d, halo)
     params, args = _parameters(fn, ctx, d, model)
     qualifier = "static __device__ __forceinline__ void" if d.name == "cuda" else "static inline void"
     point = params + ["const int kt_x"] + (["const int kt_y"] if two_d else []) + (["const int kt_z"] if three_d else [])
@@ -453,12 +546,13 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     words = {arg.name: arg.ctype for arg in model.signature.generic_args}
     found = [replace(t, ctype=words.get(t.array, t.ctype)) for t in found]
     tile_params = [f"{local}const {t.ctype} *{restrict} kt_s{i}" for i, t in enumerate(found)]
+    tile_params += [f"const {t.ctype} *kt_c{i}" for i, t in enumerate(found) if three_d]  # the column's planes
     tile_params += ["const int kt_ox"] + (["const int kt_oy"] if two_d else [])
     helpers = f"{qualifier} kt_point({', '.join(point)})\n{plain}\n"
     if found:
-        helpers = (f"#if $TILE > 0\n{_tile_macros(halo, block, two_d, rx is not None)}"
+        helpers = (f"#if $TILE > 0\n{_tile_macros(halo, block, two_d, rx is not None, three_d)}"
                    f"{qualifier} kt_point({', '.join(point + tile_params)})\n{tiled}\n#else\n{helpers}#endif\n")
-    kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d, rx is not None, three_d), names)
+    kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d, rx is not None, three_d, oz), names)
     helpers = with_names(helpers, names)
     tparams = template_parameters(ctx.source, model)
     if tparams:
@@ -466,7 +560,9 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         helpers = helpers.replace(f"{qualifier} kt_point(", f"template {tparams}\n{qualifier} kt_point(")
         kernel = kernel.replace("kt_point(", f"kt_point<{', '.join(model.signature.template_params)}>(")
     walks = "z, consecutive planes" if three_d else "y, consecutive rows" if two_d else "x, a block apart"
-    params_out = [ParamProposal(items, (1, 2, 4, 8, 16), 1, f"points per thread along {walks} (1: the original "
+    # a 3-D tile's march amortises the planes it loads ahead of its first point over a longer run
+    marches = (1, 2, 4, 8, 16, 32, 64) if three_d and found else (1, 2, 4, 8, 16)
+    params_out = [ParamProposal(items, marches, 1, f"points per thread along {walks} (1: the original "
                                 "kernel)", "work")]
     switch = f"{items} > 1"
     if rx is not None:
@@ -475,7 +571,8 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         switch += f" || {rx} > 1"
     if found:
         params_out.append(ParamProposal(tile, (0, 1), 0, "1: the block's inputs and their halo staged in shared "
-                                        "memory first", "tile"))
+                                        "memory first" + (", a plane at a time, the thread's column along z in "
+                                                          "registers" if three_d else ""), "tile"))
         switch += f" || {tile} > 0"
     grid = list(ctx.grid)
     if three_d:
@@ -493,44 +590,59 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     constraints = []
     what = (f"stencil: ITEMS points per thread along {'z' if three_d else 'y' if two_d else 'x'}, pointers "
             f"restricted so neighbouring {'planes' if three_d else 'rows' if two_d else 'points'} stay in registers")
+    # a march along z with the tile loops over its planes (not unrolled); without, every point is unrolled
+    unrolled = f"{tile} > 0 or " if three_d and found else ""
     if rx is not None:
         first[rx] = (1, 4, 8)
-        constraints.append(f"{rx} * {items} <= 32")
+        constraints.append(f"{unrolled}{rx} * {items} <= 32")
         what += "; RX points per thread along x, a block's width apart"
+    elif unrolled:
+        constraints.append(f"{unrolled}{items} <= 16")
     if found:
         first[tile] = (0, 1)
+        if three_d:  # the march's length; the tile wants a block of one plane, its threads the plane's
+            first[items] = (1, 8, 32)
+            if block[2].strip() in ctx.defaults:
+                first[block[2].strip()] = (1, ctx.defaults[block[2].strip()])
         # the first round spends its configurations along the axis the neighbourhood runs: points
         # along an axis with no halo share no loads (the separable convolution's other pass)
         if two_d and rx is not None and halo.x0 + halo.x1 == 0 and halo.y0 + halo.y1 > 0:
             first[rx], first[items] = (1,), (1, 4, 8, 16)
         elif two_d and rx is not None and halo.y0 + halo.y1 == 0 and halo.x0 + halo.x1 > 0:
             first[items] = (1,)
-        elements = _tile_elements(halo, block, items, two_d, rx)
+        elements = _tile_elements(halo, block, items, two_d, rx, three_d)
         constraints.append(f"{tile} == 0 or {elements} * {tile_bytes} <= max_shared_per_block")
         what += (f"; TILE 1 stages {', '.join(t.array for t in found)} with a halo of "
                  f"{halo.x0}/{halo.x1}{f' x {halo.y0}/{halo.y1}' if two_d else ''} in shared memory")
+        if three_d:
+            what += (f" a plane at a time, each thread marching ITEMS planes along z with its column's "
+                     f"{halo.z0}/{halo.z1} planes below and above in registers")
     elif two_d:
         what += f" (no tile: {no_tile})"
     return Rewrite(NAME, source, tuple(params_out), what, tuple(constraints), tuple(grid), None, first=first,
                    helps="memory")
 
 
-def _tile_elements(h: Halo, block: list[str], items: str, two_d: bool, rx: str | None) -> str:
+def _tile_elements(h: Halo, block: list[str], items: str, two_d: bool, rx: str | None, three_d: bool = False) -> str:
+    if three_d:  # a plane's tile for each of the block's planes of threads
+        width = f"({block[0]}) * {rx}" if rx is not None else f"({block[0]})"
+        return f"({block[2]}) * (({block[1]}) + {h.y0 + h.y1}) * ({width} + {h.x0 + h.x1})"
     if two_d:
         width = f"({block[0]}) * {rx}" if rx is not None else f"({block[0]})"
         return f"(({block[1]}) * {items} + {h.y0 + h.y1}) * ({width} + {h.x0 + h.x1})"
     return f"(({block[0]}) * {items} + {h.x0 + h.x1})"
 
 
-def _tile_macros(h: Halo, block: list[str], two_d: bool, across: bool) -> str:
+def _tile_macros(h: Halo, block: list[str], two_d: bool, across: bool, three_d: bool = False) -> str:
     per = " * $RX" if across else ""
     width = f"(({block[0]}){per} + {h.x0 + h.x1})" if two_d else f"(({block[0]}) * $ITEMS + {h.x0 + h.x1})"
-    height = f"(({block[1]}) * $ITEMS + {h.y0 + h.y1})" if two_d else "1"
+    height = f"(({block[1]}){'' if three_d else ' * $ITEMS'} + {h.y0 + h.y1})" if two_d else "1"
     return f"#define KT_TW {width}\n#define KT_TH {height}\n"
 
 
-def _bodies(ctx, a, coords, found: list[Tile], two_d: bool) -> tuple[str, str]:
-    """The kernel's body as the point function runs it: reading global memory, and reading the tiles."""
+def _bodies(ctx, a, coords, found: list[Tile], two_d: bool, halo: Halo = Halo()) -> tuple[str, str]:
+    """The kernel's body as the point function runs it: reading global memory, and reading the
+    tiles (and a 3-D march's registers: kt_c holds the column's planes from z - halo.z0 up)."""
     start = a.body.start
     edits = []
     for t, value in coords:
@@ -545,6 +657,8 @@ def _bodies(ctx, a, coords, found: list[Tile], two_d: bool) -> tuple[str, str]:
         for r in t.reads:
             where = f"(kt_y + ({r.dy}) - kt_oy) * KT_TW + " if two_d else ""
             tile_edits.append((r.span[0], r.span[1], f"kt_s{i}[{where}(kt_x + ({r.dx}) - kt_ox)]"))
+        for r in t.column_reads:
+            tile_edits.append((r.span[0], r.span[1], f"kt_c{i}[({r.dz}) + {halo.z0}]"))
 
     def apply(changes) -> str:
         text = cut(ctx.source, start, a.body.end).encode("utf-8")
@@ -558,17 +672,21 @@ def _bodies(ctx, a, coords, found: list[Tile], two_d: bool) -> tuple[str, str]:
 
 
 def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: list[str],
-            two_d: bool, across: bool, three_d: bool = False) -> str:
+            two_d: bool, across: bool, three_d: bool = False, plane: int = 0) -> str:
     cuda = d.name == "cuda"
     gid = tuple(d.group_id) if cuda else tuple(f"(int)get_group_id({i})" for i in range(3))
     lid = ("threadIdx.x", "threadIdx.y", "threadIdx.z") if cuda else tuple(f"(int)get_local_id({i})" for i in range(3))
     dim = ("blockDim.x", "blockDim.y", "blockDim.z") if cuda else tuple(f"(int)get_local_size({i})" for i in range(3))
     call = ", ".join(args + ["kt_x"] + (["kt_y", "kt_z0 + kt_r"] if three_d else ["kt_y0 + kt_r"] if two_d else []))
-    if three_d:  # ITEMS consecutive planes along z at the thread's (x, y); no tile
-        return (f"{header(ctx.source, a)}\n{{\n    const int kt_y = {gid[1]} * {dim[1]} + {lid[1]};\n"
-                f"    const int kt_z0 = ({gid[2]} * {dim[2]} + {lid[2]}) * $ITEMS;\n"
-                + _across_loop(f"{gid[0]} * {dim[0]} + {lid[0]}", f"({gid[0]} * $RX + kt_q) * {dim[0]} + {lid[0]}",
-                               call, across) + "}")
+    if three_d:  # ITEMS consecutive planes along z at the thread's (x, y)
+        plain = (f"    const int kt_y = {gid[1]} * {dim[1]} + {lid[1]};\n"
+                 f"    const int kt_z0 = ({gid[2]} * {dim[2]} + {lid[2]}) * $ITEMS;\n"
+                 + _across_loop(f"{gid[0]} * {dim[0]} + {lid[0]}", f"({gid[0]} * $RX + kt_q) * {dim[0]} + {lid[0]}",
+                                call, across))
+        if not found:
+            return f"{header(ctx.source, a)}\n{{\n{plain}}}"
+        return (f"{header(ctx.source, a)}\n{{\n#if $TILE > 0\n{_march(d, args, found, halo, block, across, plane)}"
+                f"#else\n{plain}#endif\n}}")
     if two_d:
         plain = (f"    const int kt_y0 = ({gid[1]} * {dim[1]} + {lid[1]}) * $ITEMS;\n"
                  + _across_loop(f"{gid[0]} * {dim[0]} + {lid[0]}", f"({gid[0]} * $RX + kt_q) * {dim[0]} + {lid[0]}",
@@ -605,6 +723,75 @@ def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, 
             f"    {d.barrier};\n{points}#else\n{plain}#endif\n}}")
 
 
+def _march(d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: list[str], across: bool,
+           plane: int = 0) -> str:
+    """The 2.5-D scheme of a 3-D grid: each thread of a (BLOCK x BLOCK_Y) plane of threads marches
+    ITEMS consecutive planes along z (a block of several planes of threads: each its own run of
+    planes, its own tile). It keeps its column's planes z - z0 .. z + z1 in registers (`kt_c`,
+    one load a plane: the one ahead), and at each plane writes its own point's value into the
+    plane's tile, the block loading the halo around them, meets at a barrier, computes its points
+    from the tile and the registers, and moves its registers down a plane. Every register and tile
+    element holds the element of the flat index it stands for, loaded only where that index lies in
+    the array (a clamped index elsewhere, a value no point reads). The tile holds the points' plane,
+    `plane` past the z global id."""
+    cuda = d.name == "cuda"
+    gid = ("(int)blockIdx.x", "(int)blockIdx.y", "(int)blockIdx.z") if cuda else d.group_id
+    lid = (("(int)threadIdx.x", "(int)threadIdx.y", "(int)threadIdx.z") if cuda
+           else tuple(f"(int)get_local_id({i})" for i in range(3)))
+    bx, by, bz = (f"({b})" for b in block[:3])
+    rx = "$RX" if across else "1"
+    nq = halo.z0 + halo.z1 + 1
+    area = "KT_TH * KT_TW"
+
+    def column(i: int, t: Tile, z: str, m: str, indent: str) -> str:  # the column's element of plane z
+        return (f"{indent}{{\n{indent}    const long kt_g = (long)(kt_x + ({t.column[0]})) * {t.sx} + (long)(kt_y + "
+                f"({t.column[1]})) * {t.sy} + (long)({z}) * {t.sz} + {t.base};\n"
+                f"{indent}    kt_c{i}[kt_q][{m}] = {t.array}[kt_g < 0 ? 0 : kt_g >= {t.count} ? {t.count} - 1 : kt_g];\n"
+                f"{indent}}}\n")
+
+    def columns(body: str, indent: str = "        ", x: bool = True) -> str:  # the thread's RX columns
+        at = f"{indent}    const int kt_x = ({gid[0]} * {rx} + kt_q) * {bx} + {lid[0]};\n" if x else ""
+        return f"#pragma unroll\n{indent}for (int kt_q = 0; kt_q < {rx}; ++kt_q) {{\n{at}{body}{indent}}}\n"
+    out = "".join(f"    {d.shared} {t.ctype} kt_s{i}[{bz} * {area}];\n" for i, t in enumerate(found))
+    out += (f"    const int kt_ox = {gid[0]} * ({bx} * {rx}) - {halo.x0};\n"
+            f"    const int kt_oy = {gid[1]} * {by} - {halo.y0};\n"
+            f"    const int kt_y = {gid[1]} * {by} + {lid[1]};\n"
+            f"    const int kt_z0 = ({gid[2]} * {bz} + {lid[2]}) * $ITEMS;\n")
+    out += "".join(f"    {t.ctype} kt_c{i}[{rx}][{nq}];\n" for i, t in enumerate(found))
+    if nq > 1:  # the planes below the first point's, and up to the one before the first load ahead
+        out += columns(f"#pragma unroll\n        for (int kt_m = 0; kt_m < {nq - 1}; ++kt_m) {{\n"
+                       + "".join(column(i, t, f"kt_z0 - {halo.z0} + kt_m", "kt_m", "            ")
+                                 for i, t in enumerate(found)) + "        }\n", "    ")
+    loads = ""
+    for i, t in enumerate(found):
+        cx, cy = halo.x0 + t.column[0], halo.y0 + t.column[1]
+        loads += (f"        for (int kt_i = ({lid[2]} * {by} + {lid[1]}) * {bx} + {lid[0]}; kt_i < {bz} * {area}; "
+                  f"kt_i += {bx} * {by} * {bz}) {{\n"
+                  f"            const int kt_e = kt_i % ({area});\n"
+                  f"            const int kt_u = kt_e % KT_TW - {cx}, kt_v = kt_e / KT_TW - {cy};\n"
+                  f"            if (kt_u >= 0 && kt_u < {bx} * {rx} && kt_v >= 0 && kt_v < {by}) continue;  "
+                  f"// a thread's own point: from its registers\n"
+                  f"            const long kt_f = (long)(kt_ox + kt_e % KT_TW) * {t.sx} + (long)(kt_oy + kt_e / KT_TW) * "
+                  f"{t.sy} + (long)(({gid[2]} * {bz} + kt_i / ({area})) * $ITEMS + kt_p + {plane}) * {t.sz} + {t.base};\n"
+                  f"            if (kt_f >= 0 && kt_f < {t.count}) kt_s{i}[kt_i] = {t.array}[kt_f];\n        }}\n")
+    own = "".join(f"            kt_s{i}[{lid[2]} * {area} + ({lid[1]} + {halo.y0 + t.column[1]}) * KT_TW + kt_q * {bx} + "
+                  f"{lid[0]} + {halo.x0 + t.column[0]}] = kt_c{i}[kt_q][{halo.z0 + plane}];\n" for i, t in enumerate(found))
+    tile_args = ([f"kt_s{i} + {lid[2]} * {area}" for i in range(len(found))]
+                 + [f"kt_c{i}[kt_q]" for i in range(len(found))] + ["kt_ox", "kt_oy"])
+    call = ", ".join(args + ["kt_x", "kt_y", "kt_z"] + tile_args)
+    shift = "".join(f"                kt_c{i}[kt_q][kt_m] = kt_c{i}[kt_q][kt_m + 1];\n" for i in range(len(found)))
+    out += (f"    for (int kt_p = 0; kt_p < $ITEMS; ++kt_p) {{\n        const int kt_z = kt_z0 + kt_p;\n"
+            + columns("".join(column(i, t, f"kt_z + {halo.z1}", str(nq - 1), "            ")
+                              for i, t in enumerate(found)))
+            + f"        {d.barrier};  // every point of the plane before has read the tiles\n"
+            + columns(own, x=False) + loads + f"        {d.barrier};\n"
+            + columns(f"            kt_point({call});\n")
+            + (columns(f"#pragma unroll\n            for (int kt_m = 0; kt_m < {nq - 1}; ++kt_m) {{\n{shift}"
+                       f"            }}\n", x=False) if nq > 1 else "")
+            + "    }\n")
+    return out
+
+
 def _across_loop(x: str, x_q: str, call: str, across: bool) -> str:
     """A thread's points of a 2-D grid: ITEMS consecutive rows at its x (`x`), or, with RX, at each
     of its RX columns a block's width apart (`x_q`, over kt_q)."""
@@ -619,7 +806,7 @@ def _across(body, text_of, var: str, coords: set[str], ctx: RewriteContext) -> s
     """The bound the guard sets on x, over the spec's sizes: the grid's columns RX points a thread
     cover (None where the guard bounds no x: no RX then)."""
     try:
-        return spec_text(inlined(ctx.model, _bound(body, text_of, var, coords), {}), spec_scalars(ctx))
+        return spec_text(inlined(ctx.model, _bound(body, text_of, var, coords), {}), _bound_names(ctx))
     except Decline:
         return None
 

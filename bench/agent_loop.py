@@ -105,8 +105,8 @@ PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
     "stencils/heat_step": (None, "8k"),
     "stencils/heat_step_t": (None, "8k"),  # the same step as a template, in double
     "stencils/jacobi_step": (None, "8k"),
-    "stencils/stencil7": (None, "512"),
-    "stencils/stencil7_zloop": (None, "512"),
+    "stencils/stencil7": ("stencil7_marched", "512"),  # a plane's tile, planes marched along z (2.5-D)
+    "stencils/stencil7_zloop": ("stencil7_marched", "512"),
     "llm/encoder1": (None, "gpt2-b8"),
     "llm/encoder2": (None, "gpt2-b8"),
     "llm/layernorm1": (None, "gpt2-t8192"),

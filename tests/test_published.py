@@ -35,7 +35,10 @@ OPENCL = {
     "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 2, "RX": 2})),
     "stencils/jacobi_step": (["stencil"], ({"ITEMS": 2, "RX": 4}, {"TILE": 1, "ITEMS": 4})),
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
-    "stencils/stencil7": (["stencil"], ({"ITEMS": 4}, {"ITEMS": 2, "RX": 2, "BLOCK": 8, "BLOCK_Z": 2})),
+    # the 2.5-D march: a plane's tile, the column's planes in registers
+    "stencils/stencil7": (["stencil"], ({"ITEMS": 4}, {"ITEMS": 2, "RX": 2, "BLOCK": 8, "BLOCK_Z": 2},
+                                        {"TILE": 1, "ITEMS": 8, "RX": 2, "BLOCK_Z": 1},
+                                        {"TILE": 1, "ITEMS": 2, "BLOCK": 8, "BLOCK_Y": 2, "BLOCK_Z": 2})),
     "llm/encoder1": (["rowwise"], ({"LANES": 16, "BLOCK": 16},)),
     # the element-per-thread encoder: `*out_btc = *wte_ix + *wpe_tc` through local pointers into
     # the arrays, the token's row `ix` read where the pack's (b, t) stays
@@ -108,7 +111,8 @@ CUDA = {
     # a template kernel (`template <typename real>`, run as double): the point's function is the same template
     "stencils/heat_step_t": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 2, "RX": 2})),
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
-    "stencils/stencil7": (["stencil"], ({"ITEMS": 8, "RX": 2},)),
+    "stencils/stencil7": (["stencil"], ({"ITEMS": 8, "RX": 2}, {"TILE": 1, "ITEMS": 32, "RX": 2, "BLOCK_Z": 1},
+                                        {"TILE": 1, "ITEMS": 16, "BLOCK_Y": 8, "BLOCK_Z": 1})),
     "llm/encoder1": (["rowwise"], ({"LANES": 32},)),
     "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2, "CACHE": 1},)),
 }

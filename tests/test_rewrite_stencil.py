@@ -19,6 +19,7 @@ from kerntune.engine.template import load_template
 
 NAIVE = Path(__file__).resolve().parent / "data" / "naive"
 CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_count=2, max_shared_per_block=65536)
+GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132, max_shared_per_block=49152)
 FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
 
 HEAD = "__kernel void stencil5(__global const float *in, __global float *out, int H, int W) {\n"
@@ -161,3 +162,94 @@ def test_the_block_literal_of_each_dimensions_index_follows_its_own_parameter(tm
     ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
     ok, _, message = ev.reproduces_original({"BLOCK": 8, "BLOCK_Y": 2}, (3,))
     assert ok, message
+
+
+PUBLISHED = Path(__file__).resolve().parent / "data" / "published" / "stencils"
+# a 3-D star of radius 2 along z through a loop, interior points one past the global ids, and a
+# read off the point's column at another plane (no tile or register holds it: it stays global)
+STAR = """#define R 2
+KERNEL void star(GLOBAL const float *in, GLOBAL float *out, int nx, int ny, int nz) {
+    int i = X + 1;
+    int j = Y + 1;
+    int k = Z + 2;
+    if (i < nx - 1 && j < ny - 1 && k < nz - R) {
+        int idx = (k * ny + j) * nx + i;
+        float s = 0.5f * in[idx] + 0.1f * (in[idx - 1] + in[idx + 1] + in[idx - nx] + in[idx + nx]);
+        for (int d = 1; d <= R; d++)
+            s += 0.05f * (in[idx - d * nx * ny] + in[idx + d * nx * ny]);
+        out[idx] = s + 0.01f * in[idx + nx * ny + 1];
+    }
+}
+"""
+DIALECTS = {"opencl": {"KERNEL": "__kernel", "GLOBAL": "__global", "X": "get_global_id(0)", "Y": "get_global_id(1)",
+                       "Z": "get_global_id(2)"},
+            "cuda": {"KERNEL": "__global__", "GLOBAL": "", "X": "(blockIdx.x * blockDim.x + threadIdx.x)",
+                     "Y": "(blockIdx.y * blockDim.y + threadIdx.y)", "Z": "(blockIdx.z * blockDim.z + threadIdx.z)"}}
+
+
+def star_spec(tmp_path: Path, source: str = STAR) -> Path:
+    """stencil7's spec (in, out, nx, ny, nz at 40 x 19 x 12 and 21 x 13 x 7) over the star, checked
+    against the original's outputs (no reference)."""
+    folder = tmp_path / "star"
+    folder.mkdir()
+    for backend, ext in (("opencl", "cl"), ("cuda", "cu")):
+        text = source
+        for word, value in DIALECTS[backend].items():
+            text = text.replace(word, value)
+        (folder / f"star.{ext}").write_text(text)
+    toml = (PUBLISHED / "stencil7.toml").read_text().replace('entry = "stencil7"', 'entry = "star"')
+    toml = toml.replace('sources = { cuda = "stencil3d.cu", opencl = "stencil3d.cl" }',
+                        'sources = { cuda = "star.cu", opencl = "star.cl" }')
+    toml = toml.replace('reference = "reference.py:stencil7"\n', "")
+    toml = toml.replace("float c0, float c1", "")
+    toml = toml[:toml.index('[[arg]]\nname = "c0"')] + toml[toml.index("[[problem]]"):]
+    (folder / "star.toml").write_text(toml)
+    return folder / "star.toml"
+
+
+def test_a_3d_stencil_marches_along_z_through_a_plane_tile_and_registers(tmp_path, opencl_backend):
+    """The 2.5-D scheme: each plane's tile with its halo in local memory, the thread's column along
+    z (the planes a loop reaches, two below and two above) in registers; the read off the column
+    at another plane stays global. At the odd sizes and a march longer than the grid's planes,
+    with points along x and planes of threads in the block, the outputs are the original's."""
+    original = load_template(star_spec(tmp_path))
+    made = rules_template(original, "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["stencil"], made.applied.declined
+    what = made.applied.rewrites[0].description
+    assert "halo of 0/2 x 0/2 in shared memory" in what and "0/4 planes below and above in registers" in what
+    source = made.proposal.sources["opencl"]
+    assert "in[idx + nx * ny + 1]" in source.split("#if TILE > 0")[1]  # the point function's, with the tile
+    # the column's planes k - 2 .. k + 2 from the registers (the point's plane is two past the z global id)
+    assert "0.5f * kt_c0[(2) + 0]" in source and "(kt_c0[(2 + (-1) * d) + 0] + kt_c0[(2 + d) + 0])" in source
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=original.problem("small", {}), limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
+    for config in ({"TILE": 1, "ITEMS": 16, "RX": 2, "BLOCK_Z": 1}, {"TILE": 1, "ITEMS": 2, "BLOCK": 8, "BLOCK_Z": 2}):
+        ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3,))
+        assert ok, (config, message)
+
+
+def test_a_3d_stencils_cuda_march_compiles_with_nvcc_its_column_in_registers(tmp_path, monkeypatch):
+    from kerntune.engine.backends import cuda_toolchain as cuda
+
+    if cuda.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    original = load_template(star_spec(tmp_path))
+    made = rules_template(original, "cuda", GPU)
+    assert "TILE" in {p.name for p in made.proposal.parameters}, made.applied.declined
+    defaults = {p.name: p.default for p in made.proposal.parameters}
+    for config in ({"TILE": 1, "ITEMS": 32, "RX": 2, "BLOCK_Z": 1}, {"TILE": 1, "ITEMS": 8}):
+        cubin, info, _ = cuda.compile_cubin(made.proposal.sources["cuda"], "star",
+                                            {k: str(v) for k, v in {**defaults, **config}.items()})
+        # the registers of the march stay registers: no stack frame, no spills
+        assert cubin and info.get("stack_frame", 0) == 0 and info.get("spill_stores", 0) == 0, (config, info)
+
+
+def test_a_3d_stencil_read_too_many_planes_away_gets_no_tile_and_says_why(tmp_path):
+    far = STAR.replace("for (int d = 1; d <= R; d++)", "for (int d = 1; d <= 5; d++)")
+    made = rules_template(load_template(star_spec(tmp_path, far)), "opencl", CPU)
+    assert "TILE" not in {p.name for p in made.proposal.parameters}
+    assert "`in` is read more than 4 planes away" in made.applied.rewrites[0].description
