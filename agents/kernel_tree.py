@@ -1,28 +1,26 @@
-"""The element-wise and row-wise passes' view of a kernel: what each thread owns, over the kernel model.
+"""The element-wise and row-wise passes' view of a kernel over the kernel model, and the views of a
+file the rules and lifts read (the named kernel's, its explicit instantiations, spans and tokens).
 
-Loops, accesses, accumulators, barriers, atomics and returns are agents/model.py's: the kernel
-model reads the named kernel and what it calls once, and this module takes its facts of the
-kernel's own body (its `Loop`, `Access` and `Accumulator`, the one dialect table). What is read
-here, from the same syntax tree (tree-sitter's C++ grammar with the CUDA and OpenCL words blanked
-as engine/cxx.py does; nothing read with regular expressions, nothing compiled or run), is what only
-the passes over one element or one row ask:
+Everything known about a kernel is agents/model.py's: its loops, accesses, accumulators, barriers,
+atomics, shared memory, returns, locals, pointer aliases, thread indices, the first guard of its
+body and the slopes of index expressions. A `KernelAnalysis` is that model seen by the passes over
+one element or one row:
 
-- the thread and block ids each local is made from (`blockIdx.x * blockDim.x + threadIdx.x`,
-  `get_global_id(0)`, ...) and the launch dimensions read, and the literals the indexing uses as a
-  thread count (`blockIdx.x * 256 + threadIdx.x` assumes 256 threads per block);
-- the variable holding the element or row a thread owns, and the guard that bounds it
-  (`if (i < n) {...}`, `if (i >= n) return;`, or a grid-stride loop over the elements);
-- the arrays used other than by subscript (casts, pointer arithmetic, an element's address taken),
-  whose accesses no index tells;
-- the softmax pair (a max, then a sum of `exp(... - max)`, in any loops);
+- the element or row a thread owns: the global index of dimension 0 that no statement changes
+  (the model's `ThreadIndex`, global also where the block's count is a literal:
+  `blockIdx.x * 256 + threadIdx.x`), or the variable of a grid-stride loop over the elements, and
+  the guard that bounds it (the model's `Guard`: `if (i < n) {...}`, `if (i >= n) return;`, the loop);
+- the kernel's own loops and accesses (a function it calls keeps its own), and the literals its
+  indexing takes as a thread count;
 - a classification: `elementwise` (a thread per element, every array read and written at an index
   that moves with the element one for one), `rowwise` (a thread per row, loops over the row) or
   `neither`, with the reasons.
 
-`slope` tells how an index expression moves as the element variable moves (through div and mod
-too, with the conditions under which it holds), which is what the rewrites need to prove a vector
-access safe. Every span is bytes of the source, as the model's are (`span_of`, `source_tokens`
-too): agents/syntax.py's `cut` gives the text of one.
+`slope` tells how an index expression moves as the element variable moves (the model's
+`KernelModel.slope`: through div and mod too, with the conditions under which it holds), which is
+what the rewrites need to prove a vector access safe. Every span is bytes of the source, as the
+model's are (`span_of`, `source_tokens` too): agents/syntax.py's `cut` gives the text of one.
+Nothing is read with regular expressions, compiled or run.
 """
 from __future__ import annotations
 
@@ -34,41 +32,24 @@ from kerntune.engine import cxx
 from kerntune.engine.signature import KernelSignature, parse_kernels
 
 from . import model
-from .model import (EITHER, Access, Accumulator, Loop, declarator_name, function_name, integer, parse_expression,
-                    unwrap)
-from .model import Span, ThreadIndex
-from .syntax import names
+from .model import (EITHER, Access, Accumulator, Guard, KernelModel, Loop, Slope, Span, ThreadIndex,
+                    function_name, id_of, identifiers, integer, parse_expression)
 
 # ids a thread reads, by kind: CUDA fields and OpenCL functions (the model's dialect table, in this
-# analysis' words)
+# view's words)
 KINDS = {"threadIdx": "local", "blockIdx": "group", "blockDim": "local_size", "gridDim": "groups",
          "global": "global", "global_size": "global_size"}
-CUDA_IDS = {word: KINDS[kind] for word, kind in model.CUDA_IDS.items()}
-OPENCL_IDS = {word: KINDS[kind] for word, kind in model.OPENCL_IDS.items()}
-DIMS = {x: d for d, x in enumerate(model.DIMS)}
 BARRIERS = EITHER.barriers | EITHER.warp_barriers
-# loads and stores with a cache hint, on an element's address: read (or written) as the element
-LOAD_INTRINSICS = EITHER.loads
-STORE_INTRINSICS = EITHER.stores
 # OpenCL's half storage read and written as float: vload_half(i, p), vstore_half(v, i, p)
 HALF_LOADS = EITHER.half_loads
 HALF_STORES = EITHER.half_stores
 EXP_FUNCTIONS = EITHER.exp
-
-
-@dataclass(frozen=True)
-class Guard:
-    """The bound on the owned element or row: `if (var < bound) {...}` or `if (var >= bound) return;`."""
-
-    var: str
-    bound: str
-    form: str  # "if", "return" or "loop" (a grid-stride loop over the elements)
-    span: Span  # the if statement (or the loop)
+__all__ = ["Access", "Accumulator", "Guard", "Loop", "Slope", "Span", "ThreadIndex"]
 
 
 @dataclass(frozen=True)
 class KernelAnalysis:
-    """What one kernel does, read from its syntax tree; see the module's docstring."""
+    """One kernel's model as the element-wise and row-wise passes see it; see the module's docstring."""
 
     name: str
     dialect: str
@@ -99,6 +80,8 @@ class KernelAnalysis:
     statements: tuple[Span, ...] = ()  # the top-level statements of its body
     stride_loop: int | None = None  # the grid-stride loop over the elements (an index into `loops`), if any
     name_span: Span = Span(0, 0)  # its name in the declaration
+    shuffles: bool = False
+    model: KernelModel | None = field(default=None, repr=False, compare=False)  # what this is a view of
 
     @property
     def owns(self) -> str:
@@ -126,7 +109,7 @@ class KernelTreeError(ValueError):
 
 def analyse(source: str, defines: dict[str, str] | None = None) -> list[KernelAnalysis]:
     """Every kernel of the source, analysed, in order."""
-    return _File(source, defines).kernels()
+    return _File(source).kernels(defines)
 
 
 def classify(source: str, entry: str | None = None) -> KernelAnalysis:
@@ -144,44 +127,24 @@ def classify(source: str, entry: str | None = None) -> KernelAnalysis:
 
 
 def slope(analysis: KernelAnalysis, index: str, var: str | None = None) -> int | None:
-    """How `index` moves when the owned variable moves by one: 0 (it does not), 1 (one for one)
-    or None (otherwise, or unknown); div and mod by values that do not move count as moving one
-    for one within a stretch that crosses no multiple of the divisor (see `Slope.conditions`)."""
+    """How `index` moves when the owned variable (or `var`) moves by one: 0, 1 or None (the model's
+    `Slope`)."""
     return index_slope(analysis, index, var).slope
-
-
-@dataclass(frozen=True)
-class Slope:
-    """An index's slope, and the `(operand, divisor)` pairs of the div and mod it goes through:
-    the slope holds over a stretch of elements whose operand crosses no multiple of the divisor."""
-
-    slope: int | None
-    conditions: tuple[tuple[str, str], ...] = ()
 
 
 def index_slope(analysis: KernelAnalysis, index: str, var: str | None = None) -> Slope:
     """`slope` with the conditions under which it holds; operands are inlined (locals replaced by
-    their initialisers) so that they can be evaluated anywhere in the kernel."""
-    node = parse_expression(index)
-    if node is None:
-        return Slope(None)
+    their initialisers) so that they can be evaluated anywhere in the kernel. Thread ids move with
+    the element a thread owns, not with a loop the thread runs."""
     var = var or analysis.element
-    # thread ids move with the element a thread owns, not with a loop the thread runs
-    # an array no statement of the kernel writes holds its values: read where the index stays, it stays
-    fixed = frozenset(x.array for x in analysis.accesses) - {x.array for x in analysis.accesses if x.write}
-    s = _Slopes(analysis.locals, var, ids_move=var == analysis.element, changing=analysis.changing, fixed=fixed)
-    value = s.of(node)
-    return Slope(value, tuple(dict.fromkeys(s.conditions)))
+    return analysis.model.slope(index, var, moving_ids=var == analysis.element)
 
 
-def inline(analysis: KernelAnalysis, expr: str, rename: dict[str, str] | None = None) -> str:
-    """`expr` with the kernel's single-assignment locals replaced by their initialisers (in
-    parentheses) and the names in `rename` renamed: an expression that can be evaluated anywhere."""
-    node = parse_expression(expr)
-    if node is None:
-        return expr
-    return _inline(node, analysis.locals, rename or {}, 0)
-
+def inline(analysis, expr: str, rename: dict[str, str] | None = None) -> str:
+    """`expr` with the kernel's single-assignment locals (`analysis.locals`, of a KernelAnalysis or
+    a KernelModel) replaced by their initialisers (in parentheses) and the names in `rename`
+    renamed: an expression that can be evaluated anywhere."""
+    return model.inline(analysis.locals, expr, rename)
 
 
 def tree_reductions(analysis: KernelAnalysis) -> tuple[frozenset[str], frozenset[int]]:
@@ -196,648 +159,66 @@ def tree_reductions(analysis: KernelAnalysis) -> tuple[frozenset[str], frozenset
         node = parse_expression(inline(analysis, lp.start))
         if node is None:
             continue
-        names |= {cxx.text(n) for n in _identifiers(node)}
+        names |= {cxx.text(n) for n in identifiers(node)}
         dims |= {d for kind, d in thread_reads(node, analysis.dialect) if kind == "local_size"}
     return frozenset(names), frozenset(dims)
 
-# reading a file --------------------------------------------------------------------------------
 
-class _File:
-    def __init__(self, source: str, defines: dict[str, str] | None):
-        self.source = source
-        self.raw = source.encode("utf-8")
-        self.blanked, self.dialect, self.marks = cxx.blank(self.raw)
-        self.root = cxx.parser().parse(self.blanked).root_node
-        self.signatures = {s.name: s for s in parse_kernels(source, defines)}
-        raw_root = cxx.parser().parse(self.raw).root_node
-        self.shared_marks = sorted(leaf.start_byte for leaf in cxx.leaves(raw_root)
-                                   if cxx.text(leaf) in ("__shared__", "__local", "local" if self.dialect == "opencl" else ""))
-
-    def span(self, start: int, end: int) -> Span:
-        return Span(start, end)
-
-    def node_span(self, node) -> Span:
-        return Span(node.start_byte, node.end_byte)
-
-    def functions(self) -> Iterator:
-        stack = [self.root]
-        out = []
-        while stack:
-            n = stack.pop()
-            if n.type == "function_definition":
-                out.append(n)
-                continue
-            stack.extend(n.children)
-        return sorted(out, key=lambda n: n.start_byte)
-
-    def is_kernel(self, fn) -> bool:
-        body = fn.child_by_field_name("body")
-        start = self.marks.head(fn)
-        return body is not None and any(start <= o < body.start_byte for o in self.marks.kernels)
-
-    def kernels(self) -> list[KernelAnalysis]:
-        out = []
-        for fn in self.functions():
-            if not self.is_kernel(fn):
-                continue
-            name = function_name(fn)
-            sig = self.signatures.get(name)
-            if sig is None:
-                continue
-            try:
-                m = model.build(self.source, name, fn.start_byte)
-            except model.ModelError:
-                continue
-            out.append(_Body(self, fn, m).analysis(sig))
-        return out
+def thread_reads(node, dialect: str = "") -> set[tuple[str, int]]:
+    """The (kind, dimension) of every thread or block id an expression reads, in this view's words."""
+    found = (id_of(n) for n in model.nodes(node)) if node is not None else ()
+    return {(KINDS[kind], dim) for kind, dim in (f for f in found if f is not None)}
 
 
+# the view ---------------------------------------------------------------------------------------
+
+def view(m: KernelModel, sig: KernelSignature | None = None) -> KernelAnalysis:
+    """The kernel model `m` as the element-wise and row-wise passes see it, classified."""
+    pointers = m.pointers
+    loops = tuple(_upward(lp) for lp in m.loops if lp.in_kernel)  # first in the model's order: same indices
+    # a global index of one dimension, also where the block's count is a literal
+    indices = tuple(replace(t, is_global=t.is_global or t.fixed is not None) for t in m.thread_indices)
+    fixed = tuple(t.fixed for t in indices if t.fixed is not None)
+    element = next((t.name for t in indices if t.is_global and t.reads[0][1] == 0 and t.name in m.locals), "")
+    guard = m.guard if element and m.guard is not None and m.guard.var == element else None
+    stride = None
+    if not element:
+        element, guard, stride = _grid_stride(m, loops, indices)
+    pairs = [(a.against, a.var) for a in m.accumulators if a.op == "sum" and a.against]
+    analysis = KernelAnalysis(
+        m.name, m.dialect, sig or m.signature, m.kernel.span, m.kernel.body, indices, element, guard, loops,
+        tuple(lp for lp in m.loops if not lp.in_kernel),
+        tuple(x for x in m.accesses if x.function == m.name and x.array in pointers), m.accumulators,
+        tuple(dict.fromkeys(pairs)), m.launch_dims, tuple(dict.fromkeys(v for v, _, _ in fixed)), fixed,
+        bool(m.barriers), bool(m.shared), bool(m.atomics), m.opaque, locals=dict(m.locals),
+        arg_types=dict(m.arg_types), returns=m.returns, changing=m.changing, statements=m.statements,
+        stride_loop=stride, name_span=m.kernel.name_span, shuffles=bool(m.shuffles), model=m)
+    kind, reasons = _classify(analysis)
+    if m.parse_error:  # what the parser could not read may hide an access: no rewrite
+        kind, reasons = "neither", [m.parse_error]
+    return replace(analysis, kind=kind, reasons=tuple(reasons))
 
 
-def thread_reads(node, dialect: str) -> set[tuple[str, int]]:
-    """The (kind, dimension) of every thread or block id an expression reads."""
-    out: set[tuple[str, int]] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type == "field_expression":
-            arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
-            if arg is not None and arg.type == "identifier" and cxx.text(arg) in CUDA_IDS and cxx.text(fld) in DIMS:
-                out.add((CUDA_IDS[cxx.text(arg)], DIMS[cxx.text(fld)]))
-                continue
-        if n.type == "call_expression":
-            name = cxx.callee(n.child_by_field_name("function"))
-            if name in OPENCL_IDS:
-                args = n.child_by_field_name("arguments").named_children
-                dim = int(cxx.text(args[0])) if args and cxx.text(args[0]).isdigit() else 0
-                out.add((OPENCL_IDS[name], dim))
-                continue
-        stack.extend(n.children)
-    return out
+def _upward(lp: Loop) -> Loop:
+    """A model's loop in this view's words: only `<`, `<=` and `!=` bound it."""
+    up = lp.compare in ("<", "<=", "!=")
+    return replace(lp, bound=lp.bound if up else "", inclusive=lp.inclusive and up)
 
 
-def _global_index(node, dialect: str) -> tuple[bool, int | None, tuple[int, ...]]:
-    """Whether an initialiser is a global index in one dimension; its dimension; the literals it
-    takes as the block's thread count (`blockIdx.x * 256 + threadIdx.x`)."""
-    node = unwrap(node)
-    if node is None:
-        return False, None, ()
-    if node.type == "call_expression" and cxx.callee(node.child_by_field_name("function")) == "get_global_id":
-        (kind, dim), = thread_reads(node, dialect)
-        return True, dim, ()
-    if node.type != "binary_expression" or cxx.text(node.child_by_field_name("operator")) != "+":
-        return False, None, ()
-    left, right = unwrap(node.child_by_field_name("left")), unwrap(node.child_by_field_name("right"))
-    for prod, local in ((left, right), (right, left)):
-        if prod is None or local is None:
+def _grid_stride(m: KernelModel, loops: tuple[Loop, ...], indices: tuple[ThreadIndex, ...]) \
+        -> tuple[str, Guard | None, int | None]:
+    """A loop of the kernel's body over the elements by the whole grid's stride:
+    `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`;
+    (its variable, the loop as the guard, its index in `loops`) or ("", None, None)."""
+    for index, lp in enumerate(loops):
+        if lp.span not in m.statements or lp.kind != "for" or not lp.var or not lp.bound or lp.inclusive \
+                or lp.role != "grid-stride":
             continue
-        lr = thread_reads(local, dialect)
-        if len(lr) != 1 or next(iter(lr))[0] != "local" or unwrap(local) is None:
+        start = next((t for t in indices if t.name == lp.var and t.span.within(lp.span)), None)
+        if start is None or not start.is_global:
             continue
-        dim = next(iter(lr))[1]
-        if prod.type != "binary_expression" or cxx.text(prod.child_by_field_name("operator")) != "*":
-            continue
-        a, b = unwrap(prod.child_by_field_name("left")), unwrap(prod.child_by_field_name("right"))
-        if a is None or b is None:
-            continue
-        ra, rb = thread_reads(a, dialect), thread_reads(b, dialect)
-        for g, s, rg, rs in ((a, b, ra, rb), (b, a, rb, ra)):
-            if rg == {("group", dim)}:
-                if rs == {("local_size", dim)}:
-                    return True, dim, ()
-                if not rs and s.type == "number_literal" and cxx.text(s).rstrip("uUlL").isdigit():
-                    return True, dim, ((int(cxx.text(s).rstrip("uUlL")), s),)
-    return False, None, ()
-
-
-class _Body:
-    """The element-wise and row-wise reading of one kernel over its model: the loops, accesses,
-    accumulators, barriers, atomics and returns are the model's (agents/model.py, one walk of the
-    tree); what is read here is what only these passes ask: the kernel's locals and the local
-    pointers into its arguments, the element a thread owns and its guard, the literals the indexing
-    takes as a thread count, and the arrays used other than by subscript."""
-
-    def __init__(self, f: _File, fn, m: model.KernelModel):
-        self.f = f
-        self.fn = fn
-        self.m = m
-        self.name = function_name(fn)
-        self.body = fn.child_by_field_name("body")
-        self.pointers: set[str] = set(m.pointers)
-        self.ptr_alias: dict[str, tuple[str, str]] = {}  # local pointer -> (argument, offset)
-        self.cast_alias: dict[str, str] = {}  # local pointer of another type into an argument -> it
-        self.assigned: dict[str, int] = {}  # name -> assignments after its declaration
-        self.inits: dict[str, object] = {}  # local name -> initialiser node
-        self.declared: set[str] = set()  # every local the body declares
-        self._declarations(self.body)
-        # the model's facts of the kernel's own body; its loops come first in the model's order, so
-        # an access's or accumulator's loop indexes these too
-        self.loops = [self._loop(lp) for lp in m.loops if lp.in_kernel]
-        by_span = {(n.start_byte, n.end_byte): n for n in _walk_types(self.body, _LOOP_TYPES)}
-        self.loop_nodes = [by_span.get((lp.span.start, lp.span.end)) for lp in m.loops if lp.in_kernel]
-        self.helper_loops = tuple(self._loop(lp) for lp in m.loops if not lp.in_kernel)
-        # `*(p + i)` and `*q` (q a local pointer into an argument) are the element accesses they name
-        self.accesses = [x for x in m.accesses if x.function == m.name and x.array in self.pointers]
-        self.derefs = {x.span.start for x in self.accesses if x.deref}
-        self.accumulators = [replace(a, init=cxx.text(self.inits[a.var]) if a.var in self.inits else "")
-                             for a in m.accumulators]
-        self.returns = list(m.returns)
-        self.barriers = any(b.function == m.name for b in m.barriers)
-        self.atomics = any(c.function == m.name for c in m.atomics)
-
-    def _loop(self, lp: Loop) -> Loop:
-        """A model's loop in this reading's words: only `<`, `<=` and `!=` bound it."""
-        up = lp.compare in ("<", "<=", "!=")
-        trip = lp.trip
-        if lp.compare == "!=" and trip is None:
-            s, b, st = integer(lp.start), integer(lp.bound), integer(lp.step)
-            if s is not None and b is not None and st:
-                trip = max(0, (b - s + st - 1) // st)
-        return replace(lp, bound=lp.bound if up else "", inclusive=lp.inclusive and up, trip=trip)
-
-    # locals and assignments ----------------------------------------------------------------
-    def _declarations(self, body) -> None:
-        stack = [body]
-        while stack:
-            n = stack.pop()
-            if n.type in ("declaration", "for_range_loop"):
-                for d in n.children_by_field_name("declarator"):
-                    name, _ = declarator_name(d)
-                    if name:
-                        self.declared.add(name)
-            if n.type == "init_declarator":
-                name_node = n.child_by_field_name("declarator")
-                value = n.child_by_field_name("value")
-                pointer = name_node is not None and name_node.type == "pointer_declarator"
-                while name_node is not None and name_node.type not in ("identifier",):
-                    name_node = name_node.child_by_field_name("declarator")
-                if name_node is not None and value is not None:
-                    name = cxx.text(name_node)
-                    if name in self.inits:
-                        self.assigned[name] = self.assigned.get(name, 0) + 1
-                    self.inits[name] = value
-                    if pointer:
-                        root, offset = self._pointer_root(value)
-                        if root is not None:
-                            self.ptr_alias[name] = (root, offset)
-                        else:
-                            root = self._cast_root(value)
-                            if root is not None:
-                                self.cast_alias[name] = root
-            elif n.type == "assignment_expression":
-                left = unwrap(n.child_by_field_name("left"))
-                if left is not None and left.type == "identifier":
-                    self.assigned[cxx.text(left)] = self.assigned.get(cxx.text(left), 0) + 1
-            elif n.type == "update_expression":
-                arg = unwrap(n.child_by_field_name("argument"))
-                if arg is not None and arg.type == "identifier":
-                    self.assigned[cxx.text(arg)] = self.assigned.get(cxx.text(arg), 0) + 1
-            stack.extend(n.children)
-
-    def _pointer_root(self, value) -> tuple[str | None, str]:
-        v = unwrap(value)
-        if v is None:
-            return None, ""
-        if v.type == "identifier":
-            name = cxx.text(v)
-            if name in self.pointers:
-                return name, "0"
-            if name in self.ptr_alias:
-                return self.ptr_alias[name]
-            return None, ""
-        if v.type == "binary_expression" and cxx.text(v.child_by_field_name("operator")) == "+":
-            left, right = v.child_by_field_name("left"), v.child_by_field_name("right")
-            root, off = self._pointer_root(left)
-            if root is not None:
-                return root, _plus(off, cxx.text(right))
-            root, off = self._pointer_root(right)
-            if root is not None:
-                return root, _plus(off, cxx.text(left))
-        return None, ""
-
-    def _cast_root(self, value) -> str | None:
-        """The argument a pointer cast to another type points into (`reinterpret_cast<pack8 *>(x + i)`)."""
-        stack = [value]
-        while stack:
-            n = stack.pop()
-            if n.type == "identifier":
-                name = cxx.text(n)
-                if name in self.pointers:
-                    return name
-                if name in self.ptr_alias:
-                    return self.ptr_alias[name][0]
-                if name in self.cast_alias:
-                    return self.cast_alias[name]
-            stack.extend(n.children)
-        return None
-
-    def single_locals(self) -> dict[str, object]:
-        return {n: v for n, v in self.inits.items() if not self.assigned.get(n)}
-
-    # the kernel's analysis -------------------------------------------------------------------
-    def analysis(self, sig: KernelSignature) -> KernelAnalysis:
-        f = self.f
-        locals_ = self.single_locals()
-        indices = []
-        fixed: list = []
-        for name, value in self.inits.items():
-            reads = thread_reads(value, f.dialect)
-            if not reads:
-                continue
-            is_global, dim, literal = _global_index(value, f.dialect)
-            fixed += [(v, f.node_span(node), dim) for v, node in literal]
-            decl = value.parent.parent if value.parent is not None else value
-            # the model's ThreadIndex, global also where the block's count is a literal
-            ids = {model.id_of(n) for n in model.nodes(value)} - {None}
-            indices.append(ThreadIndex(name, cxx.text(value), tuple(sorted(ids)), is_global, f.node_span(decl)))
-        dims = {d for d in range(3) if any(d == dim for _, dim in thread_reads(self.body, f.dialect))}
-        shared = any(self.f.marks.head(self.fn) <= o < self.fn.end_byte for o in f.shared_marks)
-        element = next((t.name for t in indices if t.is_global and t.reads[0][1] == 0 and
-                        not self.assigned.get(t.name)), "")
-        guard = self._guard(element) if element else None
-        stride = None
-        if not element:
-            element, guard, stride = self._grid_stride()
-        opaque = self._opaque()
-        pairs = []
-        for m in self.accumulators:
-            if m.op != "max":
-                continue
-            for s in self.accumulators:
-                if s.op == "sum" and _exp_of(self._node_at(s.span), m.var, self.inits):
-                    pairs.append((m.var, s.var))
-        analysis = KernelAnalysis(
-            sig.name, f.dialect, sig, f.span(self._start(), self.fn.end_byte), f.node_span(self.body),
-            tuple(indices), element, guard, tuple(self.loops), self.helper_loops, tuple(self.accesses),
-            tuple(self.accumulators), tuple(dict.fromkeys(pairs)), frozenset(dims), tuple(dict.fromkeys(v for v, _, _ in fixed)), tuple(fixed),
-            self.barriers, shared, self.atomics, opaque,
-            locals={n: cxx.text(v) for n, v in locals_.items()}, arg_types=self._arg_types(),
-            returns=tuple(self.returns), changing=frozenset(self.declared - set(locals_)),
-            statements=tuple(f.node_span(c) for c in self.body.named_children if c.type != "comment"),
-            name_span=self._name_span(), stride_loop=stride)
-        kind, reasons = _classify(analysis)
-        if self.fn.has_error:  # what the parser could not read may hide an access: no rewrite
-            bad = cxx.first_error(self.fn)
-            line = (bad.start_point[0] + 1) if bad is not None else self.fn.start_point[0] + 1
-            kind, reasons = "neither", [f"the parser could not read line {line} of it"]
-        return KernelAnalysis(**{**analysis.__dict__, "kind": kind, "reasons": tuple(reasons)})
-
-    def _start(self) -> int:
-        """Where the definition starts in the source as written: its first kernel word."""
-        start = self.f.marks.head(self.fn)
-        while start < self.fn.start_byte and self.f.raw[start:start + 1].isspace():
-            start += 1
-        return start
-
-    def _name_span(self) -> Span:
-        d = self.fn.child_by_field_name("declarator")
-        while d is not None and d.type != "function_declarator":
-            d = d.child_by_field_name("declarator")
-        name = d.child_by_field_name("declarator") if d is not None else None
-        return self.f.node_span(name) if name is not None else Span(0, 0)
-
-    def _arg_types(self) -> dict[str, str]:
-        """Each pointer argument's element type as written, qualifiers left out (`floatX`, `T`)."""
-        out = {}
-        d = self.fn.child_by_field_name("declarator")
-        while d is not None and d.type != "function_declarator":
-            d = d.child_by_field_name("declarator")
-        params = d.child_by_field_name("parameters") if d is not None else None
-        for p in params.named_children if params is not None else []:
-            if p.type != "parameter_declaration":
-                continue
-            name, pointer = declarator_name(p.child_by_field_name("declarator"))
-            if pointer and name:
-                words = [w for w in cxx.text(p.child_by_field_name("type")).split()
-                         if w not in ("const", "volatile", "__restrict__", "restrict", "__restrict")]
-                out[name] = " ".join(words)
-        return out
-
-    def _opaque(self) -> tuple[str, ...]:
-        """Pointer arguments (or local pointers into them) used other than as `p[index]` or in the
-        initialiser of a local pointer: accesses this analysis cannot see."""
-        names = self.pointers | set(self.ptr_alias)
-        escaped, half_args = self._escaped()
-        out = [root for root in self.cast_alias.values()] + escaped
-        stack = [self.body]
-        while stack:
-            n = stack.pop()
-            if n.type == "identifier" and cxx.text(n) in names:
-                parent = n.parent
-                ok = parent is not None and parent.type == "subscript_expression" and \
-                    parent.child_by_field_name("argument") == n or n.id in half_args or self._dereferenced(n)
-                decl = n
-                while decl is not None and decl.type not in ("init_declarator", "compound_statement"):
-                    decl = decl.parent
-                if decl is not None and decl.type == "init_declarator":
-                    target = decl.child_by_field_name("declarator")
-                    ok = ok or (target is not None and target.type == "pointer_declarator" and
-                                cxx.text(target).lstrip("*").strip().split()[-1] in self.ptr_alias)
-                if not ok:
-                    root = self.ptr_alias.get(cxx.text(n), (cxx.text(n), ""))[0]
-                    out.append(root)
-                continue
-            stack.extend(n.children)
-        return tuple(dict.fromkeys(out))
-
-    def _dereferenced(self, n) -> bool:
-        """Whether the pointer `n` is dereferenced as an access the model read: `*q`, `*(p + i)`."""
-        up = n.parent
-        while up is not None and up.type == "parenthesized_expression":
-            up = up.parent
-        if up is not None and up.type == "binary_expression" and cxx.text(up.child_by_field_name("operator")) == "+" \
-                and unwrap(up.child_by_field_name("left")) == n:
-            up = up.parent
-            while up is not None and up.type == "parenthesized_expression":
-                up = up.parent
-        return up is not None and up.type == "pointer_expression" and \
-            cxx.text(up.child_by_field_name("operator")) == "*" and self.f.node_span(up).start in self.derefs
-
-    def _escaped(self) -> tuple[list[str], set[int]]:
-        """The arguments whose element's address is taken (`&p[i]`, but for a cache-hint
-        intrinsic), in order; and the nodes naming the array of a vload_half/vstore_half call the
-        model reads as an access."""
-        escaped: list[str] = []
-        half_args: set[int] = set()
-        for n in model.nodes(self.body):
-            if n.type == "call_expression":
-                name = cxx.callee(n.child_by_field_name("function"))
-                if name in HALF_LOADS | HALF_STORES:
-                    args = [c for c in n.child_by_field_name("arguments").named_children if c.type != "comment"]
-                    if len(args) == (2 if name in HALF_LOADS else 3) and args[-1].type == "identifier" and \
-                            self.ptr_alias.get(cxx.text(args[-1]), (cxx.text(args[-1]), ""))[0] in self.pointers:
-                        half_args.add(args[-1].id)
-            if n.type != "subscript_expression":
-                continue
-            arr = unwrap(n.child_by_field_name("argument"))
-            idx_list = n.child_by_field_name("indices") or n.child_by_field_name("index")
-            if arr is None or idx_list is None or arr.type != "identifier":
-                continue
-            inner = [c for c in idx_list.named_children if c.type != "comment"] if idx_list.type == \
-                "subscript_argument_list" else [idx_list]
-            name = self.ptr_alias.get(cxx.text(arr), (cxx.text(arr), ""))[0]
-            if len(inner) != 1 or name not in self.pointers:
-                continue
-            parent = n.parent
-            while parent is not None and parent.type == "parenthesized_expression":
-                parent = parent.parent
-            if parent is not None and parent.type == "pointer_expression" and \
-                    cxx.text(parent.child_by_field_name("operator")) == "&" and _intrinsic(parent)[0] is None:
-                escaped.append(name)
-        return escaped, half_args
-
-    def _node_at(self, span: Span):
-        stack = [self.body]
-        while stack:
-            n = stack.pop()
-            if self.f.node_span(n) == span:
-                return n
-            stack.extend(n.children)
-        return None
-
-    def _grid_stride(self) -> tuple[str, Guard | None, int | None]:
-        """A top-level loop over the elements by the whole grid's stride:
-        `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`;
-        (its variable, the loop as the guard, its index in `loops`) or ("", None, None)."""
-        for stmt in self.body.named_children:
-            if stmt.type != "for_statement":
-                continue
-            index = next((k for k, n in enumerate(self.loop_nodes) if n.id == stmt.id), None)
-            lp = self.loops[index] if index is not None else None
-            if lp is None or not lp.var or not lp.bound or lp.inclusive or not lp.strided_by_threads:
-                continue
-            value = self.inits.get(lp.var)
-            if value is None or not _global_index(value, self.f.dialect)[0]:
-                continue
-            step = self.loop_nodes[index].child_by_field_name("update")
-            reads = {k for k, _ in thread_reads(step, self.f.dialect)} if step is not None else set()
-            if reads not in ({"global_size"}, {"local_size", "groups"}):
-                continue
-            return lp.var, Guard(lp.var, lp.bound, "loop", lp.span), index
-        return "", None, None
-
-    def _guard(self, var: str) -> Guard | None:
-        for stmt in self.body.named_children:
-            if stmt.type != "if_statement":
-                continue
-            cond = unwrap(stmt.child_by_field_name("condition"))
-            if cond is None or cond.type == "condition_clause":
-                named = [c for c in (cond.named_children if cond is not None else []) if c.type != "comment"]
-                cond = unwrap(named[0]) if len(named) == 1 else None
-            if cond is None or cond.type != "binary_expression":
-                return None
-            op = cxx.text(cond.child_by_field_name("operator"))
-            left, right = unwrap(cond.child_by_field_name("left")), unwrap(cond.child_by_field_name("right"))
-            if left is None or right is None:
-                return None
-            if cxx.text(right) == var:  # `n > i` reads as `i < n`
-                left, right = right, left
-                op = {">": "<", ">=": "<=", "<": ">", "<=": ">="}.get(op, op)
-            if cxx.text(left) != var:
-                return None
-            then = stmt.child_by_field_name("consequence")
-            alt = stmt.child_by_field_name("alternative")
-            if op == "<" and alt is None:
-                return Guard(var, cxx.text(right), "if", self.f.node_span(stmt))
-            if op == ">=" and alt is None and _returns(then):
-                return Guard(var, cxx.text(right), "return", self.f.node_span(stmt))
-            return None
-        return None
-
-
-def _intrinsic(address) -> tuple[object | None, object | None]:
-    """(the call, a store's value node) when `&x[i]` is the address a cache-hint intrinsic loads
-    from or stores to; (None, None) otherwise."""
-    args = address.parent
-    call = args.parent if args is not None and args.type == "argument_list" else None
-    if call is None or call.type != "call_expression":
-        return None, None
-    name = cxx.callee(call.child_by_field_name("function"))
-    named = [c for c in args.named_children if c.type != "comment"]
-    if name in LOAD_INTRINSICS and len(named) == 1:
-        return call, None
-    if name in STORE_INTRINSICS and len(named) == 2 and named[0].id == address.id:
-        return call, named[1]
-    return None, None
-
-
-def _returns(node) -> bool:
-    if node is None:
-        return False
-    if node.type == "return_statement":
-        return True
-    if node.type == "compound_statement":
-        named = [c for c in node.named_children if c.type != "comment"]
-        return len(named) == 1 and named[0].type == "return_statement"
-    return False
-
-
-def _exp_of(node, var: str, inits: dict) -> bool:
-    """Whether an update's right side takes exp of something that reads `var` (directly or through
-    a local)."""
-    if node is None:
-        return False
-    stack = [node.child_by_field_name("right") or node]
-    seen: set[str] = set()
-    while stack:
-        n = stack.pop()
-        if n.type == "call_expression" and cxx.callee(n.child_by_field_name("function")) in EXP_FUNCTIONS:
-            todo = list(names(n.child_by_field_name("arguments")))
-            while todo:
-                x = todo.pop()
-                if x == var:
-                    return True
-                if x in inits and x not in seen:
-                    seen.add(x)
-                    todo.extend(names(inits[x]))
-        if n.type == "identifier" and cxx.text(n) in inits and cxx.text(n) not in seen:
-            seen.add(cxx.text(n))
-            stack.append(inits[cxx.text(n)])
-        stack.extend(n.children)
-    return False
-
-
-def _plus(a: str, b: str) -> str:
-    if a in ("", "0"):
-        return b
-    return f"{a} + {b}"
-
-
-# slopes ----------------------------------------------------------------------------------------
-
-class _Slopes:
-    """How expressions move with one variable: 0, 1 or None."""
-
-    def __init__(self, locals_: dict[str, str], var: str, ids_move: bool = True,
-                 changing: frozenset[str] = frozenset(), fixed: frozenset[str] = frozenset()):
-        self.locals = locals_
-        self.fixed = fixed  # arrays the kernel never writes
-        self.changing = changing  # a local that changes is not known to stay put
-        self.ids = None if ids_move else 0
-        self.var = var
-        self.conditions: list[tuple[str, str]] = []
-        self.depth = 0
-
-    def of(self, node) -> int | None:
-        node = unwrap(node)
-        if node is None:
-            return None
-        t = node.type
-        if t == "number_literal":
-            return 0
-        if t == "identifier":
-            name = cxx.text(node)
-            if name == self.var:
-                return 1
-            if name in self.locals and self.depth < 32:
-                self.depth += 1
-                value = parse_expression(self.locals[name])
-                got = self.of(value) if value is not None else None
-                self.depth -= 1
-                return got
-            if name in self.changing:
-                return None
-            return 0 if name not in CUDA_IDS else self.ids
-        if t == "field_expression":
-            return self.ids if thread_reads(node, "") else 0
-        if t == "call_expression":
-            if thread_reads(node, ""):
-                return self.ids
-            args = node.child_by_field_name("arguments").named_children
-            slopes = [self.of(a) for a in args]
-            return 0 if all(s == 0 for s in slopes) else None
-        if t == "unary_expression":
-            v = self.of(node.child_by_field_name("argument"))
-            op = cxx.text(node.child_by_field_name("operator"))
-            return v if op == "+" else (0 if v == 0 else None)
-        if t == "binary_expression":
-            op = cxx.text(node.child_by_field_name("operator"))
-            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-            a, b = self.of(left), self.of(right)
-            if a is None or b is None:
-                return None
-            if op == "+":
-                return a + b if a + b <= 1 else None
-            if op == "-":
-                return a - b if a - b in (0, 1) else None
-            if op == "*":
-                if a == 0 and b == 0:
-                    return 0
-                one = integer(cxx.text(unwrap(right) if a == 1 else unwrap(left)) or "")
-                return 1 if one == 1 else None
-            if op in ("/", "%", ">>", "&"):
-                if b != 0:
-                    return None
-                if a == 0:
-                    return 0
-                divisor = cxx.text(right)
-                if op == ">>":
-                    divisor = f"(1 << ({divisor}))"
-                    op = "/"
-                if op == "&":
-                    return None
-                keep = {k: v for k, v in self.locals.items() if k != self.var}  # the variable stays by name
-                self.conditions.append((_inline_text(cxx.text(left), keep, {}), _inline_text(divisor, keep, {})))
-                return 0 if op == "/" else 1
-            return 0 if a == 0 and b == 0 else None
-        if t == "conditional_expression":
-            parts = [self.of(node.child_by_field_name(k)) for k in ("condition", "consequence", "alternative")]
-            return 0 if all(p == 0 for p in parts) else None
-        if t == "subscript_expression":
-            # `inp[b * T + t]` of an array never written, at an index that stays: the same value
-            arr = unwrap(node.child_by_field_name("argument"))
-            idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
-            inner = [c for c in idx.named_children if c.type != "comment"] if idx is not None else []
-            if arr is not None and arr.type == "identifier" and cxx.text(arr) in self.fixed and len(inner) == 1:
-                return 0 if self.of(inner[0]) == 0 else None
-            return None
-        return None
-
-
-def _inline_text(expr: str, locals_: dict[str, str], rename: dict[str, str]) -> str:
-    node = parse_expression(expr)
-    return _inline(node, locals_, rename, 0) if node is not None else expr
-
-
-def _inline(node, locals_: dict[str, str], rename: dict[str, str], depth: int) -> str:
-    """The text of `node` with identifiers replaced; other text kept as written."""
-    out = []
-    pos = node.start_byte
-    base = node.start_byte
-    src = node.text
-    for ident in _identifiers(node):
-        name = cxx.text(ident)
-        if name in rename:
-            text = rename[name]
-        elif name in locals_ and depth < 32:
-            text = "(" + _inline_text(locals_[name], locals_, rename) + ")"
-        else:
-            continue
-        out.append(src[pos - base:ident.start_byte - base].decode("utf-8", "replace"))
-        out.append(text)
-        pos = ident.end_byte
-    out.append(src[pos - base:].decode("utf-8", "replace"))
-    return "".join(out)
-
-
-def _identifiers(node) -> list:
-    """Identifiers of an expression in order (field names and called functions left out)."""
-    out = []
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type == "identifier":
-            parent = n.parent
-            if parent is not None and parent.type == "call_expression" and \
-                    parent.child_by_field_name("function") == n:
-                continue
-            out.append(n)
-            continue
-        if n.type == "field_expression":
-            stack.append(n.child_by_field_name("argument"))
-            continue
-        stack.extend(reversed(n.children))
-    return sorted(out, key=lambda n: n.start_byte)
+        return lp.var, Guard(lp.var, lp.bound, "loop", lp.span), index
+    return "", None, None
 
 
 # the classification ----------------------------------------------------------------------------
@@ -846,8 +227,9 @@ def _classify(a: KernelAnalysis) -> tuple[str, list[str]]:
     reasons: list[str] = []
     if not a.element:
         return "neither", ["no variable holds a global index (blockIdx * blockDim + threadIdx, get_global_id)"]
-    if a.barriers or a.shared or a.atomics:
-        what = [w for w, on in (("barriers", a.barriers), ("shared memory", a.shared), ("atomics", a.atomics)) if on]
+    if a.barriers or a.shared or a.atomics or a.shuffles:
+        what = [w for w, on in (("barriers", a.barriers), ("shared memory", a.shared), ("atomics", a.atomics),
+                                ("shuffles", a.shuffles)) if on]
         return "neither", [f"threads cooperate ({', '.join(what)})"]
     if len(a.launch_dims) > 1:
         return "neither", [f"it reads launch dimensions {sorted(a.launch_dims)}"]
@@ -887,13 +269,54 @@ def _classify(a: KernelAnalysis) -> tuple[str, list[str]]:
             return "neither", [f"`{x.array}[{x.index}]` does not move one for one with `{lp.var}`"]
     return "rowwise", [f"a thread per row `{a.element}`, {len(row_loops)} loop(s) over the row"]
 
+# reading a file --------------------------------------------------------------------------------
+
+class _File:
+    def __init__(self, source: str):
+        self.source = source
+        self.raw = source.encode("utf-8")
+        self.blanked, self.dialect, self.marks = cxx.blank(self.raw)
+        self.root = cxx.parser().parse(self.blanked).root_node
+
+    def functions(self) -> Iterator:
+        stack = [self.root]
+        out = []
+        while stack:
+            n = stack.pop()
+            if n.type == "function_definition":
+                out.append(n)
+                continue
+            stack.extend(n.children)
+        return sorted(out, key=lambda n: n.start_byte)
+
+    def is_kernel(self, fn) -> bool:
+        body = fn.child_by_field_name("body")
+        start = self.marks.head(fn)
+        return body is not None and any(start <= o < body.start_byte for o in self.marks.kernels)
+
+    def kernels(self, defines: dict[str, str] | None = None) -> list[KernelAnalysis]:
+        """Each kernel of the file with a signature, its model seen as this module's view."""
+        signatures = {s.name: s for s in parse_kernels(self.source, defines)}
+        out = []
+        for fn in self.functions():
+            if not self.is_kernel(fn):
+                continue
+            sig = signatures.get(function_name(fn))
+            if sig is None:
+                continue
+            try:
+                m = model.build(self.source, sig.name, fn.start_byte)
+            except model.ModelError:
+                continue
+            out.append(view(m, sig))
+        return out
 
 
 # the source's syntax, for the lifts ------------------------------------------------------------
 
 @functools.lru_cache(maxsize=8)
 def _file(source: str) -> "_File":
-    return _File(source, None)
+    return _File(source)
 
 
 def syntax_nodes(source: str, types: tuple[str, ...]) -> list:
@@ -1089,7 +512,7 @@ def _outer(fn):
     return node
 
 
-_LOOP_TYPES = ("for_statement", "while_statement", "do_statement", "for_range_loop")
+
 
 
 def _walk_types(root, types: tuple[str, ...]) -> Iterator:

@@ -21,11 +21,22 @@ What a `KernelModel` holds:
   None where it is not affine, with the names it reads and the arrays it loads: a gather), the
   innermost loop, the ifs and loops around it, cache-hint intrinsics and vload/vstore_half;
 - `accumulators`: variables carried across a loop's iterations by a sum, maximum or minimum, one
-  `Accumulator` each (with the softmax's online pair where a pass keeps one);
+  `Accumulator` each (a sum of exponentials names the maximum it is taken against: a softmax's);
 - `barriers` (with the loop they are in), `atomics`, `shuffles`, `arrays` (shared and local
-  arrays with their sizes, in bytes where known), `thread_indices` (locals made from thread ids),
-  `launch_dims` (the dimensions of the launch the kernel reads), `defines` (the file's integer
-  #defines), locals assigned once and their initialisers.
+  arrays with their sizes, in bytes where known), `shared` (every name of shared or OpenCL local
+  memory, scalars and `__local` arguments too), `thread_indices` (locals made from thread ids, with
+  the literal a global one takes as its block's thread count), `launch_dims` (the dimensions of the
+  launch the kernel reads), `defines` (the file's integer #defines), locals assigned once and their
+  initialisers;
+- `aliases` (local pointers into an argument, with their offset) and `casts` (local pointers of
+  another type into one), `opaque` (the arguments the body reaches other than by an access it
+  read: a cast, an element's address taken, a call's argument), `arg_types` (each pointer
+  argument's element type as written), `guard` (the first `if` of the body when it bounds one
+  name: `if (i < n)`, `if (i >= n) return;`).
+
+`KernelModel.slope(index, var)` tells how an index moves as a variable moves by one, through div
+and mod too (with the conditions under which it holds); `KernelModel.inline` writes an expression
+with the kernel's locals replaced by their initialisers.
 
 Index expressions are affine forms: a sum of index symbols (`threadIdx.x`, `blockIdx.y`, a loop's
 variable) each times a coefficient, plus a constant, where coefficients and constant are
@@ -413,7 +424,8 @@ class Accumulator:
     span: Span = Span(0, 0)  # the update statement
     ctype: str = ""  # its type as declared
     partner: str = ""
-    exp: str = ""  # the online pair's exponential
+    exp: str = ""  # the online pair's exponential; a sum's of exponentials taken against `against`
+    against: str = ""  # a sum of exponentials taken against a maximum (a softmax's, in any loop): that maximum
 
     @property
     def name(self) -> str:
@@ -480,6 +492,21 @@ class ThreadIndex:
     is_global: bool  # blockIdx * blockDim + threadIdx (or get_global_id) in one dimension
     span: Span  # the declaration statement
     form: Affine | None = None
+    # a global index that writes its block's thread count as a literal (`blockIdx.x * 256 +
+    # threadIdx.x`): that count, where the literal stands, and the dimension
+    fixed: tuple[int, Span, int] | None = None
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What bounds a thread's element at the top of the kernel's body: `if (var < bound) {...}`,
+    `if (var >= bound) return;` (the first `if` of the body), or a grid-stride loop over the
+    elements (`form` "loop", its span the loop's)."""
+
+    var: str
+    bound: str
+    form: str  # "if", "return" or "loop"
+    span: Span  # the if statement (or the loop)
 
 
 @dataclass(frozen=True)
@@ -509,6 +536,14 @@ class KernelModel:
     returns: tuple[Span, ...] = ()
     statements: tuple[Span, ...] = ()  # the top-level statements of the kernel's body
     parse_error: str = ""  # where the parser could not read the kernel ("" when it could)
+    aliases: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # local pointer -> (argument, offset)
+    casts: Mapping[str, str] = field(default_factory=dict)  # local pointer of another type into an argument -> it
+    # pointer arguments the kernel's body reaches other than through the accesses read (a cast to
+    # another type, an element's address taken, the pointer passed to a call or moved): in order
+    opaque: tuple[str, ...] = ()
+    shared: frozenset[str] = frozenset()  # shared (OpenCL local) memory declared or taken as an argument
+    arg_types: Mapping[str, str] = field(default_factory=dict)  # pointer argument -> its element type as written
+    guard: Guard | None = None  # the first `if` of the kernel's body, when it bounds one name
 
     @property
     def name(self) -> str:
@@ -555,6 +590,25 @@ class KernelModel:
             out[a.array] = (r or a.read, w or a.write)
         return out
 
+    def slope(self, index: str, var: str, moving_ids: bool = True) -> "Slope":
+        """How `index` moves when `var` moves by one, through div and mod (see `Slope`); the thread
+        ids move with `var` when `moving_ids` (a thread's element), else they hold still (a loop's
+        variable); an element of an array the kernel never writes, read at an index that holds
+        still, holds still."""
+        node = parse_expression(index)
+        if node is None:
+            return Slope(None)
+        own = [x for x in self.accesses if x.function == self.name and x.array in self.pointers]
+        fixed = frozenset(x.array for x in own) - {x.array for x in own if x.write}
+        s = _Slopes(self.locals, var, moving_ids, self.changing, fixed)
+        value = s.of(node)
+        return Slope(value, tuple(dict.fromkeys(s.conditions)))
+
+    def inline(self, expr: str, rename: Mapping[str, str] | None = None) -> str:
+        """`expr` with the kernel's single-assignment locals replaced by their initialisers (in
+        parentheses) and the names in `rename` renamed: an expression that reads the same anywhere."""
+        return inline(self.locals, expr, rename)
+
     def index(self, expr: str, loops: Iterable[int] = ()) -> IndexExpr:
         """An expression of the kernel (the kernel's locals inlined) over the thread and block ids
         and the variables of `loops`."""
@@ -563,6 +617,162 @@ class KernelModel:
             return IndexExpr(expr, Span(0, 0), None)
         indices = {self.loops[i].var for i in loops if self.loops[i].var}
         return _Forms(self.locals, indices, self.changing, self.pointers).index(node, Span(0, 0))
+
+
+# slopes through div and mod ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Slope:
+    """How an index moves when one variable moves by one: 0 (it does not), 1 (one for one) or None
+    (otherwise, or unknown); div and mod by values that hold still count as moving one for one (mod)
+    or not at all (div) within a stretch that crosses no multiple of the divisor: `conditions`, the
+    `(operand, divisor)` pairs they go through, say which (operands inlined, so that they read the
+    same anywhere in the kernel)."""
+
+    slope: int | None
+    conditions: tuple[tuple[str, str], ...] = ()
+
+
+class _Slopes:
+    """How expressions move with one variable: 0, 1 or None."""
+
+    def __init__(self, locals_: Mapping[str, str], var: str, ids_move: bool = True,
+                 changing: frozenset[str] = frozenset(), fixed: frozenset[str] = frozenset()):
+        self.locals = locals_
+        self.fixed = fixed  # arrays the kernel never writes
+        self.changing = changing  # a local that changes is not known to stay put
+        self.ids = None if ids_move else 0
+        self.var = var
+        self.conditions: list[tuple[str, str]] = []
+        self.depth = 0
+
+    def of(self, node) -> int | None:
+        node = unwrap(node)
+        if node is None:
+            return None
+        t = node.type
+        if t == "number_literal":
+            return 0
+        if t == "identifier":
+            name = text(node)
+            if name == self.var:
+                return 1
+            if name in self.locals and self.depth < 32:
+                self.depth += 1
+                value = parse_expression(self.locals[name])
+                got = self.of(value) if value is not None else None
+                self.depth -= 1
+                return got
+            if name in self.changing:
+                return None
+            return 0 if name not in CUDA_IDS else self.ids
+        if t in ("field_expression", "call_expression") and _reads_ids(node):
+            return self.ids
+        if t == "field_expression":
+            return 0
+        if t == "call_expression":
+            slopes = [self.of(a) for a in node.child_by_field_name("arguments").named_children]
+            return 0 if all(s == 0 for s in slopes) else None
+        if t == "unary_expression":
+            v = self.of(node.child_by_field_name("argument"))
+            op = text(node.child_by_field_name("operator"))
+            return v if op == "+" else (0 if v == 0 else None)
+        if t == "binary_expression":
+            return self._binary(node)
+        if t == "conditional_expression":
+            parts = [self.of(node.child_by_field_name(k)) for k in ("condition", "consequence", "alternative")]
+            return 0 if all(p == 0 for p in parts) else None
+        if t == "subscript_expression":
+            # `inp[b * T + t]` of an array never written, at an index that stays: the same value
+            arr = unwrap(node.child_by_field_name("argument"))
+            idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
+            inner = [c for c in idx.named_children if c.type != "comment"] if idx is not None else []
+            if arr is not None and arr.type == "identifier" and text(arr) in self.fixed and len(inner) == 1:
+                return 0 if self.of(inner[0]) == 0 else None
+            return None
+        return None
+
+    def _binary(self, node) -> int | None:
+        op = text(node.child_by_field_name("operator"))
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        a, b = self.of(left), self.of(right)
+        if a is None or b is None:
+            return None
+        if op == "+":
+            return a + b if a + b <= 1 else None
+        if op == "-":
+            return a - b if a - b in (0, 1) else None
+        if op == "*":
+            if a == 0 and b == 0:
+                return 0
+            one = integer(text(unwrap(right) if a == 1 else unwrap(left)) or "")
+            return 1 if one == 1 else None
+        if op in ("/", "%", ">>", "&"):
+            if b != 0:
+                return None
+            if a == 0:
+                return 0
+            divisor = text(right)
+            if op == ">>":
+                divisor = f"(1 << ({divisor}))"
+                op = "/"
+            if op == "&":
+                return None
+            keep = {k: v for k, v in self.locals.items() if k != self.var}  # the variable stays by name
+            self.conditions.append((inline(keep, text(left)), inline(keep, divisor)))
+            return 0 if op == "/" else 1
+        return 0 if a == 0 and b == 0 else None
+
+
+def _reads_ids(node) -> bool:
+    return any(id_of(n) is not None for n in nodes(node))
+
+
+def inline(locals_: Mapping[str, str], expr: str, rename: Mapping[str, str] | None = None) -> str:
+    """`expr` with the names of `locals_` replaced by their values (in parentheses, to a depth of
+    32) and the names in `rename` renamed; other text kept as written."""
+    node = parse_expression(expr)
+    return _inline(node, locals_, rename or {}, 0) if node is not None else expr
+
+
+def _inline(node, locals_: Mapping[str, str], rename: Mapping[str, str], depth: int) -> str:
+    out = []
+    pos = base = node.start_byte
+    src = node.text
+    for ident in identifiers(node):
+        name = text(ident)
+        if name in rename:
+            new = rename[name]
+        elif name in locals_ and depth < 32:
+            inner = parse_expression(locals_[name])
+            new = "(" + (_inline(inner, locals_, rename, depth + 1) if inner is not None else locals_[name]) + ")"
+        else:
+            continue
+        out.append(src[pos - base:ident.start_byte - base].decode("utf-8", "replace"))
+        out.append(new)
+        pos = ident.end_byte
+    out.append(src[pos - base:].decode("utf-8", "replace"))
+    return "".join(out)
+
+
+def identifiers(node) -> list:
+    """The identifiers of an expression in order (field names and called functions left out)."""
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            parent = n.parent
+            if parent is not None and parent.type == "call_expression" and \
+                    parent.child_by_field_name("function") == n:
+                continue
+            out.append(n)
+            continue
+        if n.type == "field_expression":
+            stack.append(n.child_by_field_name("argument"))
+            continue
+        stack.extend(reversed(n.children))
+    return sorted(out, key=lambda n: n.start_byte)
 
 
 # reading ------------------------------------------------------------------------------------------------
@@ -927,6 +1137,7 @@ class _Walk:
         self.calls: list[Call] = []
         self.arrays: list[Array] = []
         self.returns: list[Span] = []
+        self.escaped: list[str] = []  # arguments whose element's address the kernel takes (`&p[i]`)
         body = fn.child_by_field_name("body")
         self.inits, self.assigned, self.declared, self.types = _declarations(body)
         self.ptr_alias: dict[str, tuple[str, str]] = {}
@@ -1010,7 +1221,8 @@ class _Walk:
                 continue
             form = forms.form(value)
             decl = value.parent.parent if value.parent is not None else value
-            indices.append(ThreadIndex(name, text(value), reads, _is_global(form), self.r.span(decl), form))
+            indices.append(ThreadIndex(name, text(value), reads, _is_global(form), self.r.span(decl), form,
+                                       self._fixed(value, form)))
         bad = first_error(self.fn) if self.fn.has_error else None
         error = ""
         if self.fn.has_error:
@@ -1018,10 +1230,100 @@ class _Walk:
             error = f"the parser could not read line {line} of it"
         return KernelModel(
             self.r.source, self.r.dialect, entry, self.sig, tuple(functions), tuple(self.loops),
-            tuple(self.accesses), tuple(self._online(self.accumulators)), tuple(self.barriers), tuple(self.atomics),
-            tuple(self.shuffles), tuple(self.calls), tuple(self.arrays), tuple(indices), dims, frozenset(ids),
-            dict(self.r.defines), dict(self.locals), self.changing, frozenset(self.pointers), tuple(self.returns),
-            tuple(self.r.span(c) for c in body.named_children if c.type != "comment"), error)
+            tuple(self.accesses), tuple(self._against(self.accumulators)), tuple(self.barriers),
+            tuple(self.atomics), tuple(self.shuffles), tuple(self.calls), tuple(self.arrays), tuple(indices), dims,
+            frozenset(ids), dict(self.r.defines), dict(self.locals), self.changing, frozenset(self.pointers),
+            tuple(self.returns), tuple(self.r.span(c) for c in body.named_children if c.type != "comment"), error,
+            dict(self.ptr_alias), dict(self.cast_alias), self._opaque(body), frozenset(self.shared | self.local_args),
+            self._arg_types(), self._guard(body))
+
+    def _fixed(self, value, form: Affine | None) -> tuple[int, Span, int] | None:
+        """The literal a global index takes as its block's thread count (`blockIdx.x * 256 +
+        threadIdx.x`), where it stands and the dimension; None for any other initialiser."""
+        if form is None or not form.const.is_zero or len(form.coeffs) != 2:
+            return None
+        for d, dim in enumerate(DIMS):
+            count = form.coeff(f"blockIdx.{dim}").number
+            if form.coeff(f"threadIdx.{dim}").number != 1 or not count or count < 0:
+                continue
+            for n in nodes(value):
+                up = n.parent
+                while up is not None and up.type == "parenthesized_expression":
+                    up = up.parent
+                if n.type != "number_literal" or int_literal(text(n)) != count or up is None or \
+                        up.type != "binary_expression" or text(up.child_by_field_name("operator")) != "*":
+                    continue
+                sides = [unwrap(up.child_by_field_name(k)) for k in ("left", "right")]
+                if any(c is not None and id_of(c) == ("blockIdx", d) for c in sides):
+                    return count, self.r.span(n), d
+        return None
+
+    def _opaque(self, body) -> tuple[str, ...]:
+        """The pointer arguments (or local pointers into them) the kernel's body uses other than in an
+        access the walk read or in the initialiser of a local pointer into them: a cast to another
+        type, an element's address taken (but for a cache-hint intrinsic), a call's argument, a
+        pointer moved: the casts' first, the last written first, then the addresses taken, then the other
+        uses, the last first."""
+        names = self.pointers | set(self.ptr_alias)
+        read = {a.span.start for a in self.accesses if a.function == function_name(self.fn) and (a.deref or a.call)}
+        out = list(reversed(self.cast_alias.values())) + self.escaped
+        for n in reversed([n for n in nodes(body) if n.type == "identifier" and text(n) in names]):
+            parent = n.parent
+            ok = parent is not None and parent.type == "subscript_expression" and \
+                parent.child_by_field_name("argument") == n or _read_through(n, read)
+            decl = n
+            while decl is not None and decl.type not in ("init_declarator", "compound_statement"):
+                decl = decl.parent
+            if not ok and decl is not None and decl.type == "init_declarator":
+                target = decl.child_by_field_name("declarator")
+                ok = target is not None and target.type == "pointer_declarator" and \
+                    declarator_name(target)[0] in self.ptr_alias
+            if not ok:
+                out.append(self.ptr_alias.get(text(n), (text(n), ""))[0])
+        return tuple(dict.fromkeys(out))
+
+    def _arg_types(self) -> dict[str, str]:
+        """Each pointer argument's element type as written, qualifiers left out (`floatX`, `T`)."""
+        out = {}
+        d = self.fn.child_by_field_name("declarator")
+        while d is not None and d.type != "function_declarator":
+            d = d.child_by_field_name("declarator")
+        params = d.child_by_field_name("parameters") if d is not None else None
+        for p in params.named_children if params is not None else []:
+            if p.type != "parameter_declaration":
+                continue
+            name, pointer = declarator_name(p.child_by_field_name("declarator"))
+            if pointer and name:
+                words = [w for w in text(p.child_by_field_name("type")).split()
+                         if w not in ("const", "volatile", "__restrict__", "restrict", "__restrict")]
+                out[name] = " ".join(words)
+        return out
+
+    def _guard(self, body) -> Guard | None:
+        """The first `if` of the body when it bounds one name: `if (i < n)` with no else, or
+        `if (i >= n) return;` (`n > i` and `n <= i` read the same)."""
+        stmt = next((c for c in body.named_children if c.type == "if_statement"), None)
+        if stmt is None or stmt.child_by_field_name("alternative") is not None:
+            return None
+        cond = unwrap(stmt.child_by_field_name("condition"))
+        if cond is None or cond.type == "condition_clause":
+            named = [c for c in (cond.named_children if cond is not None else []) if c.type != "comment"]
+            cond = unwrap(named[0]) if len(named) == 1 else None
+        if cond is None or cond.type != "binary_expression":
+            return None
+        op = text(cond.child_by_field_name("operator"))
+        left, right = unwrap(cond.child_by_field_name("left")), unwrap(cond.child_by_field_name("right"))
+        if left is None or right is None:
+            return None
+        then = stmt.child_by_field_name("consequence")
+        named = [c for c in then.named_children if c.type != "comment"] if then is not None else []
+        returns = then is not None and (then.type == "return_statement" or then.type == "compound_statement"
+                                        and len(named) == 1 and named[0].type == "return_statement")
+        swapped = {">": "<", ">=": "<=", "<": ">", "<=": ">="}.get(op, op)
+        for var, bound, o in ((left, right, op), (right, left, swapped)):
+            if var.type == "identifier" and (o == "<" or o == ">=" and returns):
+                return Guard(text(var), text(bound), "if" if o == "<" else "return", self.r.span(stmt))
+        return None
 
     def _function(self, fn, kernel: bool) -> Function:
         d = fn.child_by_field_name("declarator")
@@ -1179,6 +1481,7 @@ class _Walk:
             call, value = self._intrinsic(parent)
             if call is None:
                 write = read = True  # its address escapes: taken as both
+                self.escaped.append(array)
             elif callee(call.child_by_field_name("function")) in self.r.words.loads:
                 read = True
             else:
@@ -1410,7 +1713,7 @@ class _Walk:
             Affine.of(1 if op == "++" else -1) if op in ("++", "--") else None
         trip = None
         s_, b_, st_ = (integer(x) for x in (start, bound, step))
-        if s_ is not None and b_ is not None and st_ and compare in ("<", "<=", ""):
+        if s_ is not None and b_ is not None and st_ and compare in ("<", "<=", "!=", ""):
             trip = max(0, (b_ + (1 if inclusive else 0) - s_ + st_ - 1) // st_)
         strided, role, dim = False, "serial", None
         if update is not None:
@@ -1476,16 +1779,17 @@ class _Walk:
         self.accumulators.append(Accumulator(var, kind, loop, text(init) if init is not None else "",
                                              self.r.span(node), self.types.get(var, "")))
 
-    def _online(self, accs: list[Accumulator]) -> list[Accumulator]:
-        """Each sum of exponentials taken against a maximum of the same loop named as its partner."""
+    def _against(self, accs: list[Accumulator]) -> list[Accumulator]:
+        """Each sum of exponentials taken against a maximum the kernel accumulates (in any loop: a
+        softmax's), with that maximum and the exponential."""
         out = []
         for a in accs:
             if a.op == "sum":
                 for m in accs:
-                    if m.op == "max" and m.loop == a.loop:
+                    if m.op == "max":
                         exp = self._exp_of(a.span, m.var)
                         if exp:
-                            a = replace(a, partner=m.var, exp=exp)
+                            a = replace(a, against=m.var, exp=exp)
                             break
             out.append(a)
         return out
@@ -1514,6 +1818,23 @@ class _Walk:
                 stack.append(self.inits[text(n)])
             stack.extend(n.children)
         return ""
+
+
+def _read_through(n, read: set[int]) -> bool:
+    """Whether the pointer `n` is the array of an access read at one of the starts `read`: `*q`,
+    `*(p + i)`, or the last argument of a vload_half/vstore_half call."""
+    up = n.parent
+    if up is not None and up.type == "argument_list" and up.named_children and up.named_children[-1] == n:
+        return up.parent is not None and up.parent.start_byte in read
+    while up is not None and up.type == "parenthesized_expression":
+        up = up.parent
+    if up is not None and up.type == "binary_expression" and text(up.child_by_field_name("operator")) == "+" \
+            and unwrap(up.child_by_field_name("left")) == n:
+        up = up.parent
+        while up is not None and up.type == "parenthesized_expression":
+            up = up.parent
+    return up is not None and up.type == "pointer_expression" and \
+        text(up.child_by_field_name("operator")) == "*" and up.start_byte in read
 
 
 def _stride_role(step: Affine, start: Affine | None) -> tuple[str, int | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kerntune.agents.model import ModelError, Poly, build
+from kerntune.agents.model import ModelError, Poly, Slope, build
 
 MATMUL = r'''
 #define TILE 16
@@ -158,3 +158,39 @@ __global__ void k(const float *x, float *y, int n) {
     assert by_var["j"].register_index and not by_var["j"].hot  # tile[threadIdx.y + j]: the row's index
     assert by_var["e"].register_index  # q.v[e]: a member array of a thread's own
     assert by_var["i"].accesses > 0 and by_var["i"].hot and not by_var["i"].register_index  # p[i] reads x
+
+
+AROUND = r'''
+__device__ void bump(int *h, int k) { atomicAdd(&h[k], 1); }
+__global__ void k(float *out, const float *x, int *hist, float *keep, int n) {
+    int i = blockIdx.x * 128 + threadIdx.x;
+    if (n <= i) return;
+    const float *xi = x + i;
+    const float4 *packs = reinterpret_cast<const float4 *>(x);
+    float *where = &keep[i];
+    out[i] = *xi + packs[0].x + where[0];
+    bump(hist, i / 4);
+}
+'''
+
+
+def test_the_model_tells_aliases_what_escapes_the_guard_and_a_literal_block():
+    m = build(AROUND, "k")
+    assert m.aliases == {"xi": ("x", "i")} and m.casts == {"packs": "x", "where": "keep"}
+    # the cast, the element's address taken and the call's argument, but not the alias's reads
+    assert set(m.opaque) == {"x", "keep", "hist"}
+    assert (m.guard.var, m.guard.bound, m.guard.form) == ("i", "n", "return")
+    (t,) = m.thread_indices
+    assert not t.is_global and t.fixed[0] == 128 and AROUND.encode()[t.fixed[1].start:t.fixed[1].end] == b"128"
+    assert m.arg_types["out"] == "float" and m.arg_types["hist"] == "int"
+    assert m.slope("i / 4", "i") == Slope(0, (("i", "4"),))
+    assert m.slope("2 * i", "i").slope is None and m.inline("i + 1") == "(blockIdx.x * 128 + threadIdx.x) + 1"
+
+
+def test_a_helper_that_cooperates_makes_the_kernel_no_element_map():
+    from kerntune.agents.kernel_tree import classify
+    a = classify(AROUND.replace("const float4 *packs = reinterpret_cast<const float4 *>(x);", "")
+                 .replace(" + packs[0].x", "").replace("float *where = &keep[i];", "")
+                 .replace(" + where[0]", ""))
+    assert a.element == "i" and a.guard.form == "return"
+    assert a.kind == "neither" and a.reasons == ("threads cooperate (atomics)",)
