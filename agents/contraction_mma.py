@@ -12,7 +12,9 @@ The block's BM x BN tile is cut into warp tiles of 8 TM x 8 TN outputs, (TM / 2)
 of 16 x 16 (so the register-blocked kernel's usual TM and TN, 4 and 8, give the usual warp tiles:
 32 x 32 to 64 x 64, four to sixteen warps a 128 x 128 block); each
 step of BK (a multiple of 16) stages the operands' tiles in shared memory, eight neighbours at a
-time as one 16-byte word where they are in range and aligned (else one by one, zero outside),
+time as one 16-byte word where they are in range and aligned (else one by one, zero outside;
+asynchronous copies from compute capability 8.0, STAGES tiles in rotation so the copies of the
+next steps are in flight while a step computes),
 each tile laid out along the index its operand walks contiguously (the fragment's row or column
 order follows). The epilogue runs as written for each output the guard admits, reading the sum
 from a warp's 16 x 16 scratch. The sum's order changes (16 products at a time inside the tensor
@@ -48,22 +50,48 @@ HELPERS = ("#if MMA\n"
            "#include <mma.h>\n"
            "#define KT_WARPS ((BM / (8 * TM)) * (BN / (8 * TN)))\n"
            "#define KT_THREADS (32 * KT_WARPS)\n"
+           # sixteen bytes global -> shared: asynchronous (cp.async) from compute capability 8.0,
+           # a plain copy through registers before it; commit/wait order the asynchronous groups
+           "__device__ __forceinline__ void kt_copy16(void *kt_dst, const void *kt_src) {\n"
+           "#if __CUDA_ARCH__ >= 800\n"
+           "    unsigned kt_s;\n"
+           "    asm volatile(\"{ .reg .u64 kt_a; cvta.to.shared.u64 kt_a, %1; cvt.u32.u64 %0, kt_a; }\\n\" "
+           ": \"=r\"(kt_s) : \"l\"(kt_dst));\n"
+           "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\\n\" :: \"r\"(kt_s), \"l\"(kt_src) : \"memory\");\n"
+           "#else\n"
+           "    *reinterpret_cast<uint4 *>(kt_dst) = *reinterpret_cast<const uint4 *>(kt_src);\n"
+           "#endif\n"
+           "}\n"
+           "__device__ __forceinline__ void kt_commit() {\n"
+           "#if __CUDA_ARCH__ >= 800\n"
+           "    asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");\n"
+           "#endif\n"
+           "}\n"
+           "template <int KT_N> __device__ __forceinline__ void kt_wait() {\n"
+           "#if __CUDA_ARCH__ >= 800\n"
+           "    asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(KT_N) : \"memory\");\n"
+           "#endif\n"
+           "}\n"
            "#else\n"
            "#define KT_THREADS ((BM / TM) * (BN / TN))\n"
            "#endif\n")
 
 THREADS = "32 * (BM // (8 * TM)) * (BN // (8 * TN))"
+# the stages' tiles, or the warps' 16 x 16 float scratch of the epilogue, which reuses them
+SHARED = "max(STAGES * (BM + BN) * (BK + 8) * 2, (BM // (8 * TM)) * (BN // (8 * TN)) * 1024)"
+STAGES = (1, 2, 3)  # four would not fit the space's enumeration beside the lifted launch
 
 CONSTRAINTS = (
     "MMA == 0 or (BK > 0 and BK % 16 == 0 and TM % 2 == 0 and TN % 2 == 0 and BM % (8 * TM) == 0 "
-    "and BN % (8 * TN) == 0 and STAGES == 1 and VEC == 1)",
+    "and BN % (8 * TN) == 0 and VEC == 1)",
+    "MMA == 1 or STAGES <= 2",
     f"MMA == 0 or {THREADS} <= max_threads_per_block",
-    "MMA == 0 or (BM + BN) * (BK + 8) * 2 + (BM // (8 * TM)) * (BN // (8 * TN)) * 1024 <= max_shared_per_block",
+    f"MMA == 0 or {SHARED} <= max_shared_per_block",
 )
 
 
 def _tile(size: str, k_fast: bool) -> tuple[str, str]:
-    """The shared tile's dimensions (staged along the index its operand walks contiguously) and
+    """A stage's shared tile dimensions (staged along the index its operand walks contiguously) and
     the element a fragment starts at, over `kt_q` (the depth) and `kt_p` (the row or column)."""
     if k_fast:
         return f"[{size}][BK + 8]", "[kt_p][kt_q]"
@@ -72,15 +100,16 @@ def _tile(size: str, k_fast: bool) -> tuple[str, str]:
 
 def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: str, conds: str, k_cond: str,
            element: str, k_fast: bool) -> str:
-    """One operand's tile at depth kt_kb into shared memory: groups of eight neighbours along the
-    contiguous index, one 16-byte word where all eight are in range and aligned, else one by one."""
+    """One operand's tile at depth kt_kb into stage kt_sb of shared memory: groups of eight
+    neighbours along the contiguous index, one 16-byte copy (asynchronous where the device has
+    cp.async) where all eight are in range and aligned, else one by one (zero outside)."""
     if k_fast:
-        o, q, at = "kt_g / (BK / 8)", "8 * (kt_g % (BK / 8))", f"&{tile}[kt_o][kt_q]"
+        o, q, at = "kt_g / (BK / 8)", "8 * (kt_g % (BK / 8))", f"&{tile}[kt_sb][kt_o][kt_q]"
         step = ("", " + kt_v")
     else:
-        o, q, at = f"8 * (kt_g % ({size} / 8))", f"kt_g / ({size} / 8)", f"&{tile}[kt_q][kt_o]"
+        o, q, at = f"8 * (kt_g % ({size} / 8))", f"kt_g / ({size} / 8)", f"&{tile}[kt_sb][kt_q][kt_o]"
         step = (" + kt_v", "")
-    ind = "        "
+    ind = "            "
     return (f"{ind}for (int kt_g = kt_t; kt_g < {size} * BK / 8; kt_g += KT_THREADS) {{\n"
             f"{ind}    const int kt_o = {o}, kt_q = {q};\n"
             f"{ind}    __half *kt_d = {at};\n"
@@ -96,7 +125,7 @@ def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: st
             f"{ind}        const {ctype} {coord} = {origin} + kt_o;\n"
             f"{ind}        const {k_type} kt_k = kt_kb + kt_q;\n"
             f"{ind}        if (kt_all && ((unsigned long)&{element} & 15) == 0) {{\n"
-            f"{ind}            *reinterpret_cast<uint4 *>(kt_d) = *reinterpret_cast<const uint4 *>(&{element});\n"
+            f"{ind}            kt_copy16(kt_d, &{element});\n"
             f"{ind}            continue;\n"
             f"{ind}        }}\n"
             f"{ind}    }}\n"
@@ -110,7 +139,12 @@ def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: st
 
 
 def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
-    """The tensor-core kernel's body (between the braces), for `#if MMA`."""
+    """The tensor-core kernel's body (between the braces), for `#if MMA`.
+
+    STAGES tiles of each operand rotate through shared memory: while a step's fragments compute
+    from one, the copies of the next STAGES - 1 steps are in flight (STAGES = 1: load, wait,
+    compute). One barrier a step: the stage a step refills is the one every warp finished in the
+    step before. The epilogue's scratch reuses the tiles once the last step is done."""
     x, y = vectors
     a_dims, a_at = _tile("BM", s.x_k_fast)
     b_dims, b_at = _tile("BN", s.y_k_fast)
@@ -119,14 +153,27 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
     b_layout = "col_major" if s.y_k_fast else "row_major"
     a_ld = "BK + 8" if s.x_k_fast else "BM + 8"
     b_ld = "BK + 8" if s.y_k_fast else "BN + 8"
-    a_ptr = "&kt_ah" + a_at.replace("kt_p", "kt_wm * 8 * TM + 16 * kt_m")
-    b_ptr = "&kt_bh" + b_at.replace("kt_p", "kt_wn * 8 * TN + 16 * kt_n")
-    stage_a = _stage("kt_ah", "BM", "kt_r", "kt_r0", s.r_type, s.k_type, r_ok, s.k_cond, x.element, s.x_k_fast)
-    stage_b = _stage("kt_bh", "BN", "kt_c", "kt_c0", s.c_type, s.k_type, c_ok, s.k_cond, y.element, s.y_k_fast)
+    a_ptr = "&kt_ah[kt_sc]" + a_at.replace("kt_p", "kt_wm * 8 * TM + 16 * kt_m")
+    b_ptr = "&kt_bh[kt_sc]" + b_at.replace("kt_p", "kt_wn * 8 * TN + 16 * kt_n")
+    stage = (_stage("kt_ah", "BM", "kt_r", "kt_r0", s.r_type, s.k_type, r_ok, s.k_cond, x.element, s.x_k_fast)
+             + _stage("kt_bh", "BN", "kt_c", "kt_c0", s.c_type, s.k_type, c_ok, s.k_cond, y.element, s.y_k_fast))
+    # the copies of the step at depth kt_kl into stage kt_sl (none past the loop's end), one group
+    refill = (f"        if ({s.kb_cond.replace('kt_kb', 'kt_kl')}) {{\n"
+              f"            const {s.k_type} kt_kb = kt_kl;\n"
+              f"            const int kt_sb = kt_sl;\n"
+              f"{stage}        }}\n"
+              "        kt_commit();\n"
+              "        kt_kl += BK;\n"
+              "        kt_sl = (kt_sl + 1) % STAGES;\n")
     w = "nvcuda::wmma"
-    return f"""    __shared__ __align__(32) __half kt_ah{a_dims};
-    __shared__ __align__(32) __half kt_bh{b_dims};
-    __shared__ __align__(32) float kt_cs[KT_WARPS][16][16];
+    return f"""    typedef __half kt_at{a_dims};
+    typedef __half kt_bt{b_dims};
+    constexpr int kt_tiles = STAGES * (int)(sizeof(kt_at) + sizeof(kt_bt));
+    constexpr int kt_scratch = KT_WARPS * 16 * 16 * (int)sizeof(float);
+    __shared__ __align__(128) unsigned char kt_sm[kt_tiles > kt_scratch ? kt_tiles : kt_scratch];
+    kt_at *kt_ah = reinterpret_cast<kt_at *>(kt_sm);
+    kt_bt *kt_bh = reinterpret_cast<kt_bt *>(kt_sm + STAGES * sizeof(kt_at));
+    float (*kt_cs)[16][16] = reinterpret_cast<float (*)[16][16]>(kt_sm);
     const int kt_t = threadIdx.x, kt_w = kt_t / 32, kt_l = kt_t % 32;
     const int kt_wm = kt_w / (BN / (8 * TN)), kt_wn = kt_w % (BN / (8 * TN));
     const {s.r_type} kt_r0 = ({s.r_type})blockIdx.y * BM;
@@ -136,8 +183,19 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
     for (int kt_m = 0; kt_m < TM / 2; ++kt_m)
 #pragma unroll
         for (int kt_n = 0; kt_n < TN / 2; ++kt_n) {w}::fill_fragment(kt_f[kt_m][kt_n], 0.0f);
-    for ({s.k_type} kt_kb = {s.start}; {s.kb_cond}; kt_kb += BK) {{
-{stage_a}{stage_b}        __syncthreads();
+    {s.k_type} kt_kl = {s.start};  // the depth the next copies read
+    int kt_sl = 0, kt_sc = 0;  // the stage the next copies fill, the stage this step computes
+    for (int kt_p0 = 0; kt_p0 < STAGES - 1; ++kt_p0) {{
+{refill}    }}
+    for ({s.k_type} kt_kb0 = {s.start}; {s.kb_cond.replace("kt_kb", "kt_kb0")}; kt_kb0 += BK) {{
+#if STAGES > 1
+        kt_wait<STAGES - 2>();
+        __syncthreads();
+#endif
+{refill}#if STAGES == 1
+        kt_wait<0>();
+        __syncthreads();
+#endif
 #pragma unroll
         for (int kt_q = 0; kt_q < BK; kt_q += 16) {{
             {FRAGMENT}<{w}::matrix_a, 16, 16, 16, __half, {w}::{a_layout}> kt_fa[TM / 2];
@@ -151,8 +209,13 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
 #pragma unroll
                 for (int kt_n = 0; kt_n < TN / 2; ++kt_n) {w}::mma_sync(kt_f[kt_m][kt_n], kt_fa[kt_m], kt_fb[kt_n], kt_f[kt_m][kt_n]);
         }}
+#if STAGES == 1
         __syncthreads();
+#endif
+        kt_sc = (kt_sc + 1) % STAGES;
     }}
+    kt_wait<0>();
+    __syncthreads();  // every warp is done with the tiles: the scratch may reuse them
 #pragma unroll
     for (int kt_m = 0; kt_m < TM / 2; ++kt_m) {{
 #pragma unroll

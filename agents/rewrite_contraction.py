@@ -522,8 +522,9 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
                                                      "no tiles)", "tile"),
         ParamProposal("TM", (1, 2, 4, 8), 4, "rows of outputs per thread, in registers", "tile"),
         ParamProposal("TN", (1, 2, 4, 8), 4, "columns of outputs per thread, in registers", "tile"),
-        ParamProposal("STAGES", (1, 2), 1, "2: the next step's tiles are loaded into registers while this step "
-                                           "computes", "tile"),
+        ParamProposal("STAGES", contraction_mma.STAGES if mma else (1, 2), 1,
+                      "2: the next step's tiles are loaded into registers while this step computes"
+                      + ("; with MMA, the shared tiles in flight (asynchronous copies)" if mma else ""), "tile"),
     ]
     if any(vectors):
         params.append(ParamProposal("VEC", (1, 4), 1, "4: the operands' tiles loaded four neighbours at a time as "
@@ -559,6 +560,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     if mma:
         first["MMA"] = (0, 1)
         first[SWITCH] = (0, 8, 16, 32)  # a tensor-core step is 16 deep: 32 halves the barriers
+        first["STAGES"] = (1, 2)  # tensor-core steps wait on their copies unless the next are in flight
     for name, value in ctx.defaults.items():
         first[name] = (value,)
     what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "

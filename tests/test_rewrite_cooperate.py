@@ -297,8 +297,9 @@ CUDA_CONFIGS = {
                      {"BK": 16, "BM": 128, "BN": 64, "TM": 8, "TN": 4, "VEC": 4}),
     "matmul_half": ({"BK": 16, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2, "VEC": 4},
                     {"BK": 32, "BM": 128, "BN": 128, "TM": 8, "TN": 4, "MMA": 1},
-                    {"BK": 16, "BM": 64, "BN": 32, "TM": 2, "TN": 4, "MMA": 1},
-                    {"BK": 32, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "MMA": 1}),
+                    {"BK": 16, "BM": 64, "BN": 32, "TM": 2, "TN": 4, "MMA": 1, "STAGES": 3},
+                    {"BK": 32, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "MMA": 1, "STAGES": 2},
+                    {"BK": 32, "BM": 128, "BN": 64, "TM": 8, "TN": 4, "MMA": 1, "STAGES": 3}),
     "reduce_interleaved": ({"LANES": 32}, {"LANES": 8, "THREADS": 128, "GRID": 4}),
     "reduce_atomic": ({"GRID": 4}, {"GRID": 2, "THREADS_SIZE": 1024, "ITEMS": 8}),
     "stencil9": ({"ITEMS": 4}, {"ITEMS": 16, "BLOCK": 64}, {"TILE": 1, "ITEMS": 8}),
@@ -361,8 +362,11 @@ def test_on_cuda_the_rewritten_kernels_gate_and_every_tuned_configuration_verifi
 
 
 # tensor-core tiles of the half product: warp layouts, depths and tile shapes
-MMA_CONFIGS = ({"BK": 32, "BM": 128, "BN": 128, "TM": 8, "TN": 4}, {"BK": 16, "BM": 64, "BN": 32, "TM": 2, "TN": 4},
-               {"BK": 32, "BM": 64, "BN": 128, "TM": 4, "TN": 8}, {"BK": 16, "BM": 16, "BN": 16, "TM": 2, "TN": 2})
+# and the shared tiles in flight (STAGES: 1 waits on each step's copies, 2 and 3 rotate them)
+MMA_CONFIGS = ({"BK": 32, "BM": 128, "BN": 128, "TM": 8, "TN": 4, "STAGES": 2},
+               {"BK": 16, "BM": 64, "BN": 32, "TM": 2, "TN": 4, "STAGES": 1},
+               {"BK": 32, "BM": 64, "BN": 128, "TM": 4, "TN": 8, "STAGES": 3},
+               {"BK": 16, "BM": 16, "BN": 16, "TM": 2, "TN": 2, "STAGES": 3})
 
 
 def test_the_half_product_offers_tensor_core_tiles_on_cuda_only():
