@@ -630,6 +630,7 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
             names, dims = _halved(every[b], original.entry)
             if (own.reads or own.name) in names or any(lw.name == lf.name and lw.dim in dims for lw in launches):
                 constraints.append(f"is_pow2({lf.name})")  # a tree reduction halves from it
+    constraints += _multiples(original, [lf for lf in chosen if _constant(lf.key) is not None])
     if len(launches) > 1:
         constraints.append(" * ".join(lw.name for lw in launches) + " <= max_threads_per_block")
     for b, src in sources.items():
@@ -721,6 +722,12 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
                          "count of that value")
             lifts[:] = [lf for lf in lifts if not (lf.kind == "threads" and lf.default == literal)]
             continue
+        shuffle = _warp_only(source, original.entry) if dim == 0 and not several and literal <= 64 else None
+        if shuffle:
+            notes.append(f"the kernel's threads combine their values by warp shuffles (`{shuffle}`) and by nothing "
+                         f"else in a block of {literal} threads, one warp: the block size is left alone (in a "
+                         "larger block each warp would combine only its own values)")
+            continue
         held = _constants_holding(source, kernel, original.entry, literal, lifts)
         if held:
             notes.append(f"the kernel takes {literal} threads from {held}: the block size in dimension "
@@ -809,6 +816,39 @@ def _fixed_by_layout(original: Template, source: str, kernel: KernelAnalysis | N
                          f"of `{entry}`, which the block does not follow: the block size in dimension "
                          f"{'xyz'[dims[0]]} is left alone")
     out |= {lw.name for lw in launches if lw.dim in untied}
+    return out
+
+
+def _warp_only(source: str, entry: str) -> str | None:
+    """The first warp shuffle of a kernel (or what it calls) whose threads share nothing else: no
+    shared memory, no block barrier, no atomic; None otherwise."""
+    try:
+        model = build(source, entry)
+    except ModelError:
+        return None
+    if not model.shuffles or model.atomics or model.shared_arrays() or any(b.scope == "block" for b in model.barriers):
+        return None
+    return model.shuffles[0].name
+
+
+def _multiples(original: Template, constants: list[Lift]) -> list[str]:
+    """`size % NAME == 0` for each constraint of the spec `size % L == 0` whose L is a lifted
+    constant's value: the spec says the kernel needs its sizes in whole tiles of the constant
+    (a tiled product's `wA % 16 == 0` for `#define BLOCK_SIZE 16`), so another tile needs sizes
+    in whole tiles of it."""
+    out = []
+    for c in original.constraints:
+        try:
+            node = ast.parse(c.text, mode="eval").body
+        except SyntaxError:
+            continue
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
+                and isinstance(node.left, ast.BinOp) and isinstance(node.left.op, ast.Mod)
+                and isinstance(node.left.right, ast.Constant) and isinstance(node.comparators[0], ast.Constant)
+                and node.comparators[0].value == 0):
+            continue
+        size = ast.unparse(node.left.left)
+        out += [f"({size}) % {lf.name} == 0" for lf in constants if lf.default == node.left.right.value]
     return out
 
 

@@ -803,6 +803,40 @@ def parse_expression(expr: str):
     return named[0] if len(named) == 1 else None
 
 
+def constant_value(node, known: Mapping[str, int]) -> int | None:
+    """An integer constant expression's value as C computes it (division and remainder truncate
+    toward zero), its names from `known`; None for anything else."""
+    t = node.type
+    if t == "number_literal":
+        return int_literal(text(node))
+    if t == "identifier":
+        return known.get(text(node))
+    if t == "parenthesized_expression":
+        inner = [c for c in node.named_children if c.type != "comment"]
+        return constant_value(inner[0], known) if len(inner) == 1 else None
+    if t == "unary_expression":
+        v = constant_value(node.child_by_field_name("argument"), known)
+        op = text(node.child_by_field_name("operator"))
+        return None if v is None else {"-": -v, "+": v, "~": ~v}.get(op)
+    if t != "binary_expression":
+        return None
+    a = constant_value(node.child_by_field_name("left"), known)
+    b = constant_value(node.child_by_field_name("right"), known)
+    op = text(node.child_by_field_name("operator"))
+    if a is None or b is None:
+        return None
+    if op in ("/", "%"):
+        if b == 0:
+            return None
+        q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+        return q if op == "/" else a - q * b
+    if op in ("<<", ">>") and not 0 <= b < 63:
+        return None
+    ops = {"+": a + b, "-": a - b, "*": a * b, "<<": a << b if op == "<<" else 0, ">>": a >> b if op == ">>" else 0,
+           "&": a & b, "|": a | b, "^": a ^ b}
+    return ops.get(op)
+
+
 def base_name(entry: str) -> str:
     """A kernel's plain name: `ns::k<float, 4>` is `k`."""
     return entry.split("<")[0].split("::")[-1].strip()
@@ -1026,11 +1060,17 @@ class _Reader:
         self.macros = self._macros()
 
     def _defines(self) -> dict[str, int]:
+        """The file's #defines whose value is an integer: a literal, or integer arithmetic over
+        literals and the #defines above it (`#define MASK_OFFSET (MASK_DIM / 2)`), as C computes it."""
         out = {}
         for n in nodes(self.root):
             if n.type == "preproc_def":
                 value = n.child_by_field_name("value")
-                v = int_literal(text(value).strip()) if value is not None else None
+                v = None
+                if value is not None:
+                    v = int_literal(text(value).strip())
+                    if v is None and (tree := parse_expression(text(value).strip())) is not None:
+                        v = constant_value(tree, out)
                 if v is not None:
                     out[text(n.child_by_field_name("name"))] = v
         return out

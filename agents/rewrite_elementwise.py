@@ -22,6 +22,7 @@ of any divisor the indices divide or take the remainder by, and (CUDA) each addr
 
 from __future__ import annotations
 
+from kerntune.engine.cxx import PACKED
 from kerntune.engine.dtypes import DTYPES
 from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
@@ -183,6 +184,9 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     widths = [DTYPES.get(dtypes.get(arr, ""), 0) for arr, _ in streams]
     if 0 in widths:
         raise _Decline("an array's element size is not known from the spec")
+    # an array of vector elements (`float4 *a`, a float4 a thread): each element is a pack already,
+    # and vloadN / 16-byte words of several such elements are no pack of its type
+    packed = next((arr for arr, _ in streams if a.arg_types.get(arr, "") in PACKED), None)
     bound = inline(a, a.guard.bound)
     if a.element in {w for w, _ in source_tokens(bound)} or thread_reads_text(bound):
         raise _Decline(f"the guard's bound `{a.guard.bound}` moves with the thread")
@@ -314,10 +318,12 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     )
     smallest = min(widths)
     top = min(16, max(1, 32 // smallest))
-    vec_values = tuple(v for v in (1, 2, 4, 8, 16) if v <= top)
+    vec_values = tuple(v for v in (1, 2, 4, 8, 16) if v <= top) if packed is None else (1,)
+    vec_text = (f"elements per vector access (a {16 // smallest}-wide pack is 16 bytes); whole packs only, the tail "
+                "element by element") if packed is None else \
+        f"elements per vector access (1 only: `{packed}` holds {a.arg_types[packed]} elements, each a pack already)"
     params = [
-        ParamProposal(vec, vec_values, 1, f"elements per vector access (a {16 // smallest}-wide pack is 16 bytes); "
-                      "whole packs only, the tail element by element", "vector"),
+        ParamProposal(vec, vec_values, 1, vec_text, "vector"),
         ParamProposal(items, (1, 2, 4, 8), 1, "packs per thread, a block's width apart", "work"),
     ]
     if grid_p is not None:

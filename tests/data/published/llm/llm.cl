@@ -2,6 +2,8 @@
 // row as in the CUDA file.
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 
+#define GELU_SCALING_FACTOR sqrt(2.0f / M_PI_F)
+
 // encoder: out[b, t, :] = wte[inp[b, t], :] + wpe[t, :], a work-item per (b, t) looping over C
 __kernel void encoder_forward_kernel1(__global float* out, __global const int* inp, __global const float* wte,
                                       __global const float* wpe, int B, int T, int C) {
@@ -95,5 +97,53 @@ __kernel void softmax_forward_kernel1(__global float* out, __global const float*
         for (int j = 0; j < C; j++) {
             out_row[j] /= (float)sum;
         }
+    }
+}
+
+// matmul: out[bt, oc] = bias[oc] + sum over c of inp[bt, c] * weight[oc, c], a work-item per output
+__kernel void matmul_forward_kernel1(__global float* out, __global const float* inp, __global const float* weight,
+                                     __global const float* bias, int BT, int C, int OC) {
+    int bt = get_global_id(0);
+    int oc = get_global_id(1);
+    if (bt < BT && oc < OC) {
+        float val = bias[oc];
+        __global const float* wrow = weight + oc * C;
+        __global const float* inp_bt = inp + bt * C;
+        for (int i = 0; i < C; i++) {
+            val += inp_bt[i] * wrow[i];
+        }
+        out[bt * OC + oc] = val;
+    }
+}
+
+// GELU, the tanh approximation, a work-item per element
+__kernel void gelu_forward_kernel(__global float* out, __global const float* inp, int N) {
+    int i = get_global_id(0);
+    if (i < N) {
+        float xi = inp[i];
+        float cube = 0.044715f * xi * xi * xi;
+        out[i] = 0.5f * xi * (1.0f + tanh(GELU_SCALING_FACTOR * (xi + cube)));
+    }
+}
+
+// the residual connection, a work-item per element
+__kernel void residual_forward_kernel(__global float* out, __global const float* inp1, __global const float* inp2,
+                                      int N) {
+    int idx = get_global_id(0);
+    if (idx < N) {
+        out[idx] = inp1[idx] + inp2[idx];
+    }
+}
+
+// crossentropy: losses[b, t] = -log(probs[b, t, targets[b, t]]), a work-item per position
+__kernel void crossentropy_forward_kernel1(__global float* losses, __global const float* probs,
+                                           __global const int* targets, int B, int T, int V) {
+    int i = get_global_id(0);
+    if (i < B * T) {
+        int b = i / T;
+        int t = i % T;
+        __global const float* probs_bt = probs + b * T * V + t * V;
+        int ix = targets[b * T + t];
+        losses[b * T + t] = -log(probs_bt[ix]);
     }
 }

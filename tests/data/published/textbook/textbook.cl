@@ -1,0 +1,148 @@
+// The course's kernels in OpenCL, as its OpenCL chapter ports them: work-items and work-groups
+// for threads and blocks, __local memory for shared, the mask as a __constant argument, and the
+// 32-bit atomics of OpenCL 1.1 on global and local bins.
+
+#define TILE_WIDTH 16
+#define MASK_DIM 5
+#define MASK_OFFSET (MASK_DIM / 2)
+#define RADIUS 3
+#define BLOCK_SIZE 256
+#define NUM_BINS 7
+
+// one work-item computes one element of P = M N (square Width x Width)
+__kernel void MatrixMulKernel(__global float *M, __global float *N, __global float *P, int Width) {
+    int Row = get_group_id(1) * get_local_size(1) + get_local_id(1);
+    int Col = get_group_id(0) * get_local_size(0) + get_local_id(0);
+    if ((Row < Width) && (Col < Width)) {
+        float Pvalue = 0;
+        for (int k = 0; k < Width; ++k) {
+            Pvalue += M[Row * Width + k] * N[k * Width + Col];
+        }
+        P[Row * Width + Col] = Pvalue;
+    }
+}
+
+// the product in phases through TILE_WIDTH x TILE_WIDTH tiles in local memory; Width must be a
+// multiple of TILE_WIDTH
+__kernel void MatrixMulTiled(__global float *M, __global float *N, __global float *P, int Width) {
+    __local float Mds[TILE_WIDTH][TILE_WIDTH];
+    __local float Nds[TILE_WIDTH][TILE_WIDTH];
+
+    int bx = get_group_id(0);
+    int by = get_group_id(1);
+    int tx = get_local_id(0);
+    int ty = get_local_id(1);
+
+    int Row = by * TILE_WIDTH + ty;
+    int Col = bx * TILE_WIDTH + tx;
+
+    float Pvalue = 0;
+    for (int ph = 0; ph < Width / TILE_WIDTH; ++ph) {
+        Mds[ty][tx] = M[Row * Width + ph * TILE_WIDTH + tx];
+        Nds[ty][tx] = N[(ph * TILE_WIDTH + ty) * Width + Col];
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        for (int k = 0; k < TILE_WIDTH; ++k) {
+            Pvalue += Mds[ty][k] * Nds[k][tx];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    P[Row * Width + Col] = Pvalue;
+}
+
+// 2-D convolution with a MASK_DIM x MASK_DIM mask in constant memory; outside the image is zero
+__kernel void convolution_2D_const(__global const float *in, __global float *out, __constant float *mask,
+                                   int width, int height) {
+    int col = get_global_id(0);
+    int row = get_global_id(1);
+
+    if (row < height && col < width) {
+        int start_r = row - MASK_OFFSET;
+        int start_c = col - MASK_OFFSET;
+        float temp = 0.0f;
+        for (int i = 0; i < MASK_DIM; i++) {
+            for (int j = 0; j < MASK_DIM; j++) {
+                if ((start_r + i) >= 0 && (start_r + i) < height) {
+                    if ((start_c + j) >= 0 && (start_c + j) < width) {
+                        temp += in[(start_r + i) * width + (start_c + j)] * mask[i * MASK_DIM + j];
+                    }
+                }
+            }
+        }
+        out[row * width + col] = temp;
+    }
+}
+
+// 1-D stencil over an input padded by RADIUS on each side, the block's elements and halo staged
+__kernel void stencil_1d(__global const float *in, __global float *out, int n) {
+    __local float temp[BLOCK_SIZE + 2 * RADIUS];
+    int gindex = get_global_id(0);
+    int lindex = get_local_id(0) + RADIUS;
+
+    if (gindex < n + RADIUS) {
+        temp[lindex] = in[gindex + RADIUS];
+    }
+    if (get_local_id(0) < RADIUS) {
+        temp[lindex - RADIUS] = in[gindex];
+        if (gindex + BLOCK_SIZE < n + RADIUS) {
+            temp[lindex + BLOCK_SIZE] = in[gindex + RADIUS + BLOCK_SIZE];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    if (gindex < n) {
+        float result = 0.0f;
+        for (int offset = -RADIUS; offset <= RADIUS; offset++) {
+            result += temp[lindex + offset];
+        }
+        out[gindex] = result;
+    }
+}
+
+// the same stencil read straight from global memory
+__kernel void stencil_1d_global(__global const float *in, __global float *out, int n) {
+    int i = get_global_id(0);
+    if (i < n) {
+        float result = 0.0f;
+        for (int offset = -RADIUS; offset <= RADIUS; offset++) {
+            result += in[i + RADIUS + offset];
+        }
+        out[i] = result;
+    }
+}
+
+// text histogram by letter, atomics on the global bins
+__kernel void histo_kernel(__global const char *data, unsigned int length, __global unsigned int *histo) {
+    unsigned int i = get_global_id(0);
+    if (i < length) {
+        int alphabet_position = data[i] - 'a';
+        if (alphabet_position >= 0 && alphabet_position < 26) {
+            atomic_inc(&histo[alphabet_position / 4]);
+        }
+    }
+}
+
+// privatised: each work-group counts into local bins, then adds them to the global bins
+__kernel void histo_private_kernel(__global const char *data, unsigned int length, __global unsigned int *histo) {
+    __local unsigned int histo_s[NUM_BINS];
+    for (unsigned int bin = get_local_id(0); bin < NUM_BINS; bin += get_local_size(0)) {
+        histo_s[bin] = 0u;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    unsigned int i = get_global_id(0);
+    if (i < length) {
+        int alphabet_position = data[i] - 'a';
+        if (alphabet_position >= 0 && alphabet_position < 26) {
+            atomic_inc(&histo_s[alphabet_position / 4]);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (unsigned int bin = get_local_id(0); bin < NUM_BINS; bin += get_local_size(0)) {
+        unsigned int binValue = histo_s[bin];
+        if (binValue > 0) {
+            atomic_add(&histo[bin], binValue);
+        }
+    }
+}
