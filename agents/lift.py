@@ -33,6 +33,8 @@ from dataclasses import dataclass, field, replace
 
 from kerntune.engine import cxx
 from kerntune.engine.device import DeviceLimits
+from kerntune.engine.expressions import ExpressionError
+from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal, TemplateProposal, original_launch
 from kerntune.engine.signature import CTYPES, PACKED
 from kerntune.engine.template import DEVICE_NAMES, DTYPES, Template
@@ -648,6 +650,24 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
             whole = _floor_divided(grid[d], lw.literal)
             if whole is not None:
                 constraints.append(f"({whole}) % {lw.name} == 0")
+    # a grid in steps of a #define made from a lifted one (ceil_div(width, 28) for OUT_TILE_DIM
+    # (IN_TILE_DIM - 2 * 2)) takes the #define's value over the parameter, at least 1
+    derived = _derived_defines(primary, original.entry)
+    defines = _define_values(primary, original.entry)
+    body = _body_words(primary, _entry(analyses, original.entry)) if _entry(analyses, original.entry) else None
+    for lf in chosen:
+        if _constant(lf.key) is None:
+            continue
+        for name, d in _grid_steps(derived, lf, list(grid), body):
+            words = _in_spec_words(d, lf.reads or lf.name, derived, defines, lf.name)
+            if words is None:
+                continue
+            for k, g in enumerate(grid[:3]):
+                if _divides_by(g, d.value):
+                    new_grid[k] = _replace_literal(new_grid[k], d.value, words)
+            constraints.append(f"{words} >= 1")
+            notes.append(f"the launch's grid covers the outputs in steps of {d.value}, `{name}`, made from "
+                         f"{lf.origin}: the grid follows {lf.name} through it")
     # dynamic shared memory sized by the block (`256 * 4` for a float a thread) follows its parameter
     shared = original.shared_bytes.source if original.shared_bytes is not None else None
     literals = [lw.literal for lw in launches]
@@ -661,6 +681,7 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
         shared = None
     for lf in chosen:
         notes.append(f"lifted {lf.origin} into {lf.name}")
+    params = _verifiable(original, params, constraints, notes)
     if not params:
         return Lifted(None, [], notes + ["nothing to lift: no #define, constexpr, template argument, #pragma "
                                          "unroll count or launch literal with a tunable name"])
@@ -788,18 +809,29 @@ def _fixed_by_layout(original: Template, source: str, kernel: KernelAnalysis | N
     another block, and the grid no longer covers the outputs), with the block of that dimension."""
     body = _body_words(source, kernel) if kernel is not None else None
     carried = {(lw.name, d) for lw in launches for d in (lw.grid_dims or ((lw.dim,) if lw.in_grid else ()))}
+    derived = _derived_defines(source, original.entry)
+    defines = _define_values(source, original.entry)
     out: set[str] = set()
     untied: set[int] = set()
     for lf in lifts:
         if _constant(lf.key) is None or (body is not None and (lf.reads or lf.name) not in body):
             continue
         dims = [d for d, g in enumerate(grid[:3]) if _divides_by(g, lf.default) and (lf.name, d) not in carried]
+        steps = f"{lf.default}, {lf.origin}, which the block does not follow"
+        # steps of a #define computed from it (`OUT_TILE_DIM (IN_TILE_DIM - 2 * MASK_OFFSET)`, a
+        # grid of ceil_div(width, 28)): the grid follows it where its value can be said in the
+        # spec's words over the parameter (lift_template writes it), else another value moves the
+        # steps and the grid stays
+        for name, d in ([] if dims else _grid_steps(derived, lf, grid, body)):
+            if _in_spec_words(d, lf.reads or lf.name, derived, defines, lf.name) is None:
+                dims = [k for k, g in enumerate(grid[:3]) if _divides_by(g, d.value)]
+                steps = f"{d.value}, `{name}`, which is made from {lf.origin} and which the grid cannot follow"
+                break
         if dims:
             out.add(lf.name)
             untied |= set(dims)
-            notes.append(f"the launch's grid covers the outputs in steps of {lf.default}, {lf.origin}, which the "
-                         f"block does not follow: {lf.name} and the block size in dimension "
-                         f"{'xyz'[dims[0]]} are left alone")
+            notes.append(f"the launch's grid covers the outputs in steps of {steps}: {lf.name} and the block size "
+                         f"in dimension {'xyz'[dims[0]]} are left alone")
     # the entry's template arguments, which no lift moves (`sgemm<32>` mapping a block of 1024
     # threads by BLOCKSIZE 32 onto ceil_div(M, 32) rows): the block follows them no more
     params = kernel.signature.template_params if kernel is not None else ()
@@ -850,6 +882,126 @@ def _multiples(original: Template, constants: list[Lift]) -> list[str]:
         size = ast.unparse(node.left.left)
         out += [f"({size}) % {lf.name} == 0" for lf in constants if lf.default == node.left.right.value]
     return out
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A #define whose value is integer arithmetic over other #defines (`OUT_TILE_DIM
+    ((IN_TILE_DIM) - 2 * (MASK_OFFSET))`)."""
+
+    value: int
+    reads: frozenset[str]  # the #defines it reads, through one another
+    words: tuple[str, ...]  # its value's tokens as written, comments left out
+
+
+def _verifiable(original: Template, params: list[ParamProposal], constraints: list[str],
+                notes: list[str]) -> list[ParamProposal]:
+    """The parameters with the values a constraint over that parameter and the problem sizes
+    alone rules out at one of the spec's verification sizes left out (`(Width) % TILE_WIDTH == 0`
+    with a verification size of 48: TILE_WIDTH 32 could run at 4096 but never be verified)."""
+    sizes = set(original.problem_names)
+    out = []
+    for p in params:
+        own = []
+        for c in constraints:
+            try:
+                e = parse_expression(c)
+            except ExpressionError:
+                continue
+            if p.name in e.names and e.names <= sizes | {p.name}:
+                own.append(e)
+        kept = []
+        for v in p.values:
+            try:
+                ok = v == p.default or all(e.evaluate({**pr.values, p.name: v}) for e in own
+                                           for pr in original.verify_problems)
+            except ExpressionError:
+                ok = True
+            if ok:
+                kept.append(v)
+        if len(kept) < len(p.values):
+            gone = [v for v in p.values if v not in kept]
+            notes.append(f"{p.name} {', '.join(map(str, gone))} left out: the spec's verification sizes "
+                         f"({', '.join(pr.name for pr in original.verify_problems)}) do not admit "
+                         f"{'it' if len(gone) == 1 else 'them'}")
+            p = replace(p, values=tuple(kept))
+        out.append(p)
+    return out
+
+
+def _derived_defines(source: str, entry: str) -> dict[str, Derived]:
+    """The file's #defines whose value the kernel model computes from other #defines, by name."""
+    try:
+        values = build(source, entry).defines
+    except ModelError:
+        return {}
+    reads: dict[str, set[str]] = {}
+    words: dict[str, tuple[str, ...]] = {}
+    for node, text_of in syntax_nodes(source, ("preproc_def",)):
+        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        if name is not None and value is not None and integer(text_of(value).strip()) is None:
+            words[text_of(name)] = tuple(w for w, _ in source_tokens(text_of(value)))
+            reads[text_of(name)] = {w for w in words[text_of(name)] if w.isidentifier()}
+    for name in reads:  # through one another
+        todo = list(reads[name])
+        while todo:
+            more = reads.get(todo.pop(), set()) - reads[name]
+            reads[name] |= more
+            todo += more
+    return {name: Derived(values[name], frozenset(reads[name]), words[name]) for name in reads if name in values}
+
+
+def _define_values(source: str, entry: str) -> dict[str, int]:
+    try:
+        return dict(build(source, entry).defines)
+    except ModelError:
+        return {}
+
+
+def _grid_steps(derived: dict[str, Derived], lf: Lift, grid: list[str], body: set[str] | None):
+    """The derived #defines made from a lifted constant, read by the kernel, whose value a grid
+    dimension divides by: (name, Derived) pairs."""
+    for name, d in derived.items():
+        if (lf.reads or lf.name) in d.reads and d.value > 1 and (body is None or name in body) \
+                and any(_divides_by(g, d.value) for g in grid[:3]):
+            yield name, d
+
+
+def _in_spec_words(derived: Derived, name: str, derived_all: dict[str, Derived], values: dict[str, int],
+                   parameter: str) -> str | None:
+    """A derived #define's value as a spec expression over the parameter that `name` (a lifted
+    #define) becomes, every other #define put in as its number: None where it reads anything
+    but + - * / % and parentheses over numbers and #defines, or where the expression does not give
+    the #define's value at the parameter's default (C's `/` truncates, the spec's `//` floors)."""
+    out = []
+    for w in derived.words:
+        if not w:
+            continue
+        if w == name:
+            out.append(parameter)
+        elif w in derived_all and name in derived_all[w].reads:
+            inner = _in_spec_words(derived_all[w], name, derived_all, values, parameter)
+            if inner is None:
+                return None
+            out.append(f"({inner})")
+        elif w in values:
+            out.append(str(values[w]) if values[w] >= 0 else f"({values[w]})")
+        elif integer(w) is not None:
+            out.append(str(integer(w)))
+        elif w in ("+", "-", "*", "%", "(", ")"):
+            out.append(w)
+        elif w == "/":
+            out.append("//")
+        else:
+            return None
+    text = ""
+    for w in out:
+        text += w if not text or text.endswith("(") or w == ")" else " " + w
+    try:
+        got = parse_expression(text).evaluate({parameter: values[name]})
+    except (ExpressionError, KeyError, ZeroDivisionError):
+        return None
+    return text if got == derived.value else None
 
 
 def _overridable(source: str) -> set[str]:

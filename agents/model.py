@@ -26,7 +26,8 @@ What a `KernelModel` holds:
   arrays with their sizes, in bytes where known), `shared` (every name of shared or OpenCL local
   memory, scalars and `__local` arguments too), `thread_indices` (locals made from thread ids, with
   the literal a global one takes as its block's thread count), `launch_dims` (the dimensions of the
-  launch the kernel reads), `defines` (the file's integer #defines), locals assigned once and their
+  launch the kernel reads), `defines` (the file's integer
+  #defines, literals or arithmetic over those above), locals assigned once and their
   initialisers;
 - `aliases` (local pointers into an argument, with their offset) and `casts` (local pointers of
   another type into one), `opaque` (the arguments the body reaches other than by an access it
@@ -529,7 +530,7 @@ class KernelModel:
     thread_indices: tuple[ThreadIndex, ...] = ()
     launch_dims: frozenset[int] = frozenset()  # dimensions of the launch the kernel reads
     ids: frozenset[tuple[str, int]] = frozenset()  # (id, dimension) read: ("threadIdx", 1)
-    defines: Mapping[str, int] = field(default_factory=dict)  # the file's integer #defines
+    defines: Mapping[str, int] = field(default_factory=dict)  # the file's integer #defines (define_value)
     locals: Mapping[str, str] = field(default_factory=dict)  # the kernel's single-assignment locals
     changing: frozenset[str] = frozenset()  # locals assigned after their declaration
     pointers: frozenset[str] = frozenset()  # the kernel's pointer arguments
@@ -803,6 +804,22 @@ def parse_expression(expr: str):
     return named[0] if len(named) == 1 else None
 
 
+def define_value(expr: str, known: Mapping[str, int]) -> int | None:
+    """A #define's value that is integer arithmetic over literals and the names in `known`, as C
+    computes it; None for anything else. The names are put in as their numbers first: the parser
+    reads `(TILE) - 2 * (R)` as a cast of `-2` to a type named TILE, the preprocessor as a difference."""
+    tree = parse_expression(expr)
+    if tree is None:
+        return None
+    lead = len("auto kt_e = (")  # where parse_expression puts the expression
+    raw = expr.encode("utf-8")
+    for n in sorted((n for n in nodes(tree) if n.type in ("identifier", "type_identifier") and text(n) in known),
+                    key=lambda n: -n.start_byte):
+        raw = raw[:n.start_byte - lead] + f"({known[text(n)]})".encode() + raw[n.end_byte - lead:]
+    tree = parse_expression(raw.decode("utf-8"))
+    return constant_value(tree, known) if tree is not None else None
+
+
 def constant_value(node, known: Mapping[str, int]) -> int | None:
     """An integer constant expression's value as C computes it (division and remainder truncate
     toward zero), its names from `known`; None for anything else."""
@@ -1069,8 +1086,8 @@ class _Reader:
                 v = None
                 if value is not None:
                     v = int_literal(text(value).strip())
-                    if v is None and (tree := parse_expression(text(value).strip())) is not None:
-                        v = constant_value(tree, out)
+                    if v is None:
+                        v = define_value(text(value).strip(), out)
                 if v is not None:
                     out[text(n.child_by_field_name("name"))] = v
         return out

@@ -110,7 +110,30 @@ PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
     "llm/encoder1": (None, "gpt2-b8"),
     "llm/encoder2": (None, "gpt2-b8"),
     "llm/layernorm1": (None, "gpt2-t8192"),
-    "llm/softmax1": (None, "gpt2-t1024"),
+    "llm/softmax1": ("llm/softmax4", "gpt2-t1024"),  # the trainer's warp-per-row softmax (cg::reduce)
+    "llm/softmax3": ("llm/softmax4", "gpt2-t1024"),
+    "llm/softmax4": (None, "gpt2-t1024"),
+    "llm/matmul1": (None, "gpt2-b8"),
+    "llm/gelu": (None, "gpt2-b8"),
+    "llm/residual": (None, "gpt2-b8"),
+    "llm/crossentropy1": (None, "gpt2-b8"),
+    "textbook/matmul": ("textbook/matmul_tiled", "4096"),  # the textbook's next step: TILE_WIDTH tiles
+    "textbook/matmul_tiled": (None, "4096"),
+    "textbook/matmul_tiled_bounds": (None, "4096"),
+    "textbook/conv2d": ("textbook/conv2d_tiled", "8k"),  # the chapter's shared input tile
+    "textbook/conv2d_tiled": (None, "8k"),
+    "textbook/stencil1d_global": ("textbook/stencil1d", "16m"),  # the shared tile with halo
+    "textbook/stencil1d": (None, "16m"),
+    "textbook/histo": ("textbook/histo_private", "64m"),  # bins privatised in shared memory
+    "textbook/histo_private": (None, "64m"),
+    "transpose/transpose_naive": ("transpose/transpose_nobank", "8k"),  # the post's last step
+    "transpose/transpose_coalesced": ("transpose/transpose_nobank", "8k"),
+    "transpose/transpose_bounds": ("transpose/transpose_nobank", "8k"),
+    "transpose/transpose_nobank": ("transpose/copy", "8k"),  # the post's bar: a copy
+    "oclsdk/vectoradd4": (None, "64m"),
+    "oclsdk/dotproduct": (None, "16m"),
+    "oclsdk/reducefloat4": (None, "16m"),
+    "oclsdk/matrixmul": (None, "4096"),
 }
 # naive kernel -> the vendor library's way of doing the same work (timed through PyTorch on CUDA)
 LIBRARY = {"matmul_naive": "sgemm", "matmul_coalesced": "sgemm_epilogue", "matmul_half": "hgemm_nt",

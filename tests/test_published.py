@@ -43,6 +43,26 @@ OPENCL = {
     # the element-per-thread encoder: `*out_btc = *wte_ix + *wpe_tc` through local pointers into
     # the arrays, the token's row `ix` read where the pack's (b, t) stays
     "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2}, {"VEC": 2, "GRID": 2})),
+    "llm/gelu": (["elementwise"], ({"VEC": 4, "ITEMS": 2},)),
+    # a textbook's chapters: the product a thread per element; the tiled ones the lifts take
+    # (TILE_WIDTH with the block, the grid and the sizes in whole tiles); the convolution's mask in
+    # constant memory, its offset `#define MASK_OFFSET (MASK_DIM / 2)`; the tiled convolution's grid
+    # in steps of OUT_TILE_DIM, made from IN_TILE_DIM
+    "textbook/matmul": (["contraction"], ({"BK": 8, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4},)),
+    "textbook/matmul_tiled": ([], ({"TILE_WIDTH": 8},)),
+    "textbook/matmul_tiled_bounds": ([], ({"TILE_WIDTH": 32},)),
+    "textbook/conv2d": (["stencil"], ({"TILE": 1, "ITEMS": 2, "RX": 2},)),
+    "textbook/conv2d_tiled": ([], ({"IN_TILE_DIM": 16},)),
+    "textbook/stencil1d": ([], ({"BLOCK_SIZE": 64},)),
+    "textbook/stencil1d_global": (["stencil"], ({"TILE": 1, "ITEMS": 4},)),
+    "textbook/histo_private": ([], ({"BLOCK": 64},)),
+    # the transpose post's steps: TILE_DIM x BLOCK_ROWS blocks, the grid in tiles of TILE_DIM
+    "transpose/transpose_nobank": ([], ({"TILE_DIM": 16, "BLOCK_ROWS": 4},)),
+    "transpose/transpose_bounds": ([], ({"TILE_DIM": 16, "BLOCK_ROWS": 2},)),
+    # OpenCL SDK samples: float4 elements, a float4 tree in __local memory, AS/BS sub-matrices
+    "oclsdk/dotproduct": (["elementwise"], ({"ITEMS": 4, "GRID": 1},)),
+    "oclsdk/reducefloat4": (["reduction"], ({"LANES": 16, "THREADS": 128},)),
+    "oclsdk/matrixmul": ([], ({"BLOCK_SIZE": 8},)),
 }
 
 
@@ -115,6 +135,12 @@ CUDA = {
                                         {"TILE": 1, "ITEMS": 16, "BLOCK_Y": 8, "BLOCK_Z": 1})),
     "llm/encoder1": (["rowwise"], ({"LANES": 32},)),
     "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2, "CACHE": 1},)),
+    "llm/softmax4": (["fast_math"], ({"BLOCK": 128, "FAST_MATH": 1},)),  # cg::reduce over tiles of 32
+    "textbook/matmul": (["contraction"], ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4},)),
+    # the mask a `__constant__` array of the file, the tile in shared memory beside it
+    "textbook/conv2d": (["stencil"], ({"TILE": 1, "ITEMS": 2, "RX": 2},)),
+    "textbook/conv2d_tiled": ([], ({"IN_TILE_DIM": 16},)),
+    "transpose/transpose_nobank": ([], ({"TILE_DIM": 16, "BLOCK_ROWS": 4},)),
 }
 
 
@@ -234,7 +260,11 @@ GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0",
                "reduction/reduce2", "reduction/reduce3", "reduction/reduce4", "reduction/reduce5", "stencils/heat_step",
                "stencils/heat_step_t", "stencils/jacobi_step",
                "stencils/stencil7", "stencils/stencil7_zloop", "llm/encoder1", "llm/encoder2", "llm/layernorm1",
-               "llm/softmax1")
+               "llm/softmax1", "llm/gelu", "llm/residual", "llm/crossentropy1", "llm/softmax3", "llm/softmax4",
+               "textbook/matmul", "textbook/matmul_tiled", "textbook/matmul_tiled_bounds", "textbook/conv2d",
+               "textbook/conv2d_tiled", "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo",
+               "textbook/histo_private", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
+               "transpose/transpose_nobank", "transpose/transpose_bounds")
 
 
 @pytest.mark.gpu
@@ -343,3 +373,81 @@ def test_a_macro_that_doubles_at_every_level_is_not_expanded_without_end():
     assert read.expr.affine is None
     assert next(x for x in build(source.replace("A39(i)", "A3(i)"), "k").accesses
                 if x.array == "a").expr.affine is not None  # eight calls: expanded
+
+
+def test_a_define_of_arithmetic_over_defines_is_the_number_the_preprocessor_makes():
+    """`#define MASK_OFFSET (MASK_DIM / 2)` is 2 where MASK_DIM is 5: the convolution's reads
+    `in[(row - MASK_OFFSET + i) * width + ...]` move by numbers, so its tile is offered. C's
+    division truncates; `(TILE) - 2 * (R)` is a difference (the parser alone reads a cast)."""
+    from kerntune.agents.model import build, define_value
+
+    model = build((PUBLISHED / "textbook" / "textbook.cu").read_text(), "convolution_2D_const")
+    assert model.defines["MASK_OFFSET"] == 2 and model.defines["OUT_TILE_DIM"] == 28
+    assert define_value("(-7 / 2)", {}) == -3 and define_value("(A) - 2 * (B)", {"A": 32, "B": 2}) == 28
+    assert define_value("A % 3 + (1 << A)", {"A": 4}) == 17 and define_value("X + 1", {}) is None
+    made = rules_template(load_template(spec("textbook/conv2d")), "opencl", CPU)
+    assert "TILE" in {p.name for p in made.proposal.parameters}
+
+
+def test_a_grid_in_steps_of_a_define_made_from_a_lifted_one_follows_it(tmp_path):
+    """The tiled convolution's blocks of IN_TILE_DIM threads cover OUT_TILE_DIM = IN_TILE_DIM - 4
+    outputs a side, on a grid of ceil_div(width, 28): IN_TILE_DIM is lifted with the grid in steps of
+    its OUT_TILE_DIM. Where that value cannot be said in the spec's words (a shift), the grid cannot
+    follow and IN_TILE_DIM stays."""
+    made = rules_template(load_template(spec("textbook/conv2d_tiled")), "opencl", CPU)
+    assert made.proposal.grid[0] == "ceil_div(width, ((IN_TILE_DIM) - 2 * (2)))"
+    assert "((IN_TILE_DIM) - 2 * (2)) >= 1" in made.proposal.constraints
+    folder = tmp_path / "textbook"
+    folder.mkdir()
+    for f in ("conv2d_tiled.toml", "reference.py", "textbook.cu"):
+        (folder / f).write_text((PUBLISHED / "textbook" / f).read_text())
+    source = (PUBLISHED / "textbook" / "textbook.cl").read_text()
+    (folder / "textbook.cl").write_text(source.replace("((IN_TILE_DIM) - 2 * (MASK_OFFSET))",
+                                                       "(((IN_TILE_DIM) - 2 * (MASK_OFFSET)) << 0)"))
+    made = rules_template(load_template(folder / "conv2d_tiled.toml"), "opencl", CPU)
+    assert made.proposal is None or "IN_TILE_DIM" not in {p.name for p in made.proposal.parameters}
+    assert any("`OUT_TILE_DIM`" in n and "the grid cannot follow" in n for n in made.lifted.notes), made.lifted.notes
+
+
+def test_sizes_in_whole_tiles_of_a_lifted_constant_and_only_values_the_verification_sizes_admit():
+    """The SDK's matrixMul walks wA in steps of BLOCK_SIZE (`a <= aEnd; a += aStep`) and the spec
+    says `wA % 16 == 0`: another BLOCK_SIZE needs wA in whole tiles of it too. A value no
+    verification size admits (32 with wA = 80) could run at 4096 but never be verified: left out."""
+    made = rules_template(load_template(spec("oclsdk/matrixmul")), "opencl", CPU)
+    assert {"(wA) % BLOCK_SIZE == 0", "(hA) % BLOCK_SIZE == 0", "(wB) % BLOCK_SIZE == 0"} <= set(
+        made.proposal.constraints)
+    values = next(p.values for p in made.proposal.parameters if p.name == "BLOCK_SIZE")
+    assert 16 in values and 8 in values and 32 not in values
+    assert any(n.startswith("BLOCK_SIZE 32, 64") and "verification sizes" in n for n in made.lifted.notes)
+
+
+def test_a_block_of_one_warp_that_combines_by_shuffles_only_is_not_lifted():
+    """softmax_forward_kernel3 runs a warp per row, its block 32 threads, the row's max and sum
+    combined by `__shfl_down_sync` and broadcast from lane 0: in a block of 64 each warp would
+    combine its own half of the row. softmax_forward_kernel4 maps a warp per row through
+    cooperative groups' tiles of 32 in any block: its block is lifted."""
+    made = rules_template(load_template(spec("llm/softmax3")), "cuda", GPU)
+    assert "BLOCK" not in {p.name for p in made.proposal.parameters}
+    assert any("by warp shuffles (`__shfl" in n and "a block of 32 threads, one warp" in n
+               for n in made.lifted.notes), made.lifted.notes
+    made = rules_template(load_template(spec("llm/softmax4")), "cuda", GPU)
+    assert "BLOCK" in {p.name for p in made.proposal.parameters}
+
+
+def test_an_array_of_vector_elements_takes_no_wider_packs():
+    """`__global const float4 *a`, a float4 a work-item: vload8 of a float4 pointer does not
+    compile and 16-byte words of several float4s are no pack of one; VEC stays 1."""
+    made = rules_template(load_template(spec("oclsdk/dotproduct")), "opencl", CPU)
+    vec = next(p for p in made.proposal.parameters if p.name == "VEC")
+    assert vec.values == (1,) and "float4" in vec.description
+
+
+@pytest.mark.xfail(strict=True, reason="agents/rewrite_contraction.py writes the sum's start as the original "
+                   "reads it (`bias[oc]`, oc inlined as the original's thread ids) in the tiled kernel")
+def test_a_sum_that_starts_from_a_value_at_the_output_starts_there_in_the_tiles():
+    """The trainer's matmul_forward_kernel1 starts each sum at `bias[oc]`: the tiles' sums start
+    at the bias of their own output, never of the thread's original coordinates."""
+    made = rules_template(load_template(spec("llm/matmul1")), "opencl", CPU)
+    source = made.proposal.sources["opencl"]
+    start = next(line for line in source.splitlines() if "kt_acc[kt_m][kt_n] = " in line)
+    assert "get_global_id" not in start and "get_group_id" not in start, start

@@ -5,6 +5,8 @@
 #define TILE_WIDTH 16
 #define MASK_DIM 5
 #define MASK_OFFSET (MASK_DIM / 2)
+#define IN_TILE_DIM 32
+#define OUT_TILE_DIM ((IN_TILE_DIM) - 2 * (MASK_OFFSET))
 #define RADIUS 3
 #define BLOCK_SIZE 256
 #define NUM_BINS 7
@@ -50,6 +52,40 @@ __kernel void MatrixMulTiled(__global float *M, __global float *N, __global floa
     P[Row * Width + Col] = Pvalue;
 }
 
+// the tiled product for any Width: a tile's elements past the matrix load as zero
+__kernel void MatrixMulTiledBounds(__global float *M, __global float *N, __global float *P, int Width) {
+    __local float Mds[TILE_WIDTH][TILE_WIDTH];
+    __local float Nds[TILE_WIDTH][TILE_WIDTH];
+
+    int bx = get_group_id(0);
+    int by = get_group_id(1);
+    int tx = get_local_id(0);
+    int ty = get_local_id(1);
+
+    int Row = by * TILE_WIDTH + ty;
+    int Col = bx * TILE_WIDTH + tx;
+
+    float Pvalue = 0;
+    for (int ph = 0; ph < ceil(Width / (float)TILE_WIDTH); ++ph) {
+        if ((Row < Width) && (ph * TILE_WIDTH + tx) < Width)
+            Mds[ty][tx] = M[Row * Width + ph * TILE_WIDTH + tx];
+        else
+            Mds[ty][tx] = 0.0f;
+        if ((ph * TILE_WIDTH + ty) < Width && Col < Width)
+            Nds[ty][tx] = N[(ph * TILE_WIDTH + ty) * Width + Col];
+        else
+            Nds[ty][tx] = 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        for (int k = 0; k < TILE_WIDTH; ++k) {
+            Pvalue += Mds[ty][k] * Nds[k][tx];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if ((Row < Width) && (Col < Width))
+        P[Row * Width + Col] = Pvalue;
+}
+
 // 2-D convolution with a MASK_DIM x MASK_DIM mask in constant memory; outside the image is zero
 __kernel void convolution_2D_const(__global const float *in, __global float *out, __constant float *mask,
                                    int width, int height) {
@@ -70,6 +106,36 @@ __kernel void convolution_2D_const(__global const float *in, __global float *out
             }
         }
         out[row * width + col] = temp;
+    }
+}
+
+// the convolution through a shared input tile: a block of IN_TILE_DIM x IN_TILE_DIM threads loads
+// the tile (zero outside the image), and its inner OUT_TILE_DIM x OUT_TILE_DIM threads compute
+__kernel void convolution_tiled_2D_const(__global const float *in, __global float *out,
+                                         __constant float *mask, int width, int height) {
+    int col = get_group_id(0) * OUT_TILE_DIM + get_local_id(0) - MASK_OFFSET;
+    int row = get_group_id(1) * OUT_TILE_DIM + get_local_id(1) - MASK_OFFSET;
+
+    __local float in_s[IN_TILE_DIM][IN_TILE_DIM];
+    if (row >= 0 && row < height && col >= 0 && col < width) {
+        in_s[get_local_id(1)][get_local_id(0)] = in[row * width + col];
+    } else {
+        in_s[get_local_id(1)][get_local_id(0)] = 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    int tileCol = get_local_id(0) - MASK_OFFSET;
+    int tileRow = get_local_id(1) - MASK_OFFSET;
+    if (col >= 0 && col < width && row >= 0 && row < height) {
+        if (tileCol >= 0 && tileCol < OUT_TILE_DIM && tileRow >= 0 && tileRow < OUT_TILE_DIM) {
+            float Pvalue = 0.0f;
+            for (int fRow = 0; fRow < MASK_DIM; fRow++) {
+                for (int fCol = 0; fCol < MASK_DIM; fCol++) {
+                    Pvalue += mask[fRow * MASK_DIM + fCol] * in_s[tileRow + fRow][tileCol + fCol];
+                }
+            }
+            out[row * width + col] = Pvalue;
+        }
     }
 }
 

@@ -7,6 +7,8 @@
 #define TILE_WIDTH 16
 #define MASK_DIM 5
 #define MASK_OFFSET (MASK_DIM / 2)
+#define IN_TILE_DIM 32
+#define OUT_TILE_DIM ((IN_TILE_DIM) - 2 * (MASK_OFFSET))
 #define RADIUS 3
 #define BLOCK_SIZE 256
 #define NUM_BINS 7
@@ -57,6 +59,40 @@ __global__ void MatrixMulTiled(float *M, float *N, float *P, int Width) {
     P[Row * Width + Col] = Pvalue;
 }
 
+// the tiled product for any Width: a tile's elements past the matrix load as zero
+__global__ void MatrixMulTiledBounds(float *M, float *N, float *P, int Width) {
+    __shared__ float Mds[TILE_WIDTH][TILE_WIDTH];
+    __shared__ float Nds[TILE_WIDTH][TILE_WIDTH];
+
+    int bx = blockIdx.x;
+    int by = blockIdx.y;
+    int tx = threadIdx.x;
+    int ty = threadIdx.y;
+
+    int Row = by * TILE_WIDTH + ty;
+    int Col = bx * TILE_WIDTH + tx;
+
+    float Pvalue = 0;
+    for (int ph = 0; ph < ceil(Width / (float)TILE_WIDTH); ++ph) {
+        if ((Row < Width) && (ph * TILE_WIDTH + tx) < Width)
+            Mds[ty][tx] = M[Row * Width + ph * TILE_WIDTH + tx];
+        else
+            Mds[ty][tx] = 0.0f;
+        if ((ph * TILE_WIDTH + ty) < Width && Col < Width)
+            Nds[ty][tx] = N[(ph * TILE_WIDTH + ty) * Width + Col];
+        else
+            Nds[ty][tx] = 0.0f;
+        __syncthreads();
+
+        for (int k = 0; k < TILE_WIDTH; ++k) {
+            Pvalue += Mds[ty][k] * Nds[k][tx];
+        }
+        __syncthreads();
+    }
+    if ((Row < Width) && (Col < Width))
+        P[Row * Width + Col] = Pvalue;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2-D convolution of a height x width image with a MASK_DIM x MASK_DIM mask; pixels outside the
 // image count as zero (ghost cells). The mask is small and read by every thread: constant memory.
@@ -81,6 +117,35 @@ __global__ void convolution_2D_const(const float *in, float *out, int width, int
             }
         }
         out[row * width + col] = temp;
+    }
+}
+
+// the convolution through a shared input tile: a block of IN_TILE_DIM x IN_TILE_DIM threads loads
+// the tile (zero outside the image), and its inner OUT_TILE_DIM x OUT_TILE_DIM threads compute
+__global__ void convolution_tiled_2D_const(const float *in, float *out, int width, int height) {
+    int col = blockIdx.x * OUT_TILE_DIM + threadIdx.x - MASK_OFFSET;
+    int row = blockIdx.y * OUT_TILE_DIM + threadIdx.y - MASK_OFFSET;
+
+    __shared__ float in_s[IN_TILE_DIM][IN_TILE_DIM];
+    if (row >= 0 && row < height && col >= 0 && col < width) {
+        in_s[threadIdx.y][threadIdx.x] = in[row * width + col];
+    } else {
+        in_s[threadIdx.y][threadIdx.x] = 0.0f;
+    }
+    __syncthreads();
+
+    int tileCol = threadIdx.x - MASK_OFFSET;
+    int tileRow = threadIdx.y - MASK_OFFSET;
+    if (col >= 0 && col < width && row >= 0 && row < height) {
+        if (tileCol >= 0 && tileCol < OUT_TILE_DIM && tileRow >= 0 && tileRow < OUT_TILE_DIM) {
+            float Pvalue = 0.0f;
+            for (int fRow = 0; fRow < MASK_DIM; fRow++) {
+                for (int fCol = 0; fCol < MASK_DIM; fCol++) {
+                    Pvalue += mask[fRow * MASK_DIM + fCol] * in_s[tileRow + fRow][tileCol + fCol];
+                }
+            }
+            out[row * width + col] = Pvalue;
+        }
     }
 }
 
