@@ -63,7 +63,7 @@ class KernelAnalysis:
     helper_loops: tuple[Loop, ...] = ()  # loops of the functions the kernel calls
     accesses: tuple[Access, ...] = ()
     accumulators: tuple[Accumulator, ...] = ()
-    softmax_pairs: tuple[tuple[str, str], ...] = ()  # (max variable, sum-of-exp variable)
+    softmax_pairs: tuple[tuple[str, str], ...] = ()  # (max variable, sum-of-exp variable), online pairs too
     launch_dims: frozenset[int] = frozenset()  # dimensions of the launch the kernel reads
     fixed_threads: tuple[int, ...] = ()  # literals the indexing takes as a thread count
     fixed_spans: tuple[tuple[int, Span, int], ...] = ()  # each such literal, where it stands, its dimension
@@ -184,7 +184,8 @@ def view(m: KernelModel, sig: KernelSignature | None = None) -> KernelAnalysis:
     stride = None
     if not element:
         element, guard, stride = _grid_stride(m, loops, indices)
-    pairs = [(a.against, a.var) for a in m.accumulators if a.op == "sum" and a.against]
+    pairs = [(a.against, a.var) if a.op == "sum" else (a.var, a.partner) for a in m.accumulators
+             if a.op == "sum" and a.against or a.op == "online"]
     analysis = KernelAnalysis(
         m.name, m.dialect, sig or m.signature, m.kernel.span, m.kernel.body, indices, element, guard, loops,
         tuple(lp for lp in m.loops if not lp.in_kernel),

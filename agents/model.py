@@ -415,18 +415,26 @@ class Access:
 
 @dataclass(frozen=True)
 class Accumulator:
-    """A variable carried across a loop's iterations by a sum, max or min (or the online pair of a
-    softmax: the maximum `var` and the sum of exponentials `partner` taken against it)."""
+    """A variable the kernel's innermost loop around its updates carries from one iteration to the
+    next (assigned there, declared outside it, no loop's variable): by a sum (`s += e`, `s -= e`,
+    `s = s + e`, `s++`, e not reading s), a maximum or minimum (`m = fmaxf(m, e)`, through a local
+    `m = m_new` with `m_new = fmaxf(m, e)`, `if (e > m) m = e;`, `m = e > m ? e : m`), the online
+    pair of a softmax (op "online": the maximum `var`, read only by the updates of the sum of
+    exponentials `partner` taken against it, which rescale it when the maximum grows:
+    `s = s * expf(m_old - m) + expf(x - m)`), or in another way (op "other": no reduction)."""
 
     var: str
-    op: str  # "sum", "max", "min" or "online"
+    op: str  # "sum", "max", "min", "online" or "other"
     loop: int | None = None  # index into the model's loops
     init: str = ""  # its initial value, as written ("" when not found)
-    span: Span = Span(0, 0)  # the update statement
+    span: Span = Span(0, 0)  # its first update
     ctype: str = ""  # its type as declared
     partner: str = ""
     exp: str = ""  # the online pair's exponential; a sum's of exponentials taken against `against`
     against: str = ""  # a sum of exponentials taken against a maximum (a softmax's, in any loop): that maximum
+    # where the loop reads it other than in its own updates (and the test guarding a maximum's):
+    # a reduction read while it accumulates is a scan
+    reads: tuple[Span, ...] = ()
 
     @property
     def name(self) -> str:
@@ -545,6 +553,8 @@ class KernelModel:
     shared: frozenset[str] = frozenset()  # shared (OpenCL local) memory declared or taken as an argument
     arg_types: Mapping[str, str] = field(default_factory=dict)  # pointer argument -> its element type as written
     guard: Guard | None = None  # the first `if` of the kernel's body, when it bounds one name
+    types: Mapping[str, str] = field(default_factory=dict)  # each local's type as first declared
+    scalars: frozenset[str] = frozenset()  # locals declared as plain scalars (no array, pointer or reference)
 
     @property
     def name(self) -> str:
@@ -1196,7 +1206,7 @@ class _Walk:
         self.returns: list[Span] = []
         self.escaped: list[str] = []  # arguments whose element's address the kernel takes (`&p[i]`)
         body = fn.child_by_field_name("body")
-        self.inits, self.assigned, self.declared, self.types = _declarations(body)
+        self.inits, self.assigned, self.declared, self.types, self.scalars = _declarations(body)
         self.ptr_alias: dict[str, tuple[str, str]] = {}
         for n, v in self.inits.items():
             if v is not None and n not in self.assigned and self._pointer_decl(n, body):
@@ -1287,12 +1297,12 @@ class _Walk:
             error = f"the parser could not read line {line} of it"
         return KernelModel(
             self.r.source, self.r.dialect, entry, self.sig, tuple(functions), tuple(self.loops),
-            tuple(self.accesses), tuple(self._against(self.accumulators)), tuple(self.barriers),
+            tuple(self.accesses), tuple(self._against(self._accumulators())), tuple(self.barriers),
             tuple(self.atomics), tuple(self.shuffles), tuple(self.calls), tuple(self.arrays), tuple(indices), dims,
             frozenset(ids), dict(self.r.defines), dict(self.locals), self.changing, frozenset(self.pointers),
             tuple(self.returns), tuple(self.r.span(c) for c in body.named_children if c.type != "comment"), error,
             dict(self.ptr_alias), dict(self.cast_alias), self._opaque(body), frozenset(self.shared | self.local_args),
-            self._arg_types(), self._guard(body))
+            self._arg_types(), self._guard(body), dict(self.types), frozenset(self.scalars))
 
     def _fixed(self, value, form: Affine | None) -> tuple[int, Span, int] | None:
         """The literal a global index takes as its block's thread count (`blockIdx.x * 256 +
@@ -1430,8 +1440,6 @@ class _Walk:
                 text(node) in set(self.pointers) | set(self.ptr_alias) | set(self.cast_alias):
             for lp in loops:
                 self.loops[lp] = replace(self.loops[lp], accesses=self.loops[lp].accesses + 1)
-        if t == "assignment_expression" and loops and self.function.kernel:
-            self._accumulator(node, loops[-1])
         for c in node.children:
             self._walk(c, loops, unconditional)
 
@@ -1788,53 +1796,137 @@ class _Walk:
                        start_form=start_form, bound_form=bound_form, step_form=step_form)
 
     # accumulators -------------------------------------------------------------------------------------
-    def _accumulator(self, node, loop: int) -> None:
-        left = unwrap(node.child_by_field_name("left"))
-        if left is None or left.type != "identifier":
-            return
-        var = text(left)
-        op = text(node.child_by_field_name("operator"))
-        right = node.child_by_field_name("right")
-        w = self.r.words
-        kind = None
-        if op in ("+=", "-="):
-            kind = "sum"
-        elif op == "=":
-            r = unwrap(right)
-            if r is not None and r.type == "binary_expression" and text(r.child_by_field_name("operator")) == "+" \
-                    and var in (text(unwrap(r.child_by_field_name("left"))),
-                                text(unwrap(r.child_by_field_name("right")))):
-                kind = "sum"
-            elif r is not None and r.type == "call_expression":
-                fname = callee(r.child_by_field_name("function"))
-                args = [text(unwrap(a)) for a in r.child_by_field_name("arguments").named_children]
-                if var in args and fname in w.max:
-                    kind = "max"
-                elif var in args and fname in w.min:
-                    kind = "min"
-            elif r is not None and r.type == "conditional_expression":
-                cnd = unwrap(r.child_by_field_name("condition"))
-                if cnd is not None and cnd.type == "binary_expression" and var in names(cnd):
-                    o = text(cnd.child_by_field_name("operator"))
-                    first = text(unwrap(cnd.child_by_field_name("left")))
-                    kind = "max" if (o in (">", ">=")) == (first != var) else "min"
-        if kind is None:
-            stmt = node.parent.parent if node.parent is not None else None
-            if stmt is not None and stmt.type == "if_statement" and op == "=":
-                cnd = unwrap(stmt.child_by_field_name("condition"))
-                if cnd is not None and cnd.type == "binary_expression" and var in names(cnd):
-                    o = text(cnd.child_by_field_name("operator"))
-                    first = text(unwrap(cnd.child_by_field_name("left")))
-                    if o in (">", ">=", "<", "<="):
-                        kind = "max" if (o in (">", ">=")) == (first != var) else "min"
-        if kind is None or any(lp.var == var for lp in self.loops):
-            return
-        loop_node = self.loop_nodes[loop]
+    def _accumulators(self) -> list[Accumulator]:
+        """What each loop of the kernel carries from one iteration to the next, loop after loop: its
+        online pairs first, then the other values in the order of their first updates."""
+        out: list[Accumulator] = []
+        for index, (lp, node) in enumerate(zip(self.loops, self.loop_nodes)):
+            body = node.child_by_field_name("body")
+            if lp.in_kernel and body is not None:
+                out += self._carried(index, node, body)
+        return out
+
+    def _carried(self, index: int, loop, body) -> list[Accumulator]:
+        own = {declarator_name(d)[0] for d in nodes(body) if d.type in ("declaration", "init_declarator")}
+        own.add(self.loops[index].var)
+        loop_vars = {lp.var for lp in self.loops if lp.var}
+        updates: dict[str, list[tuple[str, object]]] = {}  # name -> [(form, the update)]
+        for n in nodes(body):
+            target = _target(n)
+            if target is None or target.type != "identifier" or text(target) in own or text(target) in loop_vars \
+                    or self._innermost(n) != index:
+                continue
+            updates.setdefault(text(target), []).append((self._form(n, text(target), body, own), n))
+        if not updates:
+            return []
+        # where each may be read: its own updates, and for a maximum the test guarding it
+        allowed = {name: [u for _, u in ups] for name, ups in updates.items()}
+        for name, ups in updates.items():
+            allowed[name] += [_guarding_if(u).child_by_field_name("condition") for f, u in ups
+                              if f in ("max-if", "min-if")]
+        reads: dict[str, list] = {}
+        for n in nodes(body):
+            if n.type == "identifier" and text(n) in updates and not any(_inside(n, r) for r in allowed[text(n)]):
+                reads.setdefault(text(n), []).append(n)
+        ops = {name: {f.split("-")[0] for f, _ in ups} for name, ups in updates.items()}
+        out: list[Accumulator] = []
+        paired: set[str] = set()
+        for m, m_ops in ops.items():
+            if m_ops != {"max"} or m not in reads:
+                continue
+            for s_, s_ops in ops.items():
+                if s_ == m or "rescale" not in s_ops or not s_ops <= {"sum", "rescale"} or s_ in reads:
+                    continue
+                both = allowed[s_] + [u for _, u in updates[m]]
+                if not all(any(_inside(r, u) for u in allowed[s_]) or _local_only_in(r, loop, body, both)
+                           for r in reads[m]):
+                    continue
+                exps = {callee(c.child_by_field_name("function")) for _, u in updates[s_] for c in nodes(u)
+                        if c.type == "call_expression" and callee(c.child_by_field_name("function")) in self.r.words.exp}
+                if len(exps) != 1:
+                    continue
+                out.append(self._accumulator(m, "online", index, updates[m], (), partner=s_, exp=exps.pop()))
+                paired |= {m, s_}
+                break
+        for name, name_ops in ops.items():
+            if name in paired:
+                continue
+            op = next(iter(name_ops)) if len(name_ops) == 1 and name_ops <= {"sum", "max", "min"} else "other"
+            out.append(self._accumulator(name, op, index, updates[name], reads.get(name, ())))
+        return out
+
+    def _accumulator(self, var: str, op: str, loop: int, updates: list, reads, **more) -> Accumulator:
         init = self.inits.get(var)
-        if init is not None and loop_node.start_byte <= init.start_byte < loop_node.end_byte:
-            return  # declared inside the loop: not carried across its iterations
-        self.accumulators.append(Accumulator(var, kind, loop, text(init) if init is not None else "",
-                                             self.r.span(node), self.types.get(var, "")))
+        return Accumulator(var, op, loop, text(init) if init is not None else "", self.r.span(updates[0][1]),
+                           self.types.get(var, ""), reads=tuple(self.r.span(r) for r in reads), **more)
+
+    def _innermost(self, node) -> int | None:
+        """The innermost loop of the kernel whose body holds `node`."""
+        best = None
+        for index, lp in enumerate(self.loops):
+            if lp.in_kernel and lp.body.start <= node.start_byte and node.end_byte <= lp.body.end:
+                best = index if best is None or lp.body.within(self.loops[best].body) else best
+        return best
+
+    def _form(self, n, v: str, body, own: set[str]) -> str:
+        """How one update changes the carried value v: "sum", "max", "min", "rescale" (`s = s * f +
+        e`, f an exponential), "max-if"/"min-if" (under the `if` that compares), or "other"."""
+        w = self.r.words
+        if n.type == "update_expression":
+            return "sum" if text(n.child_by_field_name("operator")) == "++" else "other"
+        op = text(n.child_by_field_name("operator"))
+        rhs = unwrap(n.child_by_field_name("right"))
+        if rhs is None:
+            return "other"
+        if op in ("+=", "-="):
+            return "sum" if v not in names(rhs) else "other"
+        if op != "=":
+            return "other"
+        if rhs.type == "binary_expression" and text(rhs.child_by_field_name("operator")) == "+":
+            left, right = unwrap(rhs.child_by_field_name("left")), unwrap(rhs.child_by_field_name("right"))
+            for a, b in ((left, right), (right, left)):
+                if a is None or b is None or v in names(b):
+                    continue
+                if text(a) == v:
+                    return "sum"
+                if a.type == "binary_expression" and text(a.child_by_field_name("operator")) == "*":
+                    x, y = unwrap(a.child_by_field_name("left")), unwrap(a.child_by_field_name("right"))
+                    for p, q in ((x, y), (y, x)):
+                        if p is not None and q is not None and text(p) == v and q.type == "call_expression" \
+                                and callee(q.child_by_field_name("function")) in w.exp and v not in names(q):
+                            return "rescale"
+        if rhs.type == "identifier" and text(rhs) in own:  # m = m_new, with float m_new = fmaxf(m, x)
+            for d in nodes(body):
+                value = unwrap(d.child_by_field_name("value")) if d.type == "init_declarator" and \
+                    declarator_name(d)[0] == text(rhs) else None
+                if value is not None and value.type == "call_expression" and len(_args(value)) == 2 \
+                        and v in {text(unwrap(x)) for x in _args(value)}:
+                    return self._extreme(value) or "other"
+        if rhs.type == "call_expression" and len(_args(rhs)) == 2 and self._extreme(rhs):
+            a, b = (unwrap(x) for x in _args(rhs))
+            if a is not None and b is not None and (text(a) == v and v not in names(b) or
+                                                    text(b) == v and v not in names(a)):
+                return self._extreme(rhs)
+        if rhs.type == "conditional_expression":  # m = x > m ? x : m, m = m > x ? m : x
+            cond = unwrap(rhs.child_by_field_name("condition"))
+            then, alt = (unwrap(rhs.child_by_field_name(k)) for k in ("consequence", "alternative"))
+            if then is not None and alt is not None and text(alt) == v and v not in names(then):
+                return _compared(cond, text(then), v) or "other"
+            if then is not None and alt is not None and text(then) == v and v not in names(alt):
+                return {"max": "min", "min": "max"}.get(_compared(cond, text(alt), v), "other")
+        guard = _guarding_if(n)
+        if guard is not None and _inside(n, guard.child_by_field_name("consequence")):
+            cond = unwrap(guard.child_by_field_name("condition"))
+            if cond is not None and cond.type == "condition_clause":
+                cond = unwrap(cond.child_by_field_name("value"))
+            got = _compared(cond, text(rhs), v)
+            return f"{got}-if" if got else "other"
+        return "other"
+
+    def _extreme(self, call) -> str:
+        """"max" or "min" for a call of the dialect's maximum or minimum, else ""."""
+        name = callee(call.child_by_field_name("function"))
+        return "max" if name in self.r.words.max else "min" if name in self.r.words.min else ""
 
     def _against(self, accs: list[Accumulator]) -> list[Accumulator]:
         """Each sum of exponentials taken against a maximum the kernel accumulates (in any loop: a
@@ -1875,6 +1967,66 @@ class _Walk:
                 stack.append(self.inits[text(n)])
             stack.extend(n.children)
         return ""
+
+
+def _target(n):
+    """What an assignment or an increment writes, else None."""
+    if n.type == "assignment_expression":
+        return unwrap(n.child_by_field_name("left"))
+    if n.type == "update_expression":
+        return unwrap(n.child_by_field_name("argument"))
+    return None
+
+
+def _args(call) -> list:
+    args = call.child_by_field_name("arguments")
+    return [a for a in args.named_children if a.type != "comment"] if args is not None else []
+
+
+def _inside(node, outer) -> bool:
+    return outer is not None and outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
+
+
+def _statement(node):
+    while node is not None and node.type != "expression_statement":
+        node = node.parent
+    return node
+
+
+def _guarding_if(update):
+    """The `if` an update is the (braced) consequence of, else None."""
+    stmt = _statement(update)
+    p = stmt.parent if stmt is not None else None
+    if p is not None and p.type == "compound_statement":
+        p = p.parent
+    return p if p is not None and p.type == "if_statement" else None
+
+
+def _compared(cond, value: str, v: str) -> str:
+    """"max" when `cond` holds where `value` is above `v` (`value > v`, `v < value`), "min" where
+    below, "" otherwise."""
+    if cond is None or cond.type != "binary_expression":
+        return ""
+    op = text(cond.child_by_field_name("operator"))
+    left, right = (text(unwrap(cond.child_by_field_name(k))) for k in ("left", "right"))
+    if (op in (">", ">=") and (left, right) == (value, v)) or (op in ("<", "<=") and (left, right) == (v, value)):
+        return "max"
+    if (op in ("<", "<=") and (left, right) == (value, v)) or (op in (">", ">=") and (left, right) == (v, value)):
+        return "min"
+    return ""
+
+
+def _local_only_in(read, loop, body, updates: list) -> bool:
+    """A read in the initialiser of a local of the loop whose every use is inside `updates`
+    (`float prev = maxval;` read only by the sum's rescaling)."""
+    decl = read.parent
+    while decl is not None and decl.type != "init_declarator" and decl.id != loop.id:
+        decl = decl.parent
+    if decl is None or decl.type != "init_declarator" or not _inside(decl, loop):
+        return False
+    local = declarator_name(decl)[0]
+    uses = [n for n in nodes(body) if n.type == "identifier" and text(n) == local and not _inside(n, decl)]
+    return all(any(_inside(u, a) for a in updates) for u in uses)
 
 
 def _read_through(n, read: set[int]) -> bool:
@@ -1945,18 +2097,24 @@ def _address_of(node, pointers: set[str], alias: Mapping[str, tuple[str, str]]) 
     return ""
 
 
-def _declarations(body) -> tuple[dict, dict[str, int], set[str], dict[str, str]]:
+def _declarations(body) -> tuple[dict, dict[str, int], set[str], dict[str, str], set[str]]:
     """The body's locals: initialiser nodes (None when declared bare), assignments after their
-    declaration, every name declared, and each one's type as written."""
+    declaration, every name declared, each one's type as written (where first declared), and the
+    names first declared as plain scalars."""
     inits: dict[str, object] = {}
     assigned: dict[str, int] = {}
     declared: set[str] = set()
     types: dict[str, str] = {}
+    scalars: set[str] = set()
     for n in nodes(body):
         if n.type in ("declaration", "for_range_loop"):
             ctype = text(n.child_by_field_name("type"))
             for d in n.children_by_field_name("declarator"):
                 name, _ = declarator_name(d)
+                if name and name not in types:
+                    inner = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+                    if n.type == "declaration" and inner is not None and inner.type == "identifier":
+                        scalars.add(name)
                 if name:
                     declared.add(name)
                     types.setdefault(name, ctype)
@@ -1976,7 +2134,7 @@ def _declarations(body) -> tuple[dict, dict[str, int], set[str], dict[str, str]]
             arg = unwrap(n.child_by_field_name("argument"))
             if arg is not None and arg.type == "identifier":
                 assigned[text(arg)] = assigned.get(text(arg), 0) + 1
-    return inits, assigned, declared, types
+    return inits, assigned, declared, types, scalars
 
 
 def _array_dims(d) -> tuple[str, ...]:

@@ -18,10 +18,11 @@ Two more stages build on it: the row kept in registers and moved in packs (`KEEP
 agents/rewrite_rowkeep.py), and a pass carried through an exponential run as independent chains
 a lane (`CHAINS`: agents/rewrite_rowchains.py).
 
-The analysis reads the kernel's syntax tree (tree-sitter) and refuses, with the reason, anything it
-cannot prove safe: a value carried from one element to the next that is not a reduction (a scan),
-a write at an element other than the loop's own, a loop inside a row loop, threads that already
-cooperate (barriers, shared memory, atomics).
+The analysis reads the kernel model (agents/model.py: its loops, calls, accesses and what each
+loop carries, the online pair included) and the kernel's syntax tree for where the rewrite edits,
+and refuses, with the reason, anything it cannot prove safe: a value carried from one element to
+the next that is not a reduction (a scan), a write at an element other than the loop's own, a loop
+inside a row loop, threads that already cooperate (barriers, shared memory, atomics).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from kerntune.engine.cxx import blank, parser
 
 from . import rewrite_rowchains, rewrite_rowkeep
 from .lift import fresh_name, launch_sites
-from .model import DIALECT, EITHER, Accumulator, Loop, ModelError, Span, build
+from .model import DIALECT, EITHER, Accumulator, Loop, ModelError, Span, build, declarator_name
 from .passes import Declined, EditConflict, Edits, Pass, Rewrite, RewriteContext, defaults
 from .rewrite_rowchains import ACC_TYPES, ChainLoop, combine, merge
 from .rewrite_rowkeep import KeepPlan
@@ -47,8 +48,6 @@ LANES = "LANES"
 ROWS = "ROWS"
 # the words of both dialects (agents/model.py's table)
 EXP_CALLS = EITHER.exp
-MAX_CALLS = EITHER.max
-MIN_CALLS = EITHER.min
 CUDA_IDS = DIALECT["cuda"].ids
 OPENCL_IDS = DIALECT["opencl"].ids
 COOPERATING = EITHER.cooperating
@@ -207,15 +206,14 @@ def _analysed(source: str, entry: str) -> RowKernel:
             raise NotRowwise(f"line {_line(src, lp.loop.span)}: a loop inside the row loop of line "
                              f"{_line(src, around[0].span)}")
 
-    decls = _declarations(body)
     carried_in: dict[str, int] = {}
     row_loops: list[RowLoop] = []
     written: dict[str, str] = {}  # array -> its normalised index, for arrays written in a row loop
     chains: list[ChainLoop | None] = []
     for lp in loops:
-        lp.locals = {_declared_name(d) for d in sx.walk(lp.node.child_by_field_name("body"))
+        lp.locals = {declarator_name(d)[0] for d in sx.walk(lp.node.child_by_field_name("body"))
                      if d.type in ("declaration", "init_declarator")} | {lp.var}
-        accs = _accumulators(lp, decls, src)
+        accs = _accumulators(m, lp)
         for a in accs:
             for name in (a.name, a.partner):
                 if name and name in carried_in:
@@ -315,171 +313,35 @@ def _line(src: bytes, span: Span) -> int:
     return src.count(b"\n", 0, span.start) + 1
 
 
-def _declared_name(node) -> str:
-    d = node.child_by_field_name("declarator")
-    while d is not None and d.type not in ("identifier",):
-        d = d.child_by_field_name("declarator")
-    return sx.text(d)
-
-
-def _declarations(body) -> dict[str, tuple[str, bool, object]]:
-    """Each name declared in the kernel's body: its type, whether it is a plain scalar, the node."""
-    out: dict[str, tuple[str, bool, object]] = {}
-    for n in sx.walk(body):
-        if n.type != "declaration":
-            continue
-        ctype = sx.text(n.child_by_field_name("type"))
-        for d in n.named_children:
-            if d.type not in ("init_declarator", "identifier", "array_declarator", "pointer_declarator"):
-                continue
-            inner = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
-            plain = inner is not None and inner.type == "identifier"
-            out.setdefault(_declared_name(d) if d.type != "identifier" else sx.text(d), (ctype, plain, n))
-    return out
-
-
 def _statement(node):
     while node is not None and node.type != "expression_statement":
         node = node.parent
     return node
 
 
-def _accumulators(lp: _Loop, decls: dict, src: bytes) -> list[Accumulator]:
-    """The values the loop carries from one element to the next, each a reduction, or NotRowwise."""
-    body = lp.node.child_by_field_name("body")
+def _accumulators(m, lp: _Loop) -> list[Accumulator]:
+    """The values the loop carries from one element to the next (the kernel model's accumulators of
+    the loop), each a reduction of a scalar the kernel declares, or NotRowwise."""
     line = sx.line(lp.node)
-    forms: dict[str, list[tuple[str, object]]] = {}  # name -> [(form, assignment)]
-    for n in sx.walk(body):
-        target = sx.target(n)
-        if target is None or target.type != "identifier" or sx.text(target) in lp.locals:
-            continue
-        forms.setdefault(sx.text(target), []).append((_form(n, sx.text(target), lp), n))
-    if not forms:
-        return []
-    assigns = {name: [a for _, a in fs] for name, fs in forms.items()}
-    # where each carried name may be read: its own updates, and for a maximum the condition that guards it
-    reads_ok = {name: list(a) for name, a in assigns.items()}
-    for name, fs in forms.items():
-        reads_ok[name] += [_guarding_if(a).child_by_field_name("condition") for f, a in fs if f in ("max-if", "min-if")]
-    extra: dict[str, list] = {}
-    for n in sx.walk(body):
-        if n.type == "identifier" and sx.text(n) in forms and not any(sx.within(n, r) for r in reads_ok[sx.text(n)]):
-            extra.setdefault(sx.text(n), []).append(n)
-    for name in forms:
-        ctype, plain, _ = decls.get(name, ("", False, None))
-        if not plain or ctype not in ACC_TYPES:
+    index = m.loops.index(lp.loop)
+    accs = [a for a in m.accumulators if a.loop == index]
+    for name in (n for a in accs for n in (a.var, a.partner) if n):
+        ctype = m.types.get(name, "")
+        if name not in m.scalars or ctype not in ACC_TYPES:
             what = f"a {ctype}" if ctype else "declared outside the kernel's body"
             raise NotRowwise(f"line {line}: {name} is carried from element to element but is {what}, not a "
                              f"{', '.join(ACC_TYPES)} scalar")
-    ops = {name: {f.split("-")[0] for f, _ in fs} for name, fs in forms.items()}
-    out: list[Accumulator] = []
-    done: set[str] = set()
-    # the online pair: a maximum read only by the updates of a sum of exponentials taken against it,
-    # which rescale that sum when the maximum grows
-    for m, m_ops in ops.items():
-        if m_ops != {"max"} or m not in extra:
-            continue
-        for s, s_ops in ops.items():
-            if s == m or "rescale" not in s_ops or not s_ops <= {"sum", "rescale"} or s in extra:
-                continue
-            both = assigns[s] + assigns[m]
-            if not all(any(sx.within(r, a) for a in assigns[s]) or _local_only_in(r, lp, both) for r in extra[m]):
-                continue
-            exps = {sx.call_name(c) for a in assigns[s] for c in sx.walk(a)
-                    if c.type == "call_expression" and sx.call_name(c) in EXP_CALLS}
-            if len(exps) != 1:
-                continue
-            _check_start(s, lp, "sum")
-            out.append(Accumulator(m, "online", ctype=decls[m][0], partner=s, exp=exps.pop()))
-            done |= {m, s}
-            break
-    for name, name_ops in ops.items():
-        if name in done:
-            continue
-        if len(name_ops) != 1 or next(iter(name_ops)) not in ("sum", "max", "min"):
-            raise NotRowwise(f"line {line}: {name} is carried from one element to the next, and not as a sum, "
+    for a in accs:
+        if a.op == "other":
+            raise NotRowwise(f"line {line}: {a.var} is carried from one element to the next, and not as a sum, "
                              "a maximum, a minimum or the online maximum-and-sum of a softmax")
-        if name in extra:
-            r = extra[name][0]
-            raise NotRowwise(f"line {sx.line(r)}: {name} is read while it accumulates: each element depends on the "
-                             "ones before it (a scan), which a group of threads cannot split")
-        op = next(iter(name_ops))
-        if op == "sum":
-            _check_start(name, lp, "sum")
-        out.append(Accumulator(name, op, ctype=decls[name][0]))
-    return out
-
-
-def _local_only_in(read, lp: _Loop, assignments: list) -> bool:
-    """A read in the initialiser of a loop-local whose every use is inside `assignments`
-    (`float prev = maxval;` read only by the sum's rescaling)."""
-    decl = read.parent
-    while decl is not None and decl.type != "init_declarator" and not sx.same(decl, lp.node):
-        decl = decl.parent
-    if decl is None or decl.type != "init_declarator" or not sx.within(decl, lp.node):
-        return False
-    local = _declared_name(decl)
-    body = lp.node.child_by_field_name("body")
-    uses = [n for n in sx.walk(body) if n.type == "identifier" and sx.text(n) == local and not sx.within(n, decl)]
-    return all(any(sx.within(u, a) for a in assignments) for u in uses)
-
-
-def _guarding_if(assign):
-    stmt = _statement(assign)
-    p = stmt.parent if stmt is not None else None
-    if p is not None and p.type == "compound_statement":
-        p = p.parent
-    return p if p is not None and p.type == "if_statement" else None
-
-
-def _form(n, v: str, lp: _Loop) -> str:
-    """How one assignment changes the carried value v: sum, max, min, rescale (s = s * f + e), or other."""
-    if n.type == "update_expression":
-        return "sum" if sx.text(n.child_by_field_name("operator")) == "++" else "other"
-    op = sx.text(n.child_by_field_name("operator"))
-    rhs = sx.strip(n.child_by_field_name("right"))
-    if op == "+=":
-        return "sum" if v not in sx.names(rhs) else "other"
-    if op != "=":
-        return "other"
-    if rhs.type == "binary_expression" and sx.text(rhs.child_by_field_name("operator")) == "+":
-        left, right = sx.strip(rhs.child_by_field_name("left")), sx.strip(rhs.child_by_field_name("right"))
-        for a, b in ((left, right), (right, left)):
-            if sx.text(a) == v and v not in sx.names(b):
-                return "sum"
-            if v not in sx.names(b) and a.type == "binary_expression" and sx.text(a.child_by_field_name("operator")) == "*":
-                x, y = sx.strip(a.child_by_field_name("left")), sx.strip(a.child_by_field_name("right"))
-                for p, q in ((x, y), (y, x)):
-                    if sx.text(p) == v and q.type == "call_expression" and sx.call_name(q) in EXP_CALLS and v not in sx.names(q):
-                        return "rescale"
-    if rhs.type == "call_expression" and len(sx.call_args(rhs)) == 2:
-        kind = "max" if sx.call_name(rhs) in MAX_CALLS else "min" if sx.call_name(rhs) in MIN_CALLS else ""
-        a, b = (sx.strip(x) for x in sx.call_args(rhs))
-        if kind and ((sx.text(a) == v and v not in sx.names(b)) or (sx.text(b) == v and v not in sx.names(a))):
-            return kind
-    if rhs.type == "identifier" and sx.text(rhs) in lp.locals:  # m = m_new, with float m_new = fmaxf(m, x)
-        body = lp.node.child_by_field_name("body")
-        for d in sx.walk(body):
-            if d.type == "init_declarator" and _declared_name(d) == sx.text(rhs):
-                value = sx.strip(d.child_by_field_name("value"))
-                if value is not None and value.type == "call_expression" and len(sx.call_args(value)) == 2 \
-                        and v in {sx.text(sx.strip(x)) for x in sx.call_args(value)}:
-                    return "max" if sx.call_name(value) in MAX_CALLS else "min" if sx.call_name(value) in MIN_CALLS else "other"
-    guard = _guarding_if(n)
-    if guard is not None and sx.within(n, guard.child_by_field_name("consequence")):
-        cond = sx.strip(guard.child_by_field_name("condition"))
-        cond = sx.strip(cond.child_by_field_name("value")) if cond.type == "condition_clause" else cond
-        if cond is not None and cond.type == "binary_expression":
-            c_op = sx.text(cond.child_by_field_name("operator"))
-            left, right = sx.text(sx.strip(cond.child_by_field_name("left"))), sx.text(sx.strip(cond.child_by_field_name("right")))
-            value = sx.text(rhs)
-            if (c_op in (">", ">=") and left == value and right == v) or (c_op in ("<", "<=") and left == v
-                                                                             and right == value):
-                return "max-if"
-            if (c_op in ("<", "<=") and left == value and right == v) or (c_op in (">", ">=") and left == v
-                                                                             and right == value):
-                return "min-if"
-    return "other"
+        if a.reads:
+            raise NotRowwise(f"line {_line(m.source.encode('utf-8'), a.reads[0])}: {a.var} is read while it "
+                             "accumulates: each element depends on the ones before it (a scan), which a group of "
+                             "threads cannot split")
+        if a.op in ("sum", "online"):
+            _check_start(a.partner or a.var, lp, "sum")
+    return accs
 
 
 def _check_start(name: str, lp: _Loop, op: str) -> None:
@@ -506,7 +368,7 @@ def _check_start(name: str, lp: _Loop, op: str) -> None:
 def _assigned_value(stmt, name: str):
     if stmt.type == "declaration":
         for d in stmt.named_children:
-            if d.type == "init_declarator" and _declared_name(d) == name:
+            if d.type == "init_declarator" and declarator_name(d)[0] == name:
                 return d.child_by_field_name("value")
     if stmt.type == "expression_statement" and stmt.named_child_count == 1:
         e = stmt.named_children[0]

@@ -194,3 +194,36 @@ def test_a_helper_that_cooperates_makes_the_kernel_no_element_map():
                  .replace(" + where[0]", ""))
     assert a.element == "i" and a.guard.form == "return"
     assert a.kind == "neither" and a.reasons == ("threads cooperate (atomics)",)
+
+
+CARRIED = r'''
+__global__ void k(const float *x, float *y, int *at, int C) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    float m = -1e30f, s = 0.0f, best = -1e30f, lo = 1e30f, run = 0.0f;
+    int where = 0, n = 0;
+    for (int i = 0; i < C; i++) {
+        float v = x[row * C + i];
+        float prev = m;
+        m = fmaxf(m, v);
+        s = s * expf(prev - m) + expf(v - m);
+        if (v > best) { best = v; where = i; }
+        lo = v < lo ? v : lo;
+        run += v;
+        y[row * C + i] = run;
+        n++;
+    }
+    at[row] = where + n;
+}
+'''
+
+
+def test_what_a_loop_carries_is_read_once_the_online_pair_and_scans_included():
+    m = build(CARRIED, "k")
+    got = {a.var: a for a in m.accumulators}
+    assert [(a.var, a.op) for a in m.accumulators] == [
+        ("m", "online"), ("best", "max"), ("where", "other"), ("lo", "min"), ("run", "sum"), ("n", "sum")]
+    assert (got["m"].partner, got["m"].exp, got["m"].ctype) == ("s", "expf", "float")
+    # a sum read while it accumulates is a scan: where it is read is told
+    (read,) = got["run"].reads
+    assert CARRIED.encode()[read.start:read.end] == b"run" and not got["best"].reads
+    assert m.scalars >= {"m", "s", "where", "n"} and m.types["where"] == "int"
