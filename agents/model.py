@@ -60,7 +60,7 @@ from typing import Iterable, Iterator, Mapping
 from kerntune.engine.cxx import blank, callee, first_error, int_literal, parser, text
 from kerntune.engine.signature import KernelSignature, SignatureError, parse_kernel, parse_kernels
 
-from .syntax import names
+from .syntax import names, target
 
 # one table of both dialects' words ----------------------------------------------------------------
 
@@ -1812,11 +1812,11 @@ class _Walk:
         loop_vars = {lp.var for lp in self.loops if lp.var}
         updates: dict[str, list[tuple[str, object]]] = {}  # name -> [(form, the update)]
         for n in nodes(body):
-            target = _target(n)
-            if target is None or target.type != "identifier" or text(target) in own or text(target) in loop_vars \
+            written = target(n)
+            if written is None or written.type != "identifier" or text(written) in own or text(written) in loop_vars \
                     or self._innermost(n) != index:
                 continue
-            updates.setdefault(text(target), []).append((self._form(n, text(target), body, own), n))
+            updates.setdefault(text(written), []).append((self._form(n, text(written), body, own), n))
         if not updates:
             return []
         # where each may be read: its own updates, and for a maximum the test guarding it
@@ -1967,15 +1967,6 @@ class _Walk:
                 stack.append(self.inits[text(n)])
             stack.extend(n.children)
         return ""
-
-
-def _target(n):
-    """What an assignment or an increment writes, else None."""
-    if n.type == "assignment_expression":
-        return unwrap(n.child_by_field_name("left"))
-    if n.type == "update_expression":
-        return unwrap(n.child_by_field_name("argument"))
-    return None
 
 
 def _args(call) -> list:
