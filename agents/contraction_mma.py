@@ -77,17 +77,32 @@ HELPERS = ("#if MMA\n"
            "#endif\n")
 
 THREADS = "32 * (BM // (8 * TM)) * (BN // (8 * TN))"
-# the stages' tiles, or the warps' 16 x 16 float scratch of the epilogue, which reuses them
-SHARED = "max(STAGES * (BM + BN) * (BK + 8) * 2, (BM // (8 * TM)) * (BN // (8 * TN)) * 1024)"
 STAGES = (1, 2, 3)  # four would not fit the space's enumeration beside the lifted launch
 
-CONSTRAINTS = (
-    "MMA == 0 or (BK > 0 and BK % 16 == 0 and TM % 2 == 0 and TN % 2 == 0 and BM % (8 * TM) == 0 "
-    "and BN % (8 * TN) == 0 and VEC == 1)",
-    "MMA == 1 or STAGES <= 2",
-    f"MMA == 0 or {THREADS} <= max_threads_per_block",
-    f"MMA == 0 or {SHARED} <= max_shared_per_block",
-)
+
+def shared(s) -> str:
+    """The bytes of dynamic shared memory the tensor-core kernel takes: its stages' tiles (each
+    laid out along the index its operand walks contiguously, 8 halves of padding a row), or the
+    warps' 16 x 16 float scratch of the epilogue, which reuses them, whichever is larger."""
+    a = "BM * (BK + 8)" if s.x_k_fast else "BK * (BM + 8)"
+    b = "BN * (BK + 8)" if s.y_k_fast else "BK * (BN + 8)"
+    return f"max(STAGES * ({a} + {b}) * 2, (BM // (8 * TM)) * (BN // (8 * TN)) * 1024)"
+
+
+def constraints(s) -> tuple[str, ...]:
+    return (
+        "MMA == 0 or (BK > 0 and BK % 16 == 0 and TM % 2 == 0 and TN % 2 == 0 and BM % (8 * TM) == 0 "
+        "and BN % (8 * TN) == 0 and VEC == 1)",
+        "MMA == 1 or STAGES <= 2",
+        f"MMA == 0 or {THREADS} <= max_threads_per_block",
+        # dynamic shared memory: past the 48 KiB of static arrays, up to the device's opt-in limit
+        f"MMA == 0 or {shared(s)} <= max_shared_per_block_optin",
+    )
+
+
+def shared_bytes(s, switch: str, original: str) -> str:
+    """The launch's dynamic shared memory: the tiles' with MMA, else the original's."""
+    return f"({shared(s)}) if {switch} > 0 and MMA == 1 else ({original})"
 
 
 def _tile(size: str, k_fast: bool) -> tuple[str, str]:
@@ -168,9 +183,7 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
     w = "nvcuda::wmma"
     return f"""    typedef __half kt_at{a_dims};
     typedef __half kt_bt{b_dims};
-    constexpr int kt_tiles = STAGES * (int)(sizeof(kt_at) + sizeof(kt_bt));
-    constexpr int kt_scratch = KT_WARPS * 16 * 16 * (int)sizeof(float);
-    __shared__ __align__(128) unsigned char kt_sm[kt_tiles > kt_scratch ? kt_tiles : kt_scratch];
+    extern __shared__ __align__(128) unsigned char kt_sm[];  // the launch's: SHARED bytes, see above
     kt_at *kt_ah = reinterpret_cast<kt_at *>(kt_sm);
     kt_bt *kt_bh = reinterpret_cast<kt_bt *>(kt_sm + STAGES * sizeof(kt_at));
     float (*kt_cs)[16][16] = reinterpret_cast<float (*)[16][16]>(kt_sm);

@@ -91,6 +91,7 @@ class Rewrite:
     constraints: tuple[str, ...] = ()
     grid: tuple[str, ...] | None = None  # None keeps the launch as it is
     block: tuple[str, ...] | None = None
+    shared_bytes: str | None = None  # the launch's dynamic shared memory; None keeps it as it is
     risk: int = 4  # rewrites are dropped before lifts (which go up to 3)
     first: dict = field(default_factory=dict)  # parameter -> the values worth measuring first
     helps: str = ""  # "memory": `first` is for kernels of that bound (the rules' tuner reads the cost)

@@ -545,7 +545,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
         f"{simt} or {SWITCH} * (BM + BN + 8) * {acc_bytes} <= max_shared_per_block",
         "TM * TN <= 64",
     ] + ([f"VEC == 1 or ({SWITCH} % 4 == 0 and BM % 4 == 0 and BN % 4 == 0)"] if any(vectors) else []) \
-        + (list(contraction_mma.CONSTRAINTS) if mma else []) + pinned(ctx, off)
+        + (list(contraction_mma.constraints(s)) if mma else []) + pinned(ctx, off)
     grid = list(ctx.grid)
     block = list(ctx.block)
     tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + list(grid[2:])
@@ -571,8 +571,10 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
                if any(vectors) else "")
             + (", MMA 1 on tensor cores (8 TM x 8 TN outputs a warp in fragments of half products, float sums)" if mma else "")
             + ", any size")
-    return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block, first=first,
-                   helps="compute")
+    shared = ctx.original.shared_bytes
+    return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block,
+                   shared_bytes=contraction_mma.shared_bytes(s, SWITCH, shared.source if shared is not None else "0")
+                   if mma else None, first=first, helps="compute")
 
 
 def _helpers(d: Dialect, mma: bool = False) -> str:

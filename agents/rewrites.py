@@ -57,6 +57,7 @@ class Applied:
     declined: list[Declined] = field(default_factory=list)
     grid: tuple[str, ...] = ()
     block: tuple[str, ...] = ()
+    shared_bytes: str | None = None  # the last pass's that sets it; None keeps the lifts' or the original's
     notes: list[str] = field(default_factory=list)
 
 
@@ -107,6 +108,7 @@ def apply_rewrites(original: Template, sources: dict[str, str], primary: str, gr
             out.rewrites.append(stage)
             out.grid = stage.grid if stage.grid is not None else out.grid
             out.block = stage.block if stage.block is not None else out.block
+            out.shared_bytes = stage.shared_bytes if stage.shared_bytes is not None else out.shared_bytes
             defaults.update({p.name: p.default for p in stage.parameters})
     return out
 
@@ -133,7 +135,7 @@ def _difference(other: Rewrite, mine: Rewrite) -> str:
 
 
 def _shape(r: Rewrite) -> tuple:
-    return (r.name, tuple((p.name, p.default) for p in r.parameters), r.grid, r.block, r.constraints)
+    return (r.name, tuple((p.name, p.default) for p in r.parameters), r.grid, r.block, r.shared_bytes, r.constraints)
 
 
 def compose(original: Template, backend: str, limits: DeviceLimits, proposal: TemplateProposal | None,
@@ -170,7 +172,8 @@ def compose(original: Template, backend: str, limits: DeviceLimits, proposal: Te
     return TemplateProposal(
         sources=applied.sources, parameters=tuple(params), constraints=tuple(dict.fromkeys(constraints)),
         grid=applied.grid, block=applied.block,
-        shared_bytes=proposal.shared_bytes if proposal is not None else None,
+        shared_bytes=applied.shared_bytes if applied.shared_bytes is not None else
+        proposal.shared_bytes if proposal is not None else None,
         summary=f"{summary} ({len(params)} parameters: {', '.join(p.name for p in params)})",
         notes=tuple(notes)), applied
 
