@@ -29,8 +29,9 @@ What a `KernelModel` holds:
   launch the kernel reads), `defines` (the file's integer
   #defines, literals or arithmetic over those above), locals assigned once and their
   initialisers;
-- `aliases` (local pointers into an argument, with their offset) and `casts` (local pointers of
-  another type into one), `opaque` (the arguments the body reaches other than by an access it
+- `aliases` (local pointers into an argument, `p + off` or `p - off`, never moved, with their
+  offset) and `casts` (any other local pointer into arguments: of another type, moved, made by a
+  call; with the arguments its initialiser names), `opaque` (the arguments the body reaches other than by an access it
   read: a cast, an element's address taken, a call's argument), `arg_types` (each pointer
   argument's element type as written), `guard` (the first `if` of the body when it bounds one
   name: `if (i < n)`, `if (i >= n) return;`).
@@ -546,7 +547,9 @@ class KernelModel:
     statements: tuple[Span, ...] = ()  # the top-level statements of the kernel's body
     parse_error: str = ""  # where the parser could not read the kernel ("" when it could)
     aliases: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # local pointer -> (argument, offset)
-    casts: Mapping[str, str] = field(default_factory=dict)  # local pointer of another type into an argument -> it
+    # any other local pointer into arguments (of another type, moved, made by a call) -> the arguments
+    # its initialiser names
+    casts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # pointer arguments the kernel's body reaches other than through the accesses read (a cast to
     # another type, an element's address taken, the pointer passed to a call or moved): in order
     opaque: tuple[str, ...] = ()
@@ -1213,16 +1216,17 @@ class _Walk:
                 root = self._pointer_root(v)
                 if root is not None:
                     self.ptr_alias[n] = root
-        # local pointers of another type into an argument (`reinterpret_cast<const pack8 *>(x)`): the
-        # argument's elements reached in a way no index tells
-        self.cast_alias: dict[str, str] = {}
+        # other local pointers into arguments (of another type: `reinterpret_cast<const pack8 *>(x)`,
+        # moved after, made by a call or a choice): the arguments their initialiser names, whose
+        # elements they reach in a way no index tells
+        self.cast_alias: dict[str, tuple[str, ...]] = {}
         for n, v in self.inits.items():
             if v is not None and n not in self.ptr_alias and self._pointer_decl(n, body):
-                root = next((x for x in (text(i) for i in nodes(v) if i.type == "identifier")
-                             if x in self.pointers or x in self.ptr_alias or x in self.cast_alias), None)
-                if root is not None:
-                    self.cast_alias[n] = self.ptr_alias[root][0] if root in self.ptr_alias else \
-                        self.cast_alias.get(root, root)
+                roots = [r for x in (text(i) for i in nodes(v) if i.type == "identifier")
+                         for r in ((x,) if x in self.pointers else (self.ptr_alias[x][0],) if x in self.ptr_alias
+                                   else self.cast_alias.get(x, ()))]
+                if roots:
+                    self.cast_alias[n] = tuple(dict.fromkeys(roots))
         self.locals = {n: text(v) for n, v in self.inits.items() if v is not None and not self.assigned.get(n)}
         self.changing = frozenset(self.declared - set(self.locals))
         self.shared_marks = sorted(leaf.start_byte for leaf in nodes(reader.raw_root) if leaf.child_count == 0
@@ -1255,12 +1259,14 @@ class _Walk:
             if name in self.pointers:
                 return name, "0"
             return self.ptr_alias.get(name)
-        if v.type == "binary_expression" and text(v.child_by_field_name("operator")) == "+":
+        if v.type == "binary_expression" and text(v.child_by_field_name("operator")) in ("+", "-"):
             left, right = v.child_by_field_name("left"), v.child_by_field_name("right")
-            for p, off in ((left, right), (right, left)):
+            minus = text(v.child_by_field_name("operator")) == "-"
+            for p, off in ((left, right),) if minus else ((left, right), (right, left)):
                 got = self._pointer_root(p)
                 if got is not None:
-                    return got[0], text(off) if got[1] in ("", "0") else f"{got[1]} + {text(off)}"
+                    step = f"-({text(off)})" if minus else text(off)
+                    return got[0], step if got[1] in ("", "0") else f"{got[1]} + {step}"
         return None
 
     # the walk -------------------------------------------------------------------------------------
@@ -1333,7 +1339,7 @@ class _Walk:
         uses, the last first."""
         names = self.pointers | set(self.ptr_alias)
         read = {a.span.start for a in self.accesses if a.function == function_name(self.fn) and (a.deref or a.call)}
-        out = list(reversed(self.cast_alias.values())) + self.escaped
+        out = [r for roots in reversed(self.cast_alias.values()) for r in roots] + self.escaped
         for n in reversed([n for n in nodes(body) if n.type == "identifier" and text(n) in names]):
             parent = n.parent
             ok = parent is not None and parent.type == "subscript_expression" and \

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .model import Access
+from .model import Access, KernelModel
 from .passes import defaults
 from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPERS, indented
 from . import syntax as sx
@@ -127,13 +127,14 @@ class KeepPlan:
 # the analysis -----------------------------------------------------------------------------------
 
 def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: str, head: int,
-         accesses: Mapping[tuple[int, int], Access]) -> KeepPlan:
+         m: KernelModel) -> KeepPlan:
     """What can be kept and packed in the row loops `loops` (rewrite_rowwise's, in order) of the
     kernel `fn` (its declaration from byte `head`, its kernel word included), whose element writes
-    are `stores` ((node, array, index)); `accesses` are the kernel model's, by their spans (a stream's
-    accesses are those); NotKept says why nothing can."""
-    pointers = _pointers(fn, body)
-    escaped = _escaped(body, pointers)
+    are `stores` ((node, array, index)); `m` is its kernel model (a stream's accesses are the model's,
+    its pointers the model's arguments and local pointers into them); NotKept says why nothing can."""
+    accesses = {(a.span.start, a.span.end): a for a in m.accesses if a.function == m.name}
+    pointers = _pointers(m)
+    escaped = set(m.opaque)
     assigned = {sx.text(t) for n in sx.walk(body) for t in [sx.target(n)] if t is not None and t.type == "identifier"}
     written_roots = {pointers.get(a, ("", None))[1] for _, a, _ in stores}
     reached: dict[str | None, set[str]] = {}  # buffer -> the names its elements are reached through
@@ -179,7 +180,7 @@ class _Facts:
 
     src: bytes
     pointers: dict  # name -> (element type, the parameter whose buffer it points into, or None)
-    escaped: set  # buffers a pointer into which is used otherwise than to reach an element
+    escaped: set  # buffers reached otherwise than by an access (the model's opaque arguments)
     assigned: set  # names the kernel assigns after declaring them
     written_roots: set  # buffers the kernel writes (None: a write to a buffer not known)
     reached: dict  # buffer -> the names its elements are reached through
@@ -357,88 +358,16 @@ def _function_declarator(fn):
     return decl
 
 
-def _pointers(fn, body) -> dict[str, tuple[str, str | None]]:
-    """Each pointer of the kernel: its element type, and the parameter whose buffer it points into
-    (None where the analysis cannot tell)."""
-    out: dict[str, tuple[str, str | None]] = {}
-    decl = _function_declarator(fn)
-    params = decl.child_by_field_name("parameters") if decl is not None else None
-    for p in params.named_children if params is not None else []:
-        d = p.child_by_field_name("declarator")
-        name = _pointer_name(d) if p.type == "parameter_declaration" and d is not None else ""
-        if name:
-            out[name] = (sx.text(p.child_by_field_name("type")), name)
-    for n in sx.walk(body):
-        if n.type != "declaration":
-            continue
-        for d in n.named_children:
-            name = _pointer_name(d.child_by_field_name("declarator")) if d.type == "init_declarator" else ""
-            if not name:
-                continue
-            value = sx.strip(d.child_by_field_name("value"))
-            while value is not None and value.type == "cast_expression":
-                value = sx.strip(value.child_by_field_name("value"))
-            bases = [value]
-            if value is not None and value.type == "binary_expression":
-                op = sx.text(value.child_by_field_name("operator"))
-                left, right = (sx.strip(value.child_by_field_name(k)) for k in ("left", "right"))
-                bases = [left, right] if op == "+" else [left] if op == "-" else []
-            known = [out[sx.text(b)][1] for b in bases if b is not None and b.type == "identifier" and sx.text(b) in out]
-            out[name] = (sx.text(n.child_by_field_name("type")), known[0] if len(known) == 1 else None)
+def _pointers(m: KernelModel) -> dict[str, tuple[str, str | None]]:
+    """Each pointer of the kernel (the model's arguments, and its local pointers into them): its
+    element type as written, and the argument whose buffer it points into (None where its
+    initialiser names more than one, or none)."""
+    out: dict[str, tuple[str, str | None]] = {p: (m.arg_types.get(p, ""), p) for p in m.pointers}
+    for name, (root, _) in m.aliases.items():
+        out[name] = (m.types.get(name, ""), root)
+    for name, roots in m.casts.items():
+        out[name] = (m.types.get(name, ""), roots[0] if len(roots) == 1 else None)
     return out
-
-
-def _pointer_name(d) -> str:
-    if d is None or d.type != "pointer_declarator":
-        return ""
-    while d is not None and d.type == "pointer_declarator":
-        d = d.child_by_field_name("declarator")
-    return sx.text(d) if d is not None and d.type == "identifier" else ""
-
-
-def _escaped(body, pointers: dict) -> set[str | None]:
-    """The buffers a pointer into which is used otherwise than to reach an element or to make another
-    pointer: passed to a function, compared, assigned, an element's address taken."""
-    out: set[str | None] = set()
-    for n in sx.walk(body):
-        if n.type != "identifier" or sx.text(n) not in pointers:
-            continue
-        child, p = n, n.parent
-        while p is not None and p.type == "parenthesized_expression":
-            child, p = p, p.parent
-        if p is None or _used_for_an_element(child, p):
-            continue
-        out.add(pointers[sx.text(n)][1])
-    return out
-
-
-def _used_for_an_element(child, p) -> bool:
-    if p.type in ("pointer_declarator", "init_declarator") and sx.same(child, p.child_by_field_name("declarator")):
-        return True  # its own declaration
-    if p.type == "subscript_expression" and sx.same(child, p.child_by_field_name("argument")):
-        q = _up(p)
-        return not (q is not None and q.type == "pointer_expression" and sx.text(q.child_by_field_name("operator")) == "&")
-    if p.type == "pointer_expression":
-        return sx.text(p.child_by_field_name("operator")) == "*"
-    if p.type == "binary_expression" and sx.text(p.child_by_field_name("operator")) in ("+", "-"):
-        q = _up(p)
-        while q is not None and q.type == "cast_expression":
-            q = _up(q)
-        return q is not None and (q.type == "init_declarator" or (
-            q.type == "pointer_expression" and sx.text(q.child_by_field_name("operator")) == "*"))
-    if p.type in ("init_declarator", "cast_expression"):
-        q = p if p.type == "init_declarator" else _up(p)
-        return q is not None and q.type == "init_declarator" and not sx.same(child, q.child_by_field_name("declarator"))
-    if p.type == "argument_list":
-        return sx.call_name(p.parent).startswith(("vload", "vstore")) and sx.same(child, p.named_children[-1])
-    return False
-
-
-def _up(node):
-    p = node.parent
-    while p is not None and p.type == "parenthesized_expression":
-        p = p.parent
-    return p
 
 
 # the rewrite -------------------------------------------------------------------------------------

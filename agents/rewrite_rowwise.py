@@ -253,8 +253,7 @@ def _analysed(source: str, entry: str) -> RowKernel:
     keep, keep_reason = None, ""
     try:
         keep = rewrite_rowkeep.plan(src, fn, body, loops, _stores(body), [(s.start_byte, s.end_byte) for s in sites],
-                                    dialect, start, {(a.span.start, a.span.end): a for a in m.accesses
-                                                     if a.function == m.name})
+                                    dialect, start, m)
     except rewrite_rowkeep.NotKept as e:
         keep_reason = str(e)
     return RowKernel(dialect, tuple((s.start_byte, s.end_byte) for s in sites), tuple(row_loops), tuple(leads),

@@ -176,7 +176,7 @@ __global__ void k(float *out, const float *x, int *hist, float *keep, int n) {
 
 def test_the_model_tells_aliases_what_escapes_the_guard_and_a_literal_block():
     m = build(AROUND, "k")
-    assert m.aliases == {"xi": ("x", "i")} and m.casts == {"packs": "x", "where": "keep"}
+    assert m.aliases == {"xi": ("x", "i")} and m.casts == {"packs": ("x",), "where": ("keep",)}
     # the cast, the element's address taken and the call's argument, but not the alias's reads
     assert set(m.opaque) == {"x", "keep", "hist"}
     assert (m.guard.var, m.guard.bound, m.guard.form) == ("i", "n", "return")
