@@ -5,7 +5,8 @@ configuration is the original kernel token for token:
 
 - `#define NAME value` (an integer, with a name that says what it tunes: BLOCK, VEC, TILE, ...)
   becomes `#ifndef NAME / #define NAME value / #endif`;
-- `constexpr int name = value;` takes its value from a parameter of its own;
+- `constexpr int name = value;` (or `const int name = value;` outside every function) takes its
+  value from a parameter of its own, and is a named constant the launch follows like a #define;
 - `#pragma unroll N` takes its count from a parameter (through `_Pragma`, since `#pragma unroll`
   does not expand macros); a bare `#pragma unroll` gets one whose value 0 keeps it as written;
 - an integer literal that the kernel's one explicit instantiation gives a non-type template
@@ -162,8 +163,8 @@ def find_lifts(source: str, analyses: list[KernelAnalysis] | None = None, entry:
                 continue
             name = macro_name(node.name)
             lifts.append(Lift(f"constexpr:{node.name}:{node.value}", name, kind, node.value,
-                              f"`constexpr {node.name} = {node.value}` (line {lines.number(node.span.start)})", 2,
-                              (Edit(node.value_span.start, node.value_span.end, name),)))
+                              f"`{node.words} {node.name} = {node.value}` (line {lines.number(node.span.start)})", 2,
+                              (Edit(node.value_span.start, node.value_span.end, name),), reads=node.name))
     inst, _ = entry_instantiation(source, entry) if entry else (None, "")
     words = {w for w, _ in source_tokens(source)} if inst is not None else set()
     for arg in inst.literals if inst is not None else ():
@@ -206,6 +207,7 @@ class Directive:
     value_span: Span = Span(0, 0)
     guarded: bool = False  # a #define already inside `#ifndef NAME`
     comment: str = ""  # a comment after a #define's value
+    words: str = ""  # a constant's `constexpr` or `const`
 
 
 def directives(source: str) -> list[Directive]:
@@ -241,7 +243,10 @@ def directives(source: str) -> list[Directive]:
             out.append(Directive("unroll", "", count, span_of(source, node)))
         elif node.type == "declaration":
             words = [text(c) for c in node.children if c.type in ("type_qualifier", "storage_class_specifier")]
-            if "constexpr" not in words:
+            # `const int TILE_DIM = 32;` outside every function is a constant expression in C++,
+            # as the transpose post writes its tile (inside a function it may be any value)
+            file_scope = node.parent is not None and node.parent.type in ("translation_unit", "declaration_list")
+            if "constexpr" not in words and not ("const" in words and file_scope):
                 continue
             type_words = text(node.child_by_field_name("type")).split()
             if not type_words or type_words[-1] not in _INTEGER_TYPES:
@@ -257,7 +262,8 @@ def directives(source: str) -> list[Directive]:
             digits = text(value).rstrip("uUlL")
             vs = span_of(source, value)
             out.append(Directive("constexpr", text(target), number, span_of(source, node),
-                                 Span(vs.start, vs.start + len(digits))))
+                                 Span(vs.start, vs.start + len(digits)),
+                                 words="constexpr" if "constexpr" in words else "const"))
     return out
 
 
@@ -541,8 +547,10 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
     if why:
         notes.append(why)
     taken = _words(original) | set(original.problem_names) | set(DEVICE_NAMES)
-    # a #define named as a C++ template parameter of either dialect reads a macro of another name
+    # a #define named as a C++ template parameter, or as a constexpr or const of either dialect
+    # (`#define TILE_DIM 32` in OpenCL, `const int TILE_DIM = 32;` in CUDA), reads a macro of another name
     cpp = {p for found in every.values() for a in found for p in a.signature.template_params}
+    cpp |= {d.name for b in backends for d in directives(original.source_for(b)) if d.kind == "constexpr"}
     lifts = _unique_names(find_lifts(primary, analyses, original.entry), taken, cpp)
     lifts = [lf for lf in lifts if lf.name not in dropped]
     # a #define the spec's build options set (`-DblockSize=256` over `#ifndef blockSize`): the
@@ -1233,10 +1241,10 @@ def _renamed(lf: Lift, name: str) -> Lift:
 
 
 def _constant(key: str) -> str | None:
-    """`NAME:value` of a named constant's lift (a #define or a template argument): the same
-    constant in two dialects, whichever way each spells it."""
+    """`NAME:value` of a named constant's lift (a #define, a constexpr or file-scope const, or a
+    template argument): the same constant in two dialects, whichever way each spells it."""
     kind, _, rest = key.partition(":")
-    return rest if kind in ("define", "template") else None
+    return rest if kind in ("define", "constexpr", "template") else None
 
 
 def _counterpart(wanted: Lift, found: list[Lift]) -> Lift | None:

@@ -56,9 +56,10 @@ OPENCL = {
     "textbook/stencil1d": ([], ({"BLOCK_SIZE": 64},)),
     "textbook/stencil1d_global": (["stencil"], ({"TILE": 1, "ITEMS": 4},)),
     "textbook/histo_private": ([], ({"BLOCK": 64},)),
-    # the transpose post's steps: TILE_DIM x BLOCK_ROWS blocks, the grid in tiles of TILE_DIM
-    "transpose/transpose_nobank": ([], ({"TILE_DIM": 16, "BLOCK_ROWS": 4},)),
-    "transpose/transpose_bounds": ([], ({"TILE_DIM": 16, "BLOCK_ROWS": 2},)),
+    # the transpose post's steps: TILE_DIM x BLOCK_ROWS blocks, the grid in tiles of TILE_DIM (the
+    # #defines read parameters of other names: the CUDA file's constants are `const int TILE_DIM`)
+    "transpose/transpose_nobank": ([], ({"TILE_DIM_SIZE": 16, "BLOCK_ROWS_SIZE": 4},)),
+    "transpose/transpose_bounds": ([], ({"TILE_DIM_SIZE": 16, "BLOCK_ROWS_SIZE": 2},)),
     # OpenCL SDK samples: float4 elements, a float4 tree in __local memory, AS/BS sub-matrices
     "oclsdk/dotproduct": (["elementwise"], ({"ITEMS": 4, "GRID": 1},)),
     "oclsdk/reducefloat4": (["reduction"], ({"LANES": 16, "THREADS": 128},)),
@@ -140,7 +141,7 @@ CUDA = {
     # the mask a `__constant__` array of the file, the tile in shared memory beside it
     "textbook/conv2d": (["stencil"], ({"TILE": 1, "ITEMS": 2, "RX": 2},)),
     "textbook/conv2d_tiled": ([], ({"IN_TILE_DIM": 16},)),
-    "transpose/transpose_nobank": ([], ({"TILE_DIM": 16, "BLOCK_ROWS": 4},)),
+    "transpose/transpose_nobank": ([], ({"TILE_DIM_VALUE": 16, "BLOCK_ROWS_VALUE": 4},)),
 }
 
 
@@ -451,3 +452,16 @@ def test_a_sum_that_starts_from_a_value_at_the_output_starts_there_in_the_tiles(
     source = made.proposal.sources["opencl"]
     start = next(line for line in source.splitlines() if "kt_acc[kt_m][kt_n] = " in line)
     assert "get_global_id" not in start and "get_group_id" not in start, start
+
+
+def test_a_file_scope_const_is_a_named_constant_the_launch_and_the_other_dialect_follow():
+    """The transpose post's `const int TILE_DIM = 32;` and `const int BLOCK_ROWS = 8;`: the block
+    (32, 8) and the grid's tiles follow them as they follow a #define, and the OpenCL file's
+    `#define TILE_DIM 32` reads the same parameter (never a macro named as the CUDA constant,
+    which would rewrite its declaration)."""
+    original = load_template(spec("transpose/transpose_nobank"))
+    for backend, limits, name in (("cuda", GPU, "TILE_DIM_VALUE"), ("opencl", CPU, "TILE_DIM_SIZE")):
+        made = rules_template(original, backend, limits)
+        assert made.proposal.block[0] == name and made.proposal.grid == (f"n // {name}",) * 2
+        assert f"const int TILE_DIM = {name};" in made.proposal.sources["cuda"]
+        assert f"#define TILE_DIM {name}" in made.proposal.sources["opencl"]

@@ -6,8 +6,8 @@
 // takes any width and height and checks its bounds.
 #include <cuda_runtime.h>
 
-#define TILE_DIM 32
-#define BLOCK_ROWS 8
+const int TILE_DIM = 32;
+const int BLOCK_ROWS = 8;
 
 // the bar: a copy with the transpose's access pattern on both sides
 __global__ void copy(float *odata, const float *idata) {
