@@ -5,7 +5,8 @@ It is offered beside the register-blocked kernel as MMA = 1 where the analysis s
 
 - both operands are one half element each (`__half2float(A[i])` or the half itself), so a tile of
   each can be staged in shared memory as halves, as stored;
-- the sum is a float, starts at zero and is updated by `+=` or a fused multiply-add;
+- the sum is a float updated by `+=` or a fused multiply-add (a start other than zero, a bias read
+  at the output, is added to the fragments' sum in the epilogue: one more reordering of the sum);
 - the backend is CUDA and the device (where known) has tensor cores (compute capability 7.0 on).
 
 The block's BM x BN tile is cut into warp tiles of 8 TM x 8 TN outputs, (TM / 2) x (TN / 2) fragments
@@ -41,8 +42,6 @@ def declines(backend: str, compute_capability: str, s, vectors) -> str:
         return f"the sum is a {s.acc_type}, not a float"
     if s.update != "+=" and s.update not in FMA:
         return f"the sum is updated by `{s.update}`"
-    if s.acc_init.replace(" ", "") not in ZEROS:
-        return f"the sum starts at `{s.acc_init}`, not zero"
     return ""
 
 
@@ -181,6 +180,8 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
               "        kt_kl += BK;\n"
               "        kt_sl = (kt_sl + 1) % STAGES;\n")
     w = "nvcuda::wmma"
+    # a sum that starts elsewhere than at zero (a bias at the output) takes its start last
+    start = "" if s.acc_init.replace(" ", "") in ZEROS else f"({s.acc_init}) + "
     return f"""    typedef __half kt_at{a_dims};
     typedef __half kt_bt{b_dims};
     extern __shared__ __align__(128) unsigned char kt_sm[];  // the launch's: SHARED bytes, see above
@@ -239,7 +240,7 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
                 const {s.r_type} kt_r = kt_r0 + kt_wm * 8 * TM + 16 * kt_m + kt_e / 16;
                 const {s.c_type} kt_c = kt_c0 + kt_wn * 8 * TN + 16 * kt_n + kt_e % 16;
                 if ({r_ok} && {c_ok}) {{
-                    float kt_v = kt_cs[kt_w][kt_e / 16][kt_e % 16];
+                    float kt_v = {start}kt_cs[kt_w][kt_e / 16][kt_e % 16];
 {epilogue}
                 }}
             }}

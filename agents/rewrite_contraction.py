@@ -202,9 +202,35 @@ def read(ctx: RewriteContext) -> Contraction:
     return Contraction(
         r, c, _declared_type(before, r, text_of) or "int", _declared_type(before, c, text_of) or "int",
         k, _loop_type(loops[0], text_of), start, k_cond, tuple(r_conds), tuple(c_conds), m_spec, n_spec,
-        acc_type, inlined(a, acc.init, {}) if acc.init else "0", x_text, y_text, update, tuple(epilogue),
+        acc_type, _start(a, acc, r, c, k, coords), x_text, y_text, update, tuple(epilogue),
         _fast(x_text, "kt_k", "kt_r"), _fast(y_text, "kt_k", "kt_c"),
         inlined(a, f"{k} {'<=' if loop.inclusive else '<'} {loop.bound}", {k: "kt_kb"}))
+
+
+def _start(a, acc, r: str, c: str, k: str, coords: set[str]) -> str:
+    """The sum's start, over the output's coordinates `kt_r` and `kt_c` (a bias read at the
+    output, `bias[oc]`, is read at each of a thread's outputs in the tiles); "0" for none."""
+    if not acc.init:
+        return "0"
+    text = inlined(a, acc.init, {r: "kt_r", c: "kt_c"})
+    if _reads_ids(text) or expression_names(text) & ((coords - {r, c}) | {k, acc.var}):
+        raise Decline(f"the sum starts at `{acc.init}`, which reads more than the output's coordinates")
+    return text
+
+
+def start_sums(s: Contraction, T: str, r_ok: str, c_ok: str) -> str:
+    """Each of a thread's TM x TN sums set to its start: at its own output's coordinates where
+    the start reads them (and only where the guard admits that output: a bias has no element past
+    the last column), else the start as written."""
+    loop = ("    for (int kt_m = 0; kt_m < TM; ++kt_m)\n"
+            "        for (int kt_n = 0; kt_n < TN; ++kt_n)")
+    if not expression_names(s.acc_init) & {"kt_r", "kt_c"}:
+        return f"{loop} kt_acc[kt_m][kt_n] = {s.acc_init};\n"
+    return (f"{loop} {{\n"
+            f"            const {s.r_type} kt_r = kt_r0 + kt_tr * TM + kt_m;\n"
+            f"            const {s.c_type} kt_c = kt_c0 + kt_tc * TN + kt_n;\n"
+            f"            kt_acc[kt_m][kt_n] = ({r_ok} && {c_ok}) ? ({T})({s.acc_init}) : ({T})0;\n"
+            "        }\n")
 
 
 def _no_pointer_passed(model) -> None:
@@ -705,9 +731,7 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None,
     const {s.r_type} kt_r0 = ({s.r_type}){d.group_id[1]} * BM;
     const {s.c_type} kt_c0 = ({s.c_type}){d.group_id[0]} * BN;
     {T} kt_acc[TM][TN];
-    for (int kt_m = 0; kt_m < TM; ++kt_m)
-        for (int kt_n = 0; kt_n < TN; ++kt_n) kt_acc[kt_m][kt_n] = {s.acc_init};
-    {T} kt_ra[{regs("BM", vectors[0])}], kt_rb[{regs("BN", vectors[1])}];
+{start_sums(s, T, r_ok, c_ok)}    {T} kt_ra[{regs("BM", vectors[0])}], kt_rb[{regs("BN", vectors[1])}];
 {start}{fetch("kt_kb0", "    ")}{stash("    ")}    {d.barrier};
     for ({s.k_type} kt_kb = kt_kb0; {s.kb_cond}; kt_kb += {SWITCH}) {{
         const {s.k_type} kt_next = kt_kb + {SWITCH};

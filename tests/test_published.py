@@ -44,6 +44,8 @@ OPENCL = {
     # the arrays, the token's row `ix` read where the pack's (b, t) stays
     "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2}, {"VEC": 2, "GRID": 2})),
     "llm/gelu": (["elementwise"], ({"VEC": 4, "ITEMS": 2},)),
+    # the trainer's matmul: each sum starts at the bias of its own output (`float val = bias[oc]`)
+    "llm/matmul1": (["contraction"], ({"BK": 8, "BM": 32, "BN": 16, "TM": 4, "TN": 2, "VEC": 4},)),
     # a textbook's chapters: the product a thread per element; the tiled ones the lifts take
     # (TILE_WIDTH with the block, the grid and the sizes in whole tiles); the convolution's mask in
     # constant memory, its offset `#define MASK_OFFSET (MASK_DIM / 2)`; the tiled convolution's grid
@@ -138,6 +140,7 @@ CUDA = {
     "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2, "CACHE": 1},)),
     "llm/softmax4": (["fast_math"], ({"BLOCK": 128, "FAST_MATH": 1},)),  # cg::reduce over tiles of 32
     "textbook/matmul": (["contraction"], ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4},)),
+    "llm/matmul1": (["contraction"], ({"BK": 16, "BM": 64, "BN": 32, "TM": 4, "TN": 4},)),  # a bias to start from
     # the mask a `__constant__` array of the file, the tile in shared memory beside it
     "textbook/conv2d": (["stencil"], ({"TILE": 1, "ITEMS": 2, "RX": 2},)),
     "textbook/conv2d_tiled": ([], ({"IN_TILE_DIM": 16},)),
@@ -261,7 +264,7 @@ GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0",
                "reduction/reduce2", "reduction/reduce3", "reduction/reduce4", "reduction/reduce5", "stencils/heat_step",
                "stencils/heat_step_t", "stencils/jacobi_step",
                "stencils/stencil7", "stencils/stencil7_zloop", "llm/encoder1", "llm/encoder2", "llm/layernorm1",
-               "llm/softmax1", "llm/gelu", "llm/residual", "llm/crossentropy1", "llm/softmax3", "llm/softmax4",
+               "llm/softmax1", "llm/gelu", "llm/residual", "llm/matmul1", "llm/crossentropy1", "llm/softmax3", "llm/softmax4",
                "textbook/matmul", "textbook/matmul_tiled", "textbook/matmul_tiled_bounds", "textbook/conv2d",
                "textbook/conv2d_tiled", "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo",
                "textbook/histo_private", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
@@ -443,8 +446,6 @@ def test_an_array_of_vector_elements_takes_no_wider_packs():
     assert vec.values == (1,) and "float4" in vec.description
 
 
-@pytest.mark.xfail(strict=True, reason="agents/rewrite_contraction.py writes the sum's start as the original "
-                   "reads it (`bias[oc]`, oc inlined as the original's thread ids) in the tiled kernel")
 def test_a_sum_that_starts_from_a_value_at_the_output_starts_there_in_the_tiles():
     """The trainer's matmul_forward_kernel1 starts each sum at `bias[oc]`: the tiles' sums start
     at the bias of their own output, never of the thread's original coordinates."""
