@@ -584,9 +584,13 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     source = beside(ctx.source, a, f"{SWITCH} > 0", params, _helpers(d, mma), kernel, NAME)
     first = {"BM": (64, 128), "BN": (64, 128), SWITCH: (0, 8, 16), "TM": (4, 8), "TN": (4, 8), "STAGES": (1,)}
     if mma:
-        first["MMA"] = (0, 1)
-        first[SWITCH] = (0, 8, 16, 32)  # a tensor-core step is 16 deep: 32 halves the barriers
-        first["STAGES"] = (1, 2)  # tensor-core steps wait on their copies unless the next are in flight
+        # tensor-core steps are 16 deep (32 halves the barriers) and wait on their copies unless the
+        # next are in flight; warp tiles of 64 x 64 keep the fragments' loads from shared memory few.
+        # On an H100 every tile of 128 to 256 a side, 32 deep, two or three stages, came within 3% of
+        # the best (bench/results/agent-loop-mma.md): the first round measures that corner, and the
+        # float tiles of the same shape beside it
+        first.update({"MMA": (0, 1), SWITCH: (0, 16, 32), "BM": (64, 128), "BN": (128,), "TM": (4, 8), "TN": (8,),
+                      "STAGES": (2,)})
     for name, value in ctx.defaults.items():
         first[name] = (value,)
     what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "
