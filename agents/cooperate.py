@@ -124,14 +124,14 @@ def template_parameters(source: str, model) -> str:
     return " ".join(text_of(node.child_by_field_name("parameters")).split())
 
 
-def body_of(source: str, a: KernelAnalysis) -> Body:
+def body_of(source: str, a: KernelAnalysis, whiles: bool = False) -> Body:
     """The analysed kernel's body, flattened; Decline when it holds a return other than a guard's,
-    an `if` with statements after it, or an `else`."""
+    an `if` with statements after it, or an `else`, or (unless `whiles`) a while loop."""
     for node, text_of in syntax_nodes(source, ("function_definition",)):
         body = node.child_by_field_name("body")
         if body is not None and span_of(source, body) == a.body:
             out = Body(node, text_of)
-            _flatten(body, out)
+            _flatten(body, out, whiles)
             return out
     raise Decline("the kernel's body cannot be found in its syntax tree")
 
@@ -140,11 +140,11 @@ def _named(node) -> list:
     return [c for c in node.named_children if c.type != "comment"]
 
 
-def _flatten(block, out: Body) -> None:
+def _flatten(block, out: Body, whiles: bool = False) -> None:
     items = _named(block)
     for i, s in enumerate(items):
         if s.type == "compound_statement":
-            _flatten(s, out)
+            _flatten(s, out, whiles)
             continue
         if s.type == "if_statement" and s.child_by_field_name("alternative") is None:
             cond = _condition(s, out.text_of)
@@ -157,13 +157,14 @@ def _flatten(block, out: Body) -> None:
                 out.guards.append(cond)
                 out.guard_at.append(len(out.statements))
                 if then.type == "compound_statement":
-                    _flatten(then, out)
+                    _flatten(then, out, whiles)
                 else:
                     out.statements.append(then)
                 continue
         if s.type == "return_statement" or (s.type == "if_statement" and _returns(s)):
             raise Decline("it returns other than from a guard at its top")
-        if s.type in ("while_statement", "do_statement", "switch_statement", "goto_statement"):
+        if s.type in ("do_statement", "switch_statement", "goto_statement") or (s.type == "while_statement"
+                                                                               and not whiles):
             raise Decline(f"its body holds control flow other than one guard and loops (line "
                           f"{s.start_point[0] + 1})")
         out.statements.append(s)

@@ -47,7 +47,7 @@ from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, constant
                         header, kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
                         substituted, with_names, within)
 from .kernel_tree import span_of, syntax_nodes
-from .model import ModelError
+from .model import ModelError, nodes, unwrap
 from .passes import Rewrite, RewriteContext
 
 
@@ -79,6 +79,27 @@ class Reduction:
     final: tuple[str, ...]  # over kt_j (the segment) and kt_total
     per_segment: bool  # the last statements read the segment (partials per block)
     lockstep: bool = False  # the original's last steps rely on a warp's threads in lockstep
+    # the threads' loop before the tree strides over runs of per * B elements by the launch's grid:
+    # block j's partial is over the runs j, j + grid, ... (`value` is one run's, kt_j the run)
+    strided: bool = False
+
+
+@dataclass(frozen=True)
+class Strided:
+    """A thread's loop before the tree accumulating into one register (or its own slot) over a
+    grid-stride run: `acc (op)= E` for each element the body names, the counter starting at
+    `blockIdx.x * R + threadIdx.x` and stepping by `R * gridDim.x` while `i < X`."""
+
+    acc: str  # the local or the shared array (its own slot) accumulated into
+    start: str  # the counter's first value over kt_j and kt_t
+    run: int  # R: elements a block's threads cover in one step
+    bound: str  # X, kernel text
+    terms: tuple[tuple[str, str], ...]  # (condition or "", element) each step combines, in order
+    op: str  # "sum", "max" or "min"
+
+
+LOOP_TOTAL = "kt_loop_total"  # the loop's accumulator after the loop, in the symbolic values
+AFTER_LOOP = "kt_after_loop"  # the loop's counter after it: a value no later statement may read
 
 
 class ReductionPass(ReadingPass):
@@ -108,15 +129,7 @@ def read(ctx: RewriteContext) -> Reduction:
     if not (shared and any(b.scope == "block" for b in a.barriers)):
         raise Decline("no shared-memory tree (barriers and shared memory)")
     B = _block_size(ctx)
-    try:
-        body = body_of(ctx.source, kernel_spans(ctx.source, a))
-    except Decline:
-        first = min((b.span.start for b in a.barriers if b.scope == "block"), default=None)
-        if first is not None and any(lp.in_kernel and lp.depth == 0 and lp.span.end <= first for lp in a.loops):
-            raise Decline("each thread first adds its elements in a loop before the tree (a grid-stride loop: a "
-                          "block's partial covers elements strided by the launch's grid), which the rules do not "
-                          "restructure") from None
-        raise
+    body = body_of(ctx.source, kernel_spans(ctx.source, a), whiles=True)
     text_of = body.text_of
     stmts = body.statements
     shared = _shared_arrays(ctx, a, body)
@@ -128,26 +141,40 @@ def read(ctx: RewriteContext) -> Reduction:
     final_at = body.guard_at[0]
     barriers = [k for k, s in enumerate(stmts) if _is_barrier(ctx, s)]
     tree_at = barriers[0] + 1 if barriers else final_at
-    if not barriers or any(s.type == "for_statement" for s in stmts[:tree_at]) or tree_at >= final_at or any(
+    loops = ("for_statement", "while_statement")
+    if not barriers or sum(s.type in loops for s in stmts[:barriers[0]]) > 1 or any(
+            s.type == "while_statement" for s in stmts[barriers[0]:]) or tree_at >= final_at or any(
             s.type not in ("for_statement", "if_statement") and not _is_barrier(ctx, s)
             for s in stmts[tree_at:final_at]):
-        raise Decline("not: stores, one barrier, one loop, then the last statements under a guard")
+        raise Decline("not: stores (a loop of the thread's own among them), one barrier, one loop, then the last "
+                      "statements under a guard")
     ids = {**{t: "kt_t" for t in T_IDS}, **{j: "kt_j" for j in J_IDS}, **{b: str(B) for b in B_IDS},
-           "get_global_id(0)": f"(kt_j * {B} + kt_t)"}
-    env = _stores(ctx, a, stmts[:barriers[0]], text_of, S, ids)
+           "get_global_id(0)": f"(kt_j * {B} + kt_t)", "get_global_size(0)": f"({B} * get_num_groups(0))"}
+    env, loop = _stores(ctx, a, stmts[:barriers[0]], text_of, S, ids)
     if S not in env:
         raise Decline(f"no thread stores its value into `{S}[tid]` before the barrier")
     op, combine, mirror, lockstep = _tree(ctx, stmts[tree_at:final_at], text_of, S, env, ids, B, ctx.backend)
     elem_type = _shared_type(ctx, a, body, S)
     padding = _identity(op, elem_type)
-    try:
-        value, _, bound = _guarded_value(env[S], B, ctx)
-        flat, per = True, 1
-        _same_grid(ctx, bound, B, 1)
-    except Decline as why:
-        value, flat = env[S], False
-        bound, per = _bounds(ctx, value, B, why)
+    if loop is not None:
+        value, bound, per = _strided_value(ctx, loop, env[S], op, combine, padding, B)
+        flat = False
+        try:  # a run of B elements, one a thread: the flat index
+            value, _, bound = _guarded_value(value, B, ctx)
+            flat = True
+        except Decline:
+            pass
+    else:
+        try:
+            value, _, bound = _guarded_value(env[S], B, ctx)
+            flat, per = True, 1
+            _same_grid(ctx, bound, B, 1)
+        except Decline as why:
+            value, flat = env[S], False
+            bound, per = _bounds(ctx, value, B, why)
     final = tuple(_final(ctx, a, stmts[final_at:], text_of, S, env, ids, body.guards[0], mirror))
+    if any(AFTER_LOOP in expression_names_stmt(f) for f in final):
+        raise Decline("the last statements read the loop's counter after the loop")
     per_segment = any("kt_j" in expression_names_stmt(f) for f in final)
     if not per_segment:
         _atomic(ctx, final, op)
@@ -155,7 +182,8 @@ def read(ctx: RewriteContext) -> Reduction:
         raise Decline("the last statements read thread ids other than the block's index")
     if "$" in value:
         raise Decline("a `$` in the kernel's code")
-    return Reduction(B, op, combine, elem_type, value, padding, bound, flat, per, final, per_segment, lockstep)
+    return Reduction(B, op, combine, elem_type, value, padding, bound, flat, per, final, per_segment, lockstep,
+                     loop is not None)
 
 
 def expression_names_stmt(text: str) -> set[str]:
@@ -267,10 +295,12 @@ def _assignments(node, text_of) -> list:
     raise Decline(f"`{' '.join(text_of(node).split())}` is not an assignment")
 
 
-def _stores(ctx, a, stmts, text_of, S: str, ids) -> dict[str, str]:
+def _stores(ctx, a, stmts, text_of, S: str, ids) -> tuple[dict[str, str], Strided | None]:
     """Each local's and the own slot's value after the statements before the barrier, as
-    expressions over thread ids, arguments and constants."""
+    expressions over thread ids, arguments and constants; and the thread's loop among them (a
+    grid-stride accumulation: its accumulator's value after it is LOOP_TOTAL), if any."""
     env: dict[str, str] = {}
+    loop = None
 
     def value(node) -> str:
         return substituted(node, text_of, {k: f"({v})" for k, v in env.items() if k != S}, ids)
@@ -285,6 +315,9 @@ def _stores(ctx, a, stmts, text_of, S: str, ids) -> dict[str, str]:
                 raise Decline(f"a thread stores into `{S}` at `{text}`, not its own slot")
 
     for s in stmts:
+        if s.type in ("for_statement", "while_statement"):
+            loop = _accumulated(ctx, s, text_of, S, env, value, own_slot)
+            continue
         if s.type == "declaration":
             for d in s.children_by_field_name("declarator"):
                 if d.type == "init_declarator":
@@ -315,7 +348,218 @@ def _stores(ctx, a, stmts, text_of, S: str, ids) -> dict[str, str]:
                     raise Decline(f"`{name}` is set under a condition only")
                 new = f"({cond}) ? ({new}) : ({env[name]})"
             env[name] = new
-    return env
+    return env, loop
+
+
+def _accumulated(ctx, loop, text_of, S: str, env: dict[str, str], value, own_slot) -> Strided:
+    """A thread's loop before the tree, read as a grid-stride accumulation (Strided), else Decline
+    with what it is not; `env` then holds LOOP_TOTAL for the accumulator, AFTER_LOOP for the
+    counter."""
+    body = loop.child_by_field_name("body")
+    stmts = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
+    if loop.type == "for_statement":
+        init, update = loop.child_by_field_name("initializer"), loop.child_by_field_name("update")
+        if init is not None and init.type == "declaration":
+            d = init.child_by_field_name("declarator")
+            if d is None or d.type != "init_declarator":
+                raise Decline("the loop before the tree declares its counter without a value")
+            env[text_of(d.child_by_field_name("declarator"))] = value(d.child_by_field_name("value"))
+        elif init is not None and init.type == "assignment_expression" and \
+                text_of(init.child_by_field_name("operator")) == "=":
+            env[text_of(init.child_by_field_name("left"))] = value(init.child_by_field_name("right"))
+        elif init is not None:
+            raise Decline("the loop before the tree starts other than by setting its counter")
+    else:
+        if not stmts or stmts[-1].type != "expression_statement" or not stmts[-1].named_children:
+            raise Decline("the loop before the tree does not end its body by stepping its counter")
+        update, stmts = stmts[-1].named_children[0], stmts[:-1]
+    cond = loop.child_by_field_name("condition")
+    if update is None or cond is None:
+        raise Decline("the loop before the tree has no condition or step")
+    var, step = _counter_step(update, text_of)
+    if var is None:
+        raise Decline(f"the loop before the tree steps by `{' '.join(text_of(update).split())}`, not `i += step`")
+    if var not in env:
+        raise Decline(f"the loop's counter `{var}` has no value before the loop")
+    start = env[var]
+    run = _run(ctx, start)
+    stride = _block_form(ctx, value(step))
+    if not any(stride == affine.Poly.const(run) * affine.Poly.name(g) for g in ("(gridDim.x)", "(get_num_groups(0))")):
+        raise Decline(f"the loop before the tree steps by `{' '.join(text_of(step).split())}`, not the {run} elements "
+                      "a block starts at times the launch's grid (a grid-stride loop)")
+    inner = [c for c in cond.named_children if c.type != "comment"]
+    test = inner[0] if len(inner) == 1 else cond
+    while test.type == "parenthesized_expression":
+        test = [c for c in test.named_children if c.type != "comment"][0]
+    op = text_of(test.child_by_field_name("operator")) if test.type == "binary_expression" else ""
+    left, right = (test.child_by_field_name("left"), test.child_by_field_name("right")) if op else (None, None)
+    if op == ">":
+        left, right, op = right, left, "<"
+    if op != "<" or text_of(left).strip() != var:
+        raise Decline(f"the loop before the tree runs while `{' '.join(text_of(test).split())}`, not `{var} < n`")
+    # what the body accumulates into, read as a name of its own wherever the body reads it
+    targets = {_target(n.child_by_field_name("left"), text_of, S) for st in stmts for n in nodes(st)
+               if n.type == "assignment_expression"}
+    if len(targets) != 1 or None in targets:
+        raise Decline("the loop before the tree does not accumulate into one local or the thread's slot")
+    acc = targets.pop()
+    if acc not in env:
+        raise Decline(f"`{acc}` is accumulated into before it is set")
+    first = env.pop(acc)
+    del env[var]
+    bound = value(right)
+    terms, kind, scope = [], None, {}
+    for st in stmts:
+        if st.type == "declaration":  # a local of one step: its value inlined where it is read
+            for d in st.children_by_field_name("declarator"):
+                if d.type != "init_declarator":
+                    raise Decline("a local of the loop before the tree is declared without a value")
+                scope[text_of(d.child_by_field_name("declarator"))] = _in_step(value, d.child_by_field_name("value"),
+                                                                                 env, var, start, scope)
+            continue
+        guard = ""
+        if st.type == "if_statement":
+            if st.child_by_field_name("alternative") is not None:
+                raise Decline("an `else` in the loop before the tree")
+            c = [x for x in st.child_by_field_name("condition").named_children if x.type != "comment"][0]
+            guard = _in_step(value, c, env, var, start, scope)
+            st = st.child_by_field_name("consequence")
+            if st.type == "compound_statement" and len([c for c in st.named_children if c.type != "comment"]) == 1:
+                st = [c for c in st.named_children if c.type != "comment"][0]
+        e = st.named_children[0] if st.type == "expression_statement" and st.named_children else None
+        if e is None or e.type != "assignment_expression":
+            raise Decline(f"`{' '.join(text_of(st).split())[:60]}` in the loop before the tree is not an accumulation")
+        if acc == S:
+            own_slot(e.child_by_field_name("left"))
+        got, element = _accumulation(e, text_of, acc)
+        if kind is not None and got != kind:
+            raise Decline("the loop before the tree combines its elements in more than one way")
+        kind = got
+        terms.append((guard, _in_step(value, element, env, var, start, scope)))
+    if not _is_identity(first, kind):
+        raise Decline(f"`{acc}` starts the loop before the tree from `{first}`, not the {kind}'s identity")
+    read = set().union(*(expression_names(t) | (expression_names(g) if g else set()) for g, t in terms))
+    if acc in read | expression_names(bound) or var in expression_names(bound):
+        raise Decline(f"the loop before the tree reads `{acc}` or its counter other than to accumulate")
+    env[acc] = LOOP_TOTAL
+    env[var] = AFTER_LOOP
+    return Strided(acc, start, run, bound, tuple(terms), kind)
+
+
+def _counter_step(update, text_of):
+    """(counter, the node of its step) of `i += step` or `i = i + step`; (None, None) otherwise."""
+    if update.type != "assignment_expression":
+        return None, None
+    left, op, right = (update.child_by_field_name("left"), text_of(update.child_by_field_name("operator")),
+                       update.child_by_field_name("right"))
+    if left.type != "identifier":
+        return None, None
+    if op == "+=":
+        return text_of(left), right
+    if op == "=" and right.type == "binary_expression" and text_of(right.child_by_field_name("operator")) == "+" \
+            and text_of(right.child_by_field_name("left")).strip() == text_of(left):
+        return text_of(left), right.child_by_field_name("right")
+    return None, None
+
+
+def _run(ctx, start: str) -> int:
+    """R of a counter starting at `blockIdx.x * R + threadIdx.x`: the elements a block's threads
+    start a run of; Decline otherwise."""
+    p = _block_form(ctx, start)
+    run = p.coefficient("kt_j").constant()
+    if run is None or run <= 0 or p.coefficient("kt_t").constant() != 1 or p.degree_in("kt_j") > 1 or \
+            p.degree_in("kt_t") > 1 or p.without("kt_j").without("kt_t").terms:
+        raise Decline(f"the loop before the tree starts at `{start}`, not at `blockIdx.x * R + threadIdx.x`")
+    return run
+
+
+def _in_step(value, node, env: dict[str, str], var: str, start: str, scope: dict[str, str]) -> str:
+    """An expression of the loop's body as one step of it reads it: its counter at the step's
+    first element (`start`, over the step's block kt_j), its locals inlined; Decline where it
+    reads a local the loop changes."""
+    saved = dict(env)
+    env.update({var: start, **scope})
+    try:
+        return value(node)
+    finally:
+        env.clear()
+        env.update(saved)
+
+
+def _accumulation(e, text_of, target: str) -> tuple[str, object]:
+    """("sum" | "max" | "min", the element's node) of `acc += E`, `acc = acc + E`, `acc = fmaxf(acc, E)`."""
+    op, right = text_of(e.child_by_field_name("operator")), e.child_by_field_name("right")
+    same = "".join(text_of(e.child_by_field_name("left")).split())
+
+    def is_acc(n) -> bool:
+        while n.type == "parenthesized_expression":
+            n = [c for c in n.named_children if c.type != "comment"][0]
+        return "".join(text_of(n).split()) == same
+    if op == "+=":
+        return "sum", right
+    if op == "=" and right.type == "binary_expression" and text_of(right.child_by_field_name("operator")) == "+":
+        a, b = right.child_by_field_name("left"), right.child_by_field_name("right")
+        if is_acc(a):
+            return "sum", b
+        if is_acc(b):
+            return "sum", a
+    if op == "=" and right.type == "call_expression":
+        fn = text_of(right.child_by_field_name("function"))
+        args = [x for x in right.child_by_field_name("arguments").named_children if x.type != "comment"]
+        kind = "max" if fn in MAX_CALLS else "min" if fn in MIN_CALLS else None
+        if kind and len(args) == 2 and is_acc(args[0]):
+            return kind, args[1]
+        if kind and len(args) == 2 and is_acc(args[1]):
+            return kind, args[0]
+    raise Decline(f"`{' '.join(text_of(e).split())}` in the loop before the tree is not a sum, max or min into "
+                  f"`{target}`")
+
+
+def _is_identity(text: str, kind: str) -> bool:
+    """Whether a start value is the identity of the combination: 0 for a sum (`0`, `0.0f`, `(T)0`),
+    an infinity of the right sign for a max or min."""
+    found = syntax_nodes(f"auto kt_e = ({text});", ("parenthesized_expression",))
+    if not found:
+        return False
+    node, text_of = found[0]
+    node = unwrap(node)
+    if node is None:
+        return False
+    if kind == "sum":
+        try:
+            return node.type == "number_literal" and float(text_of(node).rstrip("fFlLuU")) == 0.0
+        except ValueError:
+            return False
+    words = "".join(text_of(node).split())
+    return words in (("-INFINITY", "-HUGE_VALF", "-HUGE_VAL") if kind == "max" else ("INFINITY", "HUGE_VALF", "HUGE_VAL"))
+
+
+def _strided_value(ctx, loop: Strided, slot: str, op: str, combine: str, padding: str, B: int) \
+        -> tuple[str, str, int]:
+    """(one run's value over kt_j and kt_t, the bound, elements per thread) of a grid-stride loop
+    whose total the thread stores in its slot: thread kt_t of the block that takes run kt_j adds
+    the run's elements the body names while the run's first element is below the bound."""
+    if "".join(slot.split()).strip("()") != LOOP_TOTAL:
+        raise Decline("the thread's slot holds more than its loop's total")
+    if loop.op != op:
+        raise Decline(f"the loop before the tree takes a {loop.op}, the tree a {op}")
+    if loop.run % B:
+        raise Decline(f"a step of the loop before the tree covers {loop.run} elements a block, not a whole number "
+                      f"of its {B} threads")
+    if len(ctx.grid) > 1:
+        device = ctx.limits.expression_names()
+        for problem in (*ctx.original.problems, *ctx.original.verify_problems):
+            env = {**device, **problem.values, **ctx.defaults}
+            try:
+                if any(parse_expression(g).evaluate(env) != 1 for g in ctx.grid[1:]):
+                    raise Decline("a grid of more than one dimension")
+            except (ExpressionError, KeyError) as e:
+                raise Decline(f"the launch cannot be evaluated at {problem.label()} ({e})") from None
+    total = None
+    for guard, element in loop.terms:
+        term = f"(({guard}) ? ({element}) : ({padding}))" if guard else f"({element})"
+        total = term if total is None else "(" + combine.replace("$a", total).replace("$b", term) + ")"
+    return f"(({loop.start}) < ({loop.bound})) ? ({total}) : ({padding})", loop.bound, loop.run // B
 
 
 def _guarded_value(v: str, B: int, ctx) -> tuple[str, str, str]:
@@ -335,13 +579,7 @@ def _guarded_value(v: str, B: int, ctx) -> tuple[str, str, str]:
     if text_of(cond.child_by_field_name("operator")) == ">":
         left, right = right, left
     index, bound = text_of(left), text_of(right)
-    try:
-        p = affine.read(index, {"kt_j", "kt_t"})
-    except affine.NotAffine as e:
-        raise Decline(str(e)) from None
-    for name, val in _constants(ctx).items():
-        p = p.substitute(name, affine.Poly.const(val))
-    if p != Poly_of(B):
+    if _block_form(ctx, index) != Poly_of(B):
         raise Decline(f"the elements a block reads (`{index}`) are not its {B} in a run")
     if {"kt_j", "kt_t"} & expression_names(bound) or reads_thread_ids(bound):
         raise Decline(f"the bound `{bound}` reads thread ids")
@@ -384,6 +622,18 @@ def _bounds(ctx, value: str, B: int, why: Decline) -> tuple[str, int]:
                 continue
     raise Decline(f"{why}; and no bound of its conditions makes the launch's grid one block per B, 2B, 4B or 8B "
                   "of its elements")
+
+
+def _block_form(ctx, text: str) -> affine.Poly:
+    """An index over the block (kt_j) and thread (kt_t) as a polynomial, the kernel's whole-number
+    constants (its #defines, a template kernel's value arguments) put in."""
+    try:
+        p = affine.read(text, {"kt_j", "kt_t"})
+    except affine.NotAffine as e:
+        raise Decline(str(e)) from None
+    for name, val in _constants(ctx).items():
+        p = p.substitute(name, affine.Poly.const(val))
+    return p
 
 
 def Poly_of(B: int) -> affine.Poly:
@@ -815,7 +1065,25 @@ def _rewrite(ctx: RewriteContext, r: Reduction) -> Rewrite:
     names = fresh_names(("LANES", "THREADS", "GRID", "ITEMS"), ctx.taken | set(ctx.defaults))
     spec_bound = spec_text(r.bound, spec_scalars(ctx))
     segments = f"ceil_div({spec_bound}, {r.per * r.B})"
-    if r.per_segment:
+    if r.per_segment and r.strided:
+        # the launch's grid is the original's: its blocks are the partials, each over its
+        # grid-stride share of the runs (the new kernel reads the grid as the original does)
+        switch, off = names["ITEMS"], f"{names['ITEMS']} == 0"
+        params = [ParamProposal(names["ITEMS"], (0, 1, 2, 4, 8), 0, "loads in flight per thread over the block's "
+                                "grid-stride share (0: the original loop and tree)", "work"),
+                  ParamProposal(names["THREADS"], (64, 128, 256, 512, 1024), 256, "threads per block", "threads")]
+        constraints = [f"{switch} > 0 or {names['THREADS']} == 256",
+                       f"{off} or {names['THREADS']} <= max_threads_per_block"]
+        grid0 = ctx.grid[0]
+        kernel = _strided_kernel(head, r, d)
+        first = {names["ITEMS"]: (0, 2, 8), names["THREADS"]: (256, 1024)}
+        what = (f"reduction: each block's partial {r.op} over its grid-stride share of the runs of {r.per * r.B} "
+                f"elements (the original's grid kept: a partial per block), THREADS threads a block with ITEMS loads "
+                f"in flight each, combined in registers then across the block")
+        if r.op == "sum":
+            what += ("; the sum in another order, so it differs from the original's by rounding, which the gate's "
+                     "tolerance (calibrated on the original's own error against the reference) judges")
+    elif r.per_segment:
         switch, off = names["LANES"], f"{names['LANES']} == 0"
         params = [ParamProposal(names["LANES"], (0, 8, 16, 32), 0, f"threads per segment of {r.B} elements "
                                 "(0: the original tree)", "lanes"),
@@ -914,10 +1182,11 @@ def _segment_kernel(head: str, r: Reduction, d: Dialect) -> str:
 }}"""
 
 
-def _total_kernel(head: str, r: Reduction, d: Dialect) -> str:
+def _across_block(r: Reduction, d: Dialect) -> str:
+    """Code combining every thread's kt_acc across the block of $THREADS threads into the first
+    thread's: shuffles within warps, then the warps' totals by the first warp (CUDA); a tree in
+    local memory (OpenCL)."""
     T = r.elem_type
-    acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_x")
-    final = "\n".join(f"        {f}" for f in r.final)
     if d.name == "cuda":
         across = (f"{_group_combine(r, d, '32', 'kt_acc', '')}\n"
                   f"    __shared__ {T} kt_warps[32];\n"
@@ -929,6 +1198,55 @@ def _total_kernel(head: str, r: Reduction, d: Dialect) -> str:
                   f"    }}")
     else:
         across = _group_combine(r, d, "$THREADS", "kt_acc", "kt_scratch")
+    return across
+
+
+def _strided_kernel(head: str, r: Reduction, d: Dialect) -> str:
+    """Per-block partials over a grid-stride share, the original's grid kept: block kt_block took
+    the runs kt_block, kt_block + grid, ... below the runs the bound leaves, B threads a run; the
+    new block's THREADS threads take those (run, thread) pairs in turn, ITEMS at a time."""
+    T = r.elem_type
+    acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_x")
+    final = "\n".join(f"        {f}" for f in r.final)
+    run = r.per * r.B
+    element = (f"                const long kt_i = kt_j * {r.B} + kt_t;\n"
+               f"                const {T} kt_x = (kt_i < ({r.bound})) ? ({T})({r.value}) : ({T})({r.padding});"
+               if r.flat else f"                const {T} kt_x = ({T})({r.value});")
+    scratch = f"    {d.shared} {T} kt_scratch[$THREADS];\n" if d.name == "opencl" else ""
+    return f"""{head}
+{{
+{scratch}    const int kt_lid = {d.local_id};
+    const long kt_block = (long){d.group_id[0]};
+    const long kt_grid = (long){d.num_groups};
+    const long kt_runs = ((long)({r.bound}) + {run - 1}) / {run};
+    const long kt_pairs = kt_runs > kt_block ? (kt_runs - kt_block + kt_grid - 1) / kt_grid * {r.B} : 0;
+    {T} kt_acc = ({T})({r.padding});
+    for (long kt_base = kt_lid; kt_base < kt_pairs; kt_base += (long)$THREADS * $ITEMS) {{
+#pragma unroll
+        for (int kt_u = 0; kt_u < $ITEMS; ++kt_u) {{
+            const long kt_q = kt_base + (long)kt_u * $THREADS;
+            if (kt_q < kt_pairs) {{
+                const long kt_j = kt_block + (kt_q / {r.B}) * kt_grid;
+                const int kt_t = (int)(kt_q % {r.B});
+{element}
+                kt_acc = {acc};
+            }}
+        }}
+    }}
+    {_across_block(r, d)}
+    if (kt_lid == 0) {{
+        const long kt_j = kt_block;
+        const {T} kt_total = kt_acc;
+{final}
+    }}
+}}"""
+
+
+def _total_kernel(head: str, r: Reduction, d: Dialect) -> str:
+    T = r.elem_type
+    acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_x")
+    final = "\n".join(f"        {f}" for f in r.final)
+    across = _across_block(r, d)
     scratch = f"    {d.shared} {T} kt_scratch[$THREADS];\n" if d.name == "opencl" else ""
     # kt_j and kt_t name the element's block and thread in the original, for a value that reads them
     used = expression_names(r.value)

@@ -207,6 +207,118 @@ def test_the_reduction_proves_each_addressing_style_and_keeps_per_block_partials
     assert (r.flat, r.per, r.bound, r.B) == (False, 2, "n", 256)
 
 
+# a thread's grid-stride loop before the tree (the CUDA samples' reduce6, and the loops people write
+# after it): INIT, STEP and ACC replaced per case
+LOOP = """__global__ void part(const float *in, float *out, int n) {
+    __shared__ float s[256];
+    int t = threadIdx.x;
+    float v = INIT;
+    for (int i = START; i < n; i += STEP) {
+        ACC;
+    }
+    s[t] = v;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if (t < k) s[t] += s[t + k];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = s[0];
+}
+"""
+PAIRS = {"INIT": "0.0f", "START": "blockIdx.x * 512 + t", "STEP": "512 * gridDim.x",
+         "ACC": "v += in[i]; if (i + 256 < n) v += in[i + 256]"}
+BAD_LOOPS = {
+    "a step of its own": ({"STEP": "512"}, "not the 512 elements a block starts at times the launch's grid"),
+    "a start not the block's": ({"START": "t * 4"}, "not at `blockIdx.x \\* R \\+ threadIdx.x`"),
+    "a sum from one": ({"INIT": "1.0f"}, "from `1.0f`, not the sum's identity"),
+    "an element reading the sum": ({"ACC": "v += v * in[i]"}, "reads `v` or its counter"),
+    "a max before a sum": ({"INIT": "-INFINITY", "ACC": "v = fmaxf(v, in[i])"}, "takes a max, the tree a sum"),
+    "two accumulators": ({"ACC": "v += in[i]; s[t] += in[i]"}, "not accumulate into one local"),
+}
+
+
+def loop_kernel(**changes) -> str:
+    code = LOOP
+    for word, text in {**PAIRS, **changes}.items():
+        code = code.replace(word, text)
+    return code
+
+
+def test_a_grid_stride_loop_before_the_tree_is_each_blocks_share_of_the_runs():
+    """reduce6's loop: a block starts at blockIdx.x * 512 + t and steps by 512 * gridDim.x, adding
+    two elements a step; one step's value is read as a run's (two elements a thread, kept
+    per block). A loop over one element a thread stepping by the whole grid reads flat."""
+    r = read_reduction(context(loop_kernel(), "part", "cuda", GPU, "reduce_sequential"))
+    assert (r.strided, r.per_segment, r.flat, r.per, r.bound) == (True, True, False, 2, "n")
+    flat = loop_kernel(START="blockIdx.x * blockDim.x + t", STEP="blockDim.x * gridDim.x", ACC="v += in[i]")
+    r = read_reduction(context(flat, "part", "cuda", GPU, "reduce_sequential"))
+    assert (r.strided, r.flat, r.per) == (True, True, 1) and "".join(r.value.split()) == "((in[kt_i]))"
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LOOPS))
+def test_the_reduction_refuses_a_loop_before_the_tree_it_cannot_keep(case):
+    changes, why = BAD_LOOPS[case]
+    with pytest.raises(Decline, match=why):
+        read_reduction(context(loop_kernel(**changes), "part", "cuda", GPU, "reduce_sequential"))
+
+
+# OpenCL kernels with a loop before the tree on fewer groups than the elements' blocks, each
+# reproduced on PoCL away from the original: (spec of tests/data/naive to start from, the source,
+# a configuration)
+STRIDED = {
+    # a per-block max, accumulated in the thread's own slot of local memory over a while loop
+    "a per-block max in the slot": ("reduce_sequential", """__kernel void reduce_sequential(
+        __global const float *g_idata, __global float *g_odata, int n, __local float *sdata) {
+    unsigned int tid = get_local_id(0);
+    unsigned int i = get_group_id(0) * 256 + tid;
+    sdata[tid] = -INFINITY;
+    while (i < n) {
+        sdata[tid] = fmax(sdata[tid], g_idata[i]);
+        i += 256 * get_num_groups(0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (unsigned int s = 128; s > 0; s >>= 1) {
+        if (tid < s) sdata[tid] = fmax(sdata[tid], sdata[tid + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (tid == 0) g_odata[get_group_id(0)] = sdata[0];
+}
+""", {"ITEMS": 4, "THREADS": 64}),
+    # the whole range's sum added atomically (a compare-and-swap loop), the loop striding by the
+    # range's size, a local of one step
+    "an atomic total over the range": ("reduce_atomic", (NAIVE / "reduce_atomic" / "kernel.cl").read_text().replace(
+        "    int gid = get_global_id(0);\n    float v = 0.0f;\n    if (gid < n) v = x[gid];\n",
+        "    float v = 0.0f;\n    for (int i = get_global_id(0); i < n; i += get_global_size(0)) {\n"
+        "        const float e = x[i];\n        v += e;\n    }\n"), {"GRID": 1, "THREADS_SIZE": 64, "ITEMS": 4}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRIDED))
+def test_a_loop_before_the_tree_is_rewritten_and_reproduced_on_pocl(case, tmp_path, opencl_backend):
+    import shutil
+
+    name, source, config = STRIDED[case]
+    assert "for (int i = get_global_id(0)" in source or "while (i < n)" in source  # the loop is there
+    folder = tmp_path / name
+    shutil.copytree(NAIVE / name, folder)
+    (folder / "kernel.cl").write_text(source)
+    toml = (folder / "kernel.toml").read_text().replace("ceil_div(n, 256)", "min(6, ceil_div(n, 256))")
+    toml = toml.replace('sources = { cuda = "kernel.cu", opencl = "kernel.cl" }', 'sources = { opencl = "kernel.cl" }')
+    if name == "reduce_sequential":  # a max per block: checked against the original's outputs
+        toml = toml.replace('reference = "reference.py"\n', "")
+    (folder / "kernel.toml").write_text(toml)
+    original = load_template(folder)
+    made = rules_template(original, "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["reduction"], made.applied.declined
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=original.problem("small", {}), limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
+    ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3,))
+    assert ok, (config, message)
+
+
 TREE = """__global__ void part(const float *in, float *out, int n) {
     __shared__ float s[256];
     int t = threadIdx.x;

@@ -119,3 +119,38 @@ __kernel void reduce5(__global T *g_idata, __global T *g_odata, unsigned int n, 
 
     if (tid == 0) g_odata[get_group_id(0)] = mySum;
 }
+
+// reduce6: each work-item first adds as many pairs of elements as the range leaves it, in its own
+// slot of local memory (a loop striding by the whole range: a fixed number of work-groups whatever
+// n), then reduce5's tree with a barrier at every level; nIsPow2 (a build option) skips the second
+// element's check where n is a power of two
+#ifndef nIsPow2
+#define nIsPow2 0
+#endif
+
+__kernel void reduce6(__global T *g_idata, __global T *g_odata, unsigned int n, __local T *sdata) {
+    unsigned int tid = get_local_id(0);
+    unsigned int i = get_group_id(0) * (get_local_size(0) * 2) + get_local_id(0);
+    unsigned int gridSize = blockSize * 2 * get_num_groups(0);
+    sdata[tid] = 0;
+
+    while (i < n) {
+        sdata[tid] += g_idata[i];
+        if (nIsPow2 || i + blockSize < n)
+            sdata[tid] += g_idata[i + blockSize];
+        i += gridSize;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    if (blockSize >= 512) { if (tid < 256) { sdata[tid] += sdata[tid + 256]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >= 256) { if (tid < 128) { sdata[tid] += sdata[tid + 128]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >= 128) { if (tid <  64) { sdata[tid] += sdata[tid +  64]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=  64) { if (tid <  32) { sdata[tid] += sdata[tid +  32]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=  32) { if (tid <  16) { sdata[tid] += sdata[tid +  16]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=  16) { if (tid <   8) { sdata[tid] += sdata[tid +   8]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=   8) { if (tid <   4) { sdata[tid] += sdata[tid +   4]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=   4) { if (tid <   2) { sdata[tid] += sdata[tid +   2]; } barrier(CLK_LOCAL_MEM_FENCE); }
+    if (blockSize >=   2) { if (tid <   1) { sdata[tid] += sdata[tid +   1]; } barrier(CLK_LOCAL_MEM_FENCE); }
+
+    if (tid == 0) g_odata[get_group_id(0)] = sdata[0];
+}
