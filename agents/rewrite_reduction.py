@@ -146,8 +146,7 @@ def read(ctx: RewriteContext) -> Reduction:
             s.type == "while_statement" for s in stmts[barriers[0]:]) or tree_at >= final_at or any(
             s.type not in ("for_statement", "if_statement") and not _is_barrier(ctx, s)
             for s in stmts[tree_at:final_at]):
-        raise Decline("not: stores (a loop of the thread's own among them), one barrier, one loop, then the last "
-                      "statements under a guard")
+        raise Decline("not: stores, one barrier, one loop, then the last statements under a guard")
     ids = {**{t: "kt_t" for t in T_IDS}, **{j: "kt_j" for j in J_IDS}, **{b: str(B) for b in B_IDS},
            "get_global_id(0)": f"(kt_j * {B} + kt_t)", "get_global_size(0)": f"({B} * get_num_groups(0))"}
     env, loop = _stores(ctx, a, stmts[:barriers[0]], text_of, S, ids)
