@@ -18,6 +18,7 @@ The analysis (agents/kernel_tree.py) must show a thread per element with a guard
 element (or, read only, not at all), a written array at one index only, and no other return. A
 pack is taken whole only when, at run time, its last element is in range, it crosses no multiple
 of any divisor the indices divide or take the remainder by, and (CUDA) each address is aligned.
+A template kernel's new kernel is the same template, from its `template <...>` line.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
+from .cooperate import kernel_spans
 from .kernel_tree import HALF_LOADS, HALF_STORES, index_slope, inline, source_tokens, thread_reads
 from .lift import fresh_name
 from .model import DIALECT, Span
@@ -127,8 +129,6 @@ def _unsafe(ctx: RewriteContext) -> str:
     a = ctx.analysis
     if a.kind != "elementwise":
         return f"the kernel is not elementwise ({a.reasons[0] if a.reasons else a.kind})"
-    if a.signature.is_template:
-        return "a template kernel"
     if a.guard is None:
         return f"no guard `if ({a.element} < n)` or `if ({a.element} >= n) return;` bounds the element"
     if any(not _inside(r, a.guard.span) for r in a.returns) or (a.guard.form == "if" and a.returns):
@@ -186,7 +186,9 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
         raise _Decline("an array's element size is not known from the spec")
     # an array of vector elements (`float4 *a`, a float4 a thread): each element is a pack already,
     # and vloadN / 16-byte words of several such elements are no pack of its type
-    packed = next((arr for arr, _ in streams if a.arg_types.get(arr, "") in PACKED), None)
+    # (a template kernel's arrays at the entry's instantiation: `T *a` as `float4 *a`)
+    at = {x.name: x.ctype for x in ctx.model.signature.args} if ctx.model.signature.is_template else {}
+    packed = next((arr for arr, _ in streams if at.get(arr, a.arg_types.get(arr, "")) in PACKED), None)
     bound = inline(a, a.guard.bound)
     if a.element in {w for w, _ in source_tokens(bound)} or thread_reads_text(bound):
         raise _Decline(f"the guard's bound `{a.guard.bound}` moves with the thread")
@@ -212,9 +214,17 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     # the rewritten kernel
     head_start = src.rfind(b"\n", 0, a.span.start) + 1
     prefix = src[head_start:a.span.start].strip()
-    if prefix not in (b"", b'extern "C"'):
+    if ctx.model.signature.is_template:
+        # a template kernel: the new kernel is the same template, from its `template <...>` line (the
+        # file's instantiations, explicit or its host code's launches, make both); its registers are
+        # declared in the template's words (`T kt_r0[VEC]`), as the arguments are
+        first = kernel_spans(ctx.source, ctx.model).span.start
+        head_start = src.rfind(b"\n", 0, first) + 1
+        if src[head_start:first].strip():
+            raise _Decline("the kernel's template line shares its line with other code")
+    elif prefix not in (b"", b'extern "C"'):
         raise _Decline("the kernel's declaration shares its line with other code")
-    if not prefix and src[:head_start].rstrip().endswith(b'extern "C"'):  # on a line of its own
+    elif not prefix and src[:head_start].rstrip().endswith(b'extern "C"'):  # on a line of its own
         head_start = src[:head_start].rstrip().rindex(b'extern "C"')
     end = a.span.end
     original_text = _text(src, head_start, end)

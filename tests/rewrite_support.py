@@ -30,3 +30,18 @@ def skip_where_lane_groups_are_miscompiled() -> None:
     why = runtime_defect("opencl", limits)
     if why:
         pytest.skip(f"the rules decline the row-wise rewrite on this device: {why}")
+
+
+def gates_and_tunes_on_cuda(original, proposal, tmp_path, limits) -> None:
+    """On a CUDA device: the rules' template passes the gate at the spec's small problem, and every
+    configuration a short random tune measures verifies (the winner too)."""
+    from kerntune.engine.gate import check_proposal
+    from kerntune.engine.tune import TuneOptions, TuneRun
+
+    verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="cuda", device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=300)
+    assert verdict.ok, verdict.reason
+    run = TuneRun(verdict.template, TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
+                                                budget=12, probe=False, session_path=tmp_path / "tune.toml")).run()
+    bad = [(r.config, r.status, r.message) for r in run.results if r.status not in ("ok", "pruned")]
+    assert not bad and run.winner_ok

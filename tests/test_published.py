@@ -276,19 +276,15 @@ GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0",
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", GPU_KERNELS)
 def test_on_cuda_a_published_kernels_template_gates_and_every_tuned_configuration_verifies(name, tmp_path):
-    from kerntune.engine.tune import TuneOptions, TuneRun, resolve_device
+    from rewrite_support import gates_and_tunes_on_cuda
+
+    from kerntune.engine.tune import resolve_device
 
     _, limits = resolve_device("cuda", 0)
     original = load_template(spec(name))
     made = rules_template(original, "cuda", limits)
     assert made.proposal is not None, made.why_none()
-    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
-                             problem=original.problem("small", {}), limits=limits, timeout=300)
-    assert verdict.ok, verdict.reason
-    run = TuneRun(verdict.template, TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
-                                                budget=12, probe=False, session_path=tmp_path / "tune.toml")).run()
-    bad = [(r.config, r.status, r.message) for r in run.results if r.status not in ("ok", "pruned")]
-    assert not bad and run.winner_ok
+    gates_and_tunes_on_cuda(original, made.proposal, tmp_path, limits)
 
 
 RUNNING = """__global__ void part(const float *in, float *out, int n) {

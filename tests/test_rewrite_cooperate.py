@@ -462,15 +462,11 @@ def test_on_cuda_the_rewritten_kernels_gate_and_every_tuned_configuration_verifi
 
     _, limits = resolve_device("cuda", 0)
     original = load_template(NAIVE / name)
+    from rewrite_support import gates_and_tunes_on_cuda
+
     made = rules_template(original, "cuda", limits)
     assert made.applied.rewrites, made.why_none()
-    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
-                             problem=original.problem("small", {}), limits=limits, timeout=300)
-    assert verdict.ok, verdict.reason
-    run = TuneRun(verdict.template, TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
-                                                budget=12, probe=False, session_path=tmp_path / "tune.toml")).run()
-    bad = [(r.config, r.status, r.message) for r in run.results if r.status not in ("ok", "pruned")]
-    assert not bad and run.winner_ok
+    gates_and_tunes_on_cuda(original, made.proposal, tmp_path, limits)
 
 
 # tensor-core tiles of the half product: warp layouts, depths and tile shapes

@@ -270,3 +270,115 @@ def test_a_grid_stride_original_is_rewritten_and_reproduces_itself(grid, tmp_pat
     for config in ({}, {"VEC": 4}, {"VEC": 8, "ITEMS": 2}, {"VEC": 2, "BLOCK": 64}):
         ok, worst, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
         assert ok, (config, message)
+
+
+AXPY = """// y = a * x + y over n elements, written once for every precision
+template <typename T>
+__global__ void axpy(const T *x, T *y, T a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+
+template __global__ void axpy<float>(const float *, float *, float, int);
+template __global__ void axpy<double>(const double *, double *, double, int);
+"""
+AXPY_SPEC = """[kernel]
+name = "axpy"
+description = "y = a * x + y"
+entry = "axpy<double>"
+sources = { cuda = "kernel.cu" }
+
+[launch]
+grid = ["ceil_div(n, 256)"]
+block = [256]
+
+[[arg]]
+name = "x"
+dtype = "float64"
+role = "input"
+shape = ["n"]
+
+[[arg]]
+name = "y"
+dtype = "float64"
+role = "inout"
+shape = ["n"]
+
+[[arg]]
+name = "a"
+dtype = "float64"
+role = "scalar"
+value = 1.5
+
+[[arg]]
+name = "n"
+dtype = "int32"
+role = "scalar"
+value = "n"
+
+[[problem]]
+name = "small"
+n = 100003
+
+[[verify.problem]]
+name = "odd"
+n = 5001
+
+[cost]
+bytes = "24 * n"
+flops = "2 * n"
+"""
+
+
+def axpy(tmp_path: Path, source: str = AXPY) -> Path:
+    folder = tmp_path / "axpy"
+    folder.mkdir()
+    (folder / "kernel.cu").write_text(source)
+    (folder / "kernel.toml").write_text(AXPY_SPEC)
+    return folder
+
+
+@pytest.mark.parametrize("head", ["template <typename T>\n__global__", "template <typename T> __global__"])
+def test_a_template_kernel_is_rewritten_beside_itself_as_the_same_template(head, tmp_path):
+    """`template <typename T> axpy`, the entry `axpy<double>`: the rewritten kernel is the same
+    template from its `template` line (the file's instantiations make both), its registers in T,
+    its packs sized at the entry's 8-byte doubles; the original stays as written."""
+    from kerntune.agents.rules import rules_template
+
+    made = rules_template(load_template(axpy(tmp_path, AXPY.replace("template <typename T>\n__global__", head))),
+                          "cuda", GPU)
+    assert [r.name for r in made.applied.rewrites] == ["elementwise"], made.applied.declined
+    source = made.proposal.sources["cuda"]
+    assert f"{head} void __launch_bounds__(BLOCK, BOUNDS) axpy(const T *x, T *y, T a, int n) {{" in source
+    assert f"#else\n{head} void axpy(const T *x, T *y, T a, int n) {{" in source
+    assert "__align__(16) T kt_r0[VEC];" in source
+    assert source.index("extern \"C++\" {") < source.index(f"{head} void __launch_bounds__")  # helpers first
+    vec = next(p for p in made.proposal.parameters if p.name == "VEC")
+    assert vec.values == (1, 2, 4)  # 32 bytes a thread at most: four doubles
+
+
+def test_a_template_kernels_rewrite_compiles_for_every_instantiation_with_nvcc(tmp_path, monkeypatch):
+    if cuda.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    from kerntune.agents.rules import rules_template
+
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    made = rules_template(load_template(axpy(tmp_path)), "cuda", GPU)
+    defaults = {p.name: p.default for p in made.proposal.parameters}
+    for config in ({"VEC": 4, "ITEMS": 2, "CACHE": 1}, {"VEC": 2, "GRID": 4, "BOUNDS": 2}):
+        for entry in ("axpy<double>", "axpy<float>"):  # the file's two instantiations, one module
+            cubin, info, _ = cuda.compile_cubin(made.proposal.sources["cuda"], entry,
+                                                {k: str(v) for k, v in {**defaults, **config}.items()})
+            assert cubin and info.get("spill_stores", 0) == 0 and info.get("stack_frame", 0) == 0, (config, info)
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_template_kernels_rewrite_gates_and_its_configurations_verify(tmp_path):
+    from kerntune.agents.rules import rules_template
+    from kerntune.engine.tune import resolve_device
+
+    _, limits = resolve_device("cuda", 0)
+    from rewrite_support import gates_and_tunes_on_cuda
+
+    original = load_template(axpy(tmp_path))
+    gates_and_tunes_on_cuda(original, rules_template(original, "cuda", limits).proposal, tmp_path, limits)
