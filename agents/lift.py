@@ -786,11 +786,19 @@ def _launch_lifts(original: Template, source: str, analyses: list[KernelAnalysis
         # (a grid that divides by the block itself follows it, whatever else it divides by:
         # `ceil_div(n / 64, 8)` blocks of 8)
         along = grid[dim] if dim < len(grid) else ""
-        multiple = None if tied else (None if _divides_by(along, literal) else _multiple_of(along, literal)) or next(
-            (m for a in original.arguments for e in a.shape if (m := _multiple_of(e.source, literal))), None)
+        multiple = (None if _divides_by(along, literal) else _multiple_of(along, literal)) or (None if tied else next(
+            (m for a in original.arguments for e in a.shape if (m := _multiple_of(e.source, literal))), None))
+        if tied and any(lf.default == multiple and _constant(lf.key) is not None
+                        and (kernel is None or (lf.reads or lf.name) in _body_words(source, kernel)) for lf in lifts):
+            multiple = None  # tiles of another constant the grid follows (a transpose's TILE_DIM rows, BLOCK_ROWS a step)
         if multiple:
             notes.append(f"the launch counts {multiple} elements a block of {literal} threads: the block size in "
-                         f"dimension {'xyz'[dim]} is left alone (the grid and the shapes would not follow it)")
+                         f"dimension {'xyz'[dim]} is left alone (the grid and the shapes would not follow it)"
+                         + (f", and so is {tied[0].origin}, which the kernel takes its thread count from"
+                            if tied else ""))
+            # a constant the kernel maps its threads by (`input[i + BLOCK_DIM]` for the block's
+            # second element) moves with the block or not at all
+            lifts[:] = [lf for lf in lifts if lf not in tied]
             continue
         if tied:
             name = tied[0].name

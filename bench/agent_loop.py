@@ -126,6 +126,9 @@ PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
     "textbook/stencil1d": (None, "16m"),
     "textbook/histo": ("textbook/histo_private", "64m"),  # bins privatised in shared memory
     "textbook/histo_private": (None, "64m"),
+    "textbook/reduce_segmented": ("textbook/reduce_coarsened", "64m"),  # the chapter's coarsened threads
+    "textbook/reduce_coarsened": (None, "64m"),
+    "textbook/scan": (None, "16m"),
     "transpose/transpose_naive": ("transpose/transpose_nobank", "8k"),  # the post's last step
     "transpose/transpose_coalesced": ("transpose/transpose_nobank", "8k"),
     "transpose/transpose_bounds": ("transpose/transpose_nobank", "8k"),

@@ -464,3 +464,16 @@ def test_a_file_scope_const_is_a_named_constant_the_launch_and_the_other_dialect
         assert made.proposal.block[0] == name and made.proposal.grid == (f"n // {name}",) * 2
         assert f"const int TILE_DIM = {name};" in made.proposal.sources["cuda"]
         assert f"#define TILE_DIM {name}" in made.proposal.sources["opencl"]
+
+
+def test_a_block_that_covers_more_elements_than_threads_through_its_constant_stays():
+    """The textbook's segmented sum: blocks of BLOCK_DIM threads each add 2 * BLOCK_DIM elements
+    (`input[i + BLOCK_DIM]`), a grid of ceil_div(n, 512): another BLOCK_DIM, with the block, would
+    leave the grid's 512 and sum half the input (or a quarter). Both stay as written; the
+    Kogge-Stone scan's block is its SECTION_SIZE, which decides what it computes: nothing to lift."""
+    for name in ("textbook/reduce_segmented", "textbook/reduce_coarsened"):
+        made = rules_template(load_template(spec(name)), "opencl", CPU)
+        assert made.proposal is None or "BLOCK_DIM" not in {p.name for p in made.proposal.parameters}
+        assert any("a block of 256 threads" in n and "`#define BLOCK_DIM 256`" in n for n in made.lifted.notes)
+    made = rules_template(load_template(spec("textbook/scan")), "cuda", GPU)
+    assert made.proposal is None and any("512 threads from `SECTION_SIZE`" in n for n in made.lifted.notes)

@@ -1,6 +1,6 @@
 // The course's kernels in OpenCL, as its OpenCL chapter ports them: work-items and work-groups
 // for threads and blocks, __local memory for shared, the mask as a __constant argument, and the
-// 32-bit atomics of OpenCL 1.1 on global and local bins.
+// 32-bit atomics of OpenCL 1.1 on global and local bins; a float total through compare-and-swap.
 
 #define TILE_WIDTH 16
 #define MASK_DIM 5
@@ -10,6 +10,9 @@
 #define RADIUS 3
 #define BLOCK_SIZE 256
 #define NUM_BINS 7
+#define BLOCK_DIM 256
+#define COARSE_FACTOR 4
+#define SECTION_SIZE 512
 
 // one work-item computes one element of P = M N (square Width x Width)
 __kernel void MatrixMulKernel(__global float *M, __global float *N, __global float *P, int Width) {
@@ -212,3 +215,84 @@ __kernel void histo_private_kernel(__global const char *data, unsigned int lengt
         }
     }
 }
+
+// OpenCL 1.2 has no atomic add of floats: the usual compare-and-swap loop on the bits
+void atomic_add_float(volatile __global float *addr, float value) {
+    union { unsigned int u; float f; } old, next;
+    do {
+        old.f = *addr;
+        next.f = old.f + value;
+    } while (atomic_cmpxchg((volatile __global unsigned int *)addr, old.u, next.u) != old.u);
+}
+
+// sum reduction into one total (the total starts at what `output` holds), one atomic a group
+__kernel void SegmentedSumReductionKernel(__global const float *input, __global float *output, int n) {
+    __local float input_s[BLOCK_DIM];
+    unsigned int segment = 2 * get_local_size(0) * get_group_id(0);
+    unsigned int i = segment + get_local_id(0);
+    unsigned int t = get_local_id(0);
+    float a = i < n ? input[i] : 0.0f;
+    float b = i + BLOCK_DIM < n ? input[i + BLOCK_DIM] : 0.0f;
+    input_s[t] = a + b;
+    for (unsigned int stride = get_local_size(0) / 2; stride >= 1; stride /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (t < stride) {
+            input_s[t] += input_s[t + stride];
+        }
+    }
+    if (t == 0) {
+        atomic_add_float(output, input_s[0]);
+    }
+}
+
+// thread coarsening: each thread first adds COARSE_FACTOR * 2 elements a block's width apart
+__kernel void CoarsenedSumReductionKernel(__global const float *input, __global float *output, int n) {
+    __local float input_s[BLOCK_DIM];
+    unsigned int segment = COARSE_FACTOR * 2 * get_local_size(0) * get_group_id(0);
+    unsigned int i = segment + get_local_id(0);
+    unsigned int t = get_local_id(0);
+    float sum = i < n ? input[i] : 0.0f;
+    for (unsigned int tile = 1; tile < COARSE_FACTOR * 2; ++tile) {
+        if (i + tile * BLOCK_DIM < n) {
+            sum += input[i + tile * BLOCK_DIM];
+        }
+    }
+    input_s[t] = sum;
+    for (unsigned int stride = get_local_size(0) / 2; stride >= 1; stride /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (t < stride) {
+            input_s[t] += input_s[t + stride];
+        }
+    }
+    if (t == 0) {
+        atomic_add_float(output, input_s[0]);
+    }
+}
+
+// inclusive scan of each SECTION_SIZE section (Kogge-Stone): a block of SECTION_SIZE threads, each
+// step adding the element `stride` to the left, read before any thread writes
+
+__kernel void Kogge_Stone_scan_kernel(__global const float *X, __global float *Y, unsigned int N) {
+    __local float XY[SECTION_SIZE];
+    unsigned int i = get_group_id(0) * get_local_size(0) + get_local_id(0);
+    if (i < N) {
+        XY[get_local_id(0)] = X[i];
+    } else {
+        XY[get_local_id(0)] = 0.0f;
+    }
+    for (unsigned int stride = 1; stride < get_local_size(0); stride *= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float temp;
+        if (get_local_id(0) >= stride) {
+            temp = XY[get_local_id(0)] + XY[get_local_id(0) - stride];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (get_local_id(0) >= stride) {
+            XY[get_local_id(0)] = temp;
+        }
+    }
+    if (i < N) {
+        Y[i] = XY[get_local_id(0)];
+    }
+}
+

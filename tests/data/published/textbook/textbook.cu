@@ -1,7 +1,8 @@
 // Kernels of a GPU programming course, chapter by chapter, as its textbook writes them: a matrix
 // product one thread per element and then in shared-memory tiles, a 2-D convolution with its mask
 // in constant memory, a 1-D stencil through a shared tile with halo, and a text histogram with
-// atomics, first on global bins and then on bins privatised in shared memory.
+// atomics, first on global bins and then on bins privatised in shared memory; a sum reduction
+// into one total by atomics, its threads coarsened; a Kogge-Stone scan of each section.
 #include <cuda_runtime.h>
 
 #define TILE_WIDTH 16
@@ -12,6 +13,9 @@
 #define RADIUS 3
 #define BLOCK_SIZE 256
 #define NUM_BINS 7
+#define BLOCK_DIM 256
+#define COARSE_FACTOR 4
+#define SECTION_SIZE 512
 
 // ---------------------------------------------------------------------------------------------
 // matrix product P = M N of square Width x Width matrices
@@ -227,6 +231,81 @@ __global__ void histo_private_kernel(const char *data, unsigned int length, unsi
         if (binValue > 0) {
             atomicAdd(&(histo[bin]), binValue);
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// sum reduction into one total (the total starts at what `output` holds): each block sums its
+// segment in shared memory, halving the active threads each step, and adds it with one atomic
+
+__global__ void SegmentedSumReductionKernel(const float *input, float *output, int n) {
+    __shared__ float input_s[BLOCK_DIM];
+    unsigned int segment = 2 * blockDim.x * blockIdx.x;
+    unsigned int i = segment + threadIdx.x;
+    unsigned int t = threadIdx.x;
+    float a = i < n ? input[i] : 0.0f;
+    float b = i + BLOCK_DIM < n ? input[i + BLOCK_DIM] : 0.0f;
+    input_s[t] = a + b;
+    for (unsigned int stride = blockDim.x / 2; stride >= 1; stride /= 2) {
+        __syncthreads();
+        if (t < stride) {
+            input_s[t] += input_s[t + stride];
+        }
+    }
+    if (t == 0) {
+        atomicAdd(output, input_s[0]);
+    }
+}
+
+// thread coarsening: each thread first adds COARSE_FACTOR * 2 elements a block's width apart
+__global__ void CoarsenedSumReductionKernel(const float *input, float *output, int n) {
+    __shared__ float input_s[BLOCK_DIM];
+    unsigned int segment = COARSE_FACTOR * 2 * blockDim.x * blockIdx.x;
+    unsigned int i = segment + threadIdx.x;
+    unsigned int t = threadIdx.x;
+    float sum = i < n ? input[i] : 0.0f;
+    for (unsigned int tile = 1; tile < COARSE_FACTOR * 2; ++tile) {
+        if (i + tile * BLOCK_DIM < n) {
+            sum += input[i + tile * BLOCK_DIM];
+        }
+    }
+    input_s[t] = sum;
+    for (unsigned int stride = blockDim.x / 2; stride >= 1; stride /= 2) {
+        __syncthreads();
+        if (t < stride) {
+            input_s[t] += input_s[t + stride];
+        }
+    }
+    if (t == 0) {
+        atomicAdd(output, input_s[0]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// inclusive scan of each SECTION_SIZE section (Kogge-Stone): a block of SECTION_SIZE threads, each
+// step adding the element `stride` to the left, read before any thread writes
+
+__global__ void Kogge_Stone_scan_kernel(const float *X, float *Y, unsigned int N) {
+    __shared__ float XY[SECTION_SIZE];
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) {
+        XY[threadIdx.x] = X[i];
+    } else {
+        XY[threadIdx.x] = 0.0f;
+    }
+    for (unsigned int stride = 1; stride < blockDim.x; stride *= 2) {
+        __syncthreads();
+        float temp;
+        if (threadIdx.x >= stride) {
+            temp = XY[threadIdx.x] + XY[threadIdx.x - stride];
+        }
+        __syncthreads();
+        if (threadIdx.x >= stride) {
+            XY[threadIdx.x] = temp;
+        }
+    }
+    if (i < N) {
+        Y[i] = XY[threadIdx.x];
     }
 }
 
