@@ -133,6 +133,8 @@ PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
     "transpose/transpose_coalesced": ("transpose/transpose_nobank", "8k"),
     "transpose/transpose_bounds": ("transpose/transpose_nobank", "8k"),
     "transpose/transpose_nobank": ("transpose/copy", "8k"),  # the post's bar: a copy
+    "samples/vectoradd": (None, "50m"),
+    "samples/matrixmul": (None, "4096"),
     "oclsdk/vectoradd4": (None, "64m"),
     "oclsdk/dotproduct": (None, "16m"),
     "oclsdk/reducefloat4": (None, "16m"),

@@ -67,7 +67,7 @@ SLOW_CASES = {
         "sgemm/sgemm_naive", "reduction/reduce0", "reduction/reduce1", "reduction/reduce2", "reduction/reduce5",
         "reduction/reduce6", "stencils/heat_step", "stencils/stencil7_zloop", "stencils/stencil7", "llm/encoder1",
         "llm/encoder2", "llm/softmax4", "textbook/matmul", "textbook/conv2d_tiled", "transpose/transpose_nobank",
-        "llm/matmul1"),
+        "llm/matmul1", "samples/vectoradd"),
     "test_a_constant_that_lays_out_the_grid_or_an_output_stays_and_the_original_path_verifies": (
         "reduce_nodivergence",),
     "test_a_grid_stride_original_is_rewritten_and_reproduces_itself": ("16",),

@@ -140,6 +140,7 @@ CUDA = {
     "llm/encoder1": (["rowwise"], ({"LANES": 32},)),
     "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2, "CACHE": 1},)),
     "llm/softmax4": (["fast_math"], ({"BLOCK": 128, "FAST_MATH": 1},)),  # cg::reduce over tiles of 32
+    "samples/vectoradd": (["elementwise"], ({"VEC": 4, "ITEMS": 2},)),
     "textbook/matmul": (["contraction"], ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4},)),
     "llm/matmul1": (["contraction"], ({"BK": 16, "BM": 64, "BN": 32, "TM": 4, "TN": 4},)),  # a bias to start from
     # the mask a `__constant__` array of the file, the tile in shared memory beside it
@@ -270,7 +271,7 @@ GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0",
                "textbook/matmul", "textbook/matmul_tiled", "textbook/matmul_tiled_bounds", "textbook/conv2d",
                "textbook/conv2d_tiled", "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo",
                "textbook/histo_private", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
-               "transpose/transpose_nobank", "transpose/transpose_bounds")
+               "transpose/transpose_nobank", "transpose/transpose_bounds", "samples/vectoradd")
 
 
 @pytest.mark.gpu
@@ -477,3 +478,13 @@ def test_a_block_that_covers_more_elements_than_threads_through_its_constant_sta
         assert any("a block of 256 threads" in n and "`#define BLOCK_DIM 256`" in n for n in made.lifted.notes)
     made = rules_template(load_template(spec("textbook/scan")), "cuda", GPU)
     assert made.proposal is None and any("512 threads from `SECTION_SIZE`" in n for n in made.lifted.notes)
+
+
+def test_a_sample_whose_tile_is_the_entrys_template_argument_keeps_it_and_says_why():
+    """The CUDA samples' `MatrixMulCUDA<32>`: its tile, its block (32, 32) and its grid's steps
+    are the template argument the entry names; another value would name another kernel, so
+    nothing is lifted, and the notes say so (name the kernel without its arguments to tune them)."""
+    made = rules_template(load_template(spec("samples/matrixmul")), "cuda", GPU)
+    assert made.proposal is None
+    assert any("spells its template arguments" in n for n in made.lifted.notes)
+    assert any("the template argument BLOCK_SIZE of `MatrixMulCUDA<32>`" in n for n in made.lifted.notes)
