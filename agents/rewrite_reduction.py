@@ -9,6 +9,10 @@ What the analysis must show (else it declines with the reason):
   slot set to the padding and then, under `if (i < n)`, to the value, directly or through a
   local), where `i` is the block's B elements in a run (`blockIdx.x * B + threadIdx.x` or
   `get_global_id(0)`): read symbolically, statement by statement, into one value `i < X ? E : P`;
+  or a grid-stride loop of the thread's own before the tree (the samples' reduce6: from
+  `blockIdx.x * R + threadIdx.x` by `R * gridDim.x` while `i < X`, combining elements into one
+  accumulator from the operator's identity), read as one run's value, block j's partial being over
+  the runs j, j + grid, ...;
 - then a barrier and one loop, whose steps (simulated for every thread at B, every step's
   condition, destination and source evaluated) combine slots pairwise with `+`, a max or a min,
   never a slot another thread writes in the same step, ending with slot 0 holding every slot's
@@ -21,6 +25,8 @@ What the analysis must show (else it declines with the reason):
 
 The new kernel (beside the original; its switch at 0 is the original token for token):
 
+- per block over a grid-stride loop: the original's grid (its blocks are the partials), THREADS
+  threads a block taking the block's runs ITEMS loads at a time;
 - per block: LANES threads (8, 16 or 32) take a block's B elements (the original's segment), each
   B / LANES of them strided by LANES (coalesced), combine them in a register, then across the
   lanes; lane 0 runs the original's last statements for that segment. THREADS threads per block,
@@ -936,10 +942,21 @@ def _tree(ctx, stmts, text_of, S: str, env, ids, B: int, dialect: str) -> tuple[
         raise Decline("the tree counts a value twice in slot 0")
     if content[0] != (1 << B) - 1:
         raise Decline(f"the tree does not gather all {B} slots into slot 0")
-    if lockstep and dialect != "cuda":
-        raise Decline("the tree's last steps run without barriers, a warp's threads in lockstep, which OpenCL does "
-                      "not promise")
+    if lockstep and dialect != "cuda" and not in_warps(ctx.limits):
+        raise Decline(f"the tree's last steps run without barriers, a warp's threads in lockstep, which OpenCL does "
+                      f"not promise and {ctx.limits.name or 'this device'} does not do (only NVIDIA's and AMD's GPUs "
+                      f"run their work-items 32 or 64 at a time)")
     return kind[0], combine, mirror if mirrored else "", lockstep
+
+
+def in_warps(limits) -> bool:
+    """Whether an OpenCL device runs its work-items in warps of at least 32 (NVIDIA's GPUs) or
+    wavefronts of 64 (AMD's), as the vendors' own OpenCL samples assume in a last warp without
+    barriers; OpenCL itself promises no such thing, and a CPU's runtime runs each work-item
+    alone between barriers."""
+    words = f"{limits.vendor} {limits.name}".lower()
+    gpu = limits.extra.get("device_type", "gpu") == "gpu" and limits.warp_size >= 32
+    return gpu and any(w in words for w in ("nvidia", "advanced micro devices", "amd"))
 
 
 def _where(st: _Step) -> str:
@@ -1114,10 +1131,14 @@ def _rewrite(ctx: RewriteContext, r: Reduction) -> Rewrite:
         first = {names["GRID"]: (0, 2, 8), names["THREADS"]: (256, 512), names["ITEMS"]: (1, 4)}
         what = (f"reduction: an atomic {r.op} of all the elements, GRID blocks per multiprocessor striding over them, "
                 f"ITEMS loads in flight per thread, one atomic per block")
-    if r.lockstep:
+    if r.lockstep and d.name == "cuda":
         what += ("; the original's last steps run without barriers or __syncwarp, a warp's threads assumed in "
                  "lockstep: a race on Volta and later GPUs (independent thread scheduling), which the rewrite's "
                  "shuffles do not have")
+    elif r.lockstep:
+        what += ("; the original's last steps run without barriers, a warp's work-items assumed in lockstep, "
+                 "which OpenCL does not promise (a race on NVIDIA's Volta and later GPUs, and wherever a runtime "
+                 "runs work-items apart): the rewrite combines in local memory with a barrier at every step")
     constraints += pinned(ctx, off)
     for name, value in ctx.defaults.items():
         first[name] = (value,)

@@ -319,6 +319,46 @@ def test_a_loop_before_the_tree_is_rewritten_and_reproduced_on_pocl(case, tmp_pa
     assert ok, (config, message)
 
 
+# the vendors' OpenCL samples' last warp: the tree's last six levels without barriers, through a
+# volatile alias of the local array
+LAST_WARP = (NAIVE / "reduce_firstadd" / "kernel.cl").read_text().replace(
+    "    for (unsigned int s = 256 / 2; s > 0; s >>= 1) {",
+    "    for (unsigned int s = 256 / 2; s > 32; s >>= 1) {").replace(
+    "    if (tid == 0) g_odata",
+    "    if (tid < 32) {\n        volatile __local float *smem = sdata;\n"
+    + "".join(f"        smem[tid] += smem[tid + {k}];\n" for k in (32, 16, 8, 4, 2, 1))
+    + "    }\n    if (tid == 0) g_odata")
+NVIDIA_CL = DeviceLimits("opencl", "NVIDIA H100 80GB HBM3", vendor="NVIDIA Corporation", warp_size=32, sm_count=132,
+                         max_threads_per_block=1024, max_shared_per_block=49152, extra={"device_type": "gpu"})
+
+
+def test_an_opencl_last_warp_without_barriers_is_taken_on_gpus_that_run_warps(tmp_path, opencl_backend):
+    """OpenCL promises no lockstep: on a device that runs work-items apart (a CPU) the tree's last
+    warp is declined as what it is; on NVIDIA's and AMD's GPUs, whose work-items run 32 or 64 at a
+    time as the vendors' samples assume, it is taken and the plan says the original is a race
+    there too. The rewrite's local-memory combine has a barrier at every step: on PoCL its
+    configurations give the reference's sums (the original itself may not, its work-items run apart)."""
+    import shutil
+
+    from kerntune.engine.proposal import write_template
+
+    assert "smem[tid] += smem[tid + 1];" in LAST_WARP
+    folder = tmp_path / "spec"
+    shutil.copytree(NAIVE / "reduce_firstadd", folder)
+    (folder / "kernel.cl").write_text(LAST_WARP)
+    original = load_template(folder)
+    on_cpu = rules_template(original, "opencl", CPU)
+    assert "reduction" not in [r.name for r in on_cpu.applied.rewrites]
+    assert "which OpenCL does not promise" in {d.name: d.reason for d in on_cpu.applied.declined}["reduction"]
+    made = rules_template(original, "opencl", NVIDIA_CL)
+    assert [r.name for r in made.applied.rewrites] == ["reduction"], made.applied.declined
+    assert "a barrier at every step" in made.applied.rewrites[0].description
+    template = write_template(original, made.proposal, tmp_path / "tpl", CPU)
+    ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
+    result = ev.evaluate({**template.default_config(), "LANES": 32, "THREADS": 64, "GRID": 1})
+    assert result.status == "ok", result.message
+
+
 TREE = """__global__ void part(const float *in, float *out, int n) {
     __shared__ float s[256];
     int t = threadIdx.x;
