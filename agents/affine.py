@@ -11,89 +11,8 @@ fails. From the polynomial a rewrite reads how an index moves with a variable (i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .kernel_tree import syntax_nodes
-
-Monomial = tuple[str, ...]  # sorted names, repeated for powers; () is the constant term
-
-
-@dataclass(frozen=True)
-class Poly:
-    """A polynomial with whole coefficients: monomial -> coefficient (no zero coefficients)."""
-
-    terms: tuple[tuple[Monomial, int], ...]
-
-    @staticmethod
-    def of(d: dict[Monomial, int]) -> "Poly":
-        return Poly(tuple(sorted((m, c) for m, c in d.items() if c)))
-
-    @staticmethod
-    def const(c: int) -> "Poly":
-        return Poly.of({(): c})
-
-    @staticmethod
-    def name(n: str) -> "Poly":
-        return Poly.of({(n,): 1})
-
-    def as_dict(self) -> dict[Monomial, int]:
-        return dict(self.terms)
-
-    def __add__(self, other: "Poly") -> "Poly":
-        d = self.as_dict()
-        for m, c in other.terms:
-            d[m] = d.get(m, 0) + c
-        return Poly.of(d)
-
-    def __neg__(self) -> "Poly":
-        return Poly.of({m: -c for m, c in self.terms})
-
-    def __sub__(self, other: "Poly") -> "Poly":
-        return self + (-other)
-
-    def __mul__(self, other: "Poly") -> "Poly":
-        d: dict[Monomial, int] = {}
-        for m1, c1 in self.terms:
-            for m2, c2 in other.terms:
-                m = tuple(sorted(m1 + m2))
-                d[m] = d.get(m, 0) + c1 * c2
-        return Poly.of(d)
-
-    def names(self) -> set[str]:
-        return {n for m, _ in self.terms for n in m}
-
-    def degree_in(self, var: str) -> int:
-        return max((m.count(var) for m, _ in self.terms), default=0)
-
-    def coefficient(self, var: str) -> "Poly":
-        """The polynomial multiplying `var` (the expression must be linear in it)."""
-        d: dict[Monomial, int] = {}
-        for m, c in self.terms:
-            if var in m:
-                rest = list(m)
-                rest.remove(var)
-                d[tuple(rest)] = d.get(tuple(rest), 0) + c
-        return Poly.of(d)
-
-    def without(self, var: str) -> "Poly":
-        """The terms that do not read `var`."""
-        return Poly.of({m: c for m, c in self.terms if var not in m})
-
-    def constant(self) -> int | None:
-        """Its value when it reads no name, else None."""
-        if not self.terms:
-            return 0
-        return self.terms[0][1] if len(self.terms) == 1 and self.terms[0][0] == () else None
-
-    def substitute(self, var: str, value: "Poly") -> "Poly":
-        out = Poly.const(0)
-        for m, c in self.terms:
-            term = Poly.const(c)
-            for n in m:
-                term = term * (value if n == var else Poly.name(n))
-            out = out + term
-        return out
-
+from .model import Poly  # the kernel model's polynomials: whole coefficients over names
 
 class NotAffine(ValueError):
     """An expression that cannot be read as a polynomial in the names asked about; one line."""
@@ -142,7 +61,7 @@ def _poly(node, text_of, watched: frozenset[str]) -> Poly:
             right = _poly(node.child_by_field_name("right"), text_of, watched)
             return left + right if op == "+" else left - right if op == "-" else left * right
         if op == "<<":
-            shift = _poly(node.child_by_field_name("right"), text_of, watched).constant()
+            shift = _poly(node.child_by_field_name("right"), text_of, watched).number
             if shift is not None and 0 <= shift < 63:
                 return _poly(node.child_by_field_name("left"), text_of, watched) * Poly.const(1 << shift)
     text = " ".join(text_of(node).split())
@@ -171,4 +90,4 @@ def slope(text: str, var: str, watched: frozenset[str] | set[str] = frozenset())
         return None
     if p.degree_in(var) > 1:
         return None
-    return p.coefficient(var).constant()
+    return p.coefficient(var).number

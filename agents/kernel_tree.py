@@ -33,7 +33,7 @@ from kerntune.engine.signature import KernelSignature, parse_kernels
 
 from . import model
 from .model import (EITHER, Access, Accumulator, Guard, KernelModel, Loop, Slope, Span, ThreadIndex,
-                    function_name, id_of, identifiers, integer, parse_expression)
+                    function_declarator, function_name, id_of, identifiers, integer, parse_expression)
 
 # ids a thread reads, by kind: CUDA fields and OpenCL functions (the model's dialect table, in this
 # view's words)
@@ -94,11 +94,7 @@ class KernelAnalysis:
 
     def arrays(self) -> dict[str, tuple[bool, bool]]:
         """Each array the kernel accesses: (read, written)."""
-        out: dict[str, tuple[bool, bool]] = {}
-        for a in self.accesses:
-            r, w = out.get(a.array, (False, False))
-            out[a.array] = (r or a.read, w or a.write)
-        return out
+        return model.arrays_of(self.accesses)
 
 
 class KernelTreeError(ValueError):
@@ -395,9 +391,7 @@ def explicit_instantiations(source: str, kernel: str) -> list[ExplicitInstantiat
         return []
     out = []
     for node, _ in syntax_nodes(source, ("template_instantiation",)):
-        d = node.child_by_field_name("declarator")
-        while d is not None and d.type != "function_declarator":
-            d = d.child_by_field_name("declarator")
+        d = function_declarator(node)
         target = d.child_by_field_name("declarator") if d is not None else None
         while target is not None and target.type == "qualified_identifier":
             target = target.child_by_field_name("name")

@@ -31,10 +31,11 @@ What a `KernelModel` holds:
   initialisers;
 - `aliases` (local pointers into an argument, `p + off` or `p - off`, never moved, with their
   offset) and `casts` (any other local pointer into arguments: of another type, moved, made by a
-  call; with the arguments its initialiser names), `opaque` (the arguments the body reaches other than by an access it
-  read: a cast, an element's address taken, a call's argument), `arg_types` (each pointer
-  argument's element type as written), `guard` (the first `if` of the body when it bounds one
-  name: `if (i < n)`, `if (i >= n) return;`).
+  call; with the arguments its initialiser names), `opaque` (the arguments the body reaches
+  other than by an access it read: a cast, an element's address taken, a call's argument),
+  `arg_types` (each pointer argument's element type as written), `guard` (the first `if` of the
+  body when it bounds one name: `if (i < n)`, `if (i >= n) return;`), `types` and `scalars` (each
+  local's declared type, and those declared as plain scalars).
 
 `KernelModel.slope(index, var)` tells how an index moves as a variable moves by one, through div
 and mod too (with the conditions under which it holds); `KernelModel.inline` writes an expression
@@ -211,6 +212,14 @@ class Poly:
         return Poly((((value,), 1),))
 
     @staticmethod
+    def const(c: int) -> "Poly":
+        return Poly.of(c)
+
+    @staticmethod
+    def name(n: str) -> "Poly":
+        return Poly.of(n)
+
+    @staticmethod
     def _make(d: Mapping[Monomial, int]) -> "Poly":
         return Poly(tuple(sorted((m, c) for m, c in d.items() if c)))
 
@@ -249,6 +258,33 @@ class Poly:
 
     def names(self) -> set[str]:
         return {n for m, _ in self.terms for n in m}
+
+    def degree_in(self, var: str) -> int:
+        return max((m.count(var) for m, _ in self.terms), default=0)
+
+    def coefficient(self, var: str) -> "Poly":
+        """The polynomial multiplying `var` (the polynomial must be linear in it)."""
+        d: dict[Monomial, int] = {}
+        for m, c in self.terms:
+            if var in m:
+                rest = list(m)
+                rest.remove(var)
+                d[tuple(rest)] = d.get(tuple(rest), 0) + c
+        return Poly._make(d)
+
+    def without(self, var: str) -> "Poly":
+        """The terms that do not read `var`."""
+        return Poly._make({m: c for m, c in self.terms if var not in m})
+
+    def substitute(self, var: str, value: "Poly") -> "Poly":
+        """`var` replaced by `value`."""
+        out = Poly()
+        for m, c in self.terms:
+            term = Poly.of(c)
+            for n in m:
+                term = term * (value if n == var else Poly.of(n))
+            out = out + term
+        return out
 
     def evaluate(self, env: Mapping[str, int]) -> int | None:
         """Its value with every name given by `env`; None when a name is not there."""
@@ -598,11 +634,7 @@ class KernelModel:
 
     def arrays_used(self) -> dict[str, tuple[bool, bool]]:
         """Each array the kernel accesses: (read, written)."""
-        out: dict[str, tuple[bool, bool]] = {}
-        for a in self.accesses:
-            r, w = out.get(a.array, (False, False))
-            out[a.array] = (r or a.read, w or a.write)
-        return out
+        return arrays_of(self.accesses)
 
     def slope(self, index: str, var: str, moving_ids: bool = True) -> "Slope":
         """How `index` moves when `var` moves by one, through div and mod (see `Slope`); the thread
@@ -789,6 +821,15 @@ def identifiers(node) -> list:
     return sorted(out, key=lambda n: n.start_byte)
 
 
+def arrays_of(accesses: Iterable[Access]) -> dict[str, tuple[bool, bool]]:
+    """Each array of the accesses: (read, written)."""
+    out: dict[str, tuple[bool, bool]] = {}
+    for a in accesses:
+        r, w = out.get(a.array, (False, False))
+        out[a.array] = (r or a.read, w or a.write)
+    return out
+
+
 # reading ------------------------------------------------------------------------------------------------
 
 def build(source: str, entry: str | None = None, at: int | None = None) -> KernelModel:
@@ -913,10 +954,17 @@ def id_of(node) -> tuple[str, int] | None:
     return None
 
 
-def function_name(fn) -> str:
-    d = fn.child_by_field_name("declarator")
+def function_declarator(node):
+    """The declarator of a function definition or declaration that holds its name and parameters
+    (past pointers and references in its return type), or None."""
+    d = node.child_by_field_name("declarator")
     while d is not None and d.type != "function_declarator":
         d = d.child_by_field_name("declarator")
+    return d
+
+
+def function_name(fn) -> str:
+    d = function_declarator(fn)
     return callee(d.child_by_field_name("declarator")) if d is not None else ""
 
 
@@ -1358,9 +1406,7 @@ class _Walk:
     def _arg_types(self) -> dict[str, str]:
         """Each pointer argument's element type as written, qualifiers left out (`floatX`, `T`)."""
         out = {}
-        d = self.fn.child_by_field_name("declarator")
-        while d is not None and d.type != "function_declarator":
-            d = d.child_by_field_name("declarator")
+        d = function_declarator(self.fn)
         params = d.child_by_field_name("parameters") if d is not None else None
         for p in params.named_children if params is not None else []:
             if p.type != "parameter_declaration":
@@ -1399,9 +1445,7 @@ class _Walk:
         return None
 
     def _function(self, fn, kernel: bool) -> Function:
-        d = fn.child_by_field_name("declarator")
-        while d is not None and d.type != "function_declarator":
-            d = d.child_by_field_name("declarator")
+        d = function_declarator(fn)
         name = d.child_by_field_name("declarator") if d is not None else None
         start = self.r.marks.head(fn)
         while start < fn.start_byte and self.r.raw[start:start + 1].isspace():

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .model import Access, KernelModel
+from .model import Access, KernelModel, function_declarator
 from .passes import defaults
 from .rewrite_elementwise import CUDA_HELPERS, OPENCL_HALF_HELPERS, OPENCL_HELPERS, indented
 from . import syntax as sx
@@ -162,7 +162,7 @@ def plan(src: bytes, fn, body, loops: list, stores: list, sites: list, dialect: 
 def _bounds(src: bytes, fn, body, head: int) -> tuple[str, str] | None:
     """The kernel's head, cut before its name, for a declaration with launch bounds (nvcc applies a
     declaration's bounds to the definition that follows); None for a template or one with bounds."""
-    decl = _function_declarator(fn)
+    decl = function_declarator(fn)
     p = fn.parent
     if decl is None or (p is not None and p.type == "template_declaration") \
             or b"__launch_bounds__" in src[head:body.start_byte]:
@@ -349,13 +349,6 @@ def _impure(node, assigned: set) -> str:
         if n.type == "unary_expression" and sx.text(n.child_by_field_name("operator")) not in ("-", "+", "~", "!"):
             return f"applies {sx.text(n.child_by_field_name('operator'))}"
     return ""
-
-
-def _function_declarator(fn):
-    decl = fn.child_by_field_name("declarator")
-    while decl is not None and decl.type != "function_declarator":
-        decl = decl.child_by_field_name("declarator")
-    return decl
 
 
 def _pointers(m: KernelModel) -> dict[str, tuple[str, str | None]]:
