@@ -471,8 +471,8 @@ def _run(ctx, start: str) -> int:
     """R of a counter starting at `blockIdx.x * R + threadIdx.x`: the elements a block's threads
     start a run of; Decline otherwise."""
     p = _block_form(ctx, start)
-    run = p.coefficient("kt_j").constant()
-    if run is None or run <= 0 or p.coefficient("kt_t").constant() != 1 or p.degree_in("kt_j") > 1 or \
+    run = p.coefficient("kt_j").number
+    if run is None or run <= 0 or p.coefficient("kt_t").number != 1 or p.degree_in("kt_j") > 1 or \
             p.degree_in("kt_t") > 1 or p.without("kt_j").without("kt_t").terms:
         raise Decline(f"the loop before the tree starts at `{start}`, not at `blockIdx.x * R + threadIdx.x`")
     return run
