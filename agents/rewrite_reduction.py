@@ -146,16 +146,24 @@ def read(ctx: RewriteContext) -> Reduction:
         raise Decline("not one guard (`if (tid == 0)`) around the last statements")
     final_at = body.guard_at[0]
     barriers = [k for k, s in enumerate(stmts) if _is_barrier(ctx, s)]
+    stores_end = barriers[0] if barriers else None
     tree_at = barriers[0] + 1 if barriers else final_at
+    if not barriers:
+        # a textbook's tree: each step's barrier first in the loop (`for (...) { __syncthreads();
+        # if (t < stride) ... }`), so the first step's barrier ends the stores, as one before the loop would
+        first = next((k for k, s in enumerate(stmts[:final_at]) if s.type == "for_statement"
+                      and _barrier_first(ctx, s)), None)
+        if first is not None:
+            stores_end = tree_at = first
     loops = ("for_statement", "while_statement")
-    if not barriers or sum(s.type in loops for s in stmts[:barriers[0]]) > 1 or any(
-            s.type == "while_statement" for s in stmts[barriers[0]:]) or tree_at >= final_at or any(
+    if stores_end is None or sum(s.type in loops for s in stmts[:stores_end]) > 1 or any(
+            s.type == "while_statement" for s in stmts[stores_end:]) or tree_at >= final_at or any(
             s.type not in ("for_statement", "if_statement") and not _is_barrier(ctx, s)
             for s in stmts[tree_at:final_at]):
         raise Decline("not: stores, one barrier, one loop, then the last statements under a guard")
     ids = {**{t: "kt_t" for t in T_IDS}, **{j: "kt_j" for j in J_IDS}, **{b: str(B) for b in B_IDS},
            "get_global_id(0)": f"(kt_j * {B} + kt_t)", "get_global_size(0)": f"({B} * get_num_groups(0))"}
-    env, loop = _stores(ctx, a, stmts[:barriers[0]], text_of, S, ids)
+    env, loop = _stores(ctx, a, stmts[:stores_end], text_of, S, ids)
     if S not in env:
         raise Decline(f"no thread stores its value into `{S}[tid]` before the barrier")
     op, combine, mirror, lockstep = _tree(ctx, stmts[tree_at:final_at], text_of, S, env, ids, B, ctx.backend)
@@ -268,6 +276,14 @@ def _shared_type(ctx, a, body, S: str) -> str:
             if t is not None:
                 return body.text_of(t)
     return "float"
+
+
+def _barrier_first(ctx, loop) -> bool:
+    """Whether a loop's body begins with the block's barrier."""
+    body = loop.child_by_field_name("body")
+    first = next((c for c in body.named_children if c.type != "comment"), None) \
+        if body is not None and body.type == "compound_statement" else body
+    return first is not None and _is_barrier(ctx, first)
 
 
 def _is_barrier(ctx, s, scope: str = "block") -> bool:

@@ -60,6 +60,8 @@ OPENCL = {
     "textbook/stencil1d": ([], ({"BLOCK_SIZE": 64},)),
     "textbook/stencil1d_global": (["stencil"], ({"TILE": 1, "ITEMS": 4},)),
     "textbook/histo_private": ([], ({"BLOCK": 64},)),
+    # the textbook's segmented sum: the barrier first in each step of the tree, an atomic a block
+    "textbook/reduce_segmented": (["reduction"], ({"GRID": 2, "THREADS": 128, "ITEMS": 2},)),
     # the transpose post's steps: TILE_DIM x BLOCK_ROWS blocks, the grid in tiles of TILE_DIM (the
     # #defines read parameters of other names: the CUDA file's constants are `const int TILE_DIM`)
     "transpose/transpose_nobank": ([], ({"TILE_DIM_SIZE": 16, "BLOCK_ROWS_SIZE": 4},)),
@@ -99,6 +101,8 @@ def test_a_published_kernel_is_rewritten_gated_and_reproduced_on_pocl(name, tmp_
 DECLINED = {
     "sgemm/sgemm_shared": ("opencl", "contraction", "already cooperate"),
     "sgemm/mygemm2": ("opencl", "contraction", "already cooperate"),
+    # the textbook's coarsened sum: its loop before the tree counts tiles, not the element's index
+    "textbook/reduce_coarsened": ("opencl", "reduction", "the loop before the tree steps by `++tile`"),
 }
 
 
@@ -141,6 +145,7 @@ CUDA = {
     "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2, "CACHE": 1},)),
     "llm/softmax4": (["fast_math"], ({"BLOCK": 128, "FAST_MATH": 1},)),  # cg::reduce over tiles of 32
     "samples/vectoradd": (["elementwise"], ({"VEC": 4, "ITEMS": 2},)),
+    "textbook/reduce_segmented": (["reduction"], ({"GRID": 4, "THREADS": 512, "ITEMS": 4},)),
     "textbook/matmul": (["contraction"], ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4},)),
     "llm/matmul1": (["contraction"], ({"BK": 16, "BM": 64, "BN": 32, "TM": 4, "TN": 4},)),  # a bias to start from
     # the mask a `__constant__` array of the file, the tile in shared memory beside it
@@ -271,7 +276,8 @@ GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0",
                "textbook/matmul", "textbook/matmul_tiled", "textbook/matmul_tiled_bounds", "textbook/conv2d",
                "textbook/conv2d_tiled", "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo",
                "textbook/histo_private", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
-               "transpose/transpose_nobank", "transpose/transpose_bounds", "samples/vectoradd")
+               "transpose/transpose_nobank", "transpose/transpose_bounds", "samples/vectoradd",
+               "textbook/reduce_segmented")
 
 
 @pytest.mark.gpu
