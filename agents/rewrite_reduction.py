@@ -335,15 +335,12 @@ def _stores(ctx, a, stmts, text_of, S: str, ids) -> tuple[dict[str, str], Stride
                     affine.read(text).without("kt_t").terms:
                 raise Decline(f"a thread stores into `{S}` at `{text}`, not its own slot")
 
-    for s in stmts:
-        if s.type in ("for_statement", "while_statement"):
-            loop = _accumulated(ctx, s, text_of, S, env, value, own_slot)
-            continue
+    def take(s) -> None:
         if s.type == "declaration":
             for d in s.children_by_field_name("declarator"):
                 if d.type == "init_declarator":
                     env[text_of(d.child_by_field_name("declarator"))] = value(d.child_by_field_name("value"))
-            continue
+            return
         cond = None
         targets = s
         if s.type == "if_statement":
@@ -369,7 +366,77 @@ def _stores(ctx, a, stmts, text_of, S: str, ids) -> tuple[dict[str, str], Stride
                     raise Decline(f"`{name}` is set under a condition only")
                 new = f"({cond}) ? ({new}) : ({env[name]})"
             env[name] = new
+
+    for s in stmts:
+        if s.type not in ("for_statement", "while_statement"):
+            take(s)
+            continue
+        counted = _counted(ctx, s, text_of, value)
+        if counted is None:
+            loop = _accumulated(ctx, s, text_of, S, env, value, own_slot)
+            continue
+        # a loop of a fixed count (the textbook's coarsening: `for (tile = 1; tile < 8; ++tile)
+        # sum += input[i + tile * BLOCK_DIM]`): its steps taken one after another
+        var, values, body = counted
+        for v in values:
+            env[var] = str(v)
+            for st in body:
+                take(st)
+        env[var] = AFTER_LOOP
     return env, loop
+
+
+def _counted(ctx, loop, text_of, value) -> tuple[str, list[int], list] | None:
+    """(counter, its values, the body's statements) of a `for` loop whose counter runs over whole
+    numbers the kernel's constants give (at most 64 of them) and whose body leaves the counter
+    alone; None for any other loop."""
+    if loop.type != "for_statement":
+        return None
+    init, cond, update = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    if init is None or cond is None or update is None:
+        return None
+    if init.type == "declaration":
+        d = init.child_by_field_name("declarator")
+        if d is None or d.type != "init_declarator":
+            return None
+        var, start = text_of(d.child_by_field_name("declarator")), d.child_by_field_name("value")
+    elif init.type == "assignment_expression" and text_of(init.child_by_field_name("operator")) == "=":
+        var, start = text_of(init.child_by_field_name("left")), init.child_by_field_name("right")
+    else:
+        return None
+    test = unwrap(cond)
+    if test is None or test.type != "binary_expression" or text_of(test.child_by_field_name("left")).strip() != var:
+        return None
+    compare = text_of(test.child_by_field_name("operator"))
+    if update.type == "update_expression":
+        step = 1 if "++" in text_of(update) else -1
+    elif update.type == "assignment_expression" and text_of(update.child_by_field_name("operator")) in ("+=", "-="):
+        step = _block_form(ctx, value(update.child_by_field_name("right"))).number
+        if step is not None and text_of(update.child_by_field_name("operator")) == "-=":
+            step = -step
+    else:
+        return None
+    if text_of(update.child_by_field_name("argument") or update.child_by_field_name("left")).strip() != var:
+        return None
+    first, bound = (_block_form(ctx, value(n)).number for n in (start, test.child_by_field_name("right")))
+    if first is None or bound is None or not step:
+        return None
+    body = loop.child_by_field_name("body")
+    stmts = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
+    if any(text_of(n.child_by_field_name("left") or n.child_by_field_name("argument")).strip() == var
+           for st in stmts for n in nodes(st) if n.type in ("assignment_expression", "update_expression")):
+        raise Decline(f"the loop before the tree changes its counter `{var}` in its body")
+    holds = {"<": lambda v: v < bound, "<=": lambda v: v <= bound, ">": lambda v: v > bound,
+             ">=": lambda v: v >= bound, "!=": lambda v: v != bound}.get(compare)
+    if holds is None:
+        return None
+    values, v = [], first
+    while holds(v):
+        if len(values) == 64:
+            raise Decline(f"the loop before the tree over `{var}` runs more than 64 times")
+        values.append(v)
+        v += step
+    return var, values, stmts
 
 
 def _accumulated(ctx, loop, text_of, S: str, env: dict[str, str], value, own_slot) -> Strided:

@@ -61,7 +61,7 @@ SLOW_CASES = {
         "reduction/reduce5", "reduction/reduce6", "llm/gelu", "textbook/matmul", "textbook/matmul_tiled_bounds",
         "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo_private", "transpose/transpose_bounds",
         "oclsdk/reducefloat4", "oclsdk/dotproduct", "textbook/matmul_tiled", "transpose/transpose_nobank",
-        "oclsdk/matrixmul", "textbook/reduce_segmented"),
+        "oclsdk/matrixmul", "textbook/reduce_segmented", "textbook/reduce_coarsened"),
     # nvcc builds the samples' reductions with their host code, 14 s each: the template matrix product stays
     "test_a_published_cuda_kernel_is_rewritten_and_compiles_with_nvcc": (
         "sgemm/sgemm_naive", "reduction/reduce0", "reduction/reduce1", "reduction/reduce2", "reduction/reduce5",

@@ -62,6 +62,8 @@ OPENCL = {
     "textbook/histo_private": ([], ({"BLOCK": 64},)),
     # the textbook's segmented sum: the barrier first in each step of the tree, an atomic a block
     "textbook/reduce_segmented": (["reduction"], ({"GRID": 2, "THREADS": 128, "ITEMS": 2},)),
+    # the coarsened threads first add 8 elements in a loop of a fixed count
+    "textbook/reduce_coarsened": (["reduction"], ({"GRID": 1, "THREADS": 64, "ITEMS": 4},)),
     # the transpose post's steps: TILE_DIM x BLOCK_ROWS blocks, the grid in tiles of TILE_DIM (the
     # #defines read parameters of other names: the CUDA file's constants are `const int TILE_DIM`)
     "transpose/transpose_nobank": ([], ({"TILE_DIM_SIZE": 16, "BLOCK_ROWS_SIZE": 4},)),
@@ -101,8 +103,6 @@ def test_a_published_kernel_is_rewritten_gated_and_reproduced_on_pocl(name, tmp_
 DECLINED = {
     "sgemm/sgemm_shared": ("opencl", "contraction", "already cooperate"),
     "sgemm/mygemm2": ("opencl", "contraction", "already cooperate"),
-    # the textbook's coarsened sum: its loop before the tree counts tiles, not the element's index
-    "textbook/reduce_coarsened": ("opencl", "reduction", "the loop before the tree steps by `++tile`"),
 }
 
 
@@ -151,6 +151,7 @@ CUDA = {
     # the mask a `__constant__` array of the file, the tile in shared memory beside it
     "textbook/conv2d": (["stencil"], ({"TILE": 1, "ITEMS": 2, "RX": 2},)),
     "textbook/conv2d_tiled": ([], ({"IN_TILE_DIM": 16},)),
+    "textbook/reduce_coarsened": (["reduction"], ({"GRID": 4, "THREADS": 512, "ITEMS": 8},)),
     "transpose/transpose_nobank": ([], ({"TILE_DIM_VALUE": 16, "BLOCK_ROWS_VALUE": 4},)),
 }
 
@@ -277,7 +278,7 @@ GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0",
                "textbook/conv2d_tiled", "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo",
                "textbook/histo_private", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
                "transpose/transpose_nobank", "transpose/transpose_bounds", "samples/vectoradd",
-               "textbook/reduce_segmented")
+               "textbook/reduce_segmented", "textbook/reduce_coarsened")
 
 
 @pytest.mark.gpu

@@ -262,6 +262,27 @@ def test_the_reduction_refuses_a_loop_before_the_tree_it_cannot_keep(case):
         read_reduction(context(loop_kernel(**changes), "part", "cuda", GPU, "reduce_sequential"))
 
 
+def test_a_tree_whose_barrier_opens_each_step_and_a_loop_of_a_fixed_count_before_it_are_read():
+    """The textbook's coarsened sum into one total: `for (stride = ...) { __syncthreads(); if (t <
+    stride) ... }` with no barrier after the stores, and `for (tile = 1; tile < 8; ++tile)` adding
+    a block's width apart before the tree: the loop's steps taken one after another, 8 elements a
+    thread. A counter the loop's body changes is refused."""
+    published = Path(__file__).resolve().parent / "data" / "published" / "textbook"
+    coarse = load_template(published / "reduce_coarsened.toml")
+    for backend in ("cuda", "opencl"):
+        r = read_reduction(published_context(coarse, coarse.source_for(backend), backend))
+        assert (r.op, r.per_segment, r.per, r.strided) == ("sum", False, 8, False), backend
+    changed = coarse.source_for("cuda").replace("sum += input[i + tile * BLOCK_DIM];",
+                                                "sum += input[i + tile * BLOCK_DIM]; tile += 1;")
+    with pytest.raises(Decline, match="changes its counter `tile`"):
+        read_reduction(published_context(coarse, changed, "cuda"))
+
+
+def published_context(t, source: str, backend: str) -> RewriteContext:
+    grid, block = original_launch(t, GPU)
+    return RewriteContext(t, backend, source, classify(source, t.entry), tuple(grid), tuple(block), {}, GPU)
+
+
 # OpenCL kernels with a loop before the tree on fewer groups than the elements' blocks, each
 # reproduced on PoCL away from the original: (spec of tests/data/naive to start from, the source,
 # a configuration)
