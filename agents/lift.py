@@ -660,8 +660,7 @@ def lift_template(original: Template, backend: str, limits: DeviceLimits, droppe
                 constraints.append(f"({whole}) % {lw.name} == 0")
     # a grid in steps of a #define made from a lifted one (ceil_div(width, 28) for OUT_TILE_DIM
     # (IN_TILE_DIM - 2 * 2)) takes the #define's value over the parameter, at least 1
-    derived = _derived_defines(primary, original.entry)
-    defines = _define_values(primary, original.entry)
+    derived, defines = _derived_defines(primary, original.entry)
     body = _body_words(primary, _entry(analyses, original.entry)) if _entry(analyses, original.entry) else None
     for lf in chosen:
         if _constant(lf.key) is None:
@@ -825,8 +824,7 @@ def _fixed_by_layout(original: Template, source: str, kernel: KernelAnalysis | N
     another block, and the grid no longer covers the outputs), with the block of that dimension."""
     body = _body_words(source, kernel) if kernel is not None else None
     carried = {(lw.name, d) for lw in launches for d in (lw.grid_dims or ((lw.dim,) if lw.in_grid else ()))}
-    derived = _derived_defines(source, original.entry)
-    defines = _define_values(source, original.entry)
+    derived, defines = _derived_defines(source, original.entry)
     out: set[str] = set()
     untied: set[int] = set()
     for lf in lifts:
@@ -945,12 +943,13 @@ def _verifiable(original: Template, params: list[ParamProposal], constraints: li
     return out
 
 
-def _derived_defines(source: str, entry: str) -> dict[str, Derived]:
-    """The file's #defines whose value the kernel model computes from other #defines, by name."""
+def _derived_defines(source: str, entry: str) -> tuple[dict[str, Derived], dict[str, int]]:
+    """The file's #defines whose value the kernel model computes from other #defines, by name,
+    and the value of every integer #define."""
     try:
-        values = build(source, entry).defines
+        values = dict(build(source, entry).defines)
     except ModelError:
-        return {}
+        return {}, {}
     reads: dict[str, set[str]] = {}
     words: dict[str, tuple[str, ...]] = {}
     for node, text_of in syntax_nodes(source, ("preproc_def",)):
@@ -964,14 +963,7 @@ def _derived_defines(source: str, entry: str) -> dict[str, Derived]:
             more = reads.get(todo.pop(), set()) - reads[name]
             reads[name] |= more
             todo += more
-    return {name: Derived(values[name], frozenset(reads[name]), words[name]) for name in reads if name in values}
-
-
-def _define_values(source: str, entry: str) -> dict[str, int]:
-    try:
-        return dict(build(source, entry).defines)
-    except ModelError:
-        return {}
+    return {name: Derived(values[name], frozenset(reads[name]), words[name]) for name in reads if name in values}, values
 
 
 def _grid_steps(derived: dict[str, Derived], lf: Lift, grid: list[str], body: set[str] | None):
