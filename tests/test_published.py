@@ -479,12 +479,14 @@ def test_a_block_that_covers_more_elements_than_threads_through_its_constant_sta
     (`input[i + BLOCK_DIM]`), a grid of ceil_div(n, 512): another BLOCK_DIM, with the block, would
     leave the grid's 512 and sum half the input (or a quarter). Both stay as written; the
     Kogge-Stone scan's block is its SECTION_SIZE, which decides what it computes: nothing to lift."""
+    from kerntune.agents.lift import lift_template
+
     for name in ("textbook/reduce_segmented", "textbook/reduce_coarsened"):
-        made = rules_template(load_template(spec(name)), "opencl", CPU)
-        assert made.proposal is None or "BLOCK_DIM" not in {p.name for p in made.proposal.parameters}
-        assert any("a block of 256 threads" in n and "`#define BLOCK_DIM 256`" in n for n in made.lifted.notes)
-    made = rules_template(load_template(spec("textbook/scan")), "cuda", GPU)
-    assert made.proposal is None and any("512 threads from `SECTION_SIZE`" in n for n in made.lifted.notes)
+        lifted = lift_template(load_template(spec(name)), "opencl", CPU)
+        assert lifted.proposal is None
+        assert any("a block of 256 threads" in n and "`#define BLOCK_DIM 256`" in n for n in lifted.notes)
+    lifted = lift_template(load_template(spec("textbook/scan")), "cuda", GPU)
+    assert lifted.proposal is None and any("512 threads from `SECTION_SIZE`" in n for n in lifted.notes)
 
 
 def test_a_sample_whose_tile_is_the_entrys_template_argument_keeps_it_and_says_why():
