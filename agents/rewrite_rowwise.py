@@ -171,10 +171,9 @@ def _analysed(source: str, entry: str) -> RowKernel:
     fn = next(n for n in sx.walk(root) if n.type == "function_definition" and n.start_byte <= m.kernel.body.start
               and n.end_byte == m.kernel.body.end)
     body = fn.child_by_field_name("body")
-    if marks.local:
-        raise NotRowwise("the kernel already uses local memory: its threads cooperate")
-    if b"__shared__" in src[fn.start_byte:fn.end_byte]:
-        raise NotRowwise("the kernel already uses shared memory: its threads cooperate")
+    if m.shared:  # the model's shared (OpenCL: local) memory, declared or taken as an argument
+        raise NotRowwise(f"the kernel already uses {'local' if dialect == 'opencl' else 'shared'} memory: its "
+                         "threads cooperate")
 
     # the one thread index, and nothing else that tells threads apart (what comes first in the source)
     sites = [n for n in sx.walk(body) if _is_index_site(n)]
