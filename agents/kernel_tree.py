@@ -44,7 +44,12 @@ BARRIERS = EITHER.barriers | EITHER.warp_barriers
 HALF_LOADS = EITHER.half_loads
 HALF_STORES = EITHER.half_stores
 EXP_FUNCTIONS = EITHER.exp
-__all__ = ["Access", "Accumulator", "Guard", "Loop", "Slope", "Span", "ThreadIndex"]
+__all__ = ["KernelAnalysis", "KernelTreeError", "analyse", "classify", "slope", "index_slope", "inline",
+           "tree_reductions", "thread_reads", "view", "syntax_nodes", "span_of", "source_tokens",
+           "TemplateArgument", "ExplicitInstantiation", "explicit_instantiations", "KernelView", "kernel_view",
+           "KINDS", "BARRIERS", "HALF_LOADS", "HALF_STORES", "EXP_FUNCTIONS",
+           # the model's types, as the view's users read them
+           "Access", "Accumulator", "Guard", "Loop", "Slope", "Span", "ThreadIndex"]
 
 
 @dataclass(frozen=True)
@@ -265,6 +270,7 @@ def _classify(a: KernelAnalysis) -> tuple[str, list[str]]:
         if slope(a, x.index, lp.var) != 1 and slope(a, x.index, lp.var) != 0:
             return "neither", [f"`{x.array}[{x.index}]` does not move one for one with `{lp.var}`"]
     return "rowwise", [f"a thread per row `{a.element}`, {len(row_loops)} loop(s) over the row"]
+
 
 # reading a file --------------------------------------------------------------------------------
 
