@@ -41,7 +41,11 @@ OPENCL = {
     "stencils/stencil7": (["stencil"], ({"ITEMS": 4}, {"ITEMS": 2, "RX": 2, "BLOCK": 8, "BLOCK_Z": 2},
                                         {"TILE": 1, "ITEMS": 8, "RX": 2, "BLOCK_Z": 1},
                                         {"TILE": 1, "ITEMS": 2, "BLOCK": 8, "BLOCK_Y": 2, "BLOCK_Z": 2})),
-    "llm/encoder1": (["rowwise"], ({"LANES": 16, "BLOCK": 16},)),
+    # a thread per (b, t) over the channels, through local pointers into the arrays (`out + b * T * C +
+    # t * C`, the token's row `wte + ix * C`): the row spread over lanes, kept and moved in packs
+    "llm/encoder1": (["rowwise", "rowwise_keep"], ({"LANES": 16, "BLOCK": 16},
+                                                   {"LANES": 16, "BLOCK": 16, "KEEP": 8, "VEC": 4},
+                                                   {"LANES": 1, "KEEP": 4, "VEC": 2})),
     # the element-per-thread encoder: `*out_btc = *wte_ix + *wpe_tc` through local pointers into
     # the arrays, the token's row `ix` read where the pack's (b, t) stays
     "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2}, {"VEC": 2, "GRID": 2})),
@@ -141,7 +145,7 @@ CUDA = {
     "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
     "stencils/stencil7": (["stencil"], ({"ITEMS": 8, "RX": 2}, {"TILE": 1, "ITEMS": 32, "RX": 2, "BLOCK_Z": 1},
                                         {"TILE": 1, "ITEMS": 16, "BLOCK_Y": 8, "BLOCK_Z": 1})),
-    "llm/encoder1": (["rowwise"], ({"LANES": 32},)),
+    "llm/encoder1": (["rowwise", "rowwise_keep"], ({"LANES": 32}, {"LANES": 8, "KEEP": 8, "VEC": 4})),
     "llm/encoder2": (["elementwise"], ({"VEC": 4, "ITEMS": 2, "CACHE": 1},)),
     "llm/softmax4": (["fast_math"], ({"BLOCK": 128, "FAST_MATH": 1},)),  # cg::reduce over tiles of 32
     "samples/vectoradd": (["elementwise"], ({"VEC": 4, "ITEMS": 2},)),
