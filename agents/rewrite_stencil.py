@@ -36,10 +36,12 @@ from dataclasses import dataclass, replace
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, fresh_names, guard_parts, header, inlined, kernel_spans, raw_text,
-                        reads_thread_ids, spec_scalars, spec_text, template_parameters, with_names)
+from .cooperate import (Decline, Dialect, beside, expression_names, fresh_names, guard_parts, header, inlined,
+                        kernel_spans, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted,
+                        template_parameters, with_names)
 from .kernel_tree import span_of, syntax_nodes
-from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly
+from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly, declarator_name
+from .model import nodes as model_nodes
 from .passes import Declined, Pass, Rewrite, RewriteContext
 from .syntax import cut
 
@@ -117,6 +119,21 @@ class Tile:
     sz: str = "0"
     column_reads: tuple[TiledRead, ...] = ()
     column: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
+class ZLoop:
+    """A thread's loop over the planes of its column (`for (int k = 1; k < nz - 1; k++)`): its
+    variable, its first plane and its condition over the march's plane kt_z (kernel text over
+    scalar arguments and #defines), and the spans (bytes) the point function rewrites so that the
+    loop runs its body once, at the plane kt_z, where the original's loop reaches it."""
+
+    var: str
+    start: str
+    condition: str  # over kt_z
+    start_span: tuple[int, int]
+    condition_span: tuple[int, int]
+    condition_text: str  # as written
 
 
 @dataclass(frozen=True)
@@ -330,7 +347,7 @@ def _count(ctx, arg: str, scalars: dict[str, str], defines) -> str | None:
 
 
 def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, blocks: dict[str, tuple], three_d: bool = False,
-          plane: int = 0) -> tuple[list[Tile], Halo, str]:
+          plane: int = 0, zvar: str | None = None) -> tuple[list[Tile], Halo, str]:
     """The inputs worth staging in shared memory, the halo around the block's points they need,
     and why none is when none is. On a 3-D grid the tile is the point's plane's (`plane` past the
     z global id: `k = get_global_id(2) + 1`), and the reads of the thread's own column at any plane
@@ -340,6 +357,7 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, blocks: dict[str
     written = {x.array for x in model.accesses if x.write} | {c.array for c in model.atomics}
     args = {a.name: a for a in model.signature.args}
     hints = DIALECT[model.dialect].loads
+    marching = three_d or zvar is not None  # a plane's tile and the column's planes in registers
     out, halo, why = [], Halo(), "no input is read at its neighbours' points (`in[(y - 1) * W + x]`)"
     for array in dict.fromkeys(x.array for x in model.accesses if x.space == "global" and x.read):
         arg = args.get(array)
@@ -352,7 +370,7 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, blocks: dict[str
             form = x.expr.affine if x.expr is not None else None
             if form is None or (x.call and x.call not in hints) or x.function != model.name or x.write:
                 continue
-            got = _read(model, x, form, two_d, blocks, three_d)
+            got = _read(model, x, form, two_d, blocks, three_d, zvar)
             if isinstance(got, str):
                 if got:
                     why = f"`{array}[{' '.join(x.index.split())}]` {got}"
@@ -362,13 +380,13 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, blocks: dict[str
             elif layout != (got.strides, got.base):
                 continue  # another layout or base: this read stays a read of global memory
             placed.append(((x.span.start, x.span.end), got))
-        column = _column([p for _, p in placed], plane) if three_d else (0, 0)
+        column = _column([p for _, p in placed], plane) if marching else (0, 0)
         reads, column_reads, h = [], [], Halo()
         for span, got in placed:
-            if three_d and (got.fixed(0), got.fixed(1)) == column:
+            if marching and (got.fixed(0), got.fixed(1)) == column:
                 column_reads.append(TiledRead(span, got.text(0), got.text(1), got.text(2)))
                 h = h.cover(Halo.around((column[0],) * 2, (column[1],) * 2, got.extent(2)))
-            elif got.fixed(2) == (plane if three_d else 0):
+            elif got.fixed(2) == (plane if marching else 0):
                 reads.append(TiledRead(span, got.text(0), got.text(1)))
                 h = h.cover(Halo.around(got.extent(0), got.extent(1)))
             # else: a read off the column at another plane stays a read of global memory
@@ -376,10 +394,10 @@ def tiles(ctx: RewriteContext, model: KernelModel, two_d: bool, blocks: dict[str
             continue
         # a 3-D grid's points may lie past the global ids (`k = get_global_id(2) + 1`): neighbours
         # are reads at more than one place around the point
-        if three_d and len({tuple(got.extent(axis) for axis in range(3)) for _, got in placed}) < 2 \
+        if marching and len({tuple(got.extent(axis) for axis in range(3)) for _, got in placed}) < 2 \
                 and all(lo == hi for _, got in placed for lo, hi in (got.extent(axis) for axis in range(3))):
             continue
-        if three_d:  # the column's point of the tile's plane: the thread's own, written from its registers
+        if marching:  # the column's point of the tile's plane: the thread's own, written from its registers
             h = h.cover(Halo.around((column[0],) * 2, (column[1],) * 2, (plane, plane)))
         if max(h.x0, h.x1, h.y0, h.y1) > MAX_HALO:
             why = f"`{array}` is read more than {MAX_HALO} points away"
@@ -439,19 +457,23 @@ def _split3(k: Poly, sx: Poly, sy: Poly | None, sz: Poly | None) -> tuple[int, i
     return None if parts is None else (parts[0], parts[1], c, parts[2])
 
 
-def _read(model: KernelModel, x, form, two_d: bool, blocks: dict[str, tuple], three_d: bool = False):
+def _read(model: KernelModel, x, form, two_d: bool, blocks: dict[str, tuple], three_d: bool = False,
+          zvar: str | None = None):
     """Where a read lies from the point (a Placed); else why not ("" for a read that does not move
-    with the point at all, a coefficient or a table)."""
+    with the point at all, a coefficient or a table). With `zvar` the point's z is that loop's
+    variable (a thread per column looping over z): a read that does not move with it is none."""
     axes = "xyz"[:3 if three_d else 2 if two_d else 1]
     g = [form.coeff(f"threadIdx.{a}") for a in axes]
-    if all(c.is_zero for c in g):
+    if all(c.is_zero for c in g) or (zvar is not None and form.coeff(zvar).is_zero):
         return ""
     for a, c in zip(axes, g):
         if c.is_zero or form.coeff(f"blockIdx.{a}") not in [c * b for b in blocks[a]]:
             return f"does not move with {a} as the point does"
-    strides = tuple(g) + (None,) * (3 - len(g))
+    strides = tuple(g) + ((form.coeff(zvar),) if zvar is not None else ()) + (None,) * (3 - len(g))
+    strides = strides[:3]
+    three_d = three_d or zvar is not None
     loops = {lp.var: lp for lp in model.nest(x.loop) if lp.var}
-    allowed = {f"{w}.{a}" for a in axes for w in ("threadIdx", "blockIdx")}
+    allowed = {f"{w}.{a}" for a in axes for w in ("threadIdx", "blockIdx")} | ({zvar} if zvar else set())
     terms: tuple[list, list, list] = ([], [], [])
     for sym, coeff in form.coeffs:
         if sym in allowed:
@@ -486,6 +508,54 @@ def _bound_names(ctx: RewriteContext) -> dict[str, str]:
     out.update({name: name for name in ctx.defaults if name in out})
     out.update(spec_scalars(ctx))
     return out
+
+
+def _z_loop(ctx: RewriteContext, model: KernelModel, fn, text_of) -> ZLoop | None:
+    """The one loop of a 2-D grid's body over its column's planes, where the body is the loop's
+    (every access inside it), its steps one plane up, its bounds the same for every thread, and
+    nothing it assigns carried from one plane to the next; None otherwise."""
+    top = [lp for lp in model.loops if lp.in_kernel and lp.depth == 0]
+    if len(top) != 1:
+        return None
+    lp = top[0]
+    if lp.kind != "for" or not lp.var or lp.compare not in ("<", "<=") or not (
+            lp.update == "++" or (lp.update == "+=" and lp.step.strip() == "1")):
+        return None
+    if any(not (lp.span.start <= x.span.start and x.span.end <= lp.span.end)
+           for x in model.accesses if x.function == model.name):
+        return None
+    node, text_of = next(((n, t) for n, t in syntax_nodes(ctx.source, ("for_statement",))
+                          if span_of(ctx.source, n) == lp.span), (None, text_of))
+    if node is None:
+        return None
+    init, cond, body = (node.child_by_field_name(f) for f in ("initializer", "condition", "body"))
+    if init is not None and init.type == "declaration":
+        d = init.child_by_field_name("declarator")
+        value = d.child_by_field_name("value") if d is not None and d.type == "init_declarator" else None
+    elif init is not None and init.type == "assignment_expression":
+        value = init.child_by_field_name("right")
+    else:
+        value = None
+    if value is None or cond is None or body is None:
+        return None
+    # what the march may read: the kernel's scalar arguments and the file's #defines
+    known = {a.name for a in model.signature.args if not a.pointer} | set(model.defines) | {lp.var}
+    start, test = text_of(value), text_of(cond)
+    if not (expression_names(start) | expression_names(test)) <= known or lp.var in expression_names(start):
+        return None
+    # a value the loop assigns that lives across its planes (declared outside it) is carried
+    declared = {lp.var} | {declarator_name(n.child_by_field_name("declarator"))[0] for n in model_nodes(body)
+                           if n.type in ("declaration", "init_declarator") and n.child_by_field_name("declarator")}
+    for n in model_nodes(body):
+        target = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+            n.child_by_field_name("argument") if n.type == "update_expression" else None
+        if target is not None and target.type == "identifier" and text_of(target) not in declared:
+            return None
+        if target is not None and target.type == "identifier" and text_of(target) == lp.var:
+            return None
+    condition = substituted(cond, text_of, {lp.var: "kt_z"})
+    sv, sc = span_of(ctx.source, value), span_of(ctx.source, cond)
+    return ZLoop(lp.var, start, condition, (sv.start, sv.end), (sc.start, sc.end), test)
 
 
 def _compile_time(text: str, ctx: RewriteContext) -> bool:
@@ -524,6 +594,13 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     extent = spec_text(inlined(model, _bound(body, text_of, walk.name, coords), {}), _bound_names(ctx))
     block = list(ctx.block) + ["1"] * (3 - len(ctx.block))
     found, halo, no_tile = tiles(ctx, model, two_d, blocks, three_d, oz)
+    # a thread per column looping over z (`for (k = 1; k < nz - 1; k++)`): its planes marched the same way
+    zloop = _z_loop(ctx, model, fn, text_of) if two_d and not three_d and not found else None
+    if zloop is not None:
+        found, halo, no_tile = tiles(ctx, model, two_d, blocks, False, 0, zloop.var)
+        if not found:
+            zloop = None
+    marching = three_d or zloop is not None
     if not all(_compile_time(b, ctx) for b in block[:3 if three_d else 2]):
         found, no_tile = [], "the block's size is not a parameter or a number"
     if not two_d and not found:
@@ -535,7 +612,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     # the body as a function of the point: each coordinate's initialiser becomes the point's value
     points = [(cx, "kt_x" + (f" + {ox}" if ox else ""))] + ([(cy, "kt_y" + (f" + {oy}" if oy else ""))] if two_d else []) \
         + ([(cz, "kt_z" + (f" + {oz}" if oz else ""))] if three_d else [])
-    plain, tiled = _bodies(ctx, a, points, found, two_d, halo)
+    plain, tiled = _bodies(ctx, a, points, found, two_d, halo, zloop)
     params, args = _parameters(fn, ctx, d, model)
     qualifier = "static __device__ __forceinline__ void" if d.name == "cuda" else "static inline void"
     point = params + ["const int kt_x"] + (["const int kt_y"] if two_d else []) + (["const int kt_z"] if three_d else [])
@@ -546,13 +623,16 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     words = {arg.name: arg.ctype for arg in model.signature.generic_args}
     found = [replace(t, ctype=words.get(t.array, t.ctype)) for t in found]
     tile_params = [f"{local}const {t.ctype} *{restrict} kt_s{i}" for i, t in enumerate(found)]
-    tile_params += [f"const {t.ctype} *kt_c{i}" for i, t in enumerate(found) if three_d]  # the column's planes
+    tile_params += [f"const {t.ctype} *kt_c{i}" for i, t in enumerate(found) if marching]  # the column's planes
+    if zloop is not None:
+        tile_params = ["const int kt_z"] + tile_params
     tile_params += ["const int kt_ox"] + (["const int kt_oy"] if two_d else [])
     helpers = f"{qualifier} kt_point({', '.join(point)})\n{plain}\n"
     if found:
-        helpers = (f"#if $TILE > 0\n{_tile_macros(halo, block, two_d, rx is not None, three_d)}"
+        helpers = (f"#if $TILE > 0\n{_tile_macros(halo, block, two_d, rx is not None, marching)}"
                    f"{qualifier} kt_point({', '.join(point + tile_params)})\n{tiled}\n#else\n{helpers}#endif\n")
-    kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d, rx is not None, three_d, oz), names)
+    kernel = with_names(_kernel(ctx, a, d, args, found, halo, block, two_d, rx is not None, three_d, oz, zloop),
+                        names)
     helpers = with_names(helpers, names)
     tparams = template_parameters(ctx.source, model)
     if tparams:
@@ -572,7 +652,7 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
     if found:
         params_out.append(ParamProposal(tile, (0, 1), 0, "1: the block's inputs and their halo staged in shared "
                                         "memory first" + (", a plane at a time, the thread's column along z in "
-                                                          "registers" if three_d else ""), "tile"))
+                                                          "registers" if marching else ""), "tile"))
         switch += f" || {tile} > 0"
     grid = list(ctx.grid)
     if three_d:
@@ -610,13 +690,15 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
             first[rx], first[items] = (1,), (1, 4, 8, 16)
         elif two_d and rx is not None and halo.y0 + halo.y1 == 0 and halo.x0 + halo.x1 > 0:
             first[items] = (1,)
-        elements = _tile_elements(halo, block, items, two_d, rx, three_d)
+        elements = _tile_elements(halo, block, items, two_d, rx, marching)
         constraints.append(f"{tile} == 0 or {elements} * {tile_bytes} <= max_shared_per_block")
+        if zloop is not None:  # the march takes the loop's planes; its rows are the block's own
+            constraints.append(f"{tile} == 0 or {items} == 1")
         what += (f"; TILE 1 stages {', '.join(t.array for t in found)} with a halo of "
                  f"{halo.x0}/{halo.x1}{f' x {halo.y0}/{halo.y1}' if two_d else ''} in shared memory")
-        if three_d:
-            what += (f" a plane at a time, each thread marching ITEMS planes along z with its column's "
-                     f"{halo.z0}/{halo.z1} planes below and above in registers")
+        if marching:
+            what += (f" a plane at a time, each thread marching {'ITEMS' if three_d else 'its loop' + chr(39) + 's'} "
+                     f"planes along z with its column's {halo.z0}/{halo.z1} planes below and above in registers")
     elif two_d:
         what += f" (no tile: {no_tile})"
     return Rewrite(NAME, source, tuple(params_out), what, tuple(constraints), tuple(grid), None, first=first,
@@ -640,7 +722,8 @@ def _tile_macros(h: Halo, block: list[str], two_d: bool, across: bool, three_d: 
     return f"#define KT_TW {width}\n#define KT_TH {height}\n"
 
 
-def _bodies(ctx, a, coords, found: list[Tile], two_d: bool, halo: Halo = Halo()) -> tuple[str, str]:
+def _bodies(ctx, a, coords, found: list[Tile], two_d: bool, halo: Halo = Halo(),
+            zloop: ZLoop | None = None) -> tuple[str, str]:
     """The kernel's body as the point function runs it: reading global memory, and reading the
     tiles (and a 3-D march's registers: kt_c holds the column's planes from z - halo.z0 up)."""
     start = a.body.start
@@ -659,6 +742,9 @@ def _bodies(ctx, a, coords, found: list[Tile], two_d: bool, halo: Halo = Halo())
             tile_edits.append((r.span[0], r.span[1], f"kt_s{i}[{where}(kt_x + ({r.dx}) - kt_ox)]"))
         for r in t.column_reads:
             tile_edits.append((r.span[0], r.span[1], f"kt_c{i}[({r.dz}) + {halo.z0}]"))
+    if zloop is not None and found:  # the column's loop runs once, at the march's plane, where it reaches it
+        tile_edits.append((*zloop.start_span, "kt_z"))
+        tile_edits.append((*zloop.condition_span, f"({zloop.condition_text}) && {zloop.var} == kt_z"))
 
     def apply(changes) -> str:
         text = cut(ctx.source, start, a.body.end).encode("utf-8")
@@ -672,7 +758,7 @@ def _bodies(ctx, a, coords, found: list[Tile], two_d: bool, halo: Halo = Halo())
 
 
 def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: list[str],
-            two_d: bool, across: bool, three_d: bool = False, plane: int = 0) -> str:
+            two_d: bool, across: bool, three_d: bool = False, plane: int = 0, zloop: ZLoop | None = None) -> str:
     cuda = d.name == "cuda"
     gid = tuple(d.group_id) if cuda else tuple(f"(int)get_group_id({i})" for i in range(3))
     lid = ("threadIdx.x", "threadIdx.y", "threadIdx.z") if cuda else tuple(f"(int)get_local_id({i})" for i in range(3))
@@ -697,6 +783,9 @@ def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, 
                  f"        kt_point({call});\n    }}\n")
     if not found:
         return f"{header(ctx.source, a)}\n{{\n{plain}}}"
+    if zloop is not None:  # the column's loop marched a plane at a time through the tile and registers
+        return (f"{header(ctx.source, a)}\n{{\n#if $TILE > 0\n{_march(d, args, found, halo, block, across, 0, zloop)}"
+                f"#else\n{plain}#endif\n}}")
     gid = ("(int)blockIdx.x", "(int)blockIdx.y") if cuda else gid
     lid = ("(int)threadIdx.x", "(int)threadIdx.y") if cuda else lid
     bx, by = (f"({b})" for b in block[:2])
@@ -724,7 +813,7 @@ def _kernel(ctx, a, d: Dialect, args: list[str], found: list[Tile], halo: Halo, 
 
 
 def _march(d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: list[str], across: bool,
-           plane: int = 0) -> str:
+           plane: int = 0, zloop: ZLoop | None = None) -> str:
     """The 2.5-D scheme of a 3-D grid: each thread of a (BLOCK x BLOCK_Y) plane of threads marches
     ITEMS consecutive planes along z (a block of several planes of threads: each its own run of
     planes, its own tile). It keeps its column's planes z - z0 .. z + z1 in registers (`kt_c`,
@@ -733,7 +822,9 @@ def _march(d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: li
     from the tile and the registers, and moves its registers down a plane. Every register and tile
     element holds the element of the flat index it stands for, loaded only where that index lies in
     the array (a clamped index elsewhere, a value no point reads). The tile holds the points' plane,
-    `plane` past the z global id."""
+    `plane` past the z global id. With `zloop` (a thread per column looping over z) the block marches
+    the loop's planes instead, from its first while its condition holds: the same planes for every
+    thread of the block."""
     cuda = d.name == "cuda"
     gid = ("(int)blockIdx.x", "(int)blockIdx.y", "(int)blockIdx.z") if cuda else d.group_id
     lid = (("(int)threadIdx.x", "(int)threadIdx.y", "(int)threadIdx.z") if cuda
@@ -756,13 +847,15 @@ def _march(d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: li
     out += (f"    const int kt_ox = {gid[0]} * ({bx} * {rx}) - {halo.x0};\n"
             f"    const int kt_oy = {gid[1]} * {by} - {halo.y0};\n"
             f"    const int kt_y = {gid[1]} * {by} + {lid[1]};\n"
-            f"    const int kt_z0 = ({gid[2]} * {bz} + {lid[2]}) * $ITEMS;\n")
+            + (f"    const int kt_z0 = {zloop.start};\n" if zloop is not None else
+               f"    const int kt_z0 = ({gid[2]} * {bz} + {lid[2]}) * $ITEMS;\n"))
     out += "".join(f"    {t.ctype} kt_c{i}[{rx}][{nq}];\n" for i, t in enumerate(found))
     if nq > 1:  # the planes below the first point's, and up to the one before the first load ahead
         out += columns(f"#pragma unroll\n        for (int kt_m = 0; kt_m < {nq - 1}; ++kt_m) {{\n"
                        + "".join(column(i, t, f"kt_z0 - {halo.z0} + kt_m", "kt_m", "            ")
                                  for i, t in enumerate(found)) + "        }\n", "    ")
     loads = ""
+    at = "kt_z" if zloop is not None else f"({gid[2]} * {bz} + kt_i / ({area})) * $ITEMS + kt_p + {plane}"
     for i, t in enumerate(found):
         cx, cy = halo.x0 + t.column[0], halo.y0 + t.column[1]
         loads += (f"        for (int kt_i = ({lid[2]} * {by} + {lid[1]}) * {bx} + {lid[0]}; kt_i < {bz} * {area}; "
@@ -772,7 +865,7 @@ def _march(d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: li
                   f"            if (kt_u >= 0 && kt_u < {bx} * {rx} && kt_v >= 0 && kt_v < {by}) continue;  "
                   f"// a thread's own point: from its registers\n"
                   f"            const long kt_f = (long)(kt_ox + kt_e % KT_TW) * {t.sx} + (long)(kt_oy + kt_e / KT_TW) * "
-                  f"{t.sy} + (long)(({gid[2]} * {bz} + kt_i / ({area})) * $ITEMS + kt_p + {plane}) * {t.sz} + {t.base};\n"
+                  f"{t.sy} + (long)({at}) * {t.sz} + {t.base};\n"
                   f"            if (kt_f >= 0 && kt_f < {t.count}) kt_s{i}[kt_i] = {t.array}[kt_f];\n        }}\n")
     own = "".join(f"            kt_s{i}[{lid[2]} * {area} + ({lid[1]} + {halo.y0 + t.column[1]}) * KT_TW + kt_q * {bx} + "
                   f"{lid[0]} + {halo.x0 + t.column[0]}] = kt_c{i}[kt_q][{halo.z0 + plane}];\n" for i, t in enumerate(found))
@@ -780,7 +873,8 @@ def _march(d: Dialect, args: list[str], found: list[Tile], halo: Halo, block: li
                  + [f"kt_c{i}[kt_q]" for i in range(len(found))] + ["kt_ox", "kt_oy"])
     call = ", ".join(args + ["kt_x", "kt_y", "kt_z"] + tile_args)
     shift = "".join(f"                kt_c{i}[kt_q][kt_m] = kt_c{i}[kt_q][kt_m + 1];\n" for i in range(len(found)))
-    out += (f"    for (int kt_p = 0; kt_p < $ITEMS; ++kt_p) {{\n        const int kt_z = kt_z0 + kt_p;\n"
+    out += ((f"    for (int kt_z = kt_z0; {zloop.condition}; ++kt_z) {{\n" if zloop is not None else
+             f"    for (int kt_p = 0; kt_p < $ITEMS; ++kt_p) {{\n        const int kt_z = kt_z0 + kt_p;\n")
             + columns("".join(column(i, t, f"kt_z + {halo.z1}", str(nq - 1), "            ")
                               for i, t in enumerate(found)))
             + f"        {d.barrier};  // every point of the plane before has read the tiles\n"

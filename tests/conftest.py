@@ -84,6 +84,8 @@ SLOW_CASES = {
 # on a cluster, through the agent loop), 10-40 s of CPU each on 2 cores, whose parts the default
 # suite covers in smaller tests: `slow` too.
 SLOW_TESTS = {
+    # the column's loop marched through the tile: the 3-D march's machinery is the default suite's
+    "test_rewrite_stencil.py": ("test_a_column_looping_over_z_marches_its_loops_planes_through_the_tile",),
     "test_session_writers.py": ("test_a_second_run_on_a_session_being_written_is_refused_and_a_killed_run_leaves_no_lock",
                                 "test_tune_resume_on_a_session_cut_mid_event_repairs_it_and_says_so"),
     "test_standby.py": ("test_a_run_takes_the_spare_and_says_it_was_started_ahead",),

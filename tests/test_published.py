@@ -36,7 +36,8 @@ OPENCL = {
     "reduction/reduce6": (["reduction"], ({"ITEMS": 4, "THREADS": 64}, {"ITEMS": 1, "THREADS": 1024})),
     "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 2, "RX": 2})),
     "stencils/jacobi_step": (["stencil"], ({"ITEMS": 2, "RX": 4}, {"TILE": 1, "ITEMS": 4})),
-    "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
+    # a column's loop over z marched through a plane's tile
+    "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4}, {"TILE": 1, "RX": 2, "BLOCK": 8, "BLOCK_Y": 2})),
     # the 2.5-D march: a plane's tile, the column's planes in registers
     "stencils/stencil7": (["stencil"], ({"ITEMS": 4}, {"ITEMS": 2, "RX": 2, "BLOCK": 8, "BLOCK_Z": 2},
                                         {"TILE": 1, "ITEMS": 8, "RX": 2, "BLOCK_Z": 1},
@@ -142,7 +143,7 @@ CUDA = {
     "stencils/heat_step": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 4})),
     # a template kernel (`template <typename real>`, run as double): the point's function is the same template
     "stencils/heat_step_t": (["stencil"], ({"ITEMS": 4, "RX": 2}, {"TILE": 1, "ITEMS": 2, "RX": 2})),
-    "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4},)),
+    "stencils/stencil7_zloop": (["stencil"], ({"ITEMS": 4}, {"TILE": 1, "RX": 2, "BLOCK_Y": 4})),
     "stencils/stencil7": (["stencil"], ({"ITEMS": 8, "RX": 2}, {"TILE": 1, "ITEMS": 32, "RX": 2, "BLOCK_Z": 1},
                                         {"TILE": 1, "ITEMS": 16, "BLOCK_Y": 8, "BLOCK_Z": 1})),
     "llm/encoder1": (["rowwise", "rowwise_keep"], ({"LANES": 32}, {"LANES": 8, "KEEP": 8, "VEC": 4})),

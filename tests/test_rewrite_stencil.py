@@ -253,3 +253,40 @@ def test_a_3d_stencil_read_too_many_planes_away_gets_no_tile_and_says_why(tmp_pa
     made = rules_template(load_template(star_spec(tmp_path, far)), "opencl", CPU)
     assert "TILE" not in {p.name for p in made.proposal.parameters}
     assert "`in` is read more than 4 planes away" in made.applied.rewrites[0].description
+
+
+# the star as a thread per (x, y) column looping over z, and the same loop carrying a value from
+# one plane to the next (no march: its planes depend on each other)
+STAR_LOOP = STAR.replace("int k = Z + 2;\n    if (i < nx - 1 && j < ny - 1 && k < nz - R) {",
+                         "if (i < nx - 1 && j < ny - 1) {\n      for (int k = R; k < nz - R; k++) {")
+STAR_LOOP = STAR_LOOP.replace("        out[idx] = s + 0.01f * in[idx + nx * ny + 1];\n    }\n}",
+                              "        out[idx] = s + 0.01f * in[idx + nx * ny + 1];\n      }\n    }\n}")
+
+
+def test_a_column_looping_over_z_marches_its_loops_planes_through_the_tile(tmp_path, opencl_backend):
+    """`for (int k = R; k < nz - R; k++)` inside the guard of a 2-D grid: TILE 1 marches the loop's
+    planes, each plane's tile staged by the block and the column's planes in registers, the body
+    run once a plane where the loop reaches it; on PoCL the outputs are the original's. A loop
+    that carries a value from plane to plane gets no march."""
+    assert "for (int k = R; k < nz - R; k++)" in STAR_LOOP and "      }\n    }\n}" in STAR_LOOP
+    folder = star_spec(tmp_path, STAR_LOOP)
+    toml = folder.read_text().replace('grid = ["ceil_div(nx, 32)", "ceil_div(ny, 4)", "ceil_div(nz, 4)"]',
+                                      'grid = ["ceil_div(nx, 32)", "ceil_div(ny, 4)"]').replace("block = [32, 4, 4]",
+                                                                                              "block = [32, 4]")
+    folder.write_text(toml)
+    original = load_template(folder)
+    made = rules_template(original, "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["stencil"], made.applied.declined
+    assert "marching its loop's planes along z with its column's 2/2 planes" in made.applied.rewrites[0].description
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=original.problem("small", {}), limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    ev = Evaluator(opencl_backend, verdict.template, verdict.template.problem("small", {}), seed=1, timing=FAST)
+    ok, _, message = ev.reproduces_original({**verdict.template.default_config(), "TILE": 1, "RX": 2, "BLOCK": 8}, (3,))
+    assert ok, message
+    carried = STAR_LOOP.replace("float s = 0.5f", "carry = 0.5f * carry; float s = 0.5f").replace(
+        "    if (i < nx - 1 && j < ny - 1) {", "    float carry = 1.0f;\n    if (i < nx - 1 && j < ny - 1) {")
+    (folder.parent / "star.cl").write_text(carried.replace("KERNEL", "__kernel").replace("GLOBAL", "__global").replace(
+        "X", "get_global_id(0)").replace("Y", "get_global_id(1)"))
+    made = rules_template(load_template(folder), "opencl", CPU)
+    assert "TILE" not in {p.name for p in made.proposal.parameters}
