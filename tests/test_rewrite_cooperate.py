@@ -584,7 +584,7 @@ def test_on_cuda_the_tensor_core_tiles_reproduce_the_half_product(sizes, tmp_pat
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bar", ("block_sums", "reduce_total", "stencil5_tiled", "gather_rows", "conv_rows_tiled",
-                                 "conv_cols_tiled"))
+                                 "conv_cols_tiled", "stencil7_marched"))
 def test_on_cuda_the_hand_written_bars_verify(bar, tmp_path):
     bars = Path(__file__).resolve().parent.parent / "bench" / "bars"
     run = TuneRun(load_template(bars / bar), TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",
