@@ -53,7 +53,7 @@ from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, constant
                         header, kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
                         substituted, with_names, within)
 from .kernel_tree import span_of, syntax_nodes
-from .model import ModelError, nodes, unwrap
+from .model import ModelError, function_declarator, nodes, unwrap
 from .passes import Rewrite, RewriteContext
 
 
@@ -853,9 +853,7 @@ class _Tree:
         if depth >= MAX_INLINE:
             raise Decline(f"the tree calls `{name}` more than {MAX_INLINE} functions deep")
         for f, f_text in syntax_nodes(self.ctx.source, ("function_definition",)):
-            d = f.child_by_field_name("declarator")
-            while d is not None and d.type != "function_declarator":
-                d = d.child_by_field_name("declarator")
+            d = function_declarator(f)
             if d is None or f_text(d.child_by_field_name("declarator")) != name:
                 continue
             params = []
@@ -1128,9 +1126,7 @@ def _atomic(ctx, final: tuple[str, ...], op: str) -> None:
     if fn in ATOMIC_CALLS[op]:
         return
     for f, t in syntax_nodes(ctx.source, ("function_definition",)):
-        d = f.child_by_field_name("declarator")
-        while d is not None and d.type != "function_declarator":
-            d = d.child_by_field_name("declarator")
+        d = function_declarator(f)
         if d is not None and t(d.child_by_field_name("declarator")) == fn:
             body = raw_text(ctx.source, f)
             if op == "sum" and any(c in body for c in CAS_CALLS) and "+" in body:

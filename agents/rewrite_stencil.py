@@ -40,7 +40,7 @@ from .cooperate import (Decline, Dialect, beside, expression_names, fresh_names,
                         kernel_spans, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted,
                         template_parameters, with_names)
 from .kernel_tree import span_of, syntax_nodes
-from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly, declarator_name
+from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly, declarator_name, function_declarator
 from .model import nodes as model_nodes
 from .passes import Declined, Pass, Rewrite, RewriteContext
 from .syntax import cut
@@ -908,9 +908,7 @@ def _across(body, text_of, var: str, coords: set[str], ctx: RewriteContext) -> s
 def _parameters(fn, ctx, d: Dialect, model: KernelModel) -> tuple[list[str], list[str]]:
     """The kernel's parameters as the point function declares them (pointers restricted) and
     the names that pass them on."""
-    decl = fn.child_by_field_name("declarator")
-    while decl is not None and decl.type != "function_declarator":
-        decl = decl.child_by_field_name("declarator")
+    decl = function_declarator(fn)
     if decl is None:
         raise Decline("the kernel's parameters cannot be read")
     out, names = [], []
