@@ -543,6 +543,9 @@ def _z_loop(ctx: RewriteContext, model: KernelModel, fn, text_of) -> ZLoop | Non
     start, test = text_of(value), text_of(cond)
     if not (expression_names(start) | expression_names(test)) <= known or lp.var in expression_names(start):
         return None
+    # a `break`, `return` or `goto` ends the column's later planes too: the march would still run them
+    if any(n.type in ("break_statement", "return_statement", "goto_statement") for n in model_nodes(body)):
+        return None
     # a value the loop assigns that lives across its planes (declared outside it) is carried
     declared = {lp.var} | {declarator_name(n.child_by_field_name("declarator"))[0] for n in model_nodes(body)
                            if n.type in ("declaration", "init_declarator") and n.child_by_field_name("declarator")}

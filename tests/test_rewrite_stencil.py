@@ -290,3 +290,9 @@ def test_a_column_looping_over_z_marches_its_loops_planes_through_the_tile(tmp_p
         "X", "get_global_id(0)").replace("Y", "get_global_id(1)"))
     made = rules_template(load_template(folder), "opencl", CPU)
     assert "TILE" not in {p.name for p in made.proposal.parameters}
+    # a column whose loop stops early (`break`): its later planes are not the march's to run
+    stops = STAR_LOOP.replace("float s = 0.5f", "if (in[idx] > 2.0f) break;\n        float s = 0.5f")
+    (folder.parent / "star.cl").write_text(stops.replace("KERNEL", "__kernel").replace("GLOBAL", "__global").replace(
+        "X", "get_global_id(0)").replace("Y", "get_global_id(1)"))
+    made = rules_template(load_template(folder), "opencl", CPU)
+    assert "TILE" not in {p.name for p in made.proposal.parameters}
