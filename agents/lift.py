@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from kerntune.engine import cxx
@@ -435,7 +436,8 @@ def shared_budget(source: str, names: dict[str, str]) -> str | None:
     parameter (`__shared__ float tile[TILE_DIM][TILE_DIM + 1]`): a configuration past the limit
     would only fail to compile. `names`: the name the code reads each parameter by, to the
     parameter's. None when no array is sized by one, or one's size or element type is unknown."""
-    terms, sized = [], False
+    terms: dict[int, list[str]] = {}  # by the function declaring them (each kernel has its own limit)
+    sized: set[int] = set()
     blanked, dialect, marks = cxx.blank(source.encode("utf-8"))
     marked = marks.shared if dialect == "cuda" else marks.local  # __shared__, or __local / local
     for node, text in syntax_nodes(source, ("declaration",)):
@@ -449,6 +451,10 @@ def shared_budget(source: str, names: dict[str, str]) -> str | None:
         ctype = ("unsigned " + words if unsigned and words else "unsigned" if unsigned else words)
         size = DTYPES.get(CTYPES.get(ctype, "")) or (DTYPES[PACKED[ctype][0]] * PACKED[ctype][1]
                                                     if ctype in PACKED else None)
+        fn = node.parent
+        while fn is not None and fn.type != "function_definition":
+            fn = fn.parent
+        home = fn.start_byte if fn is not None else -1
         for decl in node.children_by_field_name("declarator"):
             dims = []
             while decl is not None and decl.type == "array_declarator":
@@ -464,12 +470,30 @@ def shared_budget(source: str, names: dict[str, str]) -> str | None:
                 if any(t[0].isalpha() or t[0] == "_" or (t[0].isdigit() and not t.isdigit())
                        for t in tokens if t not in names):
                     return None  # sized by a name that is not a parameter, or a number Python does not read
-                sized |= any(t in names for t in tokens)
+                if any(t in names for t in tokens):
+                    sized.add(home)
                 exprs.append("(" + " ".join(names.get(t, t) for t in tokens) + ")")
-            terms.append(" * ".join([str(size)] + exprs))
+            terms.setdefault(home, []).append(" * ".join([str(size)] + exprs))
     if not sized:
         return None
-    return " + ".join(terms) + " <= max_shared_per_block"
+    return " and ".join(" + ".join(terms[h]) + " <= max_shared_per_block" for h in terms if h in sized)
+
+
+def file_shared_budget(source: str, params: Iterable[str]) -> str | None:
+    """`shared_budget` over a whole file as it is compiled, its other kernels included: an array of
+    another kernel sized by a parameter (the transpose post's `tile[TILE_DIM][TILE_DIM]` beside the
+    naive kernel being tuned) fails the file's build past the limit as the kernel's own would. A
+    name the file gives a parameter's value (`#define TILE_DIM TILE_DIM_SIZE`, `const int TILE_DIM =
+    TILE_DIM_VALUE;`) reads as the parameter."""
+    names = {p: p for p in params}
+    for node, text in syntax_nodes(source, ("preproc_def", "init_declarator")):
+        if node.type == "preproc_def":
+            name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        else:
+            name, value = node.child_by_field_name("declarator"), node.child_by_field_name("value")
+        if name is not None and value is not None and text(value).strip() in names and text(name).isidentifier():
+            names.setdefault(text(name), names[text(value).strip()])
+    return shared_budget(source, names)
 
 
 def loop_steps(source: str, names: dict[str, str], bound: str) -> list[str]:

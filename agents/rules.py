@@ -36,7 +36,7 @@ from kerntune.engine.template import Parameter, ParamValue, Problem, Template
 from . import rewrite_fastmath, rewrite_rowwise
 from .analysis import round_analysis, sol_line, sol_table, us
 from .kernel_tree import KernelTreeError, classify, kernel_view
-from .lift import KINDS, Lift, Lifted, lift_template
+from .lift import KINDS, Lift, Lifted, file_shared_budget, lift_template
 from .rewrites import GATE_LEFT_OUT, Applied, Rewrite, compose
 
 # What to vary first, by the bound Nsight Compute reports for the best configuration (kinds of
@@ -234,10 +234,23 @@ def rules_template(original: Template, backend: str, limits: DeviceLimits,
     if proposal is not None:
         proposal = replace(proposal, sources={b: views[b].restore(src) if b in views else src
                                               for b, src in proposal.sources.items()})
+        proposal = _whole_file_budget(proposal, views)
     if lifted.proposal is not None:
         lifted = replace(lifted, proposal=replace(lifted.proposal, sources={
             b: views[b].restore(src) if b in views else src for b, src in lifted.proposal.sources.items()}))
     return RulesTemplate(proposal, lifted, applied)
+
+
+def _whole_file_budget(proposal: TemplateProposal, views: dict) -> TemplateProposal:
+    """The shared-memory budget of the file's other kernels, hidden from the rules but compiled
+    with the kernel: a parameter that sizes one of their arrays past the device's limit fails the
+    build of every configuration with that value."""
+    if not any(v.hidden for v in views.values()):
+        return proposal
+    names = [p.name for p in proposal.parameters]
+    more = [c for b, src in proposal.sources.items() if b in views and views[b].hidden
+            and (c := file_shared_budget(src, names)) is not None and c not in proposal.constraints]
+    return replace(proposal, constraints=tuple(proposal.constraints) + tuple(dict.fromkeys(more))) if more else proposal
 
 
 class GridCount:

@@ -502,3 +502,14 @@ def test_a_sample_whose_tile_is_the_entrys_template_argument_keeps_it_and_says_w
     assert made.proposal is None
     assert any("spells its template arguments" in n for n in made.lifted.notes)
     assert any("the template argument BLOCK_SIZE of `MatrixMulCUDA<32>`" in n for n in made.lifted.notes)
+
+
+def test_the_files_other_kernels_tiles_bound_a_parameter_that_sizes_them():
+    """The naive transpose reads no shared memory, but the file's coalesced kernels size their tiles
+    by TILE_DIM and are built with it: past the device's shared memory (128: 64 KiB a tile) every
+    configuration would fail to compile, so each kernel's tiles bound the parameter."""
+    for backend, limits, name in (("cuda", GPU, "TILE_DIM_VALUE"), ("opencl", CPU, "TILE_DIM_SIZE")):
+        made = rules_template(load_template(spec("transpose/transpose_bounds")), backend, limits)
+        budget = [c for c in made.proposal.constraints if "max_shared_per_block" in c]
+        assert budget == [f"4 * ({name}) * ({name}) <= max_shared_per_block and "
+                          f"4 * ({name} + 1) * ({name}) <= max_shared_per_block"], budget
