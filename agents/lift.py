@@ -479,12 +479,12 @@ def shared_budget(source: str, names: dict[str, str]) -> str | None:
     return " and ".join(" + ".join(terms[h]) + " <= max_shared_per_block" for h in terms if h in sized)
 
 
-def file_shared_budget(source: str, params: Iterable[str]) -> str | None:
-    """`shared_budget` over a whole file as it is compiled, its other kernels included: an array of
-    another kernel sized by a parameter (the transpose post's `tile[TILE_DIM][TILE_DIM]` beside the
-    naive kernel being tuned) fails the file's build past the limit as the kernel's own would. A
-    name the file gives a parameter's value (`#define TILE_DIM TILE_DIM_SIZE`, `const int TILE_DIM =
-    TILE_DIM_VALUE;`) reads as the parameter."""
+def file_shared_budget(source: str, params: Iterable[str], parts: Iterable[str]) -> str | None:
+    """`shared_budget` of a file's other kernels (`parts`, their text), compiled with the kernel:
+    an array of theirs sized by a parameter (the transpose post's `tile[TILE_DIM][TILE_DIM]` beside
+    the naive kernel being tuned) fails the file's build past the limit as the kernel's own would.
+    A name the file (`source`) gives a parameter's value (`#define TILE_DIM TILE_DIM_SIZE`, `const
+    int TILE_DIM = TILE_DIM_VALUE;`) reads as the parameter."""
     names = {p: p for p in params}
     for node, text in syntax_nodes(source, ("preproc_def", "init_declarator")):
         if node.type == "preproc_def":
@@ -493,7 +493,8 @@ def file_shared_budget(source: str, params: Iterable[str]) -> str | None:
             name, value = node.child_by_field_name("declarator"), node.child_by_field_name("value")
         if name is not None and value is not None and text(value).strip() in names and text(name).isidentifier():
             names.setdefault(text(name), names[text(value).strip()])
-    return shared_budget(source, names)
+    budgets = [b for part in parts if (b := shared_budget(part, names)) is not None]
+    return " and ".join(budgets) if budgets else None
 
 
 def loop_steps(source: str, names: dict[str, str], bound: str) -> list[str]:

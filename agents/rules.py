@@ -249,7 +249,8 @@ def _whole_file_budget(proposal: TemplateProposal, views: dict) -> TemplatePropo
         return proposal
     names = [p.name for p in proposal.parameters]
     more = [c for b, src in proposal.sources.items() if b in views and views[b].hidden
-            and (c := file_shared_budget(src, names)) is not None and c not in proposal.constraints]
+            and (c := file_shared_budget(src, names, [text for _, text in views[b].hidden])) is not None
+            and c not in proposal.constraints]
     return replace(proposal, constraints=tuple(proposal.constraints) + tuple(dict.fromkeys(more))) if more else proposal
 
 
