@@ -98,7 +98,10 @@ matrix product in either layout with any epilogue: BM x BN tiles through shared 
 steps, BK = 0 the original, TM x TN outputs per thread in registers, VEC 4 loading the tiles as \
 vectors, any size), `reduction` (a \
 block's shared-memory tree: per-block partials over LANES threads a segment with shuffles, or an \
-atomic total striding GRID blocks per multiprocessor with ITEMS loads in flight) and `stencil` (a \
+atomic total striding GRID blocks per multiprocessor with ITEMS loads in flight), `histogram` (threads \
+counting elements into bins by atomic adds: PRIVATE = 1 privatises the bins per block in shared \
+memory, merged by one atomic per non-zero bin; ITEMS elements per thread, STRIDED or consecutive, \
+GRID blocks per multiprocessor) and `stencil` (a \
 thread per point of a 1-D or 2-D grid: ITEMS points per thread along one axis, in 2-D RX along x too, \
 a block's width apart, pointers restricted; TILE = 1 stages each input read at the point's neighbours, with its halo, in shared memory first). \
 Do not write these by hand: spend your effort on what they cannot do (an algorithmic change such as \

@@ -17,7 +17,7 @@ from . import affine
 from .kernel_tree import KernelAnalysis, Span, inline, span_of, syntax_nodes
 from .lift import fresh_name
 from .passes import Declined, Pass, Rewrite
-from .syntax import cut
+from .syntax import cut, text
 
 THREAD_WORDS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "get_global_id", "get_local_id", "get_group_id",
                 "get_local_size", "get_num_groups", "get_global_size", "get_global_offset", "warpSize"}
@@ -399,6 +399,26 @@ def strip_parens(node):
             break
         node = inner[0]
     return node
+
+
+def top_guard(items: list, coords: set[str]) -> tuple[int, list] | None:
+    """The guard at the top of a body's statements `items` (declarations before it): `if (c) {...}`
+    as the last statement, or `if (c) return;`, as (its position, `guard_parts` of the condition
+    under which a thread goes on); None where no such `if` stands there first."""
+    for i, s in enumerate(items):
+        if s.type == "declaration":
+            continue
+        if s.type != "if_statement" or s.child_by_field_name("alternative") is not None:
+            return None
+        cond = text(s.child_by_field_name("condition"))
+        then = s.child_by_field_name("consequence")
+        named = _named(then)
+        returns = then.type == "return_statement" or (then.type == "compound_statement" and len(named) == 1
+                                                      and named[0].type == "return_statement")
+        if not returns and i != len(items) - 1:
+            return None
+        return i, list(guard_parts(f"!{cond}" if returns else cond, coords))
+    return None
 
 
 def guard_parts(guard: str, coords: set[str]):

@@ -36,9 +36,9 @@ from dataclasses import dataclass, replace
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, beside, expression_names, fresh_names, guard_parts, header, inlined,
+from .cooperate import (Decline, Dialect, beside, expression_names, fresh_names, header, inlined,
                         kernel_spans, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted,
-                        template_parameters, with_names)
+                        template_parameters, top_guard, with_names)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly, declarator_name, function_declarator
 from .model import nodes as model_nodes
@@ -215,22 +215,10 @@ def _bound(body, text_of, var: str, coords: set[str]) -> str:
     """The bound of `var` that the guard at the top of the body sets."""
     items = [c for c in body.named_children if c.type != "comment"]
     example = " || ".join(f"{c} >= {'W' if i == 0 else 'H'}" for i, c in enumerate(sorted(coords)))
-    for i, s in enumerate(items):
-        if s.type == "declaration":
-            continue
-        if s.type != "if_statement" or s.child_by_field_name("alternative") is not None:
-            break
-        cond = text_of(s.child_by_field_name("condition"))
-        then = s.child_by_field_name("consequence")
-        named = [c for c in then.named_children if c.type != "comment"]
-        returns = then.type == "return_statement" or (then.type == "compound_statement" and len(named) == 1
-                                                      and named[0].type == "return_statement")
-        if not returns and i != len(items) - 1:
-            break
-        for _, v, bound in guard_parts(f"!{cond}" if returns else cond, coords):
-            if v == var and bound is not None:
-                return bound
-        break
+    found = top_guard(items, coords)
+    for _, v, bound in found[1] if found is not None else ():
+        if v == var and bound is not None:
+            return bound
     raise Decline(f"no guard at the top of the body bounds `{var}` (`if ({example}) return;`)")
 
 

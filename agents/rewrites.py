@@ -18,8 +18,8 @@ from kerntune.engine.device import DeviceLimits
 from kerntune.engine.proposal import TemplateProposal, original_launch
 from kerntune.engine.template import Template
 
-from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_reduction, rewrite_rowwise,
-               rewrite_stencil)
+from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_histogram, rewrite_reduction,
+               rewrite_rowwise, rewrite_stencil)
 from .kernel_tree import KernelTreeError, classify, source_tokens
 from .passes import Declined, Pass, Rewrite, RewriteContext, ordered, register
 
@@ -31,6 +31,7 @@ register(rewrite_rowwise.ROWWISE_KEEP)
 register(rewrite_rowwise.ROWWISE_CHAINS)
 register(rewrite_contraction.rewrite)
 register(rewrite_reduction.rewrite)
+register(rewrite_histogram.rewrite)
 register(rewrite_stencil.rewrite)
 # last: it switches the math calls of whatever the passes before made
 register(rewrite_fastmath.rewrite)

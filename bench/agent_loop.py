@@ -72,7 +72,8 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "rmsnorm": (None, "llama-t2048"),
     "rmsnorm_half": (None, "llama-t2048"),
     "cross_entropy": (None, "llama-t2048"),
-    # threads that cooperate (agents/rewrite_contraction.py, rewrite_reduction.py, rewrite_stencil.py)
+    # threads that cooperate (agents/rewrite_contraction.py, rewrite_reduction.py, rewrite_stencil.py,
+    # rewrite_histogram.py)
     "matmul_naive": ("matmul", "4096"),
     "matmul_coalesced": ("matmul", "4096"),  # the bar computes A @ B without the epilogue
     "matmul_half": (None, "4096"),
@@ -87,6 +88,7 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "conv_rows": ("conv_rows_tiled", "8k"),
     "conv_cols": ("conv_cols_tiled", "8k"),
     "stencil1d": (None, "64M"),
+    "histogram": (None, "64M"),
     "embedding_gather": ("gather_rows", "llama-t8192"),
 }
 PUBLISHED = ROOT / "tests" / "data" / "published"

@@ -14,6 +14,20 @@ def preprocessed(source: str, defines: dict[str, int]) -> list[str]:
     return re.findall(r"[A-Za-z_]\w*|\d[\w.]*|\S", out)
 
 
+def gated_on_pocl(original, proposal, tmp_path, limits, backend, problem: str = "small"):
+    """The rules' template through the gate on PoCL at a problem of the spec, and an Evaluator of
+    it there (a short timing: these tests check outputs)."""
+    from kerntune.engine.evaluate import Evaluator, TimingPolicy
+    from kerntune.engine.gate import check_proposal
+
+    verdict = check_proposal(original, proposal, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=original.problem(problem, {}), limits=limits, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    timing = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
+    return template, Evaluator(backend, template, template.problem(problem, {}), seed=1, timing=timing)
+
+
 def skip_where_lane_groups_are_miscompiled() -> None:
     """Skip a test that measures rows spread over lanes on the OpenCL device kerntune chooses when
     that device's runtime miscompiles them: the rules decline the row-wise rewrite there (which

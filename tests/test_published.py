@@ -12,13 +12,11 @@ import pytest
 
 from kerntune.agents.rules import rules_template
 from kerntune.engine.device import DeviceLimits
-from kerntune.engine.evaluate import Evaluator, TimingPolicy
-from kerntune.engine.gate import check_proposal
 from kerntune.engine.template import load_template
+from rewrite_support import gated_on_pocl
 
 PUBLISHED = Path(__file__).resolve().parent / "data" / "published"
 CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_count=2, max_shared_per_block=65536)
-FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
 
 # spec -> (the rewrites the rules apply on OpenCL, configurations away from the defaults that must
 # give the original's outputs)
@@ -64,7 +62,11 @@ OPENCL = {
     "textbook/conv2d_tiled": ([], ({"IN_TILE_DIM": 16},)),
     "textbook/stencil1d": ([], ({"BLOCK_SIZE": 64},)),
     "textbook/stencil1d_global": (["stencil"], ({"TILE": 1, "ITEMS": 4},)),
-    "textbook/histo_private": ([], ({"BLOCK": 64},)),
+    # the letter histogram: atomics on the global bins privatised per block, several letters a thread;
+    # the privatised one's bins counted over more letters a block
+    "textbook/histo": (["histogram"], ({"PRIVATE": 1, "ITEMS": 4, "GRID": 1, "BLOCK": 64},
+                                       {"ITEMS": 2, "STRIDED": 0})),
+    "textbook/histo_private": (["histogram"], ({"BLOCK": 64, "ITEMS": 8, "STRIDED": 0, "GRID": 2},)),
     # the textbook's segmented sum: the barrier first in each step of the tree, an atomic a block
     "textbook/reduce_segmented": (["reduction"], ({"GRID": 2, "THREADS": 128, "ITEMS": 2},)),
     # the coarsened threads first add 8 elements in a loop of a fixed count
@@ -90,12 +92,7 @@ def test_a_published_kernel_is_rewritten_gated_and_reproduced_on_pocl(name, tmp_
     original = load_template(spec(name))
     made = rules_template(original, "opencl", CPU)
     assert [r.name for r in made.applied.rewrites] == rewrites, made.why_none()
-    problem = original.problem("small", {})
-    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="opencl", device=0, problem=problem,
-                             limits=CPU, timeout=120)
-    assert verdict.ok, verdict.reason
-    template = verdict.template
-    ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
+    template, ev = gated_on_pocl(original, made.proposal, tmp_path, CPU, opencl_backend)
     for config in configs:
         # checked against the reference: PoCL miscompiles reduce0's original itself (its tree's
         # barrier in a loop bounded by get_local_size(0)), so the gate's comparison with the
@@ -157,6 +154,8 @@ CUDA = {
     "textbook/conv2d": (["stencil"], ({"TILE": 1, "ITEMS": 2, "RX": 2},)),
     "textbook/conv2d_tiled": ([], ({"IN_TILE_DIM": 16},)),
     "textbook/reduce_coarsened": (["reduction"], ({"GRID": 4, "THREADS": 512, "ITEMS": 8},)),
+    "textbook/histo": (["histogram"], ({"PRIVATE": 1, "ITEMS": 8, "GRID": 4}, {"ITEMS": 4, "STRIDED": 0})),
+    "textbook/histo_private": (["histogram"], ({"ITEMS": 16, "GRID": 8},)),
     "transpose/transpose_nobank": ([], ({"TILE_DIM_VALUE": 16, "BLOCK_ROWS_VALUE": 4},)),
 }
 

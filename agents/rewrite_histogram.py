@@ -1,0 +1,634 @@
+"""The histogram rewrite: threads that each read elements and add to bins by atomics get the bins
+privatised per block in shared (OpenCL local) memory, several elements per thread and a grid of a
+chosen number of blocks per multiprocessor striding over the elements.
+
+What the kernel model must show (else it declines with the reason):
+
+- the counting: each thread takes the element `i` of a one-dimensional launch (`i = blockIdx.x *
+  blockDim.x + threadIdx.x` or `get_global_id(0)`, under `if (i < X) {...}` or after `if (i >= X)
+  return;`, the launch's grid covering the X elements), or a grid-stride loop over the elements
+  (`for (i = <that index>; i < X; i += blockDim.x * gridDim.x)`, any grid): what the thread does
+  for one element is a function of the element's index alone (it reads no other thread or block id,
+  nothing its loop carries, and stops at no `break` or `return` of the loop);
+- the bins: the counting writes memory only by atomic adds (`atomicAdd`; OpenCL `atomic_add`,
+  `atomic_inc`, their `atom_` forms), all into one array, their results unused; every other array
+  the kernel reads it never writes (the input). Integer bins count exactly in any order; float bins
+  (CUDA) are summed in another order, which the gate's calibrated tolerance judges;
+- bins already privatised (the textbook's `histo_private_kernel`): two barriers at the top of the
+  body split it into zeroing a shared array of a known size (a block-strided loop setting each bin
+  to 0), the counting into it, and the merge (a block-strided loop adding each bin, as read, to
+  the global bins at the same index by an atomic, where the bin is not zero); neither the zeroing
+  nor the merge reads the block's index (per-block histograms stay the original);
+- for privatising global bins (`PRIVATE`): their count is known when the kernel compiles (the
+  spec's shape of the bins is a number) and fits the device's shared memory.
+
+The new kernel (beside the original; its switches at their defaults are the original token for
+token): what a thread does for one element becomes a function of the element's index, called for
+`ITEMS` elements per thread (`STRIDED` 1: a block's width apart, coalesced; 0: consecutive) over
+a grid of one block per `BLOCK * ITEMS` elements (`GRID` 0) or `GRID` blocks per multiprocessor
+striding over them; with `PRIVATE` 1 (or bins already privatised) each block zeroes its bins in
+shared memory, meets at a barrier, counts into them by shared atomics, meets again and adds each
+non-zero bin to the global bins by one atomic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kerntune.engine.expressions import ExpressionError
+from kerntune.engine.expressions import parse as parse_expression
+from kerntune.engine.proposal import ParamProposal
+
+from .cooperate import (Decline, Dialect, ReadingPass, beside, expression_names, fresh_names, header,
+                        kernel_spans, reads_thread_ids, spec_scalars, spec_text, template_parameters, top_guard,
+                        with_names)
+from .kernel_tree import span_of, syntax_nodes
+from .model import ELEMENT_BYTES, KernelModel, Poly, function_declarator
+from .passes import Rewrite, RewriteContext
+from .syntax import call_args, cut, strip, target, walk
+
+NAME = "histogram"
+# the atomic adds of each dialect (an increment adds one)
+ADDS = {"cuda": ("atomicAdd",), "opencl": ("atomic_add", "atom_add", "atomic_inc", "atom_inc")}
+# bins' element types each dialect adds to atomically in shared memory
+BIN_TYPES = {"cuda": ("int", "unsigned int", "unsigned", "unsigned long long", "unsigned long long int", "float",
+                      "double"),
+             "opencl": ("int", "unsigned int", "unsigned", "uint")}
+FLOATS = ("float", "double")
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A kernel counting elements into bins by atomics, read from the kernel."""
+
+    var: str  # the element's index
+    var_type: str  # as declared
+    bound: str  # kernel text X: the elements 0 .. X - 1
+    spec_bound: str  # X over the spec's problem names
+    counting: str  # what a thread does for one element, `var` its index: the function's body
+    bins: str  # the array the counting adds to: a pointer argument, or the kernel's shared array
+    target: str  # the global bins (a pointer argument)
+    private: bool  # the original's bins are privatised already (`bins` is its shared array)
+    elem_type: str  # of the bins
+    extent: int | None  # the number of bins, where known when the kernel compiles
+    no_private: str  # why PRIVATE is not offered ("" where it is)
+    merge_add: str  # the atomic the merge adds a bin with
+    form: str  # "guard" or "grid-stride"
+
+
+class HistogramPass(ReadingPass):
+    """The histogram rewrite as a pass: it requires what `read` finds (a counting by atomic adds into
+    one array of bins, as a function of the element's index), declined with the reason otherwise."""
+
+    name = NAME
+
+    def read(self, ctx: RewriteContext) -> Histogram:
+        return read(ctx)
+
+    def emit(self, ctx: RewriteContext, found: Histogram) -> Rewrite:
+        return _rewrite(ctx, found)
+
+
+rewrite = HistogramPass()
+
+
+# reading -------------------------------------------------------------------------------------------------
+
+def read(ctx: RewriteContext) -> Histogram:
+    """The histogram `ctx`'s kernel computes; Decline with the reason when it is none."""
+    model = ctx.model
+    if not model.atomics:
+        raise Decline("no atomic adds into bins")
+    if model.shuffles:
+        raise Decline("its threads exchange values by shuffles")
+    if any(len(x) > 1 and any(v.strip() != "1" for v in x[1:]) for x in (ctx.grid, ctx.block)):
+        raise Decline("the launch is not one-dimensional")
+    fn = _function(ctx, model)
+    stmts = [s for s in fn.child_by_field_name("body").named_children if s.type != "comment"]
+    cuts = _barrier_statements(model, stmts)
+    adds = _adds(ctx, model, fn)
+    if not cuts:
+        counting, zero, merge = stmts, [], []
+    elif len(cuts) == 2:
+        zero, counting, merge = stmts[:cuts[0]], stmts[cuts[0] + 1:cuts[1]], stmts[cuts[1] + 1:]
+        if model.returns:
+            raise Decline("it returns before its barriers")
+    else:
+        raise Decline(f"its {len(cuts)} barriers do not split it into zeroing bins, counting and merging")
+    if not counting:
+        raise Decline("nothing counts between its barriers")
+    span = (counting[0].start_byte, counting[-1].end_byte)
+    counted = [(c, arr, idx, val) for c, arr, idx, val in adds if span[0] <= c.start_byte < span[1]]
+    bins = {arr for _, arr, _, _ in counted}
+    if len(bins) != 1:
+        raise Decline("its counting adds to no array of bins" if not bins else
+                      f"its counting adds to several arrays ({', '.join(sorted(bins))})")
+    bins_name = bins.pop()
+    _writes_only_bins(model, adds, span)
+    if cuts:
+        target, merge_add, extent, elem_type = _privatised(ctx, model, bins_name, zero, merge, adds, span)
+        no_private = ""
+    else:
+        if bins_name not in model.pointers:
+            raise Decline(f"it counts into `{bins_name}`, which is no array argument, without a barrier")
+        target, merge_add = bins_name, "atomicAdd" if ctx.backend == "cuda" else "atomic_add"
+        elem_type = model.arg_types.get(bins_name, "")
+        extent, no_private = _extent(ctx, bins_name, elem_type)
+    if elem_type not in BIN_TYPES[ctx.backend]:
+        raise Decline(f"its bins are of type `{elem_type or '?'}`, which {_dialect_name(ctx)} adds to atomically "
+                      f"in {'shared' if ctx.backend == 'cuda' else 'local'} memory only as "
+                      f"{', '.join(BIN_TYPES[ctx.backend])}")
+    foreign = [a for a in model.opaque if a not in (bins_name, target)]
+    if foreign:
+        raise Decline(f"`{foreign[0]}` is reached other than by its elements (a cast, an address or a call)")
+    var, var_type, bound, form, body = _elements(ctx, model, counting)
+    others = _declared(zero + merge) - {bins_name}
+    if expression_names_of(body) & others:
+        raise Decline(f"its counting reads `{sorted(expression_names_of(body) & others)[0]}`, declared outside it")
+    if "$" in body:
+        raise Decline("a `$` in the kernel's code")
+    spec_bound = spec_text(model.inline(bound), spec_scalars(ctx))
+    if form == "guard":
+        _covers(ctx, spec_bound)
+    return Histogram(var, var_type, bound, spec_bound, body, bins_name, target, bool(cuts), elem_type, extent,
+                     no_private, merge_add, form)
+
+
+def _dialect_name(ctx) -> str:
+    return "CUDA" if ctx.backend == "cuda" else "OpenCL"
+
+
+def _function(ctx, model: KernelModel):
+    for node, _ in syntax_nodes(ctx.source, ("function_definition",)):
+        body = node.child_by_field_name("body")
+        if body is not None and span_of(ctx.source, body) == model.kernel.body:
+            return node
+    raise Decline("the kernel's body cannot be found in its syntax tree")
+
+
+def _barrier_statements(model: KernelModel, stmts: list) -> list[int]:
+    """The positions of the top-level statements that are the block's barriers; Decline where a
+    barrier stands anywhere else (in a loop, under a condition, in a function the kernel calls)."""
+    at = {(b.span.start, b.span.end) for b in model.barriers}
+    out = []
+    for k, s in enumerate(stmts):
+        if s.type == "expression_statement" and s.named_child_count == 1:
+            e = s.named_children[0]
+            if (e.start_byte, e.end_byte) in at:
+                out.append(k)
+    if len(out) != len(model.barriers) or any(b.scope != "block" for b in model.barriers):
+        raise Decline("it meets at a barrier inside a loop, under a condition or in a function it calls")
+    return out
+
+
+def _adds(ctx, model: KernelModel, fn) -> list[tuple]:
+    """Each atomic of the kernel: (call node, the array it adds to, the index node, the value added
+    or None for an increment); Decline for an atomic that is no add of an element whose result is
+    unused."""
+    calls = {(c.start_byte, c.end_byte): c for c in walk(fn) if c.type == "call_expression"}
+    out = []
+    for a in model.atomics:
+        if a.function != model.name:
+            raise Decline(f"it calls `{a.name}` in a function of the file, not in the kernel itself")
+        if a.name not in ADDS[ctx.backend]:
+            raise Decline(f"its atomic `{a.name}` is no add")
+        call = calls.get((a.span.start, a.span.end))
+        if call is None:
+            raise Decline(f"its atomic `{a.name}` cannot be read")
+        if call.parent is None or call.parent.type != "expression_statement":
+            raise Decline(f"the result of its `{a.name}` is used")
+        args = call_args(call)
+        inc = a.name.endswith("_inc")
+        if len(args) != (1 if inc else 2):
+            raise Decline(f"its `{a.name}` has {len(args)} arguments")
+        arr, idx = _element_address(args[0])
+        if not arr:
+            raise Decline(f"its `{a.name}` adds to `{' '.join(cut(ctx.source, args[0].start_byte, args[0].end_byte).split())}`, "
+                          "no element of an array")
+        out.append((call, arr, idx, None if inc else args[1]))
+    return out
+
+
+def _element_address(node) -> tuple[str, object]:
+    """(array, index) of `&a[i]`, `&(a[i])` or `a + i`; ("", None) otherwise."""
+    node = strip(node)
+    if node.type == "pointer_expression" and node.child_by_field_name("operator").type == "&":
+        inner = strip(node.child_by_field_name("argument"))
+        if inner.type == "subscript_expression":
+            arr = strip(inner.child_by_field_name("argument"))
+            idx = inner.child_by_field_name("indices") or inner.child_by_field_name("index")
+            if arr.type == "identifier" and idx is not None:
+                return arr.text.decode(), idx
+    if node.type == "binary_expression" and node.child_by_field_name("operator").type == "+":
+        left, right = strip(node.child_by_field_name("left")), node.child_by_field_name("right")
+        if left.type == "identifier":
+            return left.text.decode(), right
+    return "", None
+
+
+def _writes_only_bins(model: KernelModel, adds: list, span: tuple[int, int]) -> None:
+    """The counting writes no memory but by atomic adds (a thread's own arrays aside), and the
+    kernel writes no array argument but by atomic adds (the input is only read)."""
+    inside = [(c.start_byte, c.end_byte) for c, _, _, _ in adds]
+    for x in model.accesses:
+        if not x.write or x.space == "local":
+            continue
+        in_add = any(s <= x.span.start and x.span.end <= e for s, e in inside)
+        if span[0] <= x.span.start < span[1] and not in_add:
+            raise Decline(f"its counting writes `{x.array}[{x.index}]` other than by an atomic add")
+        if x.space == "global" and x.array in model.pointers and not in_add:
+            raise Decline(f"it writes `{x.array}[{x.index}]` other than by an atomic add")
+
+
+def _privatised(ctx, model: KernelModel, S: str, zero: list, merge: list, adds: list, span) \
+        -> tuple[str, str, int, str]:
+    """The bins privatised already: S the kernel's shared array of a known size, zeroed before the
+    first barrier and added to the global bins after the second; (those bins, the merge's atomic,
+    the size, the bins' type)."""
+    arr = next((a for a in model.arrays if a.name == S and a.space == "shared" and a.function == model.name), None)
+    if arr is None or len(arr.sizes) != 1 or arr.sizes[0] is None:
+        raise Decline(f"it counts into `{S}` between barriers, which is no shared array of a known size")
+    size = arr.sizes[0]
+    for part, what in ((zero, "zeroing"), (merge, "merge")):
+        text = "".join(cut(ctx.source, s.start_byte, s.end_byte) for s in part)
+        if {"blockIdx", "gridDim", "get_group_id", "get_num_groups", "get_global_id"} & expression_names_of(text):
+            raise Decline(f"its {what} reads the block's index: bins per block, not one histogram")
+    _zeroes(ctx, model, S, size, zero)
+    merges = [(c, arr_, idx, val) for c, arr_, idx, val in adds if not span[0] <= c.start_byte < span[1]]
+    if not merges or any(c.start_byte < span[0] for c, _, _, _ in merges):
+        raise Decline("it adds nothing to global bins after its counting" if not merges else
+                      "it adds atomically before its counting")
+    targets = {a for _, a, _, _ in merges}
+    if len(targets) != 1 or next(iter(targets)) not in model.pointers:
+        raise Decline(f"its merge adds to {', '.join(sorted(targets))}, not one array argument")
+    target = targets.pop()
+    _merges(ctx, model, S, size, target, merge, merges)
+    return target, merges[0][0].child_by_field_name("function").text.decode(), size, arr.ctype
+
+
+def _thread_stride(model: KernelModel, stmt, size: int, what: str):
+    """The loop of `stmt`: each thread from its index in the block by the block's threads below the
+    bins' size; its model loop."""
+    lp = next((l for l in model.loops if l.span.start == stmt.start_byte and l.in_kernel), None)
+    if lp is None or lp.role != "thread-stride" or lp.compare != "<" or lp.dim != 0 or \
+            lp.start_form is None or lp.start_form.coeff("threadIdx.x") != Poly.const(1) or \
+            lp.bound_form is None or lp.bound_form.invariant is None:
+        raise Decline(f"its {what} is no loop of the block's threads over the bins")
+    bound = lp.bound_form.invariant
+    if not bound.names() <= set(model.defines) or bound.evaluate(model.defines) != size:
+        raise Decline(f"its {what} runs to `{lp.bound}`, not the {size} bins")
+    return lp
+
+
+def _zeroes(ctx, model: KernelModel, S: str, size: int, zero: list) -> None:
+    """The zeroing: declarations and one loop of the block's threads setting S[bin] = 0."""
+    loops = [s for s in zero if s.type != "declaration"]
+    if len(loops) != 1 or loops[0].type != "for_statement":
+        raise Decline("before its first barrier it does more than zero the bins in one loop")
+    lp = _thread_stride(model, loops[0], size, "zeroing")
+    body = [s for s in walk(loops[0].child_by_field_name("body")) if s.type == "expression_statement"]
+    ok = len(body) == 1 and body[0].named_child_count == 1 and body[0].named_children[0].type == "assignment_expression"
+    if ok:
+        e = body[0].named_children[0]
+        left = strip(e.child_by_field_name("left"))
+        right = strip(e.child_by_field_name("right"))
+        ok = (e.child_by_field_name("operator").type == "=" and left.type == "subscript_expression"
+              and left.child_by_field_name("argument").text.decode() == S
+              and _text_of(left.child_by_field_name("indices") or left.child_by_field_name("index")) == lp.var
+              and right.type == "number_literal" and right.text.decode().rstrip("uUlLfF.0") == "")
+    if not ok:
+        raise Decline(f"its zeroing loop does not set `{S}[{lp.var}]` to 0 and nothing else")
+
+
+def _merges(ctx, model: KernelModel, S: str, size: int, target: str, merge: list, adds: list) -> None:
+    """The merge: one loop of the block's threads adding S[bin], as read, to target[bin] by an
+    atomic, under no condition but the bin's being non-zero."""
+    loops = [s for s in merge if s.type != "declaration"]
+    if len(loops) != 1 or loops[0].type != "for_statement" or len(adds) != 1:
+        raise Decline("after its second barrier it does more than add each bin to the global bins in one loop")
+    lp = _thread_stride(model, loops[0], size, "merge")
+    call, _, idx, value = adds[0]
+    if _text_of(idx) != lp.var:
+        raise Decline(f"its merge adds to `{target}[{_text_of(idx)}]`, not the bin `{lp.var}` it reads")
+    bin_read = f"{S}[{lp.var}]"
+    value_text = _text_of(value) if value is not None else ""
+    value_of = model.locals.get(value_text, value_text) if value_text not in model.changing else value_text
+    if "".join(value_of.split()).strip("()") != bin_read:
+        raise Decline(f"its merge adds `{value_text or 1}`, not the bin `{bin_read}` as read")
+    body = loops[0].child_by_field_name("body")
+    node = call.parent
+    while node is not None and (node.start_byte, node.end_byte) != (body.start_byte, body.end_byte):
+        if node.type == "if_statement":
+            cond = _text_of(node.child_by_field_name("condition")).strip("()").strip()
+            nonzero = {f"{v} {op} 0" for v in (value_text, bin_read) for op in (">", "!=")} | \
+                {f"{v} {op} 0u" for v in (value_text, bin_read) for op in (">", "!=")} | {value_text, bin_read}
+            if cond not in nonzero or node.child_by_field_name("alternative") is not None:
+                raise Decline(f"its merge adds a bin under `{cond}`, more than its being non-zero")
+        elif node.type in ("for_statement", "while_statement", "do_statement"):
+            raise Decline("its merge adds a bin in a loop of its own")
+        node = node.parent
+    if model.arg_types.get(target, "") != model.types.get(S, ""):
+        raise Decline(f"its global bins `{target}` are not of its shared bins' type")
+
+
+def _text_of(node) -> str:
+    """A node's text, spaces made single; a subscript's index list (`[i]`) as its one index."""
+    if node is not None and node.type == "subscript_argument_list" and node.named_child_count == 1:
+        node = node.named_children[0]
+    return " ".join(node.text.decode().split()) if node is not None else ""
+
+
+def expression_names_of(code: str) -> set[str]:
+    """The identifiers of a piece of code (statements or an expression)."""
+    wrapped = f"void kt_code() {{\n{code}\n}}\n"
+    return {n.text.decode() for n, _ in syntax_nodes(wrapped, ("identifier",))} - {"kt_code"}
+
+
+def _declared(stmts: list) -> set[str]:
+    """The names the top-level declarations of `stmts` declare."""
+    out = set()
+    for s in stmts:
+        if s.type != "declaration":
+            continue
+        for d in s.children_by_field_name("declarator"):
+            while d is not None and d.type != "identifier":
+                d = d.child_by_field_name("declarator")
+            if d is not None:
+                out.add(d.text.decode())
+    return out
+
+
+def _extent(ctx, bins: str, elem_type: str) -> tuple[int | None, str]:
+    """The global bins' count, known when the kernel compiles (the spec's shape of them is a number),
+    and why PRIVATE is not offered ("" where it is)."""
+    arg = next((a for a in ctx.original.arguments if a.name == bins), None)
+    if arg is None or not arg.shape:
+        return None, f"the spec gives `{bins}` no shape: the bins' count is not known"
+    count = 1
+    for dim in arg.shape:
+        text = dim.source.strip()
+        if not text.isdigit():
+            return None, (f"the bins' count `{text}` is a problem size, not known when the kernel compiles: "
+                          "no shared copy of them can be sized")
+        count *= int(text)
+    size = ELEMENT_BYTES.get(elem_type, 0)
+    if size and count * size > ctx.limits.max_shared_per_block:
+        return None, f"the {count} bins' {count * size} bytes exceed the device's shared memory per block"
+    return count, ""
+
+
+def _elements(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str]:
+    """The elements the counting takes and what it does for one: (the index, its type, the bound X,
+    the form, the body of the function of the index)."""
+    loops = [s for s in counting if s.type in ("for_statement", "while_statement", "do_statement")]
+    if loops and loops[-1] is counting[-1] and all(s.type == "declaration" for s in counting[:-1]):
+        return _strided(ctx, model, counting)
+    return _guarded(ctx, model, counting)
+
+
+def _global_index(model: KernelModel, form) -> bool:
+    """Whether an affine form is the thread's index in a one-dimensional launch."""
+    return form is not None and form.symbols() == {"threadIdx.x", "blockIdx.x"} and \
+        form.coeff("threadIdx.x") == Poly.const(1) and form.coeff("blockIdx.x") == Poly.name("blockDim.x") and \
+        form.const.is_zero
+
+
+def _guarded(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str]:
+    """A thread per element: `T i = <global index>;` then `if (i < X) {...}` last, or `if (i >= X)
+    return;` followed by the counting."""
+    index = None
+    for t in model.thread_indices:
+        if any(s.start_byte <= t.span.start and t.span.end <= s.end_byte for s in counting) and \
+                _global_index(model, t.form) and t.name not in model.changing:
+            index = t
+            break
+    if index is None:
+        raise Decline("no element index `blockIdx.x * blockDim.x + threadIdx.x` (or `get_global_id(0)`) "
+                      "nor a grid-stride loop over the elements")
+    try:
+        found = top_guard(counting, {index.name})
+    except Decline:
+        found = None
+    bound = found[1][0][2] if found is not None and len(found[1]) == 1 else None
+    if bound is None:
+        raise Decline(f"no guard `if ({index.name} < n)` or `if ({index.name} >= n) return;` bounds the element")
+    if reads_thread_ids(model.inline(bound)) or index.name in expression_names(model.inline(bound)):
+        raise Decline(f"the guard's bound `{bound}` moves with the thread")
+    inside = (counting[found[0]].start_byte, counting[-1].end_byte)
+    for a in model.atomics:
+        if counting[0].start_byte <= a.span.start < inside[0]:
+            raise Decline(f"it adds by `{a.name}` before its guard")
+    text = cut(ctx.source, counting[0].start_byte, counting[-1].end_byte).encode("utf-8")
+    decl = cut(ctx.source, index.span.start, index.span.end).encode("utf-8")
+    at = decl.rfind(index.expr.encode("utf-8"))
+    if at < 0:
+        raise Decline(f"the declaration of `{index.name}` cannot be rewritten")
+    start = index.span.start - counting[0].start_byte + at
+    body = (text[:start] + b"kt_i" + text[start + len(index.expr.encode("utf-8")):]).decode("utf-8")
+    if reads_thread_ids(body):
+        raise Decline("what a thread does for its element reads thread or block ids other than the element's index")
+    if index.span.start < counting[0].start_byte:
+        raise Decline(f"`{index.name}` is not declared where the counting starts")
+    return index.name, model.types.get(index.name, "int"), bound, "guard", "{\n    " + body + "\n}"
+
+
+def _strided(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str]:
+    """A grid-stride loop over the elements, last of the counting after declarations."""
+    node = counting[-1]
+    lp = next((l for l in model.loops if l.span.start == node.start_byte and l.in_kernel), None)
+    if lp is None or node.type != "for_statement" or lp.role != "grid-stride" or lp.dim != 0 or lp.compare != "<" \
+            or lp.update not in ("+=",) or not _global_index(model, lp.start_form):
+        raise Decline("its counting loop is no grid-stride loop over the elements (from `blockIdx.x * blockDim.x "
+                      "+ threadIdx.x` by `blockDim.x * gridDim.x` while below a bound)")
+    init = node.child_by_field_name("initializer")
+    if init is None or init.type != "declaration":
+        raise Decline(f"the loop's index `{lp.var}` is not declared by the loop")
+    body = node.child_by_field_name("body")
+    for n in walk(body):
+        if n.type in ("break_statement", "return_statement", "goto_statement"):
+            raise Decline(f"a `{n.type.split('_')[0]}` in its loop over the elements")
+        t = target(n)
+        if t is not None and t.type == "identifier" and t.text.decode() == lp.var:
+            raise Decline(f"its loop's body changes `{lp.var}`")
+    bound = lp.bound
+    if reads_thread_ids(model.inline(bound)) or lp.var in expression_names(bound):
+        raise Decline(f"the loop's bound `{bound}` moves with the thread")
+    carried = {a.var for a in model.accumulators if a.loop is not None and model.loops[a.loop].span == lp.span}
+    if carried:
+        raise Decline(f"its loop carries `{sorted(carried)[0]}` from one element to the next")
+    loop_text = cut(ctx.source, body.start_byte, body.end_byte)
+    if reads_thread_ids(loop_text):
+        raise Decline("what a thread does for its element reads thread or block ids other than the element's index")
+    kind = init.child_by_field_name("type")
+    var_type = " ".join(cut(ctx.source, init.start_byte, kind.end_byte).split()) if kind is not None else "int"
+    decls = "".join(cut(ctx.source, s.start_byte, s.end_byte) + "\n    " for s in counting[:-1]
+                    if not reads_thread_ids(cut(ctx.source, s.start_byte, s.end_byte)))
+    # a `continue` ends the element, as it ended the loop's step
+    body_text = f"{{\n    {decls}{var_type} {lp.var} = kt_i;\n    do {loop_text} while (0);\n}}"
+    return lp.var, var_type, bound, "grid-stride", body_text
+
+
+def _covers(ctx, spec_bound: str) -> None:
+    """The original's grid of blocks covers the X elements at every size of the spec (a thread per
+    element past X does nothing)."""
+    device = ctx.limits.expression_names()
+    try:
+        have = parse_expression(f"({ctx.grid[0]}) * ({ctx.block[0]})")
+        want = parse_expression(spec_bound)
+    except ExpressionError as e:
+        raise Decline(f"the launch cannot be read ({e})") from None
+    for problem in (*ctx.original.problems, *ctx.original.verify_problems):
+        env = {**device, **problem.values, **ctx.defaults}
+        try:
+            if have.evaluate(env) < want.evaluate(env):
+                raise Decline(f"the grid's threads are fewer than the {spec_bound} elements at {problem.label()}")
+        except (ExpressionError, KeyError, ZeroDivisionError) as e:
+            raise Decline(f"the launch cannot be evaluated at {problem.label()} ({e})") from None
+
+
+# writing ---------------------------------------------------------------------------------------------------
+
+def _parameters(ctx, model: KernelModel) -> tuple[list[str], list[str]]:
+    """The kernel's parameters as written (the words the syntax tree blanks, `__global`, included)
+    and their names."""
+    fn = _function(ctx, model)
+    decl = function_declarator(fn)
+    if decl is None:
+        raise Decline("the kernel's parameters cannot be read")
+    out, names = [], []
+    after = None
+    for p in decl.child_by_field_name("parameters").children:
+        if p.type != "parameter_declaration":
+            after = p.end_byte if p.type in ("(", ",") else after
+            continue
+        text = " ".join(cut(ctx.source, after if after is not None else p.start_byte, p.end_byte).split())
+        node = p.child_by_field_name("declarator")
+        while node is not None and node.type != "identifier":
+            node = node.child_by_field_name("declarator")
+        if node is None:
+            raise Decline(f"the parameter `{text}` has no name")
+        out.append(text)
+        names.append(node.text.decode())
+    return out, names
+
+
+def _rewrite(ctx: RewriteContext, h: Histogram) -> Rewrite:
+    model = ctx.model
+    d = Dialect.of(ctx.backend)
+    cuda = d.name == "cuda"
+    spans = kernel_spans(ctx.source, model)
+    head = header(ctx.source, spans)
+    offer_private = not h.private and h.extent is not None
+    # a block the lifts left a number (its value in a shape, a thread count) gets a parameter of
+    # its own: the new kernel reads the block's size, never the number
+    fixed_block = ctx.block[0].strip().isdigit()
+    wanted = (("PRIVATE",) if offer_private else ()) + ("ITEMS", "STRIDED", "GRID") + \
+        (("THREADS",) if fixed_block else ())
+    names = fresh_names(wanted, ctx.taken | set(ctx.defaults))
+    params_text, arg_names = _parameters(ctx, model)
+    T = h.elem_type
+    lid, size = ("threadIdx.x", "blockDim.x") if cuda else ("(int)get_local_id(0)", "(int)get_local_size(0)")
+    qualifier = "static __device__ __forceinline__ void" if cuda else "static inline void"
+    local = "" if cuda else "__local "
+    index = f"const {h.var_type} kt_i"
+    # the element's function: the kernel's parameters (the bins privatised already: its shared array too)
+    if h.private:
+        fn_params = params_text + [f"{local}{T} *{h.bins}", index]
+        helpers = f"{qualifier} kt_count({', '.join(fn_params)})\n{h.counting}\n"
+        args = arg_names + ["kt_bins"]
+        private_on = "1"
+    else:
+        fn_params = params_text + [index]
+        helpers = f"{qualifier} kt_count({', '.join(fn_params)})\n{h.counting}\n"
+        args = list(arg_names)
+        private_on = f"$PRIVATE" if offer_private else "0"
+        if offer_private and not cuda:
+            # OpenCL names the address space: the bins' parameter in local memory when privatised
+            at = arg_names.index(h.bins)
+            mine = [w if w not in ("__global", "global") else "__local" for w in params_text[at].split()]
+            local_params = params_text[:at] + [" ".join(mine)] + params_text[at + 1:] + [index]
+            helpers = (f"#if $PRIVATE\n{qualifier} kt_count({', '.join(local_params)})\n{h.counting}\n#else\n"
+                       f"{helpers}#endif\n")
+    tparams = template_parameters(ctx.source, model)
+    call_name_ = "kt_count"
+    if tparams:
+        helpers = helpers.replace(f"{qualifier} kt_count(", f"template {tparams}\n{qualifier} kt_count(")
+        call_name_ = f"kt_count<{', '.join(model.signature.template_params)}>"
+    private_args = [a if a != h.bins else "kt_bins" for a in args]
+    call = f"{call_name_}({', '.join(args)}, ({h.var_type})kt_i)"
+    if offer_private:
+        call_private = f"{call_name_}({', '.join(private_args)}, ({h.var_type})kt_i)"
+        count_call = f"\n#if $PRIVATE\n                {call_private};\n#else\n                {call};\n#endif\n"
+    else:
+        count_call = f"\n                {call};\n"
+    E = h.extent
+    zero = merge = ""
+    if E is not None and private_on != "0":
+        zero = (f"    {d.shared} {T} kt_bins[{E}];\n"
+                f"    for (int kt_b = {lid}; kt_b < {E}; kt_b += {size}) kt_bins[kt_b] = ({T})0;\n"
+                f"    {d.barrier};\n")
+        merge = (f"    {d.barrier};\n"
+                 f"    for (int kt_b = {lid}; kt_b < {E}; kt_b += {size}) {{\n"
+                 f"        const {T} kt_v = kt_bins[kt_b];\n"
+                 f"        if (kt_v != ({T})0) {h.merge_add}(&{h.target}[kt_b], kt_v);\n"
+                 f"    }}\n")
+        if offer_private:
+            zero, merge = f"#if $PRIVATE\n{zero}#endif\n", f"#if $PRIVATE\n{merge}#endif\n"
+    group, groups = (d.group_id[0], d.num_groups) if cuda else ("(int)get_group_id(0)", "(int)get_num_groups(0)")
+    kernel = f"""{head}
+{{
+{zero}    const long kt_n = (long)({h.bound});
+    const long kt_step = (long){size} * $ITEMS;
+    for (long kt_base = (long){group} * kt_step; kt_base < kt_n; kt_base += (long){groups} * kt_step) {{
+#pragma unroll
+        for (int kt_u = 0; kt_u < $ITEMS; ++kt_u) {{
+            const long kt_i = $STRIDED ? kt_base + (long)kt_u * {size} + {lid} : kt_base + (long){lid} * $ITEMS + kt_u;
+            if (kt_i < kt_n) {{{count_call}            }}
+        }}
+    }}
+{merge}}}"""
+    kernel = with_names(kernel, names)
+    helpers = with_names(helpers, names)
+    items, strided, grid_p = names["ITEMS"], names["STRIDED"], names["GRID"]
+    params = []
+    if offer_private:
+        params.append(ParamProposal(names["PRIVATE"], (0, 1), 0, f"1: each block counts into its own {E} bins in "
+                                    "shared memory, then adds each non-zero bin to the global bins by one atomic "
+                                    "(0: atomics on the global bins)", "tile"))
+    params += [ParamProposal(items, (1, 2, 4, 8, 16), 1, "elements per thread", "work"),
+               ParamProposal(strided, (0, 1), 1, "1: a thread's elements a block's width apart (coalesced); "
+                             "0: consecutive", "flag"),
+               ParamProposal(grid_p, (0, 1, 2, 4, 8, 16, 32), 0, "0: a block per BLOCK * ITEMS elements; k: k blocks "
+                             "per multiprocessor, striding over the elements", "grid")]
+    block0 = ctx.block[0]
+    if fixed_block:
+        block0 = names["THREADS"]
+        values = tuple(sorted({64, 128, 256, 512, 1024, int(ctx.block[0])}))
+        params.append(ParamProposal(block0, values, int(ctx.block[0]), "threads per block", "threads"))
+    switch = " || ".join(f"{p.name} != {p.default}" for p in params)
+    chunks = f"max(1, ceil_div({h.spec_bound}, ({block0}) * {items}))"
+    grid0 = (f"({chunks} if {grid_p} == 0 else min(sm_count * {grid_p}, {chunks})) if {switch.replace('||', 'or')} "
+             f"else ({ctx.grid[0]})")
+    constraints = [f"{items} > 1 or {strided} == 1"]
+    if fixed_block:
+        constraints.append(f"{block0} <= max_threads_per_block")
+    if offer_private:
+        constraints.append(f"{names['PRIVATE']} == 0 or {E * ELEMENT_BYTES.get(T, 4)} <= max_shared_per_block")
+    source = beside(ctx.source, spans, switch, params, helpers, kernel, NAME)
+    kept = "the bins privatised in shared memory as the original has them" if h.private else \
+        ("PRIVATE 1 privatising the " + f"{E} bins in shared memory" if offer_private else
+         f"the bins left global ({h.no_private})")
+    what = (f"histogram: what a thread does for one element as a function of its index, ITEMS elements per thread "
+            f"(STRIDED: a block's width apart or consecutive), GRID blocks per multiprocessor striding over the "
+            f"{h.bound} elements; {kept}")
+    if T in FLOATS:
+        what += ("; the float bins are summed in another order, so they differ from the original's by rounding, "
+                 "which the gate's tolerance (calibrated on the original's own error against the reference) judges")
+    first = {items: (1, 4, 16), grid_p: (0, 4, 16)}
+    if offer_private:
+        first[names["PRIVATE"]] = (0, 1)
+    if fixed_block:
+        first[block0] = tuple(sorted({int(ctx.block[0]), 1024}))
+    grid = (grid0,) + tuple(ctx.grid[1:])
+    block = (block0,) + tuple(ctx.block[1:]) if fixed_block else None
+    return Rewrite(NAME, source, tuple(params), what, tuple(constraints), grid, block, first=first)

@@ -1,0 +1,211 @@
+"""The histogram rewrite (agents/rewrite_histogram.py): threads counting elements into bins by atomic
+adds get the bins privatised per block (PRIVATE), ITEMS elements per thread (STRIDED or
+consecutive) and GRID blocks per multiprocessor; bins privatised already get the elements. What it
+must prove, and the reason it gives where it cannot."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kerntune.agents.cooperate import Decline
+from kerntune.agents.kernel_tree import classify
+from kerntune.agents.rewrite_histogram import read
+from kerntune.agents.rewrites import RewriteContext
+from kerntune.agents.rules import rules_template
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.proposal import original_launch
+from kerntune.engine.template import load_template
+from rewrite_support import gated_on_pocl
+
+NAIVE = Path(__file__).resolve().parent / "data" / "naive"
+CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_count=2, max_shared_per_block=65536)
+GPU = DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132, max_shared_per_block=49152)
+
+
+def context(source: str, backend: str = "cuda", **spec) -> RewriteContext:
+    """The naive histogram's spec (data, bins, n) for `source`'s kernel `k`."""
+    t = replace(load_template(NAIVE / "histogram"), entry="k", **spec)
+    limits = GPU if backend == "cuda" else CPU
+    grid, block = original_launch(t, limits)
+    return RewriteContext(t, backend, source, classify(source, "k"), tuple(grid), tuple(block), {}, limits)
+
+
+def test_a_naive_histogram_is_privatised_gated_and_reproduced_on_pocl(tmp_path, opencl_backend):
+    original = load_template(NAIVE / "histogram")
+    made = rules_template(original, "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["histogram"], made.why_none()
+    assert {"PRIVATE", "ITEMS", "STRIDED", "GRID", "THREADS"} <= {p.name for p in made.proposal.parameters}
+    template, ev = gated_on_pocl(original, made.proposal, tmp_path, CPU, opencl_backend)
+    # every switch away from its default at once (the published letter histograms, slow, try others)
+    config = {"PRIVATE": 1, "ITEMS": 4, "STRIDED": 0, "GRID": 1, "THREADS": 64}
+    ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3,))
+    assert ok, message
+
+
+def test_the_cuda_histogram_compiles_with_every_switch_on(tmp_path, monkeypatch):
+    """Shared atomics through the element's function (a generic pointer to the shared bins) build."""
+    from kerntune.engine.backends import cuda_toolchain as cuda
+
+    if cuda.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path))
+    made = rules_template(load_template(NAIVE / "histogram"), "cuda", GPU)
+    config = {p.name: p.default for p in made.proposal.parameters}
+    config.update(PRIVATE=1, ITEMS=8, STRIDED=0, GRID=4, THREADS=512)
+    cubin, info, _ = cuda.compile_cubin(made.proposal.sources["cuda"], "histogram", {k: str(v) for k, v in config.items()})
+    assert cubin and info.get("spill_stores", 0) == 0, info
+
+
+GRID_STRIDE = """__global__ void k(const unsigned char *data, unsigned int *bins, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        unsigned char b = data[i];
+        if (b == 0) continue;
+        atomicAdd(bins + b, 1u);
+    }
+}
+"""
+
+
+def test_a_grid_stride_loop_over_the_elements_counts_each_element_as_a_function_of_it():
+    """The loop's body as one element's function: a `continue` ends that element alone; `bins + b`
+    is the element `bins[b]`."""
+    h = read(context(GRID_STRIDE))
+    assert (h.form, h.var, h.bound, h.bins, h.private, h.extent) == ("grid-stride", "i", "n", "bins", False, 256)
+    assert "int i = kt_i;" in h.counting and "do {" in h.counting and "while (0);" in h.counting
+
+
+ONE = """__global__ void k(const unsigned char *data, unsigned int *bins, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        BODY
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("body, why", [
+    ("unsigned int old = atomicAdd(&bins[data[i]], 1u); if (old == 0) bins[0] = 1u;", "result of its `atomicAdd` is used"),
+    ("atomicMax(&bins[data[i]], 1u);", "is no add"),
+    ("atomicAdd(&bins[blockIdx.x % 4 * 64 + data[i] % 64], 1u);", "reads thread or block ids other than"),
+    ("atomicAdd(&bins[threadIdx.x % 8], 1u);", "reads thread or block ids other than"),
+    ("atomicAdd(&bins[data[i]], 1u); bins[0] = 0u;", "writes `bins\\[0\\]` other than by an atomic add"),
+    ("atomicAdd(&bins[data[i]], 1u); ((unsigned char *)data)[i] = 0;", "writes `data\\[i\\]` other than"),
+    ("for (int j = i; j < n; j += 7) { atomicAdd(&bins[data[j]], 1u); __syncthreads(); }",
+     "barrier inside a loop"),
+])
+def test_a_counting_that_is_no_function_of_its_element_into_one_array_of_bins_is_declined(body, why):
+    with pytest.raises(Decline, match=why):
+        read(context(ONE.replace("BODY", body)))
+
+
+def test_a_grid_that_covers_fewer_threads_than_elements_is_declined():
+    """ceil_div(n, 512) blocks of 256 threads count the first half: the rewrite would count all."""
+    t = load_template(NAIVE / "histogram")
+    source = t.source_for("cuda").replace("histogram(", "k(")
+    with pytest.raises(Decline, match="fewer than the"):
+        read(replace(context(source), grid=("ceil_div(n, 512)",)))
+
+
+def test_bins_counted_by_a_problem_size_are_not_privatised_and_say_why():
+    """A shape the spec sizes by a problem name is not known when the kernel compiles: no shared
+    copy of the bins can be sized, so PRIVATE is not offered; the elements per thread still are."""
+    t = load_template(NAIVE / "histogram")
+    args = tuple(replace(a, shape=(replace(a.shape[0], source="n"),)) if a.name == "bins" else a for a in t.arguments)
+    source = t.source_for("cuda").replace("histogram(", "k(")
+    ctx = context(source, arguments=args)
+    h = read(ctx)
+    assert h.extent is None and "is a problem size" in h.no_private
+    from kerntune.agents.rewrite_histogram import rewrite
+    r = rewrite(ctx)
+    assert "PRIVATE" not in {p.name for p in r.parameters} and "ITEMS" in {p.name for p in r.parameters}
+    assert "bins left global" in r.description
+
+
+FLOAT = """KERNEL void k(GLOBAL const unsigned char *data, GLOBAL float *bins, int n) {
+    int i = ID;
+    if (i < n) ADD;
+}
+"""
+
+
+def test_float_bins_are_summed_in_another_order_in_cuda_and_declined_in_opencl():
+    cuda = FLOAT.replace("KERNEL", "__global__").replace("GLOBAL ", "").replace(
+        "ID", "blockIdx.x * blockDim.x + threadIdx.x").replace("ADD", "atomicAdd(&bins[data[i]], 0.5f)")
+    from kerntune.agents.rewrite_histogram import rewrite
+    r = rewrite(context(cuda))
+    assert "summed in another order" in r.description
+    opencl = FLOAT.replace("KERNEL", "__kernel").replace("GLOBAL", "__global").replace(
+        "ID", "get_global_id(0)").replace("ADD", "atomic_add(&bins[data[i]], 1)")
+    with pytest.raises(Decline, match="bins are of type `float`"):
+        read(context(opencl, "opencl"))
+
+
+PRIVATISED = """__global__ void k(const unsigned char *data, unsigned int *bins, int n) {
+    __shared__ unsigned int s[256];
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) s[b] = 0;
+    __syncthreads();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&s[data[i]], 1u);
+    __syncthreads();
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        unsigned int v = s[b];
+        if (v != 0) MERGE;
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("merge, why", [
+    ("atomicAdd(&bins[b], v)", None),
+    ("atomicAdd(&bins[blockIdx.x * 256 + b], v)", "reads the block's index"),
+    ("atomicAdd(&bins[b], v > 5 ? v : 0u)", "not the bin `s\\[b\\]` as read"),
+    ("atomicAdd(&bins[(b + 1) % 256], v)", "not the bin `b` it reads"),
+])
+def test_a_privatised_histogram_merges_each_bin_as_read_or_is_declined(merge, why):
+    """More elements a block change what each block's bins hold, never their sum over the blocks:
+    only where the merge adds each bin, as read, at its own index, from no block's index."""
+    source = PRIVATISED.replace("MERGE", merge)
+    if why is None:
+        h = read(context(source))
+        assert h.private and (h.bins, h.target, h.extent) == ("s", "bins", 256)
+    else:
+        with pytest.raises(Decline, match=why):
+            read(context(source))
+    with pytest.raises(Decline, match="more than its being non-zero"):
+        read(context(PRIVATISED.replace("v != 0", "v > 5").replace("MERGE", "atomicAdd(&bins[b], v)")))
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_naive_histogram_gates_and_its_switches_reproduce_the_original(tmp_path):
+    """Shared atomics on the device, blocks of several warps merging their bins, a grid-stride
+    block loop: each configuration counts what the original counts, and a short tune verifies."""
+    from rewrite_support import gates_and_tunes_on_cuda
+
+    from kerntune.engine.backends import open_backend
+    from kerntune.engine.evaluate import Evaluator, TimingPolicy
+    from kerntune.engine.tune import resolve_device
+
+    _, limits = resolve_device("cuda", 0)
+    original = load_template(NAIVE / "histogram")
+    made = rules_template(original, "cuda", limits)
+    assert [r.name for r in made.applied.rewrites] == ["histogram"], made.why_none()
+    gates_and_tunes_on_cuda(original, made.proposal, tmp_path, limits)
+    from kerntune.engine.gate import check_proposal
+
+    verdict = check_proposal(original, made.proposal, tmp_path / "again", backend="cuda", device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=300)
+    template = verdict.template
+    backend = open_backend("cuda", 0)
+    try:
+        ev = Evaluator(backend, template, template.problem("small", {}), seed=1,
+                       timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002))
+        for config in ({"PRIVATE": 1}, {"PRIVATE": 1, "ITEMS": 16, "GRID": 4, "THREADS": 1024},
+                       {"PRIVATE": 1, "ITEMS": 8, "STRIDED": 0, "GRID": 1, "THREADS": 64},
+                       {"ITEMS": 4, "GRID": 2}):
+            ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
+            assert ok, (config, message)
+    finally:
+        backend.close()
