@@ -1246,12 +1246,57 @@ def _group_combine(r: Reduction, d: Dialect, width: str, var: str, scratch: str)
             f"        {var} = {scratch}[kt_lid - kt_lid % ({width})];\n        {d.barrier};")
 
 
+def _parts(r: Reduction) -> list[str]:
+    """The element's value as the terms its operator combines, each the operator's identity where
+    the value's guard fails: `c ? (g[i] + (i + B < n ? g[i + B] : 0)) : 0` is `c ? g[i] : 0` and
+    `c ? (i + B < n ? g[i + B] : 0) : 0`. Loaded one by one, the terms are all in flight before
+    any is combined (a term's combine inside its guard would wait for its loads)."""
+    calls = MAX_CALLS if r.op == "max" else MIN_CALLS if r.op == "min" else set()
+
+    def split(node, text_of) -> list[str]:
+        node = unwrap(node) or node
+        if node.type == "conditional_expression" and \
+                _is_identity(text_of(node.child_by_field_name("alternative")), r.op):
+            cond = text_of(node.child_by_field_name("condition"))
+            return [f"(({cond}) ? ({t}) : ({r.padding}))" for t in split(node.child_by_field_name("consequence"),
+                                                                          text_of)]
+        if r.op == "sum" and node.type == "binary_expression" and text_of(node.child_by_field_name("operator")) == "+":
+            return split(node.child_by_field_name("left"), text_of) + split(node.child_by_field_name("right"), text_of)
+        if node.type == "call_expression" and text_of(node.child_by_field_name("function")) in calls:
+            args = [c for c in node.child_by_field_name("arguments").named_children if c.type != "comment"]
+            if len(args) == 2:
+                return split(args[0], text_of) + split(args[1], text_of)
+        return [text_of(node)]
+
+    found = syntax_nodes(f"auto kt_e = ({r.value});", ("parenthesized_expression",))
+    if not found:
+        return [r.value]
+    node, text_of = found[0]
+    return split(node, text_of)
+
+
+def _load_parts(r: Reduction, slot: str, indent: str) -> tuple[int, str]:
+    """(terms an element loads, the code storing them at kt_v[slot * terms + p]): through the flat
+    guard for a flat value; the element's own guards otherwise."""
+    T, parts = r.elem_type, _parts(r)
+    lines = [f"const long kt_i = kt_j * {r.B} + kt_t;"] if r.flat else []
+    for p, part in enumerate(parts):
+        value = f"(kt_i < ({r.bound})) ? ({T})({part}) : ({T})({r.padding})" if r.flat else f"({T})({part})"
+        lines.append(f"kt_v[({slot}) * {len(parts)} + {p}] = {value};")
+    return len(parts), "\n".join(indent + line for line in lines)
+
+
+def _combine_loaded(r: Reduction, count: str, indent: str) -> str:
+    """Code folding the `count` values a thread loaded into kt_v into kt_acc. The loads come
+    first, all of them, and the combine after: a combine right after each guarded load would wait
+    for that load before the next one is issued (the guard is a branch), one load in flight."""
+    acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_v[kt_u]")
+    return f"{indent}#pragma unroll\n{indent}for (int kt_u = 0; kt_u < {count}; ++kt_u) kt_acc = {acc};"
+
+
 def _segment_kernel(head: str, r: Reduction, d: Dialect) -> str:
     T = r.elem_type
-    element = (f"                const long kt_i = kt_j * {r.B} + kt_t;\n"
-               f"                const {T} kt_x = (kt_i < ({r.bound})) ? ({T})({r.value}) : ({T})({r.padding});"
-               if r.flat else f"                const {T} kt_x = ({T})({r.value});")
-    acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_x")
+    terms, element = _load_parts(r, "kt_u", "                ")
     final = "\n".join(f"                {f}" for f in r.final)
     scratch = f"    {d.shared} {T} kt_scratch[$THREADS];\n" if d.name == "opencl" else ""
     return f"""{head}
@@ -1265,12 +1310,13 @@ def _segment_kernel(head: str, r: Reduction, d: Dialect) -> str:
         const long kt_j = kt_first + kt_lid / $LANES;
         {T} kt_acc = ({T})({r.padding});
         if (kt_j < kt_segments) {{
+            {T} kt_v[{r.B} / $LANES * {terms}];
 #pragma unroll
             for (int kt_u = 0; kt_u < {r.B} / $LANES; ++kt_u) {{
                 const int kt_t = kt_u * $LANES + kt_lane;
 {element}
-                kt_acc = {acc};
             }}
+{_combine_loaded(r, f"{r.B} / $LANES * {terms}", "            ")}
         }}
         {_group_combine(r, d, "$LANES", "kt_acc", "kt_scratch")}
         if (kt_j < kt_segments && kt_lane == 0) {{
@@ -1305,12 +1351,9 @@ def _strided_kernel(head: str, r: Reduction, d: Dialect) -> str:
     the runs kt_block, kt_block + grid, ... below the runs the bound leaves, B threads a run; the
     new block's THREADS threads take those (run, thread) pairs in turn, ITEMS at a time."""
     T = r.elem_type
-    acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_x")
     final = "\n".join(f"        {f}" for f in r.final)
     run = r.per * r.B
-    element = (f"                const long kt_i = kt_j * {r.B} + kt_t;\n"
-               f"                const {T} kt_x = (kt_i < ({r.bound})) ? ({T})({r.value}) : ({T})({r.padding});"
-               if r.flat else f"                const {T} kt_x = ({T})({r.value});")
+    terms, element = _load_parts(r, "kt_u", "                ")
     scratch = f"    {d.shared} {T} kt_scratch[$THREADS];\n" if d.name == "opencl" else ""
     return f"""{head}
 {{
@@ -1321,6 +1364,9 @@ def _strided_kernel(head: str, r: Reduction, d: Dialect) -> str:
     const long kt_pairs = kt_runs > kt_block ? (kt_runs - kt_block + kt_grid - 1) / kt_grid * {r.B} : 0;
     {T} kt_acc = ({T})({r.padding});
     for (long kt_base = kt_lid; kt_base < kt_pairs; kt_base += (long)$THREADS * $ITEMS) {{
+        {T} kt_v[$ITEMS * {terms}];
+#pragma unroll
+        for (int kt_u = 0; kt_u < $ITEMS * {terms}; ++kt_u) kt_v[kt_u] = ({T})({r.padding});
 #pragma unroll
         for (int kt_u = 0; kt_u < $ITEMS; ++kt_u) {{
             const long kt_q = kt_base + (long)kt_u * $THREADS;
@@ -1328,9 +1374,9 @@ def _strided_kernel(head: str, r: Reduction, d: Dialect) -> str:
                 const long kt_j = kt_block + (kt_q / {r.B}) * kt_grid;
                 const int kt_t = (int)(kt_q % {r.B});
 {element}
-                kt_acc = {acc};
             }}
         }}
+{_combine_loaded(r, f"$ITEMS * {terms}", "        ")}
     }}
     {_across_block(r, d)}
     if (kt_lid == 0) {{
@@ -1343,7 +1389,6 @@ def _strided_kernel(head: str, r: Reduction, d: Dialect) -> str:
 
 def _total_kernel(head: str, r: Reduction, d: Dialect) -> str:
     T = r.elem_type
-    acc = r.combine.replace("$a", "kt_acc").replace("$b", "kt_x")
     final = "\n".join(f"        {f}" for f in r.final)
     across = _across_block(r, d)
     scratch = f"    {d.shared} {T} kt_scratch[$THREADS];\n" if d.name == "opencl" else ""
@@ -1354,6 +1399,9 @@ def _total_kernel(head: str, r: Reduction, d: Dialect) -> str:
         f"(((long)({r.bound}) + {r.per * r.B - 1}) / {r.per * r.B}) * {r.B}"
     ids = (f"            const long kt_j = kt_i / {r.B};\n" if "kt_j" in used else "") + \
         (f"            const int kt_t = (int)(kt_i % {r.B});\n" if "kt_t" in used else "")
+    parts = _parts(r)
+    loads = "\n".join(f"            kt_v[kt_u * {len(parts)} + {p}] = (kt_i < kt_n) ? ({T})({part}) : ({T})({r.padding});"
+                      for p, part in enumerate(parts))
     return f"""{head}
 {{
 {scratch}    const int kt_lid = {d.local_id};
@@ -1362,14 +1410,13 @@ def _total_kernel(head: str, r: Reduction, d: Dialect) -> str:
     {T} kt_acc = ({T})({r.padding});
     for (long kt_base = (long){d.group_id[0]} * $THREADS * $ITEMS + kt_lid; kt_base < kt_n;
          kt_base += kt_stride * $ITEMS) {{
+        {T} kt_v[$ITEMS * {len(parts)}];
 #pragma unroll
         for (int kt_u = 0; kt_u < $ITEMS; ++kt_u) {{
             const long kt_i = kt_base + (long)kt_u * $THREADS;
-{ids}            if (kt_i < kt_n) {{
-                const {T} kt_x = ({T})({r.value});
-                kt_acc = {acc};
-            }}
+{ids}{loads}
         }}
+{_combine_loaded(r, f"$ITEMS * {len(parts)}", "        ")}
     }}
     {across}
     if (kt_lid == 0) {{
