@@ -31,6 +31,8 @@ read of global memory.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 
 from kerntune.engine.proposal import ParamProposal
@@ -681,6 +683,14 @@ def _rewrite(ctx: RewriteContext) -> Rewrite:
             first[rx], first[items] = (1,), (1, 4, 8, 16)
         elif two_d and rx is not None and halo.y0 + halo.y1 == 0 and halo.x0 + halo.x1 > 0:
             first[items] = (1,)
+        # the lifted block's other shapes: beside the rewrite's values the first round would measure
+        # the original's shape alone (the far ends of two thread counts overflow a block), so where
+        # those values leave room (a separable pass's, not a 2-D neighbourhood's) it also measures
+        # a warp's width across and a few rows: the rows' halo amortised over ITEMS, not over rows
+        bx, by = block[0].strip(), block[1].strip() if two_d else ""
+        if two_d and bx != by and bx in ctx.defaults and by in ctx.defaults \
+                and math.prod(len(v) for v in first.values()) <= 12:
+            first[bx], first[by] = (32,), (4,)
         elements = _tile_elements(halo, block, items, two_d, rx, marching)
         constraints.append(f"{tile} == 0 or {elements} * {tile_bytes} <= max_shared_per_block")
         if zloop is not None:  # the march takes the loop's planes; its rows are the block's own
