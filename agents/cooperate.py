@@ -9,6 +9,8 @@ parameters' defaults; this module reads the original, it never edits it.
 
 from __future__ import annotations
 
+import ast
+
 from dataclasses import dataclass, field
 
 from kerntune.engine.proposal import ParamProposal
@@ -19,6 +21,7 @@ from .lift import fresh_name
 from .passes import Declined, Pass, Rewrite
 from .syntax import cut, text
 
+FMA_CALLS = {"fmaf", "fma", "__fmaf_rn", "__fma_rn", "mad"}
 THREAD_WORDS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "get_global_id", "get_local_id", "get_group_id",
                 "get_local_size", "get_num_groups", "get_global_size", "get_global_offset", "warpSize"}
 
@@ -391,6 +394,31 @@ def constants(ctx) -> dict[str, int]:
     return out
 
 
+def entry_constants(ctx) -> dict[str, int]:
+    """The whole numbers the kernel may read (cooperate.constants), and a template kernel's value
+    parameters at the entry's arguments (`reduce5<float, 256>`: blockSize 256)."""
+    out = constants(ctx)
+    # a `#define blockSize blockSize_SIZE` a lift left naming its parameter
+    for node, text_of in syntax_nodes(ctx.source, ("preproc_def",)):
+        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        if name is not None and value is not None and text_of(value).strip() in out:
+            out.setdefault(text_of(name), out[text_of(value).strip()])
+    # the spec's build options define what the file's `#ifndef` defaults leave (-DblockSize=256)
+    for option in ctx.original.compile_options.get(ctx.backend, ()):
+        name, _, digits = option[2:].partition("=") if option.startswith("-D") else ("", "", "")
+        if name.strip().isidentifier() and digits.strip().rstrip("uUlL").isdigit():
+            out[name.strip()] = int(digits.strip().rstrip("uUlL"))
+    params = ctx.model.signature.template_params
+    entry = ctx.original.entry
+    if params and "<" in entry:
+        args = [w.strip() for w in entry[entry.index("<") + 1:entry.rindex(">")].split(",")]
+        for param, arg in zip(params, args):
+            digits = arg.rstrip("uUlL")
+            if digits.isdigit() and param not in out:
+                out[param] = int(digits)
+    return out
+
+
 def strip_parens(node):
     """The expression inside any parentheses around it."""
     while node.type == "parenthesized_expression":
@@ -458,3 +486,80 @@ def guard_parts(guard: str, coords: set[str]):
             raise Decline(f"the guard's part `{text_of(p)}` bounds no coordinate of the output")
         bound = right if op == "<" else f"{right} + 1" if op == "<=" else None
         yield f"{left} {op} {right}", left, bound
+
+
+def product_update(loop_node, acc: str, text_of) -> tuple[str, list[str]]:
+    """The update's form ("+=", "-=" or the fma function) and the factors of its product."""
+    body = loop_node.child_by_field_name("body")
+    stmts = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
+    updates = []
+    for s in stmts:
+        if s.type == "declaration":
+            continue
+        if s.type != "expression_statement":
+            raise Decline("the loop's body holds more than locals and the sum's update")
+        updates.append(s)
+    if len(updates) != 1:
+        raise Decline("the loop's body updates more than the sum")
+    e = strip_parens(updates[0].named_children[0])
+    if e.type != "assignment_expression" or text_of(e.child_by_field_name("left")).strip() != acc:
+        raise Decline("the loop's statement is not the sum's update")
+    op = text_of(e.child_by_field_name("operator"))
+    right = strip_parens(e.child_by_field_name("right"))
+    if op in ("+=", "-="):
+        return op, product_factors(right, text_of)
+    if op == "=" and right.type == "binary_expression" and text_of(right.child_by_field_name("operator")) == "+":
+        lhs, rhs = right.child_by_field_name("left"), right.child_by_field_name("right")
+        if text_of(lhs).strip() == acc:
+            return "+=", product_factors(strip_parens(rhs), text_of)
+        if text_of(rhs).strip() == acc:
+            return "+=", product_factors(strip_parens(lhs), text_of)
+    if op == "=" and right.type == "call_expression":
+        fn = text_of(right.child_by_field_name("function"))
+        args = [x for x in right.child_by_field_name("arguments").named_children if x.type != "comment"]
+        if fn in FMA_CALLS and len(args) == 3 and text_of(args[2]).strip() == acc:
+            return fn, [text_of(args[0]), text_of(args[1])]
+    raise Decline("the sum is not updated by a product (`acc += x * y`, `acc = fma(x, y, acc)`)")
+
+
+def product_factors(node, text_of) -> list[str]:
+    node = strip_parens(node)
+    if node.type == "binary_expression" and text_of(node.child_by_field_name("operator")) == "*":
+        return product_factors(node.child_by_field_name("left"), text_of) + \
+            product_factors(node.child_by_field_name("right"), text_of)
+    return [text_of(node)]
+
+
+def c_integer(node, names: dict[str, str]) -> str:
+    """A launch expression (whole numbers, sizes, + - * //, ceil_div) as C integer arithmetic over
+    the kernel's names (the sizes are never negative, so C's `/` is Python's `//`)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return str(node.value)
+    if isinstance(node, ast.Name):
+        if node.id not in names:
+            raise ValueError(f"`{node.id}` is no scalar argument of the kernel")
+        return f"({names[node.id]})"
+    if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv):
+        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/"}[type(node.op)]
+        return f"({c_integer(node.left, names)} {op} {c_integer(node.right, names)})"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ceil_div" \
+            and len(node.args) == 2 and not node.keywords:
+        x, y = (c_integer(n, names) for n in node.args)
+        return f"(({x} + {y} - 1) / {y})"
+    raise ValueError(f"`{ast.unparse(node)}` is not whole-number arithmetic")
+
+
+def launch_extent(ctx, d: int, per_block: str, scalars: dict[str, str], coordinate: str) -> tuple[str, str]:
+    """The threads (or outputs) the original's launch covers along dimension `d`, `per_block` a
+    block: over the spec's problem names and as C over the kernel's scalar arguments; Decline when
+    the launch reads a size no scalar argument carries."""
+    if d >= len(ctx.grid):
+        raise Decline(f"no guard bounds `{coordinate}` and the launch has no dimension {d}")
+    spec = f"({ctx.grid[d]}) * ({per_block})"
+    by_problem = {v.strip(): k for k, v in scalars.items() if v.strip().isidentifier()}
+    values = {k: str(v) for k, v in ctx.defaults.items() if isinstance(v, int) and not isinstance(v, bool)}
+    try:
+        c_text = c_integer(ast.parse(spec, mode="eval").body, {**values, **by_problem})
+    except (SyntaxError, ValueError) as e:
+        raise Decline(f"no guard bounds `{coordinate}`, and the launch's extent `{spec}` is not C: {e}") from None
+    return spec, c_text

@@ -32,15 +32,14 @@ epilogue test the guard's conditions and the loop's own condition.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 
 from kerntune.engine.proposal import ParamProposal
 
-from . import affine, contraction_mma
+from . import affine, contraction_mma, contraction_tiled
 from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, expression_names, guard_parts, header, inlined,
-                        kernel_spans, pinned, reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted,
-                        within)
+                        kernel_spans, launch_extent, pinned, product_update, reads_thread_ids, spec_scalars, spec_text,
+                        strip_parens, substituted, within)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ModelError
 from .passes import Rewrite, RewriteContext
@@ -48,7 +47,6 @@ from .passes import Rewrite, RewriteContext
 
 NAME = "contraction"
 SWITCH = "BK"
-FMA_CALLS = {"fmaf", "fma", "__fmaf_rn", "__fma_rn", "mad"}
 ELEMENT_BYTES = {"float": 4, "double": 8, "int": 4, "half": 2, "__half": 2, "long": 8, "unsigned": 4}
 
 
@@ -77,6 +75,10 @@ class Contraction:
     x_k_fast: bool  # X's elements are contiguous along k (else along r)
     y_k_fast: bool  # Y's along k (else along c)
     kb_cond: str  # the loop's condition over `kt_kb`, a tile's first k
+    # the outputs' extents the tiles must divide (over the spec's names and BM, BN): a size only the
+    # original's launch knows, which no guard of the tiles can test
+    whole: tuple[str, ...] = ()
+    tiled: str = ""  # where a product tiled by hand was read from ("" for a thread per output)
 
 
 class ContractionPass(ReadingPass):
@@ -103,7 +105,14 @@ def read(ctx: RewriteContext) -> Contraction:
     except ModelError as e:
         raise Decline(str(e)) from None
     if a.cooperates:
-        raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
+        # a product tiled by hand: the contraction its tiles compose to
+        try:
+            _no_pointer_passed(a)
+            found = contraction_tiled.read(ctx)
+        except Decline as e:
+            raise Decline(f"its threads already cooperate, and not as a product tiled by hand: {e}") from None
+        return Contraction(**found, x_k_fast=_fast(found["x"], "kt_k", "kt_r"),
+                           y_k_fast=_fast(found["y"], "kt_k", "kt_c"))
     _no_pointer_passed(a)
     sums = [acc for acc in a.accumulators if acc.op == "sum"]
     if len(sums) != 1 or len(a.accumulators) != 1:
@@ -132,7 +141,7 @@ def read(ctx: RewriteContext) -> Contraction:
     batch = {t.name for t in a.thread_indices if t.reads and set(t.reads) <= {("blockIdx", 2)}}
     coords = {t.name for t in a.thread_indices} - batch
     # the update, its product and its factors
-    update, factors = _update(loops[0], acc.var, text_of)
+    update, factors = product_update(loops[0], acc.var, text_of)
     k = loop.var
     stop = {**{name: name for name in coords}, k: k}
     deps = []
@@ -274,48 +283,6 @@ def _reads_ids(text: str) -> bool:
     return reads_thread_ids(text.replace("blockIdx.z", "").replace("get_group_id(2)", ""))
 
 
-def _update(loop_node, acc: str, text_of) -> tuple[str, list[str]]:
-    """The update's form ("+=", "-=" or the fma function) and the factors of its product."""
-    body = loop_node.child_by_field_name("body")
-    stmts = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
-    updates = []
-    for s in stmts:
-        if s.type == "declaration":
-            continue
-        if s.type != "expression_statement":
-            raise Decline("the loop's body holds more than locals and the sum's update")
-        updates.append(s)
-    if len(updates) != 1:
-        raise Decline("the loop's body updates more than the sum")
-    e = strip_parens(updates[0].named_children[0])
-    if e.type != "assignment_expression" or text_of(e.child_by_field_name("left")).strip() != acc:
-        raise Decline("the loop's statement is not the sum's update")
-    op = text_of(e.child_by_field_name("operator"))
-    right = strip_parens(e.child_by_field_name("right"))
-    if op in ("+=", "-="):
-        return op, _factors(right, text_of)
-    if op == "=" and right.type == "binary_expression" and text_of(right.child_by_field_name("operator")) == "+":
-        lhs, rhs = right.child_by_field_name("left"), right.child_by_field_name("right")
-        if text_of(lhs).strip() == acc:
-            return "+=", _factors(strip_parens(rhs), text_of)
-        if text_of(rhs).strip() == acc:
-            return "+=", _factors(strip_parens(lhs), text_of)
-    if op == "=" and right.type == "call_expression":
-        fn = text_of(right.child_by_field_name("function"))
-        args = [x for x in right.child_by_field_name("arguments").named_children if x.type != "comment"]
-        if fn in FMA_CALLS and len(args) == 3 and text_of(args[2]).strip() == acc:
-            return fn, [text_of(args[0]), text_of(args[1])]
-    raise Decline("the sum is not updated by a product (`acc += x * y`, `acc = fma(x, y, acc)`)")
-
-
-def _factors(node, text_of) -> list[str]:
-    node = strip_parens(node)
-    if node.type == "binary_expression" and text_of(node.child_by_field_name("operator")) == "*":
-        return _factors(node.child_by_field_name("left"), text_of) + \
-            _factors(node.child_by_field_name("right"), text_of)
-    return [text_of(node)]
-
-
 def _launch_extent(ctx, a, coordinate: str, scalars: dict[str, str]) -> tuple[str, str]:
     """The threads the original's launch makes along the coordinate's dimension (its grid times its
     block there), over the spec's problem names and as C over the kernel's scalar arguments;
@@ -326,35 +293,9 @@ def _launch_extent(ctx, a, coordinate: str, scalars: dict[str, str]) -> tuple[st
     if t is None or not t.is_global or len(dims) != 1:
         raise Decline(f"no guard bounds `{coordinate}`, which is no global index of one dimension")
     d = dims.pop()
-    if d >= len(ctx.grid) or d >= len(ctx.block):
+    if d >= len(ctx.block):
         raise Decline(f"no guard bounds `{coordinate}` and the launch has no dimension {d}")
-    spec = f"({ctx.grid[d]}) * ({ctx.block[d]})"
-    by_problem = {v.strip(): k for k, v in scalars.items() if v.strip().isidentifier()}
-    values = {k: str(v) for k, v in ctx.defaults.items() if isinstance(v, int) and not isinstance(v, bool)}
-    try:
-        c_text = _c_integer(ast.parse(spec, mode="eval").body, {**values, **by_problem})
-    except (SyntaxError, ValueError) as e:
-        raise Decline(f"no guard bounds `{coordinate}`, and the launch's extent `{spec}` is not C: {e}") from None
-    return spec, c_text
-
-
-def _c_integer(node, names: dict[str, str]) -> str:
-    """A launch expression (whole numbers, sizes, + - * //, ceil_div) as C integer arithmetic over
-    the kernel's names (the sizes are never negative, so C's `/` is Python's `//`)."""
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return str(node.value)
-    if isinstance(node, ast.Name):
-        if node.id not in names:
-            raise ValueError(f"`{node.id}` is no scalar argument of the kernel")
-        return f"({names[node.id]})"
-    if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv):
-        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/"}[type(node.op)]
-        return f"({_c_integer(node.left, names)} {op} {_c_integer(node.right, names)})"
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ceil_div" \
-            and len(node.args) == 2 and not node.keywords:
-        x, y = (_c_integer(n, names) for n in node.args)
-        return f"(({x} + {y} - 1) / {y})"
-    raise ValueError(f"`{ast.unparse(node)}` is not whole-number arithmetic")
+    return launch_extent(ctx, d, ctx.block[d], scalars, coordinate)
 
 
 def _order(ctx, a, after, used: list[str]) -> tuple[str, str]:
@@ -571,7 +512,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
         f"{simt} or {SWITCH} * (BM + BN + 8) * {acc_bytes} <= max_shared_per_block",
         "TM * TN <= 64",
     ] + ([f"VEC == 1 or ({SWITCH} % 4 == 0 and BM % 4 == 0 and BN % 4 == 0)"] if any(vectors) else []) \
-        + (list(contraction_mma.constraints(s)) if mma else []) + pinned(ctx, off)
+        + (list(contraction_mma.constraints(s)) if mma else []) + [f"{off} or {w}" for w in s.whole] + pinned(ctx, off)
     grid = list(ctx.grid)
     block = list(ctx.block)
     tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + list(grid[2:])
@@ -600,7 +541,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
                " four elements at a time"
                if any(vectors) else "")
             + (", MMA 1 on tensor cores (8 TM x 8 TN outputs a warp in fragments of half products, float sums)" if mma else "")
-            + ", any size")
+            + ", any size" + (f" (read from {s.tiled})" if s.tiled else ""))
     shared = ctx.original.shared_bytes
     return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block,
                    shared_bytes=contraction_mma.shared_bytes(s, SWITCH, shared.source if shared is not None else "0")

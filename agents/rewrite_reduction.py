@@ -49,8 +49,8 @@ from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, constants, expression_names, fresh_names,
-                        header, kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
+from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, entry_constants, expression_names,
+                        fresh_names, header, kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
                         substituted, with_names, within)
 from .kernel_tree import span_of, syntax_nodes
 from .model import ModelError, function_declarator, nodes, unwrap
@@ -201,31 +201,6 @@ def read(ctx: RewriteContext) -> Reduction:
 
 def expression_names_stmt(text: str) -> set[str]:
     return {t(n) for n, t in syntax_nodes(text, ("identifier",))}
-
-
-def _constants(ctx) -> dict[str, int]:
-    """The whole numbers the kernel may read (cooperate.constants), and a template kernel's value
-    parameters at the entry's arguments (`reduce5<float, 256>`: blockSize 256)."""
-    out = constants(ctx)
-    # a `#define blockSize blockSize_SIZE` a lift left naming its parameter
-    for node, text_of in syntax_nodes(ctx.source, ("preproc_def",)):
-        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
-        if name is not None and value is not None and text_of(value).strip() in out:
-            out.setdefault(text_of(name), out[text_of(value).strip()])
-    # the spec's build options define what the file's `#ifndef` defaults leave (-DblockSize=256)
-    for option in ctx.original.compile_options.get(ctx.backend, ()):
-        name, _, digits = option[2:].partition("=") if option.startswith("-D") else ("", "", "")
-        if name.strip().isidentifier() and digits.strip().rstrip("uUlL").isdigit():
-            out[name.strip()] = int(digits.strip().rstrip("uUlL"))
-    params = ctx.model.signature.template_params
-    entry = ctx.original.entry
-    if params and "<" in entry:
-        args = [w.strip() for w in entry[entry.index("<") + 1:entry.rindex(">")].split(",")]
-        for param, arg in zip(params, args):
-            digits = arg.rstrip("uUlL")
-            if digits.isdigit() and param not in out:
-                out[param] = int(digits)
-    return out
 
 
 def _block_size(ctx) -> int:
@@ -719,7 +694,7 @@ def _block_form(ctx, text: str) -> affine.Poly:
         p = affine.read(text, {"kt_j", "kt_t"})
     except affine.NotAffine as e:
         raise Decline(str(e)) from None
-    for name, val in _constants(ctx).items():
+    for name, val in entry_constants(ctx).items():
         p = p.substitute(name, affine.Poly.const(val))
     return p
 
@@ -915,7 +890,7 @@ def _tree(ctx, stmts, text_of, S: str, env, ids, B: int, dialect: str) -> tuple[
     S[tid + s]`, holds its slot's value while every step goes through it); and whether the last
     steps rely on a warp's threads in lockstep (no barrier between steps that read a slot another
     thread of the same warp writes: the hand-unrolled last warp)."""
-    consts = {k: str(v) for k, v in _constants(ctx).items()}
+    consts = {k: str(v) for k, v in entry_constants(ctx).items()}
     py_ids = {**ids, **consts}
 
     def number(text: str, extra: dict) -> int:

@@ -56,8 +56,16 @@ OPENCL = {
     # constant memory, its offset `#define MASK_OFFSET (MASK_DIM / 2)`; the tiled convolution's grid
     # in steps of OUT_TILE_DIM, made from IN_TILE_DIM
     "textbook/matmul": (["contraction"], ({"BK": 8, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4},)),
-    "textbook/matmul_tiled": ([], ({"TILE_WIDTH": 8},)),
-    "textbook/matmul_tiled_bounds": ([], ({"TILE_WIDTH": 32},)),
+    # products tiled by hand: each tile's fill composed with its read gives the contraction's operands
+    "textbook/matmul_tiled": (["contraction"], ({"TILE_WIDTH": 8}, {"BK": 8, "BM": 32, "BN": 16, "TM": 4, "TN": 2})),
+    # the fills' zeros past Width bound the shared index; the guard bounds the outputs
+    "textbook/matmul_tiled_bounds": (["contraction"], ({"TILE_WIDTH": 32},
+                                                        {"BK": 8, "BM": 16, "BN": 32, "TM": 2, "TN": 4, "VEC": 4})),
+    # the worklog's chunks through pointers moved at each step (`A += BLOCKSIZE`)
+    "sgemm/sgemm_shared": (["contraction"], ({"BK": 16, "BM": 32, "BN": 64, "TM": 4, "TN": 4, "VEC": 4,
+                                             "STAGES": 2},)),
+    # column-major, the tiles filled transposed (`Asub[col][row]`)
+    "sgemm/mygemm2": (["contraction"], ({"BK": 8, "BM": 16, "BN": 32, "TM": 2, "TN": 4, "VEC": 4},)),
     "textbook/conv2d": (["stencil"], ({"TILE": 1, "ITEMS": 2, "RX": 2},)),
     "textbook/conv2d_tiled": ([], ({"IN_TILE_DIM": 16},)),
     "textbook/stencil1d": ([], ({"BLOCK_SIZE": 64},)),
@@ -103,8 +111,8 @@ def test_a_published_kernel_is_rewritten_gated_and_reproduced_on_pocl(name, tmp_
 
 # spec -> (backend, the pass that declines, what its reason names)
 DECLINED = {
-    "sgemm/sgemm_shared": ("opencl", "contraction", "already cooperate"),
-    "sgemm/mygemm2": ("opencl", "contraction", "already cooperate"),
+    # the SDK's tiles written through macros (`AS(ty, tx) = A[...]`): no fill the reading sees
+    "oclsdk/matrixmul": ("opencl", "contraction", "neither a tile's fill"),
 }
 
 
@@ -149,6 +157,12 @@ CUDA = {
     "samples/vectoradd": (["elementwise"], ({"VEC": 4, "ITEMS": 2},)),
     "textbook/reduce_segmented": (["reduction"], ({"GRID": 4, "THREADS": 512, "ITEMS": 4},)),
     "textbook/matmul": (["contraction"], ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4},)),
+    # products tiled by hand: the worklog's chunks through moved pointers, the textbook's phases, the
+    # samples' template (the output's rows only its launch knows: the tiles divide them)
+    "sgemm/sgemm_shared": (["contraction"], ({"BK": 16, "BM": 128, "BN": 128, "TM": 8, "TN": 8, "STAGES": 2,
+                                              "VEC": 4},)),
+    "textbook/matmul_tiled_bounds": (["contraction"], ({"BK": 32, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4},)),
+    "samples/matrixmul": (["contraction"], ({"BK": 16, "BM": 128, "BN": 64, "TM": 8, "TN": 4, "VEC": 4},)),
     "llm/matmul1": (["contraction"], ({"BK": 16, "BM": 64, "BN": 32, "TM": 4, "TN": 4},)),  # a bias to start from
     # the mask a `__constant__` array of the file, the tile in shared memory beside it
     "textbook/conv2d": (["stencil"], ({"TILE": 1, "ITEMS": 2, "RX": 2},)),
@@ -282,7 +296,7 @@ GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0",
                "textbook/conv2d_tiled", "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo",
                "textbook/histo_private", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
                "transpose/transpose_nobank", "transpose/transpose_bounds", "samples/vectoradd",
-               "textbook/reduce_segmented", "textbook/reduce_coarsened")
+               "textbook/reduce_segmented", "textbook/reduce_coarsened", "sgemm/sgemm_shared", "samples/matrixmul")
 
 
 @pytest.mark.gpu
@@ -498,7 +512,7 @@ def test_a_sample_whose_tile_is_the_entrys_template_argument_keeps_it_and_says_w
     are the template argument the entry names; another value would name another kernel, so
     nothing is lifted, and the notes say so (name the kernel without its arguments to tune them)."""
     made = rules_template(load_template(spec("samples/matrixmul")), "cuda", GPU)
-    assert made.proposal is None
+    assert made.lifted.proposal is None and [r.name for r in made.applied.rewrites] == ["contraction"]
     assert any("spells its template arguments" in n for n in made.lifted.notes)
     assert any("the template argument BLOCK_SIZE of `MatrixMulCUDA<32>`" in n for n in made.lifted.notes)
 

@@ -185,10 +185,46 @@ def test_the_contraction_refuses_an_output_written_by_a_function_it_cannot_see_i
     assert c.epilogue == ("C[kt_r * N + kt_c] = kt_v + get(A, 0);",)
 
 
-def test_a_tiled_matrix_product_is_left_alone():
-    src = (Path(__file__).resolve().parent.parent / "templates" / "matmul" / "baseline.cu").read_text()
-    with pytest.raises(Decline, match="already cooperate"):
-        read_contraction(context(src, "matmul", "cuda", GPU, "matmul_naive"))
+TILED = (Path(__file__).resolve().parent.parent / "templates" / "matmul" / "baseline.cu").read_text()
+
+
+def test_a_product_tiled_by_hand_is_read_as_the_contraction_its_tiles_compose_to():
+    """The library's baseline: `As[ty][tx] = A[row * K + k0 + tx]`, `Bs[ty][tx] = B[(k0 + ty) * N +
+    col]`, the sum over `As[ty][k] * Bs[k][tx]`: the slot read at (ty, k) is the one thread (ty, k)
+    filled, so X is A at (row, k0 + k), the shared index kk = k0 + k; the launch bounds the output."""
+    c = read_contraction(context(TILED, "matmul", "cuda", GPU, "matmul_naive"))
+    assert (c.x, c.y, c.epilogue) == ("(A[(K * kt_r + kt_k)])", "(B[(N * kt_k + kt_c)])", ("C[(N * kt_r + kt_c)] = kt_v;",))
+    assert c.k_cond == "((32 * (kt_k / (32)) - K) < 0)" and c.x_k_fast and not c.y_k_fast
+    # a tile filled transposed (`As[tx][ty]`, its read `As[k][ty]`) holds the same products
+    flipped = TILED.replace("As[threadIdx.y][threadIdx.x] = A[(long)row * K + k0 + threadIdx.x]",
+                            "As[threadIdx.x][threadIdx.y] = A[(long)row * K + k0 + threadIdx.x]")
+    flipped = flipped.replace("As[threadIdx.y][k]", "As[k][threadIdx.y]")
+    assert read_contraction(context(flipped, "matmul", "cuda", GPU, "matmul_naive")).x == c.x
+
+
+@pytest.mark.parametrize("old, new, why", [
+    # a read past the slots the block fills
+    ("As[threadIdx.y][k] *", "As[threadIdx.y][k + 1] *", "reaches slots no thread of the block fills"),
+    # the tiles step by 16 along K while the sum runs over 32 of each tile
+    ("k0 += 32", "k0 += 16", "moves with the tiles' steps other than the shared index does"),
+    # a slot threads of two planes of the block would write with different values
+    ("k0 + threadIdx.x]", "k0 + threadIdx.x + threadIdx.z]", "which its slot does not name"),
+    # the block's threads could still read a tile the next step overwrites
+    ("        __syncthreads();\n    }", "    }", "no barrier between the fills and the sum, or none after"),
+    # a fill whose other branch is no zero
+    ("As[threadIdx.y][threadIdx.x] = A[(long)row * K + k0 + threadIdx.x];",
+     "if (row < M) As[threadIdx.y][threadIdx.x] = A[(long)row * K + k0 + threadIdx.x]; "
+     "else As[threadIdx.y][threadIdx.x] = 1.0f;", "neither a tile's fill"),
+    # both operands move with the blocks along x
+    ("A[(long)row * K", "A[(long)(blockIdx.x * 32 + threadIdx.y) * K", "both operands move with the same block id"),
+    # a tile's slot written by two threads
+    ("As[threadIdx.y][threadIdx.x] =", "As[threadIdx.y][threadIdx.x + threadIdx.y] =",
+     "two threads of a block write one slot"),
+])
+def test_a_hand_tiled_product_whose_tiles_do_not_compose_is_declined_with_the_reason(old, new, why):
+    assert old in TILED
+    with pytest.raises(Decline, match=why):
+        read_contraction(context(TILED.replace(old, new), "matmul", "cuda", GPU, "matmul_naive"))
 
 
 def test_the_reduction_proves_each_addressing_style_and_keeps_per_block_partials():
