@@ -101,9 +101,12 @@ block's shared-memory tree: per-block partials over LANES threads a segment with
 atomic total striding GRID blocks per multiprocessor with ITEMS loads in flight), `histogram` (threads \
 counting elements into bins by atomic adds: PRIVATE = 1 privatises the bins per block in shared \
 memory, merged by one atomic per non-zero bin; ITEMS elements per thread, STRIDED or consecutive, \
-GRID blocks per multiprocessor) and `stencil` (a \
+GRID blocks per multiprocessor), `stencil` (a \
 thread per point of a 1-D or 2-D grid: ITEMS points per thread along one axis, in 2-D RX along x too, \
-a block's width apart, pointers restricted; TILE = 1 stages each input read at the point's neighbours, with its halo, in shared memory first). \
+a block's width apart, pointers restricted; TILE = 1 stages each input read at the point's neighbours, with its halo, in shared memory first) \
+and `transpose` (a thread per element whose store moves along the other axis than its read: TILE x TILE \
+tiles through shared memory, TILE = 0 the original, read along the input's rows and written along the \
+output's by TILE x ROWS threads, PAD 1 against bank conflicts, any size). \
 Do not write these by hand: spend your effort on what they cannot do (an algorithmic change such as \
 turning a three-pass softmax into an online one, fusing passes, double buffering), pass your source to apply_rewrites to get the mechanical parameters on \
 top, and propose its result by reference with propose_template {"from_rewrites": "<name>"}, \

@@ -18,6 +18,7 @@ from kerntune.engine.proposal import ParamProposal
 from . import affine
 from .kernel_tree import KernelAnalysis, Span, inline, span_of, syntax_nodes
 from .lift import fresh_name
+from .model import ModelError
 from .passes import Declined, Pass, Rewrite
 from .syntax import cut, text
 
@@ -101,6 +102,18 @@ class KernelSpans:
     body: Span
 
 
+def lone_model(ctx):
+    """The kernel model of the context's source, for a rewrite that makes threads cooperate: Decline
+    with the reason where the model cannot be read or the threads already cooperate."""
+    try:
+        model = ctx.model
+    except ModelError as e:
+        raise Decline(str(e)) from None
+    if model.cooperates:
+        raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
+    return model
+
+
 def kernel_spans(source: str, model) -> KernelSpans:
     """The kernel's spans; a template kernel's from its `template <...>` line, so the kernel written
     beside it is the same template (its instantiations name both)."""
@@ -139,20 +152,21 @@ def body_of(source: str, a: KernelAnalysis, whiles: bool = False) -> Body:
     raise Decline("the kernel's body cannot be found in its syntax tree")
 
 
-def _named(node) -> list:
+def named_children(node) -> list:
+    """A node's named children, comments left out."""
     return [c for c in node.named_children if c.type != "comment"]
 
 
 def _flatten(block, out: Body, whiles: bool = False) -> None:
-    items = _named(block)
+    items = named_children(block)
     for i, s in enumerate(items):
         if s.type == "compound_statement":
             _flatten(s, out, whiles)
             continue
         if s.type == "if_statement" and s.child_by_field_name("alternative") is None:
-            cond = _condition(s, out.text_of)
+            cond = if_condition(s, out.text_of)
             then = s.child_by_field_name("consequence")
-            if _is_return(then):
+            if bare_return(then):
                 out.guards.append(f"!({cond})")
                 out.guard_at.append(len(out.statements))
                 continue
@@ -183,16 +197,18 @@ def _returns(node) -> bool:
     return False
 
 
-def _condition(if_node, text_of) -> str:
+def if_condition(if_node, text_of) -> str:
+    """An if's condition as written, without its parentheses."""
     cond = if_node.child_by_field_name("condition")
-    inner = _named(cond)
+    inner = named_children(cond)
     return text_of(inner[0]) if cond.type == "condition_clause" and len(inner) == 1 else text_of(cond)
 
 
-def _is_return(node) -> bool:
+def bare_return(node) -> bool:
+    """Whether a statement is `return;` alone (in braces or not)."""
     if node.type == "return_statement":
-        return not _named(node)
-    return node.type == "compound_statement" and len(_named(node)) == 1 and _is_return(_named(node)[0])
+        return not named_children(node)
+    return node.type == "compound_statement" and len(named_children(node)) == 1 and bare_return(named_children(node)[0])
 
 
 def expression_names(text: str) -> set[str]:
@@ -331,7 +347,7 @@ def _py(node, text_of, ids: dict[str, str]) -> str:
     elif t in ("identifier", "true", "false"):
         return whole
     elif t in ("parenthesized_expression", "condition_clause"):
-        inner = _named(node)
+        inner = named_children(node)
         if len(inner) == 1:
             return f"({_py(inner[0], text_of, ids)})"
     elif t == "cast_expression":
@@ -422,7 +438,7 @@ def entry_constants(ctx) -> dict[str, int]:
 def strip_parens(node):
     """The expression inside any parentheses around it."""
     while node.type == "parenthesized_expression":
-        inner = _named(node)
+        inner = named_children(node)
         if len(inner) != 1:
             break
         node = inner[0]

@@ -39,10 +39,10 @@ from kerntune.engine.proposal import ParamProposal
 
 from . import affine
 from .cooperate import (Decline, Dialect, beside, expression_names, fresh_names, header, inlined,
-                        kernel_spans, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted,
+                        kernel_spans, lone_model, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted,
                         template_parameters, top_guard, with_names)
 from .kernel_tree import span_of, syntax_nodes
-from .model import DIALECT, ELEMENT_BYTES, KernelModel, ModelError, Poly, declarator_name, function_declarator
+from .model import DIALECT, ELEMENT_BYTES, KernelModel, Poly, declarator_name, function_declarator
 from .model import nodes as model_nodes
 from .passes import Declined, Pass, Rewrite, RewriteContext
 from .syntax import cut
@@ -557,12 +557,7 @@ def _compile_time(text: str, ctx: RewriteContext) -> bool:
 
 
 def _rewrite(ctx: RewriteContext) -> Rewrite:
-    try:
-        model = ctx.model
-    except ModelError as e:
-        raise Decline(str(e)) from None
-    if model.cooperates:
-        raise Decline("its threads already cooperate (barriers, shared memory, atomics or shuffles)")
+    model = lone_model(ctx)
     a = kernel_spans(ctx.source, model)
     blocks = block_size(ctx)
     (cx, ox), y, z = _coordinates(model, blocks)

@@ -19,7 +19,7 @@ from kerntune.engine.proposal import TemplateProposal, original_launch
 from kerntune.engine.template import Template
 
 from . import (rewrite_contraction, rewrite_elementwise, rewrite_fastmath, rewrite_histogram, rewrite_reduction,
-               rewrite_rowwise, rewrite_stencil)
+               rewrite_rowwise, rewrite_stencil, rewrite_transpose)
 from .kernel_tree import KernelTreeError, classify, source_tokens
 from .passes import Declined, Pass, Rewrite, RewriteContext, ordered, register
 
@@ -33,6 +33,7 @@ register(rewrite_contraction.rewrite)
 register(rewrite_reduction.rewrite)
 register(rewrite_histogram.rewrite)
 register(rewrite_stencil.rewrite)
+register(rewrite_transpose.rewrite)
 # last: it switches the math calls of whatever the passes before made
 register(rewrite_fastmath.rewrite)
 

@@ -73,7 +73,7 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "rmsnorm_half": (None, "llama-t2048"),
     "cross_entropy": (None, "llama-t2048"),
     # threads that cooperate (agents/rewrite_contraction.py, rewrite_reduction.py, rewrite_stencil.py,
-    # rewrite_histogram.py)
+    # rewrite_histogram.py, rewrite_transpose.py)
     "matmul_naive": ("matmul", "4096"),
     "matmul_coalesced": ("matmul", "4096"),  # the bar computes A @ B without the epilogue
     "matmul_half": (None, "4096"),
@@ -90,6 +90,7 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "stencil1d": (None, "64M"),
     "histogram": (None, "64M"),
     "embedding_gather": ("gather_rows", "llama-t8192"),
+    "transpose": ("transpose_tiled", "big"),  # agents/rewrite_transpose.py
 }
 PUBLISHED = ROOT / "tests" / "data" / "published"
 # published spec -> (its bar: a spec of tests/data/published, a bench/bars/ or library template, or

@@ -67,7 +67,9 @@ SLOW_CASES = {
         "sgemm/sgemm_coalesce", "stencils/heat_step", "textbook/conv2d_tiled",
         # the products tiled by hand: their reading is tests/test_rewrite_cooperate.py's, the tiles the
         # naive products'
-        "sgemm/sgemm_shared", "sgemm/mygemm2"),
+        "sgemm/sgemm_shared", "sgemm/mygemm2",
+        # the transpose pass: the naive transpose (tests/data/naive) holds it
+        "transpose/transpose_naive"),
     # nvcc builds the samples' reductions with their host code, 14 s each: the template matrix product stays
     "test_a_published_cuda_kernel_is_rewritten_and_compiles_with_nvcc": (
         "sgemm/sgemm_naive", "reduction/reduce0", "reduction/reduce1", "reduction/reduce2", "reduction/reduce5",
@@ -75,7 +77,8 @@ SLOW_CASES = {
         "llm/encoder2", "llm/softmax4", "textbook/matmul", "textbook/conv2d_tiled", "transpose/transpose_nobank",
         "llm/matmul1", "samples/vectoradd", "textbook/reduce_segmented", "textbook/reduce_coarsened",
         "sgemm/sgemm_coalesce", "textbook/histo", "textbook/histo_private", "sgemm/sgemm_shared",
-        "textbook/matmul_tiled_bounds", "samples/matrixmul"),
+        "textbook/matmul_tiled_bounds", "samples/matrixmul",
+        "transpose/transpose_naive"),
     "test_a_constant_that_lays_out_the_grid_or_an_output_stays_and_the_original_path_verifies": (
         "reduce_nodivergence",),
     "test_a_grid_stride_original_is_rewritten_and_reproduces_itself": ("16",),

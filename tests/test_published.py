@@ -82,7 +82,10 @@ OPENCL = {
     # the transpose post's steps: TILE_DIM x BLOCK_ROWS blocks, the grid in tiles of TILE_DIM (the
     # #defines read parameters of other names: the CUDA file's constants are `const int TILE_DIM`)
     "transpose/transpose_nobank": ([], ({"TILE_DIM_SIZE": 16, "BLOCK_ROWS_SIZE": 4},)),
-    "transpose/transpose_bounds": ([], ({"TILE_DIM_SIZE": 16, "BLOCK_ROWS_SIZE": 2},)),
+    "transpose/transpose_bounds": (["transpose"], ({"TILE_DIM_SIZE": 16, "BLOCK_ROWS_SIZE": 2},
+                                                  {"TILE": 32, "ROWS": 4, "PAD": 0})),
+    # the naive transpose, its tile's rows a loop over `j`: staged through a tile of another side
+    "transpose/transpose_naive": (["transpose"], ({"TILE": 16, "ROWS": 4}, {"TILE": 64, "ROWS": 16})),
     # OpenCL SDK samples: float4 elements, a float4 tree in __local memory, AS/BS sub-matrices
     "oclsdk/dotproduct": (["elementwise"], ({"ITEMS": 4, "GRID": 1},)),
     "oclsdk/reducefloat4": (["reduction"], ({"LANES": 16, "THREADS": 128},)),
@@ -171,6 +174,7 @@ CUDA = {
     "textbook/histo": (["histogram"], ({"PRIVATE": 1, "ITEMS": 8, "GRID": 4}, {"ITEMS": 4, "STRIDED": 0})),
     "textbook/histo_private": (["histogram"], ({"ITEMS": 16, "GRID": 8},)),
     "transpose/transpose_nobank": ([], ({"TILE_DIM_VALUE": 16, "BLOCK_ROWS_VALUE": 4},)),
+    "transpose/transpose_naive": (["transpose"], ({"TILE": 32}, {"TILE": 64, "ROWS": 16, "PAD": 0})),
 }
 
 

@@ -50,6 +50,8 @@ CASES = {
                               {"RX": 4, "BLOCK": 8})),
     "conv_cols": ("stencil", ({"ITEMS": 8}, {"TILE": 1, "ITEMS": 4})),
     "stencil1d": ("stencil", ({"TILE": 1}, {"TILE": 1, "ITEMS": 4, "BLOCK": 64}, {"ITEMS": 2})),
+    # a batch of non-square matrices, scaled on the way: tiles smaller, as large and larger than the block
+    "transpose": ("transpose", ({"TILE": 32}, {"TILE": 8, "ROWS": 2, "PAD": 0})),
 }
 
 
@@ -516,6 +518,7 @@ CUDA_CONFIGS = {
     "conv_rows": ({"TILE": 1, "ITEMS": 4, "BLOCK": 32, "BLOCK_Y": 8}, {"TILE": 1, "RX": 8, "BLOCK": 32, "BLOCK_Y": 1},
                   {"RX": 4, "ITEMS": 2}),
     "reduce_firstadd": ({"LANES": 16}, {"LANES": 8, "THREADS": 1024, "GRID": 2}),
+    "transpose": ({"TILE": 32}, {"TILE": 64, "ROWS": 16, "PAD": 0}, {"TILE": 8, "ROWS": 2}),
 }
 
 
@@ -549,7 +552,7 @@ def test_the_stencil_runs_the_body_as_written_for_several_rows_and_refuses_other
 
 GPU_KERNELS = ("matmul_naive", "matmul_coalesced", "matmul_half", "matmul_batched", "reduce_interleaved", "reduce_nodivergence",
                "reduce_sequential", "reduce_firstadd", "reduce_atomic", "stencil5", "stencil9", "conv_rows",
-               "conv_cols", "stencil1d", "embedding_gather")
+               "conv_cols", "stencil1d", "embedding_gather", "transpose")
 
 
 @pytest.mark.gpu
@@ -620,7 +623,7 @@ def test_on_cuda_the_tensor_core_tiles_reproduce_the_half_product(sizes, tmp_pat
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bar", ("block_sums", "reduce_total", "stencil5_tiled", "gather_rows", "conv_rows_tiled",
-                                 "conv_cols_tiled", "stencil7_marched"))
+                                 "conv_cols_tiled", "stencil7_marched", "transpose_tiled"))
 def test_on_cuda_the_hand_written_bars_verify(bar, tmp_path):
     bars = Path(__file__).resolve().parent.parent / "bench" / "bars"
     run = TuneRun(load_template(bars / bar), TuneOptions(backend="cuda", problem="small", seed=5, strategy="random",

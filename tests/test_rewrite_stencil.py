@@ -130,7 +130,8 @@ def test_what_the_tile_cannot_place_stays_global_and_an_array_written_is_never_s
 
 @pytest.mark.parametrize("name,rewrite,params", [("stencil5", "stencil", {"ITEMS", "TILE"}),
                                                  ("matmul_naive", "contraction", {"BK", "TM", "VEC"}),
-                                                 ("reduce_sequential", "reduction", {"LANES", "GRID"})])
+                                                 ("reduce_sequential", "reduction", {"LANES", "GRID"}),
+                                                 ("transpose", "transpose", {"TILE", "ROWS", "PAD"})])
 def test_claude_asks_for_each_cooperating_pass_by_name(name, rewrite, params):
     pytest.importorskip("anthropic")
     from claude_support import state

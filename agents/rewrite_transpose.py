@@ -1,0 +1,515 @@
+"""The transpose rewrite, for a kernel in which each thread moves elements of a 2-D array into
+another whose fast axis is the other one (`odata[x * width + (y + j)] = idata[(y + j) * width + x]`:
+reads coalesced, writes a row apart, or the other way round): the element staged through a tile in
+shared (OpenCL local) memory, so that both the reads and the writes run along their array's rows.
+
+What the analysis (on agents/model.py's KernelModel) must show, else it declines with the reason:
+
+- no barrier, shared memory, atomic or shuffle already;
+- one store, `out[W] = value;`, of an array the kernel never reads, under ifs without else, an
+  `if (...) return;` outside every loop and counting loops (`for (j = 0; j < 32; j += 8)`, start 0,
+  a step and a bound the file's constants give) and nothing else: no other statement than
+  declarations of locals assigned once;
+- a read in `value` of an array the kernel never writes, `in[R]`, its index and the store's affine
+  in the thread's ids and the loops' variables, with their fast axes swapped: every symbol moves R
+  by m and W by m * sW (a symbol of the read's fast axis U), or W by m and R by m * sR (of the
+  write's fast axis V), m a whole number, or it is a block id of neither (a batch: `blockIdx.z`);
+- along U and along V, the symbols tile the axis exactly as the original launch runs them: sorted by
+  m, each one's m the product of the extents of those below (a thread id's extent the block's size,
+  a loop's its trip count), topped by one block id (so a block of the original covers E points of
+  the axis and the grid's blocks cover E times as many), the two block ids of different dimensions.
+
+The new kernel (beside the original under `#if`; TILE = 0 is the original token for token) gives
+each block a TILE x TILE tile of points (U, V) (the grid along U's and V's block dimensions follows
+the tile: E / TILE times the original's blocks where TILE divides E, the original's count where E
+divides TILE, blocks past the points returning at once). Its TILE x ROWS threads copy the tile's
+elements, each TILE / ROWS of them, from `in` into the tile with consecutive threads along U (the
+read's rows), meet at a barrier, and write them with consecutive threads along V (the write's
+rows), the tile read down a column (PAD 1 pads its rows by one element against bank conflicts). A
+point is the original thread and iteration whose ids and loop variables its U and V decompose into;
+it is read and written only where the original launch reaches it and the original's guards hold at
+it, and the store is the original's, as written, with those ids put in: the values are the
+original's bit for bit, for any size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kerntune.engine.proposal import ParamProposal
+
+from .cooperate import Decline, Dialect, ReadingPass, bare_return, beside, expression_names, fresh_names, header, \
+    if_condition, kernel_spans, lone_model, named_children, pinned, substituted, with_names
+from .kernel_tree import span_of, syntax_nodes
+from .model import DIALECT, ELEMENT_BYTES, Access, KernelModel, Poly, define_value
+from .passes import Rewrite, RewriteContext
+from .syntax import cut
+
+NAME = "transpose"
+TILES = (8, 16, 32, 64)
+ROWS = (1, 2, 4, 8, 16, 32)
+DIMS = "xyz"
+BLOCK = "blockIdx."
+
+
+@dataclass(frozen=True)
+class Digit:
+    """One symbol of an axis: a thread id, a loop's variable or the block id on top, and how it
+    builds the axis's coordinate: `mult` times its count (a loop's value is its count times `step`)."""
+
+    symbol: str
+    mult: int
+    extent: int | None  # None: the block id (the grid's extent)
+    step: int = 1
+    ctype: str = ""  # a loop variable's type as declared
+
+    def value(self, var: str, top: int) -> str:
+        """Its value at the point whose coordinate along the axis is `var` (`top`: the block's E)."""
+        if self.extent is None:
+            return f"({var} / {top})"
+        if self.extent == 1:
+            return "0"
+        count = f"({var} % {self.extent})" if self.mult == 1 else f"({var} / {self.mult} % {self.extent})"
+        return f"({count} * {self.step})" if self.step != 1 else count
+
+
+@dataclass(frozen=True)
+class Axis:
+    """The read's (U) or the write's (V) fast axis: its digits and the points a block covers along it."""
+
+    digits: tuple[Digit, ...]
+    dim: int  # the launch dimension of its block id
+    extent: int  # E
+
+    def symbols(self) -> set[str]:
+        return {d.symbol for d in self.digits}
+
+
+@dataclass(frozen=True)
+class Transpose:
+    """What the rewrite moves: the store's text, the staged read, the two axes, the guards."""
+
+    store: str  # the assignment as written, locals inlined
+    array: str  # the array it writes
+    staged: Access
+    staged_key: str  # the staged read's text, locals inlined, spaces left out
+    read_text: str  # the same, as written with spaces
+    u: Axis
+    v: Axis
+    guards: tuple[str, ...]  # conditions (locals inlined) under which the original stores
+    ctype: str  # the staged array's element type, as declared
+    bytes: int
+    block: tuple[int, int, int]  # the original block's size, in numbers
+    loops: dict  # loop variable -> its Digit
+
+
+class TransposePass(ReadingPass):
+    name = NAME
+
+    def read(self, ctx: RewriteContext) -> Transpose:
+        return _read(ctx)
+
+    def emit(self, ctx: RewriteContext, found: Transpose) -> Rewrite:
+        return _rewrite(ctx, found)
+
+
+# the pass, called as a function of a RewriteContext (agents/rewrites.py registers it)
+rewrite = TransposePass()
+
+
+# reading ---------------------------------------------------------------------------------------------
+
+def constants(ctx: RewriteContext, model: KernelModel) -> dict[str, int]:
+    """Every name of known whole-number value: the file's #defines, the parameters made so far at
+    their defaults, and file-scope `const` / `constexpr` integers over those (`const int TILE_DIM =
+    TILE_DIM_VALUE;` once lifted)."""
+    known = dict(model.defines)
+    known.update({k: v for k, v in ctx.defaults.items() if isinstance(v, int) and not isinstance(v, bool)})
+    for node, text_of in syntax_nodes(ctx.source, ("declaration",)):
+        if node.parent is None or node.parent.type not in ("translation_unit", "declaration_list"):
+            continue
+        words = {text_of(c) for c in node.children if c.type in ("type_qualifier", "storage_class_specifier")}
+        decl = node.child_by_field_name("declarator")
+        if not words & {"const", "constexpr"} or decl is None or decl.type != "init_declarator":
+            continue
+        target, value = decl.child_by_field_name("declarator"), decl.child_by_field_name("value")
+        if target is None or value is None or target.type != "identifier":
+            continue
+        got = define_value(text_of(value), known)
+        if got is not None:
+            known[text_of(target)] = got
+    return known
+
+
+def _number(p: Poly, known: dict[str, int]) -> int | None:
+    for name in p.names():
+        if name in known:
+            p = p.substitute(name, Poly.of(known[name]))
+    return p.number
+
+
+def _known(p: Poly, known: dict[str, int]) -> Poly:
+    for name in p.names():
+        if name in known:
+            p = p.substitute(name, Poly.of(known[name]))
+    return p
+
+
+def _block(ctx: RewriteContext, known: dict[str, int]) -> tuple[int, int, int]:
+    out = []
+    for d in range(3):
+        text = ctx.block[d].strip() if d < len(ctx.block) else "1"
+        got = define_value(text, known)
+        if got is None or got < 1:
+            raise Decline(f"the block's size `{text}` is not a number the file's constants give")
+        out.append(got)
+    return tuple(out)
+
+
+def _function(ctx: RewriteContext, model: KernelModel):
+    for node, text_of in syntax_nodes(ctx.source, ("function_definition",)):
+        body = node.child_by_field_name("body")
+        if body is not None and span_of(ctx.source, body) == model.kernel.body:
+            return body, text_of
+    raise Decline("the kernel's body cannot be found in its syntax tree")
+
+
+class _Shape:
+    """The body read as guards and counting loops around one store."""
+
+    def __init__(self, ctx: RewriteContext, model: KernelModel, text_of):
+        self.ctx, self.model, self.text_of = ctx, model, text_of
+        self.guards: list[str] = []
+        self.loops: list[int] = []  # model loop indices around the store
+        self.store = None
+        self.loop_spans = {(lp.span.start, lp.span.end): i for i, lp in enumerate(model.loops)}
+
+    def walk(self, node, guards: list[str], loops: list[int], top: bool = False) -> None:
+        """`top`: the body's own statements, where `if (...) return;` guards every later one."""
+        t = node.type
+        line = node.start_point[0] + 1
+        if t == "compound_statement":
+            for s in named_children(node):
+                self.walk(s, guards, loops, top)
+            top = False
+        elif t == "declaration":
+            for decl in node.children_by_field_name("declarator"):
+                target = decl.child_by_field_name("declarator") if decl.type == "init_declarator" else decl
+                name = self.text_of(target) if target is not None else ""
+                if name not in self.model.locals:
+                    raise Decline(f"`{name}` (line {line}) is not a local assigned once")
+        elif t == "expression_statement":
+            inner = named_children(node)
+            if not inner:
+                return
+            e = inner[0]
+            if e.type != "assignment_expression" or self.text_of(e.child_by_field_name("operator")) != "=":
+                raise Decline(f"its statement at line {line} is not the store nor a local assigned once")
+            if self.store is not None:
+                raise Decline("it stores more than once")
+            self.store, self.guards, self.loops = e, list(guards), list(loops)
+        elif t == "if_statement":
+            if node.child_by_field_name("alternative") is not None:
+                raise Decline(f"an if with an else (line {line})")
+            cond = if_condition(node, self.text_of)
+            then = node.child_by_field_name("consequence")
+            if bare_return(then):
+                if not top:
+                    raise Decline(f"a return (line {line}) other than in an if among the body's own statements")
+                if self.store is None:
+                    guards.append(f"!({cond})")
+                return
+            self.walk(then, guards + [cond], loops)
+        elif t == "for_statement":
+            span = span_of(self.ctx.source, node)
+            i = self.loop_spans.get((span.start, span.end))
+            if i is None:
+                raise Decline(f"the loop at line {line} cannot be read")
+            self.walk(node.child_by_field_name("body"), guards, loops + [i])
+        elif t in ("empty_statement",):
+            return
+        else:
+            raise Decline(f"its body holds {t.replace('_', ' ')} (line {line}), not only guards, counting loops "
+                          "and one store")
+
+
+def _loop_digit(model: KernelModel, i: int, known: dict[str, int]) -> tuple[int, int]:
+    """(step, trip count) of a counting loop from 0 by a whole step to a whole bound."""
+    lp = model.loops[i]
+    forms = (lp.start_form, lp.step_form, lp.bound_form)
+    if lp.kind != "for" or lp.role != "serial" or lp.compare not in ("<", "<=") or lp.update not in ("+=", "++") \
+            or any(f is None or f.coeffs for f in forms):
+        raise Decline(f"the loop over `{lp.var}` does not count up by a step to a bound")
+    start, step, bound = (_number(f.const, known) for f in forms)
+    if start != 0 or step is None or step < 1 or bound is None:
+        raise Decline(f"the loop over `{lp.var}` does not run from 0 by a whole step to a whole bound")
+    trip = max(0, (bound + (1 if lp.inclusive or lp.compare == "<=" else 0) + step - 1) // step)
+    return step, trip
+
+
+def _axes(read: Access, write: Access, extents: dict[str, tuple[int, int]], known: dict[str, int],
+          types: dict) -> tuple[Axis, Axis, set[str]]:
+    """U (the read's fast axis) and V (the write's) from the two indices, and the batch's block
+    ids; Decline with the reason where they are not a transposition."""
+    r, w = read.expr.affine if read.expr else None, write.expr.affine if write.expr else None
+    if r is None or w is None:
+        raise Decline(f"`{(read if r is None else write).index}` is not affine in the thread's ids and loops")
+    symbols = sorted(r.symbols() | w.symbols())
+    pairs = {s: (_known(r.coeff(s), known), _known(w.coeff(s), known)) for s in symbols}
+    unit_r = [s for s in symbols if pairs[s][0].number == 1]
+    unit_w = [s for s in symbols if pairs[s][1].number == 1]
+    if not unit_r or not unit_w:
+        raise Decline(f"the {'read' if not unit_r else 'store'} moves along no axis element by element")
+    if set(unit_r) & set(unit_w):
+        raise Decline("the read and the store move along the same axis: no transposition")
+    s_w = {str(pairs[s][1]) for s in unit_r}
+    s_r = {str(pairs[s][0]) for s in unit_w}
+    if len(s_w) > 1 or len(s_r) > 1:
+        raise Decline("the read's fast axis moves the store by more than one stride")
+    sw, sr = pairs[unit_r[0]][1], pairs[unit_w[0]][0]
+    if sw.is_zero or sr.is_zero:
+        raise Decline("the store or the read does not move along the other's fast axis")
+    u, v, batch = [], [], set()
+    for s in symbols:
+        a, b = pairs[s]
+        if a.number is not None and a.number > 0 and b == a * sw:
+            u.append((s, a.number))
+        elif b.number is not None and b.number > 0 and a == b * sr:
+            v.append((s, b.number))
+        elif s.startswith(BLOCK):
+            batch.add(s)
+        else:
+            raise Decline(f"`{s}` moves the read by {a} and the store by {b}: along neither fast axis")
+    return _axis(u, "the read's", extents, types), _axis(v, "the store's", extents, types), batch
+
+
+def _axis(digits: list[tuple[str, int]], which: str, extents: dict[str, tuple[int, int]], types: dict) -> Axis:
+    blocks = [(s, m) for s, m in digits if s.startswith(BLOCK)]
+    if len(blocks) != 1:
+        raise Decline(f"{which} fast axis is spread over {len(blocks)} block ids, not one")
+    out, run = [], 1
+    lower = [d for d in digits if not d[0].startswith(BLOCK)]
+    for s, m in sorted(lower, key=lambda d: d[1] * extents.get(d[0], (1, 0))[0]):
+        step, n = extents[s] if s in extents else (1, 0)
+        if not n:
+            raise Decline(f"`{s}` has no extent the launch gives")
+        mult = m * step
+        if n > 1 and mult != run:
+            raise Decline(f"{which} fast axis is not tiled exactly by its ids and loops (`{s}` moves it by {mult} "
+                          f"where {run} comes next)")
+        out.append(Digit(s, mult if n > 1 else 1, n, step, types.get(s, "")))
+        run *= n
+    symbol, m = blocks[0]
+    if m != run:
+        raise Decline(f"a block moves {which} fast axis by {m} where its threads cover {run}")
+    return Axis(tuple(out) + (Digit(symbol, m, None),), DIMS.index(symbol[-1]), run)
+
+
+def _typed_locals(model: KernelModel) -> dict[str, str]:
+    """Each scalar local assigned once -> its initialiser with the locals before it put in, cast to
+    its declared type (`int c = blockIdx.x * blockDim.x + threadIdx.x` is an int, not unsigned)."""
+    out: dict[str, str] = {}
+    for name, init in model.locals.items():
+        kind = model.types.get(name, "")
+        if name in model.scalars and kind and kind.split()[-1] != "auto":
+            out[name] = f"(({kind})({model.inline(init, out)}))"
+    return out
+
+
+def _read(ctx: RewriteContext) -> Transpose:
+    model = lone_model(ctx)
+    writes = [a for a in model.accesses if a.write]
+    if len(writes) != 1 or writes[0].space != "global" or writes[0].read:
+        raise Decline("not one store of a plain element of global memory")
+    write = writes[0]
+    if any(a.array == write.array and a.read for a in model.accesses) or write.array in model.opaque:
+        raise Decline(f"`{write.array}` is read as well as written")
+    d = DIALECT[ctx.backend]
+    for fn in model.functions[1:]:
+        if any(w in cut(ctx.source, fn.body.start, fn.body.end) for w in d.ids):
+            raise Decline(f"the function `{fn.name}` it calls reads thread or block ids")
+    known = constants(ctx, model)
+    block = _block(ctx, known)
+    known.update({f"blockDim.{DIMS[k]}": block[k] for k in range(3)})
+    body, text_of = _function(ctx, model)
+    shape = _Shape(ctx, model, text_of)
+    shape.walk(body, [], [], top=True)
+    if shape.store is None:
+        raise Decline("it stores nothing")
+    st = span_of(ctx.source, shape.store)
+    if not (st.start <= write.span.start and write.span.end <= st.end):
+        raise Decline("its store is not the element it writes")
+    extents: dict[str, tuple[int, int]] = {f"threadIdx.{DIMS[k]}": (1, block[k]) for k in range(3)}
+    loops = {}
+    for i in shape.loops:
+        step, trip = _loop_digit(model, i, known)
+        extents[model.loops[i].var] = (step, trip)
+        loops[model.loops[i].var] = i
+    typed = _typed_locals(model)
+    value = model.inline(cut(ctx.source, shape.store.child_by_field_name("right").start_byte,
+                             shape.store.child_by_field_name("right").end_byte), typed)
+    found, why = None, "no read in the stored value of an array the kernel never writes"
+    for a in model.accesses:
+        if not a.read or a.write or a.space not in ("global", "constant") or \
+                any(b.array == a.array and b.write for b in model.accesses):
+            continue
+        text = model.inline(cut(ctx.source, a.span.start, a.span.end), typed)
+        key = "".join(text.split())
+        if key not in "".join(value.split()):
+            continue
+        try:
+            u, v, batch = _axes(a, write, extents, known, model.types)
+        except Decline as e:
+            why = str(e)
+            continue
+        found = (a, key, text, u, v, batch)
+        break
+    if found is None:
+        raise Decline(why)
+    a, key, text, u, v, batch = found
+    if u.dim == v.dim:
+        raise Decline("both fast axes are spread over blocks of one launch dimension")
+    for var in loops:
+        if var not in u.symbols() | v.symbols():
+            raise Decline(f"the loop over `{var}` moves neither index")
+    moving = u.symbols() | v.symbols()
+    for word, dim in model.ids:
+        if word == "threadIdx" and f"threadIdx.{DIMS[dim]}" not in moving and block[dim] > 1:
+            raise Decline(f"it reads threadIdx.{DIMS[dim]} other than in its indices")
+        if word == "blockIdx" and dim in (u.dim, v.dim) and f"blockIdx.{DIMS[dim]}" not in moving:
+            raise Decline(f"it reads blockIdx.{DIMS[dim]} other than in its indices")
+    ctype = model.arg_types.get(a.array, "")
+    generic = {g.name: g.ctype for g in model.signature.generic_args}
+    inst = {g.name: g.ctype for g in model.signature.args}
+    size = ELEMENT_BYTES.get(inst.get(a.array, ctype))
+    if not ctype or size is None:
+        raise Decline(f"the element type of `{a.array}` is not known")
+    store = model.inline(cut(ctx.source, st.start, st.end), typed)
+    guards = tuple(model.inline(g, typed) for g in shape.guards)
+    left = set()
+    for t in (store,) + guards:
+        left |= (expression_names(t) & (set(model.changing) | set(model.locals))) - set(loops)
+    if left:
+        raise Decline(f"it reads {', '.join(sorted(left))}, assigned more than once")
+    return Transpose(store, write.array, a, key, text, u, v, guards, generic.get(a.array, ctype), size, block,
+                     {var: next(dg for ax in (u, v) for dg in ax.digits if dg.symbol == var) for var in loops})
+
+
+# writing ---------------------------------------------------------------------------------------------
+
+def _ids(ctx: RewriteContext, t: Transpose) -> dict[str, str]:
+    """Each id as written (spaces left out) -> its value at the point (kt_u, kt_v), in the id's type."""
+    d = DIALECT[ctx.backend]
+    cuda = ctx.backend == "cuda"
+    cast = "unsigned int" if cuda else "size_t"
+    value: dict[tuple[str, int], str] = {}
+    for ax, var in ((t.u, "kt_u"), (t.v, "kt_v")):
+        for dg in ax.digits:
+            if "." in dg.symbol:
+                word, dim = dg.symbol.split(".")
+                value[(word, DIMS.index(dim))] = dg.value(var, ax.extent)
+    out = {}
+    for k in range(3):
+        own = {"threadIdx": value.get(("threadIdx", k), "0"), "blockDim": str(t.block[k])}
+        if ("blockIdx", k) in value:
+            own["blockIdx"] = value[("blockIdx", k)]
+        if k in (t.u.dim, t.v.dim):
+            own["gridDim"] = "kt_gu" if k == t.u.dim else "kt_gv"
+        for word, v in own.items():
+            out["".join(d.id(word, k).split())] = f"(({cast})({v}))"
+        if not cuda:
+            block = own.get("blockIdx", f"get_group_id({k})")
+            out[f"get_global_id({k})"] = f"((size_t)({block}) * {t.block[k]} + (size_t)({own['threadIdx']}))"
+            grid = own.get("gridDim", f"get_num_groups({k})")
+            out[f"get_global_size({k})"] = f"((size_t)({grid}) * {t.block[k]})"
+    return out
+
+
+def _at_point(text: str, ids: dict[str, str], loops: dict[str, str], staged: dict[str, str] | None = None) -> str:
+    """An expression of the original with the point's ids and loop values put in (and the staged read
+    replaced by the tile's element)."""
+    found = syntax_nodes(f"auto kt_e = ({text});", ("parenthesized_expression",))
+    if not found:
+        raise Decline(f"`{' '.join(text.split())}` cannot be read")
+    node, text_of = found[0]
+    return substituted(node, text_of, loops, {**ids, **(staged or {})})
+
+
+def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
+    model = ctx.model
+    d = Dialect.of(ctx.backend)
+    a = kernel_spans(ctx.source, model)
+    names = fresh_names(("TILE", "ROWS", "PAD"), ctx.taken | set(ctx.defaults))
+    tile, rows, pad = names["TILE"], names["ROWS"], names["PAD"]
+    ids = _ids(ctx, t)
+    loops = {}  # each loop variable -> its value at the point, in its type
+    for var, dg in t.loops.items():
+        loops[var] = f"(({dg.ctype or 'int'})({dg.value('kt_u' if dg in t.u.digits else 'kt_v', 0)}))"
+    lx, ly = ("(int)threadIdx.x", "(int)threadIdx.y") if d.name == "cuda" else \
+        ("(int)get_local_id(0)", "(int)get_local_id(1)")
+    guard = " && ".join(f"({_at_point(g, ids, loops)})" for g in t.guards) or "1"
+    read = _at_point(t.read_text, ids, loops)
+    store = _at_point(t.store, ids, loops, {t.staged_key: f"kt_tile[{lx}][kt_r]"})
+    grid_word = DIALECT[ctx.backend].id
+    kernel = f"""{header(ctx.source, a)}
+{{
+    {d.shared} {t.ctype} kt_tile[$TILE][$TILE + $PAD];
+    // the original's blocks along each axis: the grid holds E / TILE tiles of each where TILE divides E
+    const int kt_gu = (int){grid_word('gridDim', t.u.dim)} / ({t.u.extent} > $TILE ? {t.u.extent} / $TILE : 1);
+    const int kt_gv = (int){grid_word('gridDim', t.v.dim)} / ({t.v.extent} > $TILE ? {t.v.extent} / $TILE : 1);
+    const int kt_ue = kt_gu * {t.u.extent};
+    const int kt_ve = kt_gv * {t.v.extent};
+    const int kt_u0 = (int){grid_word('blockIdx', t.u.dim)} * $TILE;
+    const int kt_v0 = (int){grid_word('blockIdx', t.v.dim)} * $TILE;
+    if (kt_u0 >= kt_ue || kt_v0 >= kt_ve)
+        return;
+    // read along the input's rows: consecutive threads, consecutive points along U
+    for (int kt_r = {ly}; kt_r < $TILE; kt_r += $ROWS) {{
+        const int kt_u = kt_u0 + {lx};
+        const int kt_v = kt_v0 + kt_r;
+        if (kt_u < kt_ue && kt_v < kt_ve && {guard})
+            kt_tile[kt_r][{lx}] = {read};
+    }}
+    {d.barrier};
+    // write along the output's rows: consecutive threads, consecutive points along V
+    for (int kt_r = {ly}; kt_r < $TILE; kt_r += $ROWS) {{
+        const int kt_u = kt_u0 + kt_r;
+        const int kt_v = kt_v0 + {lx};
+        if (kt_u < kt_ue && kt_v < kt_ve && {guard})
+            {store};
+    }}
+}}"""
+    if "$" in cut(ctx.source, a.span.start, a.span.end):
+        raise Decline("a `$` in the kernel's code")
+    kernel = with_names(kernel, names)
+    tiles = tuple(x for x in TILES if all(x % ax.extent == 0 or ax.extent % x == 0 for ax in (t.u, t.v)))
+    if not tiles:
+        raise Decline(f"no tile of {', '.join(map(str, TILES))} divides or is a multiple of the blocks' "
+                      f"{t.u.extent} x {t.v.extent} points")
+    params = [ParamProposal(tile, (0,) + tiles, 0, "the side of the tile staged in shared memory (0: the original "
+                            "kernel)", "tile"),
+              ParamProposal(rows, ROWS, 8, "rows of threads a block: each moves TILE / ROWS elements", "threads"),
+              ParamProposal(pad, (0, 1), 1, "1: the tile's rows one element longer, against bank conflicts", "flag")]
+    off = f"{tile} == 0"
+    constraints = [f"{tile} > 0 or ({rows} == 8 and {pad} == 1)",  # unread by the original
+                   f"{off} or {tile} % {rows} == 0",
+                   f"{off} or {tile} * {rows} <= max_threads_per_block",
+                   f"{off} or {tile} * ({tile} + {pad}) * {t.bytes} <= max_shared_per_block"] + pinned(ctx, off)
+    grid = list(ctx.grid) + ["1"] * (3 - len(ctx.grid))
+    block = list(ctx.block) + ["1"] * (3 - len(ctx.block))
+    new_grid = list(grid)
+    for ax in (t.u, t.v):
+        g = grid[ax.dim]
+        new_grid[ax.dim] = f"(({g}) * max(1, {ax.extent} // {tile})) if {tile} > 0 else ({g})"
+    new_block = [f"{tile} if {tile} > 0 else ({block[0]})", f"{rows} if {tile} > 0 else ({block[1]})",
+                 f"1 if {tile} > 0 else ({block[2]})"]
+    n = max(len(ctx.grid), len(ctx.block), max(t.u.dim, t.v.dim) + 1, 2)
+    source = beside(ctx.source, a, f"{tile} > 0", params, "", kernel, NAME)
+    first = {tile: tuple(x for x in (0, 32, 64) if x in (0,) + tiles), rows: (4, 8), pad: (0, 1)}
+    for name, value in ctx.defaults.items():
+        first[name] = (value,)
+    what = (f"transpose: TILE x TILE tiles of `{t.staged.array}` staged in shared memory, read along its rows "
+            f"and written along `{t.array}`'s, "
+            f"TILE x ROWS threads a block, PAD 1 padding the tile's rows, any size")
+    return Rewrite(NAME, source, tuple(params), what, tuple(constraints), tuple(new_grid[:n]), tuple(new_block[:n]),
+                   first=first, helps="memory")
