@@ -527,6 +527,7 @@ def test_the_files_other_kernels_tiles_bound_a_parameter_that_sizes_them():
     configuration would fail to compile, so each kernel's tiles bound the parameter."""
     for backend, limits, name in (("cuda", GPU, "TILE_DIM_VALUE"), ("opencl", CPU, "TILE_DIM_SIZE")):
         made = rules_template(load_template(spec("transpose/transpose_bounds")), backend, limits)
-        budget = [c for c in made.proposal.constraints if "max_shared_per_block" in c]
+        # (the transpose pass's own tile is its kernel's budget, TILE_DIM held at 32 while it runs)
+        budget = [c for c in made.proposal.constraints if "max_shared_per_block" in c and name in c]
         assert budget == [f"4 * ({name}) * ({name}) <= max_shared_per_block and "
                           f"4 * ({name} + 1) * ({name}) <= max_shared_per_block"], budget
