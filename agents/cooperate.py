@@ -456,7 +456,7 @@ def top_guard(items: list, coords: set[str]) -> tuple[int, list] | None:
             return None
         cond = text(s.child_by_field_name("condition"))
         then = s.child_by_field_name("consequence")
-        named = _named(then)
+        named = named_children(then)
         returns = then.type == "return_statement" or (then.type == "compound_statement" and len(named) == 1
                                                       and named[0].type == "return_statement")
         if not returns and i != len(items) - 1:
