@@ -94,9 +94,10 @@ a row, their sums, maxima and online softmax pairs combined by shuffles or share
 a block), `rowwise_keep` (on rowwise: KEEP elements of the row in registers between passes, moved \
 in VEC packs), `rowwise_chains` (on rowwise_keep: CHAINS independent chains of a pass carried \
 through an exponential), `contraction` (a thread per output summing products of two operands, a \
-matrix product in either layout with any epilogue: BM x BN tiles through shared memory in BK \
-steps, BK = 0 the original, TM x TN outputs per thread in registers, VEC 4 loading the tiles as \
-vectors, any size), `reduction` (a \
+matrix product in either layout with any epilogue, or such a product already tiled by hand through \
+two shared tiles a block fills at each step, read as the product its tiles compose to: BM x BN tiles \
+through shared memory in BK steps, BK = 0 the original, TM x TN outputs per thread in registers, VEC \
+4 loading the tiles as vectors, any size), `reduction` (a \
 block's shared-memory tree: per-block partials over LANES threads a segment with shuffles, or an \
 atomic total striding GRID blocks per multiprocessor with ITEMS loads in flight), `histogram` (threads \
 counting elements into bins by atomic adds: PRIVATE = 1 privatises the bins per block in shared \

@@ -189,9 +189,12 @@ class Reading:
         variables at iteration kt_n, thread ids as atoms (opaque names)."""
         rename = {v: v for v in self.loop_vars} | (keep or {})
         try:
-            p = affine.read(inlined(self.a, text, rename))
+            p = affine.read(self.expand(inlined(self.a, self.uncast(self.expand(text)), rename)))
         except affine.NotAffine as e:
             raise Decline(str(e)) from None
+        left = p.names() & (set(self.a.locals) | set(self.a.changing)) - set(rename.values())
+        if left:
+            raise Decline(f"`{' '.join(text.split())}` reads `{sorted(left)[0]}` where it cannot be read")
         for v, at in self.loop_vars.items():
             p = p.substitute(v, at)
         for name in p.names():
@@ -201,6 +204,73 @@ class Reading:
         for name in p.names():
             self.atom(name)
         return p
+
+    def uncast(self, text: str) -> str:
+        """An expression with a variable in parentheses before a sign or a star read as the
+        variable, not as a cast: `(tx) + (ty) * 16` is tx plus (ty) * 16 where tx is no type (the
+        parser alone reads a cast of `+(ty)`)."""
+        known = set(self.a.locals) | set(self.a.changing) | {x.name for x in self.a.signature.args} | \
+            set(self.numbers) | set(self.loop_vars)
+        for _ in range(16):
+            found = syntax_nodes(f"auto kt_e = ({text});", ("cast_expression",))
+            hit = None
+            for node, t in found:
+                kind = node.child_by_field_name("type")
+                value = node.child_by_field_name("value")
+                if kind is not None and t(kind).strip() in known and value is not None and \
+                        value.type in ("unary_expression", "pointer_expression"):
+                    hit = (node, t, t(kind).strip(), value)
+                    break
+            if hit is None:
+                return text
+            node, t, name, value = hit
+            raw = f"auto kt_e = ({text});".encode("utf-8")
+            op = value.child_by_field_name("operator")
+            operand = value.child_by_field_name("argument")
+            new = f"{name} {t(op)} {t(operand)}"
+            whole = (raw[:node.start_byte].decode("utf-8") + new + raw[node.end_byte:].decode("utf-8"))
+            text = whole[len("auto kt_e = ("):-len(");")]
+        return text
+
+    def expand(self, text: str, wrap: tuple[str, str] = ("auto kt_e = (", ");")) -> str:
+        """`text` (an expression, or a statement with `wrap` around it) with the file's
+        function-like macros expanded as the preprocessor does, each parameter of the body replaced
+        by its argument as written (`AS(ty, k)` with `#define AS(i, j) As[(j) + (i) * B]`)."""
+        macros = self.a.macros
+        for _ in range(8):  # a macro calling another: a few levels, never without end
+            found = [(n, t) for n, t in syntax_nodes(wrap[0] + text + wrap[1], ("call_expression",))
+                     if n.child_by_field_name("function").type == "identifier"
+                     and t(n.child_by_field_name("function")) in macros]
+            if not found:
+                return text
+            raw = (wrap[0] + text + wrap[1]).encode("utf-8")
+            out, at = [], 0
+            for node, t in found:
+                if node.start_byte < at:
+                    continue  # inside a call expanded already: its turn comes next time round
+                params, body = macros[t(node.child_by_field_name("function"))]
+                args = [t(x) for x in _named(node.child_by_field_name("arguments"))]
+                if len(args) != len(params):
+                    raise Decline(f"`{t(node)}` calls a macro with {len(args)} arguments, not {len(params)}")
+                values = dict(zip(params, args))
+                b_raw = body.encode("utf-8")
+                pieces, b_at = [], 0
+                for ident, bt in syntax_nodes(f"auto kt_e = ({body});", ("identifier", "type_identifier")):
+                    start = ident.start_byte - len(b"auto kt_e = (")
+                    if bt(ident) in values and 0 <= start:
+                        # a parameter the body already wraps in parentheses (`(j) + (i) * B`, which
+                        # the parser may take for a cast) keeps its argument one expression
+                        up = ident.parent
+                        wrapped = up is not None and up.type in ("parenthesized_expression", "type_descriptor")
+                        value = f"({values[bt(ident)]})" if wrapped else values[bt(ident)]
+                        pieces += [b_raw[b_at:start].decode("utf-8"), value]
+                        b_at = start + len(bt(ident).encode("utf-8"))
+                expanded = "".join(pieces) + b_raw[b_at:].decode("utf-8")
+                out += [raw[at:node.start_byte].decode("utf-8"), expanded]
+                at = node.end_byte
+            whole = "".join(out) + raw[at:].decode("utf-8")
+            text = whole[len(wrap[0]):len(whole) - len(wrap[1])]
+        raise Decline(f"`{' '.join(text.split())}` expands macros more than eight levels deep")
 
     def _launch_word(self, name: str) -> Poly | None:
         """What the original launch makes of a word that reads its shape: a block's extent its
@@ -523,15 +593,48 @@ class Tiled(Reading):
         self.depth = depth
         reads = []
         for f in factors:
-            node, t_of = _wrapped(f)
-            got = _element(node, t_of)
-            if got is None or got[0] not in self.tiles:
-                raise Decline(f"the product's factor `{' '.join(f.split())}` is not an element of a shared tile")
-            reads.append(got)
-        if len({t for t, _ in reads}) != 2:
+            reads.append(self._factor(self.expand(f)))
+        if len({t for t, _, _ in reads}) != 2:
             raise Decline("the product does not read one element of each tile")
-        operands = [self._operand(fills[t], dims) for t, dims in reads]
+        operands = [{**self._operand(fills[t], dims), "around": around} for t, dims, around in reads]
         return self._contraction(operands, stmts[at + 1:], body, at, acc, update)
+
+    def _factor(self, text: str) -> tuple[str, list[str], tuple[str, str]]:
+        """(tile, the read's indices, the text around the element) of a factor of the sum: one
+        element of a tile, as itself or through conversions that read nothing else
+        (`__half2float(As[ty][k])`, `(float)As[ty][k]`)."""
+        node, t_of = _wrapped(text)
+        got = _element(node, t_of)
+        if got is not None and got[0] in self.tiles:
+            return got[0], got[1], ("", "")
+        found = [(n, t) for n, t in syntax_nodes(f"auto kt_e = ({text});", ("subscript_expression",))
+                 if (e := _element(n, t)) is not None and e[0] in self.tiles
+                 and not (n.parent.type == "subscript_expression" and n.parent.child_by_field_name("argument") == n)]
+        if len(found) == 1:
+            n, t = found[0]
+            raw = f"auto kt_e = ({text});".encode("utf-8")
+            before = raw[len(b"auto kt_e = ("):n.start_byte].decode("utf-8")
+            after = raw[n.end_byte:len(raw) - len(b");")].decode("utf-8")
+            rest = expression_names(before + "kt_tile" + after) - {"kt_tile"}
+            calls = {t2(c.child_by_field_name("function")) for c, t2 in
+                     syntax_nodes(f"auto kt_e = ({before}kt_tile{after});", ("call_expression",))}
+            if not rest - calls and not reads_thread_ids(before + after):
+                e = _element(n, t)
+                return e[0], e[1], (before, after)
+        raise Decline(f"the product's factor `{' '.join(text.split())}` is not an element of a shared tile")
+
+    def _expanded(self, node):
+        """A statement with the file's function-like macros expanded (the node itself, and its
+        text function, where it calls none), read anew."""
+        text = self.text_of(node)
+        out = self.expand(text, ("void kt_f() { ", " }"))
+        if out == text:
+            return node, self.text_of
+        found = [(n, t) for n, t in syntax_nodes(f"void kt_f() {{ {out} }}", ("compound_statement",))]
+        statements = _named(found[0][0]) if found else []
+        if len(statements) != 1:
+            raise Decline(f"the statement at line {_line(node)} is no statement once its macros are expanded")
+        return statements[0], found[0][1]
 
     def _invariant(self, text: str) -> Poly:
         p = self.poly(text)
@@ -566,11 +669,12 @@ class Tiled(Reading):
     def _step_body(self, loop):
         """The tiles' fills (one each) and the inner loop, in the order fills, barrier, inner
         loop, barrier; the pointers' moves in between."""
-        text_of = self.text_of
         barriers = {b.call for b in self.a.barriers}
         fills: dict[str, Fill] = {}
         inner, inner_at, meets = None, -1, []
-        for i, s in enumerate(_flat(loop.child_by_field_name("body"))):
+        for i, written in enumerate(_flat(loop.child_by_field_name("body"))):
+            line = _line(written)
+            s, text_of = (written, self.text_of) if written.type == "for_statement" else self._expanded(written)
             moved = _advance(s, text_of, self.pointers)
             if moved:
                 self.moves_step.append((moved[0], self._invariant(moved[1]), i))
@@ -582,13 +686,13 @@ class Tiled(Reading):
                 continue
             if s.type == "for_statement":
                 if inner is not None:
-                    raise Decline(f"more than one loop in the tiles' loop (line {_line(s)})")
+                    raise Decline(f"more than one loop in the tiles' loop (line {line})")
                 inner, inner_at = s, i
                 continue
             f = _fill(s, text_of, self.tiles, i)
             if f is None:
                 raise Decline(f"a statement in the tiles' loop that is neither a tile's fill, a barrier, a pointer's "
-                              f"move nor the loop over the tiles (line {_line(s)})")
+                              f"move nor the loop over the tiles (line {line})")
             if f.tile in fills:
                 raise Decline(f"the tile `{f.tile}` is filled by more than one statement")
             fills[f.tile] = f
@@ -596,9 +700,12 @@ class Tiled(Reading):
             raise Decline("the tiles' loop does not fill both tiles and sum over them in a loop")
         if len(meets) != len(self.a.barriers):
             raise Decline("a barrier outside the tiles' loop's body (the block meets where the tiles do not ask it)")
-        last = max(f.position for f in fills.values())
-        if not any(last < m < inner_at for m in meets) or not any(m > inner_at for m in meets):
-            raise Decline("the tiles' loop has no barrier between the fills and the sum, or none after the sum")
+        first, last = min(f.position for f in fills.values()), max(f.position for f in fills.values())
+        # the barrier that keeps a step's fills from the last step's sum: after the sum, or first in
+        # the step (before its fills)
+        if not any(last < m < inner_at for m in meets) or not any(m > inner_at or m < first for m in meets):
+            raise Decline("the tiles' loop has no barrier between the fills and the sum, or none between the sum "
+                          "and the next step's fills")
         return fills, inner
 
     def _inner(self, inner):
@@ -737,9 +844,26 @@ class Tiled(Reading):
                 out.append(("".join(text_of(node).split()), got[0], got[1][0]))
         return out
 
+    def canon(self, p: Poly) -> Poly:
+        """The polynomial with every name the file, the entry or the lifts give a number replaced by
+        it (`BLOCK_SIZE` and the 16 its launch says are one)."""
+        for name in p.names():
+            v = self.value(name) if self.atom(name) is None and name not in (N, "kt_k", "kt_r", "kt_c") else None
+            if v is not None:
+                p = p.substitute(name, Poly.const(v))
+        return p
+
+    def settle(self, p: Poly, values: dict[str, Poly]) -> Poly:
+        """`values` put in; where thread ids or the step are left, the same with the names of known
+        value as their numbers (the ids may cancel only then)."""
+        q = substitute(p, values)
+        if self.atoms_of(q) or N in q.names():
+            q = self.canon(substitute(self.canon(p), {k: self.canon(v) for k, v in values.items()}))
+        return q
+
     def _composed(self, p: Poly, writer: dict[str, Poly], what: str) -> Poly:
-        p = substitute(p, writer)
-        p = p.substitute(self.k, Poly.name("kt_k") - Poly.name(N) * self.depth)
+        p = self.settle(p, writer)
+        p = self.settle(p, {self.k: Poly.name("kt_k") - Poly.name(N) * self.depth})
         if N in p.names():
             raise Decline(f"{what} moves with the tiles' steps other than the shared index does")
         return p
@@ -798,7 +922,7 @@ class Tiled(Reading):
         text = text_of(node)
         exprs = {}
         for key, array, index in self._globals(text):
-            p = substitute(self.poly(index) + self._offset(array, position), cmap)
+            p = self.settle(self.poly(index) + self._offset(array, position), cmap)
             if self.atoms_of(p) or {N, self.k} & p.names():
                 raise Decline(f"{what} reads `{key}` at an index that is not the output's own")
             exprs[key] = f"{array}[{render(p)}]"
@@ -842,7 +966,7 @@ class Tiled(Reading):
         # the output walks contiguously along the coordinate that is its `c` (the tiles' columns)
         first = next(w for w in writes)
         probe = {lr: Poly.name("kt_p") - Poly.name(br) * t_r, lc: Poly.name("kt_q") - Poly.name(bc) * t_c}
-        w_index = substitute(self.poly(first.index) + self._offset(first.array, None), probe)
+        w_index = self.settle(self.poly(first.index) + self._offset(first.array, None), probe)
         if self.number(w_index.coefficient("kt_p")) == 1 and self.number(w_index.coefficient("kt_q")) != 1:
             x, y = y, x
             lr, br, t_r, lc, bc, t_c = lc, bc, t_c, lr, br, t_r
@@ -854,7 +978,7 @@ class Tiled(Reading):
             if any(s.type != "declaration" for s in body.statements[at + 1:g_at]):
                 raise Decline("a statement after the tiles' loop runs outside the output's guard")
             for left, op, right in conjuncts(g):
-                d = substitute(self.poly(left) - self.poly(right), cmap)
+                d = self.settle(self.poly(left) - self.poly(right), cmap)
                 coord = [n for n in ("kt_r", "kt_c") if n in d.names()]
                 weight = self.number(d.coefficient(coord[0])) if len(coord) == 1 and d.degree_in(coord[0]) == 1 else None
                 if weight not in (1, -1) or self.atoms_of(d) or {"kt_k", N} & d.names():
@@ -867,7 +991,7 @@ class Tiled(Reading):
                 if op in ("<", "<=") and coord[0] not in limits:
                     limits[coord[0]] = bound + (Poly.const(1) if op == "<=" else Poly())
         scalars = spec_scalars(self.ctx)
-        specs, conds, whole = {}, {}, []
+        specs, conds, whole, blocks, exits = {}, {}, [], {}, []
         for coord, (local, block) in (("kt_r", (lr, br)), ("kt_c", (lc, bc))):
             conds[coord] = [c for _, _, c in bounds[coord]]
             if coord in limits:
@@ -879,11 +1003,21 @@ class Tiled(Reading):
                                                      "r" if coord == "kt_r" else "c")
             except Decline:
                 # a size only the launch knows (the samples' hA: the grid's rows, no argument): the
-                # tiles cover exactly what the original's blocks cover, in whole tiles
+                # tiles' grid keeps the original's count of blocks along it, the tiled kernel reads
+                # the extent from its own launch (that count times the original's tile) and its
+                # blocks past it return at once
                 if dim >= len(self.ctx.grid):
                     raise
+                side, tile = (1, "BM") if coord == "kt_r" else (0, "BN")
+                cuda = self.ctx.backend == "cuda"
+                count = f"gridDim.{'xy'[side]}" if cuda else f"get_num_groups({side})"
+                group = f"blockIdx.{'xy'[side]}" if cuda else f"get_group_id({side})"
+                bound = f"((int){count} * {self.atom(local).extent})"
                 specs[coord] = f"({self.ctx.grid[dim]}) * ({self.atom(local).extent})"
-                whole.append(f"({specs[coord]}) % {'BM' if coord == 'kt_r' else 'BN'} == 0")
+                blocks[coord] = self.ctx.grid[dim]
+                conds[coord].append(f"{coord} < {bound}")
+                exits.append(f"(int){group} * {tile} >= {bound}")
+                whole.append(f"{tile} >= {self.atom(local).extent}")
                 continue
             conds[coord].append(f"{coord} < {c_text}")
         guarded = {(d, op) for coord in bounds for d, op, _ in bounds[coord]}
@@ -893,7 +1027,7 @@ class Tiled(Reading):
         for op_ in (x, y):
             mine = []
             for d, op in op_["conds"]:
-                d = substitute(d, cmap)
+                d = self.settle(d, cmap)
                 if self.atoms_of(d):
                     raise Decline(f"the fill's condition of `{op_['tile']}` reads ids other than the output's")
                 if (d, op) in guarded:
@@ -909,15 +1043,17 @@ class Tiled(Reading):
         values = []
         for op_, mine, coord in ((x, kept[0], "kt_r"), (y, kept[1], "kt_c")):
             node, t_of = _wrapped(op_["value"])
-            exprs = {key: f"{arr}[{render(substitute(p, cmap))}]" for key, arr, p in op_["elements"]}
+            exprs = {key: f"{arr}[{render(self.settle(p, cmap))}]" for key, arr, p in op_["elements"]}
             for key, arr, p in op_["elements"]:
-                if self.atoms_of(substitute(p, cmap)):
+                if self.atoms_of(self.settle(p, cmap)):
                     raise Decline(f"the operand `{op_['tile']}` holds reads ids other than the output's")
             text = substituted(node, t_of, {}, exprs)
             if reads_thread_ids(text) or expression_names(text) & (set(self.a.locals) | set(self.a.changing)):
                 raise Decline(f"the value filled into `{op_['tile']}` reads more than elements of the arguments")
             if mine:
                 text = f"(({' && '.join(f'{render(d)} {o} 0' for d, o in mine)}) ? {text} : 0)"
+            if any(op_["around"]):
+                text = f"({op_['around'][0]}{text}{op_['around'][1]})"
             other = "kt_c" if coord == "kt_r" else "kt_r"
             if other in expression_names(text):
                 raise Decline(f"the operand `{op_['tile']}` holds reads both coordinates of the output")
@@ -945,13 +1081,14 @@ class Tiled(Reading):
                     k_cond=k_cond("kt_k"), r_conds=tuple(conds["kt_r"]), c_conds=tuple(conds["kt_c"]),
                     m_spec=specs["kt_r"], n_spec=specs["kt_c"], acc_type=a.types.get(acc.var) or "float",
                     acc_init=init, x=values[0], y=values[1], update=update, epilogue=epilogue,
-                    kb_cond=k_cond("kt_kb"), whole=tuple(whole),
+                    kb_cond=k_cond("kt_kb"), whole=tuple(whole), m_blocks=blocks.get("kt_r", ""),
+                    n_blocks=blocks.get("kt_c", ""), exits=tuple(exits),
                     tiled=f"the hand-written tiles {tiles} composed with their fills")
 
     def _named_as(self, name: str, cmap: dict[str, Poly]) -> Poly | None:
         """A local of the kernel over the output's coordinates, where it is one."""
         try:
-            p = substitute(self.poly(name), cmap)
+            p = self.settle(self.poly(name), cmap)
         except Decline:
             return None
         return None if self.atoms_of(p) else p

@@ -35,7 +35,8 @@ What a `KernelModel` holds:
   other than by an access it read: a cast, an element's address taken, a call's argument),
   `arg_types` (each pointer argument's element type as written), `guard` (the first `if` of the
   body when it bounds one name: `if (i < n)`, `if (i >= n) return;`), `types` and `scalars` (each
-  local's declared type, and those declared as plain scalars).
+  local's declared type, and those declared as plain scalars), `macros` (the file's function-like
+  macros of one expression, with their parameters).
 
 `KernelModel.slope(index, var)` tells how an index moves as a variable moves by one, through div
 and mod too (with the conditions under which it holds); `KernelModel.inline` writes an expression
@@ -594,6 +595,8 @@ class KernelModel:
     guard: Guard | None = None  # the first `if` of the kernel's body, when it bounds one name
     types: Mapping[str, str] = field(default_factory=dict)  # each local's type as first declared
     scalars: frozenset[str] = frozenset()  # locals declared as plain scalars (no array, pointer or reference)
+    # the file's function-like macros whose body is one expression: name -> (parameters, body)
+    macros: Mapping[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -1356,7 +1359,7 @@ class _Walk:
             frozenset(ids), dict(self.r.defines), dict(self.locals), self.changing, frozenset(self.pointers),
             tuple(self.returns), tuple(self.r.span(c) for c in body.named_children if c.type != "comment"), error,
             dict(self.ptr_alias), dict(self.cast_alias), self._opaque(body), frozenset(self.shared | self.local_args),
-            self._arg_types(), self._guard(body), dict(self.types), frozenset(self.scalars))
+            self._arg_types(), self._guard(body), dict(self.types), frozenset(self.scalars), dict(self.r.macros))
 
     def _fixed(self, value, form: Affine | None) -> tuple[int, Span, int] | None:
         """The literal a global index takes as its block's thread count (`blockIdx.x * 256 +

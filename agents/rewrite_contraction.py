@@ -75,9 +75,13 @@ class Contraction:
     x_k_fast: bool  # X's elements are contiguous along k (else along r)
     y_k_fast: bool  # Y's along k (else along c)
     kb_cond: str  # the loop's condition over `kt_kb`, a tile's first k
-    # the outputs' extents the tiles must divide (over the spec's names and BM, BN): a size only the
-    # original's launch knows, which no guard of the tiles can test
+    # where only the original's launch knows an extent of the outputs (no argument gives it): the
+    # tiles' grid keeps the original's count of blocks along it (m_blocks, n_blocks, over the spec's
+    # names), blocks past the extent return first (`exits`), and what the tiles need of BM, BN
     whole: tuple[str, ...] = ()
+    m_blocks: str = ""
+    n_blocks: str = ""
+    exits: tuple[str, ...] = ()
     tiled: str = ""  # where a product tiled by hand was read from ("" for a thread per output)
 
 
@@ -515,7 +519,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
         + (list(contraction_mma.constraints(s)) if mma else []) + [f"{off} or {w}" for w in s.whole] + pinned(ctx, off)
     grid = list(ctx.grid)
     block = list(ctx.block)
-    tiled_grid = [f"ceil_div({s.n_spec}, BN)", f"ceil_div({s.m_spec}, BM)"] + list(grid[2:])
+    tiled_grid = [s.n_blocks or f"ceil_div({s.n_spec}, BN)", s.m_blocks or f"ceil_div({s.m_spec}, BM)"] + list(grid[2:])
     threads = f"({contraction_mma.THREADS}) if MMA == 1 else ((BM // TM) * (BN // TN))" if mma else "(BM // TM) * (BN // TN)"
     tiled_block = [threads] + ["1"] * max(0, len(block) - 1)
     if len(grid) < 2:
@@ -667,9 +671,10 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None,
         return out
 
     tensor = f"#if MMA\n{contraction_mma.body(s, vectors, r_ok, c_ok, epilogue)}#else\n" if mma else ""
+    leave = f"    if ({' || '.join(s.exits)}) return;\n" if s.exits else ""
     return f"""{head}
 {{
-{tensor}    {d.shared} {align}{T} kt_as[{SWITCH}][BM + 4];
+{leave}{tensor}    {d.shared} {align}{T} kt_as[{SWITCH}][BM + 4];
     {d.shared} {align}{T} kt_bs[{SWITCH}][BN + 4];
     const int kt_t = {d.local_id};
     const int kt_tr = kt_t / (BN / TN), kt_tc = kt_t % (BN / TN);

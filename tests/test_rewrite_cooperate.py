@@ -204,6 +204,34 @@ def test_a_product_tiled_by_hand_is_read_as_the_contraction_its_tiles_compose_to
     assert read_contraction(context(flipped, "matmul", "cuda", GPU, "matmul_naive")).x == c.x
 
 
+def test_a_products_tiles_through_macros_and_a_row_only_its_launch_knows():
+    """The SDK's matrixMul fills `AS(ty, tx)` through `#define AS(i, j) As[(j) + (i) * BLOCK_SIZE]`
+    (read as the preprocessor expands it; `(j) + (i)` is no cast) and writes C at
+    `get_global_id(1) * get_global_size(0) + get_global_id(0)`, the launch's width; its rows are
+    hA, which only the launch knows: the tiles keep its count of blocks and read the extent from
+    their own grid, blocks past it returning first."""
+    original = load_template(Path(__file__).resolve().parent / "data" / "published" / "oclsdk" / "matrixmul.toml")
+    grid, block = original_launch(original, CPU)
+    source = original.source_for("opencl")
+    c = read_contraction(RewriteContext(original, "opencl", source, classify(source, "matrixMul"), tuple(grid),
+                                        tuple(block), {}, CPU))
+    assert (c.x, c.y) == ("(A[(kt_k + kt_r * wA)])", "(B[(kt_c + kt_k * wB)])")
+    assert c.epilogue == ("C[(((((wB) / 16) * 16)) * kt_r + kt_c)] = kt_v;",)
+    assert c.r_conds == ("kt_r < ((int)get_num_groups(1) * 16)",) and c.m_blocks == "hA // 16"
+    assert c.exits == ("(int)get_group_id(1) * BM >= ((int)get_num_groups(1) * 16)",) and c.whole == ("BM >= 16",)
+    # a variable in parentheses before a star or a sign is the variable, not a cast
+    parens = TILED.replace("A[(long)row * K + k0 + threadIdx.x]", "A[(row) * K + (k0) + threadIdx.x]")
+    assert read_contraction(context(parens, "matmul", "cuda", GPU, "matmul_naive")).x == "(A[(K * kt_r + kt_k)])"
+    # a factor converted on its way into the product converts the operand's element
+    half = TILED.replace("acc += As[threadIdx.y][k] *", "acc += __half2float(As[threadIdx.y][k]) *")
+    assert read_contraction(context(half, "matmul", "cuda", GPU, "matmul_naive")).x == \
+        "(__half2float((A[(K * kt_r + kt_k)])))"
+    # the barrier that ends a step's sum may open the next step, before its fills
+    first = TILED.replace("        __syncthreads();\n    }", "    }").replace(
+        "for (int k0 = 0; k0 < K; k0 += 32) {", "for (int k0 = 0; k0 < K; k0 += 32) {\n        __syncthreads();")
+    assert read_contraction(context(first, "matmul", "cuda", GPU, "matmul_naive")).y == "(B[(N * kt_k + kt_c)])"
+
+
 @pytest.mark.parametrize("old, new, why", [
     # a read past the slots the block fills
     ("As[threadIdx.y][k] *", "As[threadIdx.y][k + 1] *", "reaches slots no thread of the block fills"),
@@ -212,7 +240,7 @@ def test_a_product_tiled_by_hand_is_read_as_the_contraction_its_tiles_compose_to
     # a slot threads of two planes of the block would write with different values
     ("k0 + threadIdx.x]", "k0 + threadIdx.x + threadIdx.z]", "which its slot does not name"),
     # the block's threads could still read a tile the next step overwrites
-    ("        __syncthreads();\n    }", "    }", "no barrier between the fills and the sum, or none after"),
+    ("        __syncthreads();\n    }", "    }", "no barrier between the fills and the sum, or none between"),
     # a fill whose other branch is no zero
     ("As[threadIdx.y][threadIdx.x] = A[(long)row * K + k0 + threadIdx.x];",
      "if (row < M) As[threadIdx.y][threadIdx.x] = A[(long)row * K + k0 + threadIdx.x]; "
