@@ -18,7 +18,7 @@ from kerntune.engine.proposal import ParamProposal
 from . import affine
 from .kernel_tree import KernelAnalysis, Span, inline, span_of, syntax_nodes
 from .lift import fresh_name
-from .model import ModelError
+from .model import ModelError, function_declarator
 from .passes import Declined, Pass, Rewrite
 from .syntax import cut, text
 
@@ -138,6 +138,30 @@ def template_parameters(source: str, model) -> str:
         raise Decline("the template kernel's `template <...>` line cannot be read")
     node, text_of = max(around, key=lambda x: x[0].start_byte)
     return " ".join(text_of(node.child_by_field_name("parameters")).split())
+
+
+def kernel_parameters(source: str, fn) -> list[tuple[str, str]]:
+    """Each parameter of a function definition as written (the words the syntax tree blanks, such
+    as `__global`, included; comments left out) with its name, for a function declared with the
+    kernel's own parameters; Decline where one cannot be read."""
+    decl = function_declarator(fn)
+    if decl is None:
+        raise Decline("the kernel's parameters cannot be read")
+    out = []
+    after = None  # where the text before a parameter starts: after `(`, a comma or a comment
+    for p in decl.child_by_field_name("parameters").children:
+        if p.type != "parameter_declaration":
+            after = span_of(source, p).end if p.type in ("(", ",", "comment") else after
+            continue
+        end = span_of(source, p).end
+        text = " ".join((cut(source, after, end) if after is not None else raw_text(source, p)).split())
+        node = p.child_by_field_name("declarator")
+        while node is not None and node.type != "identifier":
+            node = node.child_by_field_name("declarator")
+        if node is None:
+            raise Decline(f"the parameter `{text}` has no name")
+        out.append((text, node.text.decode()))
+    return out
 
 
 def body_of(source: str, a: KernelAnalysis, whiles: bool = False) -> Body:

@@ -39,11 +39,11 @@ from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
-from .cooperate import (Decline, Dialect, ReadingPass, beside, expression_names, fresh_names, header,
-                        kernel_spans, reads_thread_ids, spec_scalars, spec_text, template_parameters, top_guard,
+from .cooperate import (Decline, Dialect, ReadingPass, beside, expression_names, fresh_names, guard_parts, header,
+                        kernel_parameters, kernel_spans, reads_thread_ids, spec_scalars, spec_text, template_parameters, top_guard,
                         with_names)
 from .kernel_tree import span_of, syntax_nodes
-from .model import ELEMENT_BYTES, KernelModel, Poly, function_declarator
+from .model import ELEMENT_BYTES, KernelModel, Poly
 from .passes import Rewrite, RewriteContext
 from .syntax import call_args, cut, strip, target, walk
 
@@ -73,7 +73,7 @@ class Histogram:
     extent: int | None  # the number of bins, where known when the kernel compiles
     no_private: str  # why PRIVATE is not offered ("" where it is)
     merge_add: str  # the atomic the merge adds a bin with
-    form: str  # "guard" or "grid-stride"
+    form: str  # "guard", "grid-stride" or "chunk"
 
 
 class HistogramPass(ReadingPass):
@@ -141,15 +141,15 @@ def read(ctx: RewriteContext) -> Histogram:
     foreign = [a for a in model.opaque if a not in (bins_name, target)]
     if foreign:
         raise Decline(f"`{foreign[0]}` is reached other than by its elements (a cast, an address or a call)")
-    var, var_type, bound, form, body = _elements(ctx, model, counting)
+    var, var_type, bound, form, body, per = _elements(ctx, model, counting)
     others = _declared(zero + merge) - {bins_name}
     if expression_names_of(body) & others:
         raise Decline(f"its counting reads `{sorted(expression_names_of(body) & others)[0]}`, declared outside it")
     if "$" in body:
         raise Decline("a `$` in the kernel's code")
     spec_bound = spec_text(model.inline(bound), spec_scalars(ctx))
-    if form == "guard":
-        _covers(ctx, spec_bound)
+    if form != "grid-stride":
+        _covers(ctx, spec_bound, per)
     return Histogram(var, var_type, bound, spec_bound, body, bins_name, target, bool(cuts), elem_type, extent,
                      no_private, merge_add, form)
 
@@ -280,13 +280,63 @@ def _thread_stride(model: KernelModel, stmt, size: int, what: str):
     return lp
 
 
+@dataclass(frozen=True)
+class _Bins:
+    """How the zeroing or the merge goes over the bins: a loop of the block's threads (`var` its
+    variable), or one bin a thread (`var` "", the bin the thread's index in the block)."""
+
+    root: object  # the loop's body, or the one statement
+    var: str
+
+    def is_bin(self, model: KernelModel, text: str) -> bool:
+        if self.var:
+            return text == self.var
+        form = model.index(model.inline(text)).affine
+        return form is not None and form.symbols() == {"threadIdx.x"} and \
+            form.coeff("threadIdx.x") == Poly.const(1) and form.const.is_zero
+
+
+def _over_bins(ctx, model: KernelModel, part: list, size: int, what: str) -> _Bins:
+    """The one statement of the zeroing or the merge (declarations aside): a loop of the block's
+    threads over the bins, or a statement for the thread's own bin where the original's block has
+    as many threads as bins (more, where the statement is under `if (tid < bins)`)."""
+    stmts = [s for s in part if s.type != "declaration"]
+    if len(stmts) != 1:
+        raise Decline(f"its {what} is more than one loop or statement over the bins")
+    if stmts[0].type == "for_statement":
+        return _Bins(stmts[0].child_by_field_name("body"), _thread_stride(model, stmts[0], size, what).var)
+    bins = _Bins(stmts[0], "")
+    guarded = stmts[0].type == "if_statement" and _bin_range(model, bins, stmts[0], size)
+    device = ctx.limits.expression_names()
+    for problem in (*ctx.original.problems, *ctx.original.verify_problems):
+        try:
+            threads = parse_expression(ctx.block[0]).evaluate({**device, **problem.values, **ctx.defaults})
+        except (ExpressionError, KeyError) as e:
+            raise Decline(f"the launch cannot be evaluated at {problem.label()} ({e})") from None
+        if threads < size or threads > size and not guarded:
+            raise Decline(f"its {what} takes a bin a thread, and the block's {threads} threads are not its "
+                          f"{size} bins{'' if guarded else ' (no `if (tid < bins)`)'} at {problem.label()}")
+    return bins
+
+
+def _bin_range(model: KernelModel, bins: _Bins, node, size: int) -> bool:
+    """Whether an `if` tests only that the thread's bin is below the bins' count."""
+    if node.type != "if_statement" or node.child_by_field_name("alternative") is not None:
+        return False
+    cond = strip(node.child_by_field_name("condition"))
+    while cond.type in ("condition_clause", "parenthesized_expression") and cond.named_child_count == 1:
+        cond = strip(cond.named_children[0])
+    if cond.type != "binary_expression" or cond.child_by_field_name("operator").type != "<":
+        return False
+    right = _text_of(cond.child_by_field_name("right"))
+    value = int(right.rstrip("uU")) if right.rstrip("uU").isdigit() else model.defines.get(right)
+    return bins.is_bin(model, _text_of(cond.child_by_field_name("left"))) and value == size
+
+
 def _zeroes(ctx, model: KernelModel, S: str, size: int, zero: list) -> None:
-    """The zeroing: declarations and one loop of the block's threads setting S[bin] = 0."""
-    loops = [s for s in zero if s.type != "declaration"]
-    if len(loops) != 1 or loops[0].type != "for_statement":
-        raise Decline("before its first barrier it does more than zero the bins in one loop")
-    lp = _thread_stride(model, loops[0], size, "zeroing")
-    body = [s for s in walk(loops[0].child_by_field_name("body")) if s.type == "expression_statement"]
+    """The zeroing: S[bin] = 0 for every bin, by a loop of the block's threads or a bin a thread."""
+    bins = _over_bins(ctx, model, zero, size, "zeroing")
+    body = [s for s in walk(bins.root) if s.type == "expression_statement"]
     ok = len(body) == 1 and body[0].named_child_count == 1 and body[0].named_children[0].type == "assignment_expression"
     if ok:
         e = body[0].named_children[0]
@@ -294,34 +344,41 @@ def _zeroes(ctx, model: KernelModel, S: str, size: int, zero: list) -> None:
         right = strip(e.child_by_field_name("right"))
         ok = (e.child_by_field_name("operator").type == "=" and left.type == "subscript_expression"
               and left.child_by_field_name("argument").text.decode() == S
-              and _text_of(left.child_by_field_name("indices") or left.child_by_field_name("index")) == lp.var
+              and bins.is_bin(model, _text_of(left.child_by_field_name("indices") or left.child_by_field_name("index")))
               and right.type == "number_literal" and right.text.decode().rstrip("uUlLfF.0") == "")
+        node = body[0]
+        while ok and node is not None and not _same(node, bins.root):
+            node = node.parent
+            ok = node is not None and (_same(node, bins.root) or node.type == "compound_statement"
+                                       or _bin_range(model, bins, node, size))
     if not ok:
-        raise Decline(f"its zeroing loop does not set `{S}[{lp.var}]` to 0 and nothing else")
+        raise Decline(f"its zeroing does not set each bin of `{S}` to 0 and nothing else")
 
 
 def _merges(ctx, model: KernelModel, S: str, size: int, target: str, merge: list, adds: list) -> None:
-    """The merge: one loop of the block's threads adding S[bin], as read, to target[bin] by an
-    atomic, under no condition but the bin's being non-zero."""
-    loops = [s for s in merge if s.type != "declaration"]
-    if len(loops) != 1 or loops[0].type != "for_statement" or len(adds) != 1:
-        raise Decline("after its second barrier it does more than add each bin to the global bins in one loop")
-    lp = _thread_stride(model, loops[0], size, "merge")
+    """The merge: each bin S[bin], as read, added to target[bin] by an atomic (a loop of the block's
+    threads, or a bin a thread), under no condition but the bin's being non-zero."""
+    if len(adds) != 1:
+        raise Decline("after its second barrier it does more than add each bin to the global bins")
+    bins = _over_bins(ctx, model, merge, size, "merge")
     call, _, idx, value = adds[0]
-    if _text_of(idx) != lp.var:
-        raise Decline(f"its merge adds to `{target}[{_text_of(idx)}]`, not the bin `{lp.var}` it reads")
-    bin_read = f"{S}[{lp.var}]"
+    if not bins.is_bin(model, _text_of(idx)):
+        raise Decline(f"its merge adds to `{target}[{_text_of(idx)}]`, not the bin it reads")
     value_text = _text_of(value) if value is not None else ""
     value_of = model.locals.get(value_text, value_text) if value_text not in model.changing else value_text
-    if "".join(value_of.split()).strip("()") != bin_read:
-        raise Decline(f"its merge adds `{value_text or 1}`, not the bin `{bin_read}` as read")
-    body = loops[0].child_by_field_name("body")
+    found = syntax_nodes(f"void kt_f() {{ kt_v = ({value_of}); }}", ("parenthesized_expression",))
+    read = strip(found[0][0]) if found else None
+    is_read = read is not None and read.type == "subscript_expression" and \
+        read.child_by_field_name("argument").text.decode() == S and \
+        bins.is_bin(model, _text_of(read.child_by_field_name("indices") or read.child_by_field_name("index")))
+    if not is_read:
+        raise Decline(f"its merge adds `{value_text or 1}`, not the bin of `{S}` as read")
+    reads = {value_text, " ".join(value_of.split())}
+    nonzero = {f"{v} {op} 0{u}" for v in reads for op in (">", "!=") for u in ("", "u")} | reads
     node = call.parent
-    while node is not None and (node.start_byte, node.end_byte) != (body.start_byte, body.end_byte):
-        if node.type == "if_statement":
+    while node is not None and not _same(node, bins.root):
+        if node.type == "if_statement" and not _bin_range(model, bins, node, size):
             cond = _text_of(node.child_by_field_name("condition")).strip("()").strip()
-            nonzero = {f"{v} {op} 0" for v in (value_text, bin_read) for op in (">", "!=")} | \
-                {f"{v} {op} 0u" for v in (value_text, bin_read) for op in (">", "!=")} | {value_text, bin_read}
             if cond not in nonzero or node.child_by_field_name("alternative") is not None:
                 raise Decline(f"its merge adds a bin under `{cond}`, more than its being non-zero")
         elif node.type in ("for_statement", "while_statement", "do_statement"):
@@ -329,6 +386,10 @@ def _merges(ctx, model: KernelModel, S: str, size: int, target: str, merge: list
         node = node.parent
     if model.arg_types.get(target, "") != model.types.get(S, ""):
         raise Decline(f"its global bins `{target}` are not of its shared bins' type")
+
+
+def _same(a, b) -> bool:
+    return (a.start_byte, a.end_byte) == (b.start_byte, b.end_byte)
 
 
 def _text_of(node) -> str:
@@ -377,13 +438,14 @@ def _extent(ctx, bins: str, elem_type: str) -> tuple[int | None, str]:
     return count, ""
 
 
-def _elements(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str]:
+def _elements(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str, int]:
     """The elements the counting takes and what it does for one: (the index, its type, the bound X,
-    the form, the body of the function of the index)."""
-    loops = [s for s in counting if s.type in ("for_statement", "while_statement", "do_statement")]
-    if loops and loops[-1] is counting[-1] and all(s.type == "declaration" for s in counting[:-1]):
-        return _strided(ctx, model, counting)
-    return _guarded(ctx, model, counting)
+    the form, the body of the function of the index, the elements a thread of the original launch
+    takes where its grid must cover them)."""
+    if counting[-1].type in ("for_statement", "while_statement", "do_statement") and \
+            all(s.type == "declaration" for s in counting[:-1]):
+        return _looped(ctx, model, counting)
+    return (*_guarded(ctx, model, counting), 1)
 
 
 def _global_index(model: KernelModel, form) -> bool:
@@ -432,48 +494,144 @@ def _guarded(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, st
     return index.name, model.types.get(index.name, "int"), bound, "guard", "{\n    " + body + "\n}"
 
 
-def _strided(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str]:
-    """A grid-stride loop over the elements, last of the counting after declarations."""
-    node = counting[-1]
+def _looped(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str, int]:
+    """A loop over the thread's elements, last of the counting after declarations: a grid-stride
+    `for` or `while` (`i += blockDim.x * gridDim.x` its last statement), or a `for` over the
+    thread's own chunk of C (`for (i = tid * C; i < min((tid + 1) * C, X); ++i)`). (The index, its
+    type, X, the form, the body of the element's function, C: the elements a thread of the original
+    launch takes, 1 for a grid-stride loop.)"""
+    node, decls = counting[-1], counting[:-1]
+    if node.type == "for_statement":
+        var, var_type, bound, form, per = _for_loop(ctx, model, node)
+        body = node.child_by_field_name("body")
+        steps = [body]
+    elif node.type == "while_statement":
+        var, bound, steps = _while_loop(ctx, model, node, decls)
+        var_type, form, per = model.types.get(var, "int"), "grid-stride", 1
+    else:
+        raise Decline("its counting loop is no `for` or `while` loop over the elements")
+    for step in steps:
+        for n in walk(step):
+            if n.type in ("break_statement", "return_statement", "goto_statement") or \
+                    n.type == "continue_statement" and node.type == "while_statement":
+                raise Decline(f"a `{n.type.split('_')[0]}` in its loop over the elements")
+            t = target(n)
+            if t is not None and t.type == "identifier" and t.text.decode() == var:
+                raise Decline(f"its loop's body changes `{var}`")
+    if reads_thread_ids(model.inline(bound)) or var in expression_names(model.inline(bound)):
+        raise Decline(f"the loop's bound `{bound}` moves with the thread")
+    carried = {a.var for a in model.accumulators if a.loop is not None
+               and model.loops[a.loop].span.start == node.start_byte and a.var != var}
+    if carried:
+        raise Decline(f"its loop carries `{sorted(carried)[0]}` from one element to the next")
+    loop_text = "\n    ".join(cut(ctx.source, st.start_byte, st.end_byte) for st in steps)
+    if reads_thread_ids(loop_text):
+        raise Decline("what a thread does for its element reads thread or block ids other than the element's index")
+    kept, made = [], set()  # the declarations the element's function keeps; names made from thread ids
+    for st in decls:
+        text = cut(ctx.source, st.start_byte, st.end_byte)
+        if reads_thread_ids(text) or expression_names_of(text) & made or var in _declared([st]):
+            made |= _declared([st])
+        else:
+            kept.append(text)
+    if expression_names_of(loop_text) & (made - {var}):
+        raise Decline(f"its loop reads `{sorted(expression_names_of(loop_text) & (made - {var}))[0]}`, made from "
+                      "thread ids")
+    decl_text = "".join(f"{k}\n    " for k in kept)
+    # a `continue` ends the element, as it ended the loop's step
+    body_text = (f"{{\n    {decl_text}{var_type} {var} = kt_i;\n    do {loop_text} while (0);\n}}"
+                 if node.type == "for_statement" else f"{{\n    {decl_text}{var_type} {var} = kt_i;\n    {loop_text}\n}}")
+    return var, var_type, bound, form, body_text, per
+
+
+GRID_STRIDE = "grid-stride loop over the elements (from `blockIdx.x * blockDim.x + threadIdx.x` by `blockDim.x * " \
+    "gridDim.x` while below a bound)"
+
+
+def _for_loop(ctx, model: KernelModel, node) -> tuple[str, str, str, str, int]:
+    """A `for` over the elements: grid-stride, or the thread's chunk of C."""
     lp = next((l for l in model.loops if l.span.start == node.start_byte and l.in_kernel), None)
-    if lp is None or node.type != "for_statement" or lp.role != "grid-stride" or lp.dim != 0 or lp.compare != "<" \
-            or lp.update not in ("+=",) or not _global_index(model, lp.start_form):
-        raise Decline("its counting loop is no grid-stride loop over the elements (from `blockIdx.x * blockDim.x "
-                      "+ threadIdx.x` by `blockDim.x * gridDim.x` while below a bound)")
+    if lp is None or lp.compare != "<" or lp.start_form is None:
+        raise Decline(f"its counting loop is no {GRID_STRIDE}, nor over the thread's chunk of the elements")
     init = node.child_by_field_name("initializer")
     if init is None or init.type != "declaration":
         raise Decline(f"the loop's index `{lp.var}` is not declared by the loop")
-    body = node.child_by_field_name("body")
-    for n in walk(body):
-        if n.type in ("break_statement", "return_statement", "goto_statement"):
-            raise Decline(f"a `{n.type.split('_')[0]}` in its loop over the elements")
-        t = target(n)
-        if t is not None and t.type == "identifier" and t.text.decode() == lp.var:
-            raise Decline(f"its loop's body changes `{lp.var}`")
-    bound = lp.bound
-    if reads_thread_ids(model.inline(bound)) or lp.var in expression_names(bound):
-        raise Decline(f"the loop's bound `{bound}` moves with the thread")
-    carried = {a.var for a in model.accumulators if a.loop is not None and model.loops[a.loop].span == lp.span}
-    if carried:
-        raise Decline(f"its loop carries `{sorted(carried)[0]}` from one element to the next")
-    loop_text = cut(ctx.source, body.start_byte, body.end_byte)
-    if reads_thread_ids(loop_text):
-        raise Decline("what a thread does for its element reads thread or block ids other than the element's index")
     kind = init.child_by_field_name("type")
     var_type = " ".join(cut(ctx.source, init.start_byte, kind.end_byte).split()) if kind is not None else "int"
-    decls = "".join(cut(ctx.source, s.start_byte, s.end_byte) + "\n    " for s in counting[:-1]
-                    if not reads_thread_ids(cut(ctx.source, s.start_byte, s.end_byte)))
-    # a `continue` ends the element, as it ended the loop's step
-    body_text = f"{{\n    {decls}{var_type} {lp.var} = kt_i;\n    do {loop_text} while (0);\n}}"
-    return lp.var, var_type, bound, "grid-stride", body_text
+    if lp.role == "grid-stride" and lp.dim == 0 and lp.update == "+=" and _global_index(model, lp.start_form):
+        return lp.var, var_type, lp.bound, "grid-stride", 1
+    per = _numbered(lp.start_form.coeff("threadIdx.x"), model).number
+    chunk = per is not None and per >= 1 and lp.start_form.symbols() == {"threadIdx.x", "blockIdx.x"} and \
+        _numbered(lp.start_form.coeff("blockIdx.x"), model) == Poly.const(per) * Poly.name("blockDim.x") and \
+        lp.start_form.const.is_zero and lp.step_form is not None and lp.step_form.invariant is not None and \
+        lp.step_form.invariant.number == 1 and lp.update in ("++", "+=")
+    bound = _chunk_bound(model, lp, per) if chunk else None
+    if bound is None:
+        raise Decline(f"its counting loop is no {GRID_STRIDE}, nor over the thread's chunk of the elements "
+                      "(`for (i = tid * C; i < min((tid + 1) * C, n); ++i)`)")
+    return lp.var, var_type, bound, "chunk", per
 
 
-def _covers(ctx, spec_bound: str) -> None:
-    """The original's grid of blocks covers the X elements at every size of the spec (a thread per
-    element past X does nothing)."""
+def _numbered(p: Poly, model: KernelModel) -> Poly:
+    """A polynomial with the file's #defines (`CFACTOR`) as their numbers."""
+    for name in p.names() & set(model.defines):
+        p = p.substitute(name, Poly.const(model.defines[name]))
+    return p
+
+
+def _chunk_bound(model: KernelModel, lp, per: int) -> str | None:
+    """X of a chunk loop's bound `min((tid + 1) * C, X)` (either order), else None."""
+    found = syntax_nodes(f"void kt_f() {{ kt_v = ({lp.bound}); }}", ("call_expression",))
+    if not found:
+        return None
+    call = found[0][0]
+    fn = call.child_by_field_name("function")
+    args = call_args(call)
+    if fn is None or fn.text.decode() not in ("min", "umin") or len(args) != 2:
+        return None
+    for end, other in ((args[0], args[1]), (args[1], args[0])):
+        form = model.index(model.inline(_text_of(end))).affine
+        if form is not None and (form - lp.start_form).symbols() == set() and \
+                _numbered((form - lp.start_form).const, model).number == per:
+            return _text_of(other)
+    return None
+
+
+def _while_loop(ctx, model: KernelModel, node, decls: list) -> tuple[str, str, list]:
+    """A grid-stride `while (i < X) { ...; i += blockDim.x * gridDim.x; }`, i declared before it as
+    the thread's global index: (i, X, the statements of one element)."""
+    body = node.child_by_field_name("body")
+    stmts = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
+    last = stmts[-1] if stmts else None
+    step = last.named_children[0] if last is not None and last.type == "expression_statement" and \
+        last.named_child_count == 1 else None
+    if step is None or step.type != "assignment_expression" or step.child_by_field_name("operator").type != "+=" \
+            or strip(step.child_by_field_name("left")).type != "identifier":
+        raise Decline(f"its counting loop is no {GRID_STRIDE}: its last statement is no `i += stride`")
+    var = strip(step.child_by_field_name("left")).text.decode()
+    index = next((t for t in model.thread_indices if t.name == var), None)
+    if index is None or not _global_index(model, index.form) or \
+            not any(d.start_byte <= index.span.start < d.end_byte for d in decls):
+        raise Decline(f"`{var}` is not declared before the loop as the thread's global index")
+    stride = model.index(model.inline(_text_of(step.child_by_field_name("right")))).affine
+    if stride is None or stride.symbols() or stride.const != Poly.name("blockDim.x") * Poly.name("gridDim.x"):
+        raise Decline(f"its loop steps `{var}` by `{_text_of(step.child_by_field_name('right'))}`, not the grid's "
+                      "threads")
+    try:
+        parts = list(guard_parts(_text_of(node.child_by_field_name("condition")), {var}))
+    except Decline:
+        parts = []
+    if len(parts) != 1 or parts[0][2] is None:
+        raise Decline(f"its loop runs while `{_text_of(node.child_by_field_name('condition'))}`, not `{var} < n`")
+    return var, parts[0][2], stmts[:-1]
+
+
+def _covers(ctx, spec_bound: str, per: int = 1) -> None:
+    """The original's grid of blocks, `per` elements a thread, covers the X elements at every size of
+    the spec (a thread past X does nothing)."""
     device = ctx.limits.expression_names()
     try:
-        have = parse_expression(f"({ctx.grid[0]}) * ({ctx.block[0]})")
+        have = parse_expression(f"({ctx.grid[0]}) * ({ctx.block[0]}) * {per}")
         want = parse_expression(spec_bound)
     except ExpressionError as e:
         raise Decline(f"the launch cannot be read ({e})") from None
@@ -488,30 +646,6 @@ def _covers(ctx, spec_bound: str) -> None:
 
 # writing ---------------------------------------------------------------------------------------------------
 
-def _parameters(ctx, model: KernelModel) -> tuple[list[str], list[str]]:
-    """The kernel's parameters as written (the words the syntax tree blanks, `__global`, included)
-    and their names."""
-    fn = _function(ctx, model)
-    decl = function_declarator(fn)
-    if decl is None:
-        raise Decline("the kernel's parameters cannot be read")
-    out, names = [], []
-    after = None
-    for p in decl.child_by_field_name("parameters").children:
-        if p.type != "parameter_declaration":
-            after = p.end_byte if p.type in ("(", ",") else after
-            continue
-        text = " ".join(cut(ctx.source, after if after is not None else p.start_byte, p.end_byte).split())
-        node = p.child_by_field_name("declarator")
-        while node is not None and node.type != "identifier":
-            node = node.child_by_field_name("declarator")
-        if node is None:
-            raise Decline(f"the parameter `{text}` has no name")
-        out.append(text)
-        names.append(node.text.decode())
-    return out, names
-
-
 def _rewrite(ctx: RewriteContext, h: Histogram) -> Rewrite:
     model = ctx.model
     d = Dialect.of(ctx.backend)
@@ -525,7 +659,8 @@ def _rewrite(ctx: RewriteContext, h: Histogram) -> Rewrite:
     wanted = (("PRIVATE",) if offer_private else ()) + ("ITEMS", "STRIDED", "GRID") + \
         (("THREADS",) if fixed_block else ())
     names = fresh_names(wanted, ctx.taken | set(ctx.defaults))
-    params_text, arg_names = _parameters(ctx, model)
+    found = kernel_parameters(ctx.source, _function(ctx, model))
+    params_text, arg_names = [t for t, _ in found], [n for _, n in found]
     T = h.elem_type
     lid, size = ("threadIdx.x", "blockDim.x") if cuda else ("(int)get_local_id(0)", "(int)get_local_size(0)")
     qualifier = "static __device__ __forceinline__ void" if cuda else "static inline void"

@@ -39,10 +39,10 @@ from kerntune.engine.proposal import ParamProposal
 
 from . import affine
 from .cooperate import (Decline, Dialect, beside, expression_names, fresh_names, header, inlined,
-                        kernel_spans, lone_model, raw_text, reads_thread_ids, spec_scalars, spec_text, substituted,
-                        template_parameters, top_guard, with_names)
+                        kernel_parameters, kernel_spans, lone_model, reads_thread_ids, spec_scalars, spec_text,
+                        substituted, template_parameters, top_guard, with_names)
 from .kernel_tree import span_of, syntax_nodes
-from .model import DIALECT, ELEMENT_BYTES, KernelModel, Poly, declarator_name, function_declarator
+from .model import DIALECT, ELEMENT_BYTES, KernelModel, Poly, declarator_name
 from .model import nodes as model_nodes
 from .passes import Declined, Pass, Rewrite, RewriteContext
 from .syntax import cut
@@ -904,27 +904,13 @@ def _across(body, text_of, var: str, coords: set[str], ctx: RewriteContext) -> s
 def _parameters(fn, ctx, d: Dialect, model: KernelModel) -> tuple[list[str], list[str]]:
     """The kernel's parameters as the point function declares them (pointers restricted) and
     the names that pass them on."""
-    decl = function_declarator(fn)
-    if decl is None:
-        raise Decline("the kernel's parameters cannot be read")
     out, names = [], []
     restrict = "__restrict__" if d.name == "cuda" else "restrict"
-    after = None  # where the text before a parameter starts: the words the tree blanks (__global) included
-    for p in decl.child_by_field_name("parameters").children:
-        if p.type != "parameter_declaration":
-            after = span_of(ctx.source, p).end if p.type in ("(", ",") else after
-            continue
-        end = span_of(ctx.source, p).end
-        text = " ".join((cut(ctx.source, after, end) if after is not None else raw_text(ctx.source, p)).split())
-        node = p.child_by_field_name("declarator")
-        while node is not None and node.type != "identifier":
-            node = node.child_by_field_name("declarator")
-        if node is None:
-            raise Decline(f"the parameter `{text}` has no name")
-        arg = next((x for x in model.signature.args if x.name == node.text.decode()), None)
+    for text, name in kernel_parameters(ctx.source, fn):
+        arg = next((x for x in model.signature.args if x.name == name), None)
         if arg is not None and arg.pointer and not arg.local and "restrict" not in text:
             star = text.rfind("*")
             text = text[:star + 1] + f" {restrict} " + text[star + 1:].lstrip()
         out.append(text)
-        names.append(node.text.decode())
+        names.append(name)
     return out, names

@@ -128,7 +128,9 @@ PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
     "textbook/stencil1d_global": ("textbook/stencil1d", "16m"),  # the shared tile with halo
     "textbook/stencil1d": (None, "16m"),
     "textbook/histo": ("textbook/histo_private", "64m"),  # bins privatised in shared memory
-    "textbook/histo_private": (None, "64m"),
+    "textbook/histo_private": ("textbook/histo_interleaved", "64m"),  # the chapter's coarsened threads
+    "textbook/histo_contiguous": (None, "64m"),
+    "textbook/histo_interleaved": (None, "64m"),
     "textbook/reduce_segmented": ("textbook/reduce_coarsened", "64m"),  # the chapter's coarsened threads
     "textbook/reduce_coarsened": (None, "64m"),
     "textbook/scan": (None, "16m"),

@@ -60,7 +60,8 @@ SLOW_CASES = {
         "stencils/jacobi_step", "stencils/stencil7_zloop", "stencils/stencil7", "llm/encoder1",
         "reduction/reduce5", "reduction/reduce6", "llm/gelu", "textbook/matmul", "textbook/matmul_tiled_bounds",
         "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo_private", "transpose/transpose_bounds",
-        "textbook/histo", "oclsdk/reducefloat4", "oclsdk/dotproduct", "textbook/matmul_tiled", "transpose/transpose_nobank",
+        "textbook/histo", "textbook/histo_contiguous", "textbook/histo_interleaved", "oclsdk/reducefloat4",
+        "oclsdk/dotproduct", "textbook/matmul_tiled", "transpose/transpose_nobank",
         "oclsdk/matrixmul", "textbook/reduce_segmented", "textbook/reduce_coarsened", "textbook/conv2d",
         # the trainer's matmul (a sum from a bias) holds the contraction; the heat step's stencil is
         # the naive stencils' and the textbook's convolution's
@@ -78,7 +79,7 @@ SLOW_CASES = {
         "llm/matmul1", "samples/vectoradd", "textbook/reduce_segmented", "textbook/reduce_coarsened",
         "sgemm/sgemm_coalesce", "textbook/histo", "textbook/histo_private", "sgemm/sgemm_shared",
         "textbook/matmul_tiled_bounds", "samples/matrixmul",
-        "transpose/transpose_naive"),
+        "transpose/transpose_naive", "textbook/histo_contiguous", "textbook/histo_interleaved"),
     "test_a_constant_that_lays_out_the_grid_or_an_output_stays_and_the_original_path_verifies": (
         "reduce_nodivergence",),
     "test_a_grid_stride_original_is_rewritten_and_reproduces_itself": ("16",),

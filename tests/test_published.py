@@ -75,6 +75,9 @@ OPENCL = {
     "textbook/histo": (["histogram"], ({"PRIVATE": 1, "ITEMS": 4, "GRID": 1, "BLOCK": 64},
                                        {"ITEMS": 2, "STRIDED": 0})),
     "textbook/histo_private": (["histogram"], ({"BLOCK": 64, "ITEMS": 8, "STRIDED": 0, "GRID": 2},)),
+    # the textbook's coarsened threads: CFACTOR consecutive letters, or the letters a grid apart
+    "textbook/histo_contiguous": (["histogram"], ({"ITEMS": 4, "GRID": 1, "BLOCK": 32}, {"ITEMS": 2, "STRIDED": 0})),
+    "textbook/histo_interleaved": (["histogram"], ({"ITEMS": 16, "STRIDED": 0, "BLOCK": 128},)),
     # the textbook's segmented sum: the barrier first in each step of the tree, an atomic a block
     "textbook/reduce_segmented": (["reduction"], ({"GRID": 2, "THREADS": 128, "ITEMS": 2},)),
     # the coarsened threads first add 8 elements in a loop of a fixed count
@@ -172,6 +175,8 @@ CUDA = {
     "textbook/reduce_coarsened": (["reduction"], ({"GRID": 4, "THREADS": 512, "ITEMS": 8},)),
     "textbook/histo": (["histogram"], ({"PRIVATE": 1, "ITEMS": 8, "GRID": 4}, {"ITEMS": 4, "STRIDED": 0})),
     "textbook/histo_private": (["histogram"], ({"ITEMS": 16, "GRID": 8},)),
+    "textbook/histo_contiguous": (["histogram"], ({"ITEMS": 4, "STRIDED": 0, "GRID": 2},)),
+    "textbook/histo_interleaved": (["histogram"], ({"ITEMS": 8, "GRID": 16},)),
     "transpose/transpose_nobank": ([], ({"TILE_DIM_VALUE": 16, "BLOCK_ROWS_VALUE": 4},)),
     "transpose/transpose_naive": (["transpose"], ({"TILE": 32}, {"TILE": 64, "ROWS": 16, "PAD": 0})),
 }
@@ -297,7 +302,7 @@ GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0",
                "llm/softmax1", "llm/gelu", "llm/residual", "llm/matmul1", "llm/crossentropy1", "llm/softmax3", "llm/softmax4",
                "textbook/matmul", "textbook/matmul_tiled", "textbook/matmul_tiled_bounds", "textbook/conv2d",
                "textbook/conv2d_tiled", "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo",
-               "textbook/histo_private", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
+               "textbook/histo_private", "textbook/histo_contiguous", "textbook/histo_interleaved", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
                "transpose/transpose_nobank", "transpose/transpose_bounds", "samples/vectoradd",
                "textbook/reduce_segmented", "textbook/reduce_coarsened", "sgemm/sgemm_shared", "samples/matrixmul")
 

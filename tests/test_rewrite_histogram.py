@@ -16,6 +16,7 @@ from kerntune.agents.rewrite_histogram import read
 from kerntune.agents.rewrites import RewriteContext
 from kerntune.agents.rules import rules_template
 from kerntune.engine.device import DeviceLimits
+from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import original_launch
 from kerntune.engine.template import load_template
 from rewrite_support import gated_on_pocl
@@ -106,14 +107,14 @@ def test_a_grid_that_covers_fewer_threads_than_elements_is_declined():
     t = load_template(NAIVE / "histogram")
     source = t.source_for("cuda").replace("histogram(", "k(")
     with pytest.raises(Decline, match="fewer than the"):
-        read(replace(context(source), grid=("ceil_div(n, 512)",)))
+        read(context(source, grid=(parse_expression("ceil_div(n, 512)"),)))
 
 
 def test_bins_counted_by_a_problem_size_are_not_privatised_and_say_why():
     """A shape the spec sizes by a problem name is not known when the kernel compiles: no shared
     copy of the bins can be sized, so PRIVATE is not offered; the elements per thread still are."""
     t = load_template(NAIVE / "histogram")
-    args = tuple(replace(a, shape=(replace(a.shape[0], source="n"),)) if a.name == "bins" else a for a in t.arguments)
+    args = tuple(replace(a, shape=(parse_expression("n"),)) if a.name == "bins" else a for a in t.arguments)
     source = t.source_for("cuda").replace("histogram(", "k(")
     ctx = context(source, arguments=args)
     h = read(ctx)
@@ -161,8 +162,8 @@ PRIVATISED = """__global__ void k(const unsigned char *data, unsigned int *bins,
 @pytest.mark.parametrize("merge, why", [
     ("atomicAdd(&bins[b], v)", None),
     ("atomicAdd(&bins[blockIdx.x * 256 + b], v)", "reads the block's index"),
-    ("atomicAdd(&bins[b], v > 5 ? v : 0u)", "not the bin `s\\[b\\]` as read"),
-    ("atomicAdd(&bins[(b + 1) % 256], v)", "not the bin `b` it reads"),
+    ("atomicAdd(&bins[b], v > 5 ? v : 0u)", "not the bin of `s` as read"),
+    ("atomicAdd(&bins[(b + 1) % 256], v)", "not the bin it reads"),
 ])
 def test_a_privatised_histogram_merges_each_bin_as_read_or_is_declined(merge, why):
     """More elements a block change what each block's bins hold, never their sum over the blocks:
@@ -209,3 +210,94 @@ def test_on_cuda_the_naive_histogram_gates_and_its_switches_reproduce_the_origin
             assert ok, (config, message)
     finally:
         backend.close()
+
+
+# the classic privatised histogram of a book's chapter on atomics: a bin a thread (256 threads, 256
+# bins), a while loop over the grid's stride
+BY_EXAMPLE = {
+    "cuda": """__global__ void k(const unsigned char *data, unsigned int *bins, int n) {
+    __shared__ unsigned int temp[256];
+    temp[threadIdx.x] = 0;
+    __syncthreads();
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    int offset = blockDim.x * gridDim.x;
+    while (i < n) {
+        atomicAdd(&temp[data[i]], 1);
+        i += offset;
+    }
+    __syncthreads();
+    atomicAdd(&(bins[threadIdx.x]), temp[threadIdx.x]);
+}
+""",
+    "opencl": """__kernel void k(__global const uchar *data, __global uint *bins, int n) {
+    __local uint temp[256];
+    temp[get_local_id(0)] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int i = get_global_id(0);
+    int offset = get_global_size(0);
+    while (i < n) {
+        atomic_inc(&temp[data[i]]);
+        i += offset;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    atomic_add(&bins[get_local_id(0)], temp[get_local_id(0)]);
+}
+"""}
+
+
+@pytest.mark.parametrize("backend", ["cuda", "opencl"])
+def test_a_bin_a_thread_and_a_while_loop_over_the_grids_stride_are_read(backend):
+    """The thread's own bin zeroed and merged (its block of 256 threads is the 256 bins), the loop's
+    stride a local made from the launch: the element's function keeps neither."""
+    h = read(context(BY_EXAMPLE[backend], backend))
+    assert (h.form, h.var, h.bound, h.bins, h.target, h.private, h.extent) == \
+        ("grid-stride", "i", "n", "temp", "bins", True, 256)
+    assert "offset" not in h.counting and "int i = kt_i;" in h.counting
+
+
+@pytest.mark.parametrize("change, why", [
+    (("i += offset;", "i += blockDim.x;"), "not the grid's threads"),
+    (("atomicAdd(&temp[data[i]], 1);", "if (data[i] == 0) { i += offset; continue; } atomicAdd(&temp[data[i]], 1);"),
+     "changes `i`"),
+    (("atomicAdd(&temp[data[i]], 1);", "atomicAdd(&temp[(data[i] + offset) % 256], 1);"), "made from thread ids"),
+    (("while (i < n)", "while (i < n && data[i] != 0)"), "not `i < n`"),
+    (("temp[threadIdx.x] = 0;", "temp[threadIdx.x] = 1;"), "does not set each bin"),
+])
+def test_a_while_loop_that_is_no_grid_stride_over_the_elements_is_declined(change, why):
+    with pytest.raises(Decline, match=why):
+        read(context(BY_EXAMPLE["cuda"].replace(*change)))
+
+
+def test_a_bin_a_thread_needs_as_many_threads_as_bins():
+    """128 threads zero and merge 128 of the 256 bins: the original leaves the rest to chance."""
+    with pytest.raises(Decline, match="block's 128 threads are not its 256 bins"):
+        read(context(BY_EXAMPLE["cuda"], block=(parse_expression("128"),)))
+
+
+CHUNK = """__global__ void k(const unsigned char *data, unsigned int *bins, int n) {
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int i = tid * 4; i < min((tid + 1) * 4, n); ++i) atomicAdd(&bins[data[i]], 1u);
+}
+"""
+
+
+def test_a_threads_chunk_of_consecutive_elements_is_read_where_the_grid_covers_it():
+    h = read(context(CHUNK))
+    assert (h.form, h.var, h.bound) == ("chunk", "i", "n")
+    with pytest.raises(Decline, match="fewer than the"):
+        read(context(CHUNK.replace("tid * 4", "tid * 2").replace("* 4, n)", "* 2, n)"),
+                     grid=(parse_expression("ceil_div(n, 1024)"),)))
+    with pytest.raises(Decline, match="nor over the thread's chunk"):
+        read(context(CHUNK.replace("min((tid + 1) * 4, n)", "min((tid + 2) * 4, n)")))
+
+
+def test_the_elements_function_declares_the_kernels_parameters_without_their_comments():
+    """`const unsigned char *data, // the text` then the bins on the next line: a comment between
+    parameters would swallow the next one on the function's one line."""
+    source = ("__global__ void k(const unsigned char *data, // the text\n    unsigned int *bins, /* 256 */ int n) {\n"
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) atomicAdd(&bins[data[i]], 1u);\n}\n")
+    from kerntune.agents.rewrite_histogram import rewrite
+
+    made = rewrite(context(source))
+    line = next(x for x in made.source.splitlines() if "void kt_count(" in x)
+    assert line.endswith("kt_count(const unsigned char *data, unsigned int *bins, int n, const int kt_i)")

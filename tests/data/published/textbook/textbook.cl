@@ -12,6 +12,7 @@
 #define NUM_BINS 7
 #define BLOCK_DIM 256
 #define COARSE_FACTOR 4
+#define CFACTOR 8
 #define SECTION_SIZE 512
 
 // one work-item computes one element of P = M N (square Width x Width)
@@ -201,6 +202,55 @@ __kernel void histo_private_kernel(__global const char *data, unsigned int lengt
 
     unsigned int i = get_global_id(0);
     if (i < length) {
+        int alphabet_position = data[i] - 'a';
+        if (alphabet_position >= 0 && alphabet_position < 26) {
+            atomic_inc(&histo_s[alphabet_position / 4]);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (unsigned int bin = get_local_id(0); bin < NUM_BINS; bin += get_local_size(0)) {
+        unsigned int binValue = histo_s[bin];
+        if (binValue > 0) {
+            atomic_add(&histo[bin], binValue);
+        }
+    }
+}
+
+// coarsened, contiguous: each work-item counts CFACTOR consecutive letters into its group's bins
+__kernel void histo_private_contiguous_kernel(__global const char *data, unsigned int length, __global unsigned int *histo) {
+    __local unsigned int histo_s[NUM_BINS];
+    for (unsigned int bin = get_local_id(0); bin < NUM_BINS; bin += get_local_size(0)) {
+        histo_s[bin] = 0u;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    unsigned int tid = get_global_id(0);
+    for (unsigned int i = tid * CFACTOR; i < min((tid + 1) * CFACTOR, length); ++i) {
+        int alphabet_position = data[i] - 'a';
+        if (alphabet_position >= 0 && alphabet_position < 26) {
+            atomic_inc(&histo_s[alphabet_position / 4]);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (unsigned int bin = get_local_id(0); bin < NUM_BINS; bin += get_local_size(0)) {
+        unsigned int binValue = histo_s[bin];
+        if (binValue > 0) {
+            atomic_add(&histo[bin], binValue);
+        }
+    }
+}
+
+// coarsened, interleaved: the work-items take the letters a global size apart
+__kernel void histo_private_interleaved_kernel(__global const char *data, unsigned int length, __global unsigned int *histo) {
+    __local unsigned int histo_s[NUM_BINS];
+    for (unsigned int bin = get_local_id(0); bin < NUM_BINS; bin += get_local_size(0)) {
+        histo_s[bin] = 0u;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (unsigned int i = get_global_id(0); i < length; i += get_global_size(0)) {
         int alphabet_position = data[i] - 'a';
         if (alphabet_position >= 0 && alphabet_position < 26) {
             atomic_inc(&histo_s[alphabet_position / 4]);

@@ -1,7 +1,8 @@
 // Kernels of a GPU programming course, chapter by chapter, as its textbook writes them: a matrix
 // product one thread per element and then in shared-memory tiles, a 2-D convolution with its mask
 // in constant memory, a 1-D stencil through a shared tile with halo, and a text histogram with
-// atomics, first on global bins and then on bins privatised in shared memory; a sum reduction
+// atomics, first on global bins, then on bins privatised in shared memory, then with each thread
+// counting several letters (contiguous or interleaved); a sum reduction
 // into one total by atomics, its threads coarsened; a Kogge-Stone scan of each section.
 #include <cuda_runtime.h>
 
@@ -15,6 +16,7 @@
 #define NUM_BINS 7
 #define BLOCK_DIM 256
 #define COARSE_FACTOR 4
+#define CFACTOR 8
 #define SECTION_SIZE 512
 
 // ---------------------------------------------------------------------------------------------
@@ -219,6 +221,58 @@ __global__ void histo_private_kernel(const char *data, unsigned int length, unsi
 
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < length) {
+        int alphabet_position = data[i] - 'a';
+        if (alphabet_position >= 0 && alphabet_position < 26) {
+            atomicAdd(&(histo_s[alphabet_position / 4]), 1);
+        }
+    }
+    __syncthreads();
+
+    for (unsigned int bin = threadIdx.x; bin < NUM_BINS; bin += blockDim.x) {
+        unsigned int binValue = histo_s[bin];
+        if (binValue > 0) {
+            atomicAdd(&(histo[bin]), binValue);
+        }
+    }
+}
+
+// thread coarsening, contiguous partitioning: each thread counts CFACTOR consecutive letters into
+// its block's bins, so fewer blocks merge
+__global__ void histo_private_contiguous_kernel(const char *data, unsigned int length, unsigned int *histo) {
+    __shared__ unsigned int histo_s[NUM_BINS];
+    for (unsigned int bin = threadIdx.x; bin < NUM_BINS; bin += blockDim.x) {
+        histo_s[bin] = 0u;
+    }
+    __syncthreads();
+
+    unsigned int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    for (unsigned int i = tid * CFACTOR; i < min((tid + 1) * CFACTOR, length); ++i) {
+        int alphabet_position = data[i] - 'a';
+        if (alphabet_position >= 0 && alphabet_position < 26) {
+            atomicAdd(&(histo_s[alphabet_position / 4]), 1);
+        }
+    }
+    __syncthreads();
+
+    for (unsigned int bin = threadIdx.x; bin < NUM_BINS; bin += blockDim.x) {
+        unsigned int binValue = histo_s[bin];
+        if (binValue > 0) {
+            atomicAdd(&(histo[bin]), binValue);
+        }
+    }
+}
+
+// interleaved partitioning: the grid's threads take the letters a grid's width apart, so each step
+// of a warp reads consecutive letters
+__global__ void histo_private_interleaved_kernel(const char *data, unsigned int length, unsigned int *histo) {
+    __shared__ unsigned int histo_s[NUM_BINS];
+    for (unsigned int bin = threadIdx.x; bin < NUM_BINS; bin += blockDim.x) {
+        histo_s[bin] = 0u;
+    }
+    __syncthreads();
+
+    unsigned int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    for (unsigned int i = tid; i < length; i += blockDim.x * gridDim.x) {
         int alphabet_position = data[i] - 'a';
         if (alphabet_position >= 0 && alphabet_position < 26) {
             atomicAdd(&(histo_s[alphabet_position / 4]), 1);
