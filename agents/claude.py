@@ -101,8 +101,8 @@ through shared memory in BK steps, BK = 0 the original, TM x TN outputs per thre
 block's shared-memory tree: per-block partials over LANES threads a segment with shuffles, or an \
 atomic total striding GRID blocks per multiprocessor with ITEMS loads in flight), `histogram` (threads \
 counting elements into bins by atomic adds: PRIVATE = 1 privatises the bins per block in shared \
-memory, merged by one atomic per non-zero bin; ITEMS elements per thread, STRIDED or consecutive, \
-GRID blocks per multiprocessor), `stencil` (a \
+memory, merged by one atomic per non-zero bin, COPIES of them a block; ITEMS elements per thread, \
+STRIDED or consecutive, GRID blocks per multiprocessor), `stencil` (a \
 thread per point of a 1-D or 2-D grid: ITEMS points per thread along one axis, in 2-D RX along x too, \
 a block's width apart, pointers restricted; TILE = 1 stages each input read at the point's neighbours, with its halo, in shared memory first) \
 and `transpose` (a thread per element whose store moves along the other axis than its read: TILE x TILE \

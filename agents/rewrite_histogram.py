@@ -125,8 +125,10 @@ def read(ctx: RewriteContext) -> Histogram:
                       f"its counting adds to several arrays ({', '.join(sorted(bins))})")
     bins_name = bins.pop()
     _writes_only_bins(model, adds, span)
+    _read_only_by_adds(model, adds, bins_name, span)
     if cuts:
         target, merge_add, extent, elem_type = _privatised(ctx, model, bins_name, zero, merge, adds, span)
+        _read_only_by_adds(model, adds, target, (0, len(ctx.source.encode("utf-8"))))
         no_private = ""
     else:
         if bins_name not in model.pointers:
@@ -238,6 +240,20 @@ def _writes_only_bins(model: KernelModel, adds: list, span: tuple[int, int]) -> 
             raise Decline(f"its counting writes `{x.array}[{x.index}]` other than by an atomic add")
         if x.space == "global" and x.array in model.pointers and not in_add:
             raise Decline(f"it writes `{x.array}[{x.index}]` other than by an atomic add")
+
+
+def _read_only_by_adds(model: KernelModel, adds: list, bins: str, span: tuple[int, int]) -> None:
+    """Within `span`, the bins are reached only as the elements the atomic adds add to (a bin read
+    besides would read the block's own count where they are privatised)."""
+    targets = set()
+    for call, _, _, _ in adds:
+        first = strip(call_args(call)[0])
+        if first.type == "pointer_expression":
+            inner = strip(first.child_by_field_name("argument"))
+            targets.add((inner.start_byte, inner.end_byte))
+    for x in model.accesses_of(bins):
+        if span[0] <= x.span.start < span[1] and (x.span.start, x.span.end) not in targets:
+            raise Decline(f"it reads `{bins}[{x.index}]` other than as an atomic add's bin")
 
 
 def _privatised(ctx, model: KernelModel, S: str, zero: list, merge: list, adds: list, span) \
@@ -649,68 +665,100 @@ def _covers(ctx, spec_bound: str, per: int = 1) -> None:
 def _rewrite(ctx: RewriteContext, h: Histogram) -> Rewrite:
     model = ctx.model
     d = Dialect.of(ctx.backend)
-    cuda = d.name == "cuda"
     spans = kernel_spans(ctx.source, model)
-    head = header(ctx.source, spans)
     offer_private = not h.private and h.extent is not None
+    privatised = h.private or offer_private
     # a block the lifts left a number (its value in a shape, a thread count) gets a parameter of
     # its own: the new kernel reads the block's size, never the number
     fixed_block = ctx.block[0].strip().isdigit()
-    wanted = (("PRIVATE",) if offer_private else ()) + ("ITEMS", "STRIDED", "GRID") + \
-        (("THREADS",) if fixed_block else ())
+    wanted = (("PRIVATE",) if offer_private else ()) + (("COPIES",) if privatised else ()) + \
+        ("ITEMS", "STRIDED", "GRID") + (("THREADS",) if fixed_block else ())
     names = fresh_names(wanted, ctx.taken | set(ctx.defaults))
+    helpers, call, call_private = _function_text(ctx, model, d, h, offer_private)
+    kernel = with_names(_kernel_text(ctx, d, h, offer_private, call, call_private), names)
+    helpers = with_names(helpers, names)
+    params, constraints, first, block0 = _parameters_of(ctx, h, names, offer_private, fixed_block)
+    switch = " || ".join(f"{p.name} != {p.default}" for p in params)
+    items, grid_p = names["ITEMS"], names["GRID"]
+    chunks = f"max(1, ceil_div({h.spec_bound}, ({block0}) * {items}))"
+    grid0 = (f"({chunks} if {grid_p} == 0 else min(sm_count * {grid_p}, {chunks})) if {switch.replace('||', 'or')} "
+             f"else ({ctx.grid[0]})")
+    source = beside(ctx.source, spans, switch, params, helpers, kernel, NAME)
+    E = h.extent
+    kept = f"the {E} bins privatised in shared memory as the original has them" if h.private else \
+        (f"PRIVATE 1 privatising the {E} bins in shared memory" if offer_private else
+         f"the bins left global ({h.no_private})")
+    what = (f"histogram: what a thread does for one element as a function of its index, ITEMS elements per thread "
+            f"(STRIDED: a block's width apart or consecutive), GRID blocks per multiprocessor striding over the "
+            f"{h.bound} elements; {kept}" + ("; COPIES copies of them a block, a thread counting into its lane's "
+                                             "copy, summed at the merge" if privatised else ""))
+    if h.elem_type in FLOATS:
+        what += ("; the float bins are summed in another order, so they differ from the original's by rounding, "
+                 "which the gate's tolerance (calibrated on the original's own error against the reference) judges")
+    grid = (grid0,) + tuple(ctx.grid[1:])
+    block = (block0,) + tuple(ctx.block[1:]) if fixed_block else None
+    return Rewrite(NAME, source, tuple(params), what, tuple(constraints), grid, block, first=first)
+
+
+def _function_text(ctx, model: KernelModel, d: Dialect, h: Histogram, offer_private: bool) -> tuple[str, str, str]:
+    """The element's function (the kernel's parameters, the bins privatised already: its shared
+    array too; OpenCL's bins in local memory under PRIVATE), its call on the bins as they are, and
+    its call on a block's copy of the bins ($BINS)."""
+    cuda = d.name == "cuda"
     found = kernel_parameters(ctx.source, _function(ctx, model))
     params_text, arg_names = [t for t, _ in found], [n for _, n in found]
-    T = h.elem_type
-    lid, size = ("threadIdx.x", "blockDim.x") if cuda else ("(int)get_local_id(0)", "(int)get_local_size(0)")
     qualifier = "static __device__ __forceinline__ void" if cuda else "static inline void"
-    local = "" if cuda else "__local "
     index = f"const {h.var_type} kt_i"
-    # the element's function: the kernel's parameters (the bins privatised already: its shared array too)
     if h.private:
-        fn_params = params_text + [f"{local}{T} *{h.bins}", index]
-        helpers = f"{qualifier} kt_count({', '.join(fn_params)})\n{h.counting}\n"
-        args = arg_names + ["kt_bins"]
-        private_on = "1"
+        fn_params = params_text + [f"{'' if cuda else '__local '}{h.elem_type} *{h.bins}", index]
+        args = arg_names + [h.bins]
     else:
         fn_params = params_text + [index]
-        helpers = f"{qualifier} kt_count({', '.join(fn_params)})\n{h.counting}\n"
         args = list(arg_names)
-        private_on = f"$PRIVATE" if offer_private else "0"
-        if offer_private and not cuda:
-            # OpenCL names the address space: the bins' parameter in local memory when privatised
-            at = arg_names.index(h.bins)
-            mine = [w if w not in ("__global", "global") else "__local" for w in params_text[at].split()]
-            local_params = params_text[:at] + [" ".join(mine)] + params_text[at + 1:] + [index]
-            helpers = (f"#if $PRIVATE\n{qualifier} kt_count({', '.join(local_params)})\n{h.counting}\n#else\n"
-                       f"{helpers}#endif\n")
+    helpers = f"{qualifier} kt_count({', '.join(fn_params)})\n{h.counting}\n"
+    if offer_private and not cuda:
+        # OpenCL names the address space: the bins' parameter in local memory when privatised
+        at = arg_names.index(h.bins)
+        mine = [w if w not in ("__global", "global") else "__local" for w in params_text[at].split()]
+        local_params = params_text[:at] + [" ".join(mine)] + params_text[at + 1:] + [index]
+        helpers = (f"#if $PRIVATE\n{qualifier} kt_count({', '.join(local_params)})\n{h.counting}\n#else\n"
+                   f"{helpers}#endif\n")
+    name = "kt_count"
     tparams = template_parameters(ctx.source, model)
-    call_name_ = "kt_count"
     if tparams:
         helpers = helpers.replace(f"{qualifier} kt_count(", f"template {tparams}\n{qualifier} kt_count(")
-        call_name_ = f"kt_count<{', '.join(model.signature.template_params)}>"
-    private_args = [a if a != h.bins else "kt_bins" for a in args]
-    call = f"{call_name_}({', '.join(args)}, ({h.var_type})kt_i)"
+        name = f"kt_count<{', '.join(model.signature.template_params)}>"
+    call = f"{name}({', '.join(args)}, ({h.var_type})kt_i)"
+    private = f"{name}({', '.join(a if a != h.bins else '$BINS' for a in args)}, ({h.var_type})kt_i)"
+    return helpers, call, private
+
+
+def _kernel_text(ctx, d: Dialect, h: Histogram, offer_private: bool, call: str, call_private: str) -> str:
+    """The new kernel: the bins' copies zeroed, ITEMS elements a thread over the grid's stride, the
+    copies summed and merged by an atomic per non-zero bin."""
+    cuda = d.name == "cuda"
+    T, E = h.elem_type, h.extent
+    lid, size = ("threadIdx.x", "blockDim.x") if cuda else ("(int)get_local_id(0)", "(int)get_local_size(0)")
+    group, groups = (d.group_id[0], d.num_groups) if cuda else ("(int)get_group_id(0)", "(int)get_num_groups(0)")
+    mine = call_private.replace("$BINS", f"kt_bins + ({lid} % $COPIES) * {E}")
     if offer_private:
-        call_private = f"{call_name_}({', '.join(private_args)}, ({h.var_type})kt_i)"
-        count_call = f"\n#if $PRIVATE\n                {call_private};\n#else\n                {call};\n#endif\n"
+        count_call = f"\n#if $PRIVATE\n                {mine};\n#else\n                {call};\n#endif\n"
     else:
-        count_call = f"\n                {call};\n"
-    E = h.extent
+        count_call = f"\n                {mine if h.private else call};\n"
     zero = merge = ""
-    if E is not None and private_on != "0":
-        zero = (f"    {d.shared} {T} kt_bins[{E}];\n"
-                f"    for (int kt_b = {lid}; kt_b < {E}; kt_b += {size}) kt_bins[kt_b] = ({T})0;\n"
+    if h.private or offer_private:
+        zero = (f"    {d.shared} {T} kt_bins[$COPIES * {E}];\n"
+                f"    for (int kt_b = {lid}; kt_b < $COPIES * {E}; kt_b += {size}) kt_bins[kt_b] = ({T})0;\n"
                 f"    {d.barrier};\n")
         merge = (f"    {d.barrier};\n"
                  f"    for (int kt_b = {lid}; kt_b < {E}; kt_b += {size}) {{\n"
-                 f"        const {T} kt_v = kt_bins[kt_b];\n"
+                 f"        {T} kt_v = kt_bins[kt_b];\n"
+                 f"        for (int kt_c = 1; kt_c < $COPIES; ++kt_c) kt_v += kt_bins[kt_c * {E} + kt_b];\n"
                  f"        if (kt_v != ({T})0) {h.merge_add}(&{h.target}[kt_b], kt_v);\n"
                  f"    }}\n")
         if offer_private:
             zero, merge = f"#if $PRIVATE\n{zero}#endif\n", f"#if $PRIVATE\n{merge}#endif\n"
-    group, groups = (d.group_id[0], d.num_groups) if cuda else ("(int)get_group_id(0)", "(int)get_num_groups(0)")
-    kernel = f"""{head}
+    return f"""{header(ctx.source, kernel_spans(ctx.source, ctx.model))}
 {{
 {zero}    const long kt_n = (long)({h.bound});
     const long kt_step = (long){size} * $ITEMS;
@@ -722,48 +770,41 @@ def _rewrite(ctx: RewriteContext, h: Histogram) -> Rewrite:
         }}
     }}
 {merge}}}"""
-    kernel = with_names(kernel, names)
-    helpers = with_names(helpers, names)
+
+
+def _parameters_of(ctx, h: Histogram, names: dict, offer_private: bool, fixed_block: bool) \
+        -> tuple[list, list[str], dict, str]:
+    """The rewrite's parameters, their constraints, the values worth measuring first, and the block."""
+    E, T = h.extent, h.elem_type
     items, strided, grid_p = names["ITEMS"], names["STRIDED"], names["GRID"]
     params = []
     if offer_private:
         params.append(ParamProposal(names["PRIVATE"], (0, 1), 0, f"1: each block counts into its own {E} bins in "
                                     "shared memory, then adds each non-zero bin to the global bins by one atomic "
                                     "(0: atomics on the global bins)", "tile"))
+    if "COPIES" in names:
+        params.append(ParamProposal(names["COPIES"], (1, 2, 4, 8, 16, 32), 1, "copies of the bins a block, a thread "
+                                    "counting into copy (thread % COPIES): fewer threads at one shared bin", "tile"))
     params += [ParamProposal(items, (1, 2, 4, 8, 16), 1, "elements per thread", "work"),
                ParamProposal(strided, (0, 1), 1, "1: a thread's elements a block's width apart (coalesced); "
                              "0: consecutive", "flag"),
                ParamProposal(grid_p, (0, 1, 2, 4, 8, 16, 32), 0, "0: a block per BLOCK * ITEMS elements; k: k blocks "
                              "per multiprocessor, striding over the elements", "grid")]
+    constraints = [f"{items} > 1 or {strided} == 1"]
+    first = {items: (1, 4, 16), grid_p: (0, 4, 16)}
     block0 = ctx.block[0]
     if fixed_block:
         block0 = names["THREADS"]
         values = tuple(sorted({64, 128, 256, 512, 1024, int(ctx.block[0])}))
         params.append(ParamProposal(block0, values, int(ctx.block[0]), "threads per block", "threads"))
-    switch = " || ".join(f"{p.name} != {p.default}" for p in params)
-    chunks = f"max(1, ceil_div({h.spec_bound}, ({block0}) * {items}))"
-    grid0 = (f"({chunks} if {grid_p} == 0 else min(sm_count * {grid_p}, {chunks})) if {switch.replace('||', 'or')} "
-             f"else ({ctx.grid[0]})")
-    constraints = [f"{items} > 1 or {strided} == 1"]
-    if fixed_block:
         constraints.append(f"{block0} <= max_threads_per_block")
-    if offer_private:
-        constraints.append(f"{names['PRIVATE']} == 0 or {E * ELEMENT_BYTES.get(T, 4)} <= max_shared_per_block")
-    source = beside(ctx.source, spans, switch, params, helpers, kernel, NAME)
-    kept = "the bins privatised in shared memory as the original has them" if h.private else \
-        ("PRIVATE 1 privatising the " + f"{E} bins in shared memory" if offer_private else
-         f"the bins left global ({h.no_private})")
-    what = (f"histogram: what a thread does for one element as a function of its index, ITEMS elements per thread "
-            f"(STRIDED: a block's width apart or consecutive), GRID blocks per multiprocessor striding over the "
-            f"{h.bound} elements; {kept}")
-    if T in FLOATS:
-        what += ("; the float bins are summed in another order, so they differ from the original's by rounding, "
-                 "which the gate's tolerance (calibrated on the original's own error against the reference) judges")
-    first = {items: (1, 4, 16), grid_p: (0, 4, 16)}
-    if offer_private:
-        first[names["PRIVATE"]] = (0, 1)
-    if fixed_block:
         first[block0] = tuple(sorted({int(ctx.block[0]), 1024}))
-    grid = (grid0,) + tuple(ctx.grid[1:])
-    block = (block0,) + tuple(ctx.block[1:]) if fixed_block else None
-    return Rewrite(NAME, source, tuple(params), what, tuple(constraints), grid, block, first=first)
+    if "COPIES" in names:
+        copies = names["COPIES"]
+        fits = f"{copies} * {E * ELEMENT_BYTES.get(T, 4)} <= max_shared_per_block"
+        constraints.append(f"{names['PRIVATE']} == 0 or {fits}" if offer_private else fits)
+        if offer_private:
+            constraints.append(f"{names['PRIVATE']} == 1 or {copies} == 1")
+            first[names["PRIVATE"]] = (0, 1)
+        first[copies] = (1, 8)
+    return params, constraints, first, block0

@@ -72,12 +72,12 @@ OPENCL = {
     "textbook/stencil1d_global": (["stencil"], ({"TILE": 1, "ITEMS": 4},)),
     # the letter histogram: atomics on the global bins privatised per block, several letters a thread;
     # the privatised one's bins counted over more letters a block
-    "textbook/histo": (["histogram"], ({"PRIVATE": 1, "ITEMS": 4, "GRID": 1, "BLOCK": 64},
+    "textbook/histo": (["histogram"], ({"PRIVATE": 1, "COPIES": 4, "ITEMS": 4, "GRID": 1, "BLOCK": 64},
                                        {"ITEMS": 2, "STRIDED": 0})),
-    "textbook/histo_private": (["histogram"], ({"BLOCK": 64, "ITEMS": 8, "STRIDED": 0, "GRID": 2},)),
+    "textbook/histo_private": (["histogram"], ({"BLOCK": 64, "ITEMS": 8, "STRIDED": 0, "GRID": 2, "COPIES": 8},)),
     # the textbook's coarsened threads: CFACTOR consecutive letters, or the letters a grid apart
     "textbook/histo_contiguous": (["histogram"], ({"ITEMS": 4, "GRID": 1, "BLOCK": 32}, {"ITEMS": 2, "STRIDED": 0})),
-    "textbook/histo_interleaved": (["histogram"], ({"ITEMS": 16, "STRIDED": 0, "BLOCK": 128},)),
+    "textbook/histo_interleaved": (["histogram"], ({"ITEMS": 16, "STRIDED": 0, "BLOCK": 128, "COPIES": 2},)),
     # the textbook's segmented sum: the barrier first in each step of the tree, an atomic a block
     "textbook/reduce_segmented": (["reduction"], ({"GRID": 2, "THREADS": 128, "ITEMS": 2},)),
     # the coarsened threads first add 8 elements in a loop of a fixed count
@@ -173,8 +173,8 @@ CUDA = {
     "textbook/conv2d": (["stencil"], ({"TILE": 1, "ITEMS": 2, "RX": 2},)),
     "textbook/conv2d_tiled": ([], ({"IN_TILE_DIM": 16},)),
     "textbook/reduce_coarsened": (["reduction"], ({"GRID": 4, "THREADS": 512, "ITEMS": 8},)),
-    "textbook/histo": (["histogram"], ({"PRIVATE": 1, "ITEMS": 8, "GRID": 4}, {"ITEMS": 4, "STRIDED": 0})),
-    "textbook/histo_private": (["histogram"], ({"ITEMS": 16, "GRID": 8},)),
+    "textbook/histo": (["histogram"], ({"PRIVATE": 1, "COPIES": 32, "ITEMS": 8, "GRID": 4}, {"ITEMS": 4, "STRIDED": 0})),
+    "textbook/histo_private": (["histogram"], ({"ITEMS": 16, "GRID": 8, "COPIES": 4},)),
     "textbook/histo_contiguous": (["histogram"], ({"ITEMS": 4, "STRIDED": 0, "GRID": 2},)),
     "textbook/histo_interleaved": (["histogram"], ({"ITEMS": 8, "GRID": 16},)),
     "transpose/transpose_nobank": ([], ({"TILE_DIM_VALUE": 16, "BLOCK_ROWS_VALUE": 4},)),

@@ -38,10 +38,10 @@ def test_a_naive_histogram_is_privatised_gated_and_reproduced_on_pocl(tmp_path, 
     original = load_template(NAIVE / "histogram")
     made = rules_template(original, "opencl", CPU)
     assert [r.name for r in made.applied.rewrites] == ["histogram"], made.why_none()
-    assert {"PRIVATE", "ITEMS", "STRIDED", "GRID", "THREADS"} <= {p.name for p in made.proposal.parameters}
+    assert {"PRIVATE", "COPIES", "ITEMS", "STRIDED", "GRID", "THREADS"} <= {p.name for p in made.proposal.parameters}
     template, ev = gated_on_pocl(original, made.proposal, tmp_path, CPU, opencl_backend)
     # every switch away from its default at once (the published letter histograms, slow, try others)
-    config = {"PRIVATE": 1, "ITEMS": 4, "STRIDED": 0, "GRID": 1, "THREADS": 64}
+    config = {"PRIVATE": 1, "COPIES": 4, "ITEMS": 4, "STRIDED": 0, "GRID": 1, "THREADS": 64}
     ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3,))
     assert ok, message
 
@@ -55,7 +55,7 @@ def test_the_cuda_histogram_compiles_with_every_switch_on(tmp_path, monkeypatch)
     monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path))
     made = rules_template(load_template(NAIVE / "histogram"), "cuda", GPU)
     config = {p.name: p.default for p in made.proposal.parameters}
-    config.update(PRIVATE=1, ITEMS=8, STRIDED=0, GRID=4, THREADS=512)
+    config.update(PRIVATE=1, COPIES=8, ITEMS=8, STRIDED=0, GRID=4, THREADS=512)
     cubin, info, _ = cuda.compile_cubin(made.proposal.sources["cuda"], "histogram", {k: str(v) for k, v in config.items()})
     assert cubin and info.get("spill_stores", 0) == 0, info
 
@@ -96,6 +96,9 @@ ONE = """__global__ void k(const unsigned char *data, unsigned int *bins, int n)
     ("atomicAdd(&bins[data[i]], 1u); ((unsigned char *)data)[i] = 0;", "writes `data\\[i\\]` other than"),
     ("for (int j = i; j < n; j += 7) { atomicAdd(&bins[data[j]], 1u); __syncthreads(); }",
      "barrier inside a loop"),
+    # a bin read besides its add would read the block's own count once privatised
+    ("if (bins[0] < 100u) atomicAdd(&bins[data[i]], 1u);", "reads `bins\\[0\\]` other than as an atomic add's bin"),
+    ("atomicAdd(&bins[bins[1] % 4], 1u);", "reads `bins\\[1\\]`"),
 ])
 def test_a_counting_that_is_no_function_of_its_element_into_one_array_of_bins_is_declined(body, why):
     with pytest.raises(Decline, match=why):
@@ -203,7 +206,7 @@ def test_on_cuda_the_naive_histogram_gates_and_its_switches_reproduce_the_origin
     try:
         ev = Evaluator(backend, template, template.problem("small", {}), seed=1,
                        timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002))
-        for config in ({"PRIVATE": 1}, {"PRIVATE": 1, "ITEMS": 16, "GRID": 4, "THREADS": 1024},
+        for config in ({"PRIVATE": 1}, {"PRIVATE": 1, "COPIES": 32, "ITEMS": 16, "GRID": 4, "THREADS": 1024},
                        {"PRIVATE": 1, "ITEMS": 8, "STRIDED": 0, "GRID": 1, "THREADS": 64},
                        {"ITEMS": 4, "GRID": 2}):
             ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
