@@ -40,8 +40,8 @@ from kerntune.engine.expressions import parse as parse_expression
 from kerntune.engine.proposal import ParamProposal
 
 from .cooperate import (Decline, Dialect, ReadingPass, beside, expression_names, fresh_names, guard_parts, header,
-                        kernel_parameters, kernel_spans, reads_thread_ids, spec_scalars, spec_text, template_parameters, top_guard,
-                        with_names)
+                        kernel_parameters, kernel_spans, pinned, reads_thread_ids, spec_scalars, spec_text,
+                        template_parameters, top_guard, with_names)
 from .kernel_tree import span_of, syntax_nodes
 from .model import ELEMENT_BYTES, KernelModel, Poly
 from .passes import Rewrite, RewriteContext
@@ -74,6 +74,7 @@ class Histogram:
     no_private: str  # why PRIVATE is not offered ("" where it is)
     merge_add: str  # the atomic the merge adds a bin with
     form: str  # "guard", "grid-stride" or "chunk"
+    dims: int = 1  # of the original's launch (2: a thread per (x, y), the elements a flat index over them)
 
 
 class HistogramPass(ReadingPass):
@@ -101,8 +102,6 @@ def read(ctx: RewriteContext) -> Histogram:
         raise Decline("no atomic adds into bins")
     if model.shuffles:
         raise Decline("its threads exchange values by shuffles")
-    if any(len(x) > 1 and any(v.strip() != "1" for v in x[1:]) for x in (ctx.grid, ctx.block)):
-        raise Decline("the launch is not one-dimensional")
     fn = _function(ctx, model)
     stmts = [s for s in fn.child_by_field_name("body").named_children if s.type != "comment"]
     cuts = _barrier_statements(model, stmts)
@@ -143,17 +142,26 @@ def read(ctx: RewriteContext) -> Histogram:
     foreign = [a for a in model.opaque if a not in (bins_name, target)]
     if foreign:
         raise Decline(f"`{foreign[0]}` is reached other than by its elements (a cast, an address or a call)")
-    var, var_type, bound, form, body, per = _elements(ctx, model, counting)
+    e = _elements(ctx, model, counting)
+    dims = max(len(e.extents), 1)
+    if any(len(x) > dims and any(v.strip() != "1" for v in x[dims:]) for x in (ctx.grid, ctx.block)):
+        raise Decline(f"the launch has more dimensions than the counting's {dims}")
     others = _declared(zero + merge) - {bins_name}
-    if expression_names_of(body) & others:
-        raise Decline(f"its counting reads `{sorted(expression_names_of(body) & others)[0]}`, declared outside it")
-    if "$" in body:
+    if expression_names_of(e.body) & others:
+        raise Decline(f"its counting reads `{sorted(expression_names_of(e.body) & others)[0]}`, declared outside it")
+    if "$" in e.body:
         raise Decline("a `$` in the kernel's code")
-    spec_bound = spec_text(model.inline(bound), spec_scalars(ctx))
-    if form != "grid-stride":
-        _covers(ctx, spec_bound, per)
-    return Histogram(var, var_type, bound, spec_bound, body, bins_name, target, bool(cuts), elem_type, extent,
-                     no_private, merge_add, form)
+    bound = model.inline(e.bound)
+    known = {a.name for a in model.signature.args} | set(model.defines)
+    if expression_names(bound) - known:
+        raise Decline(f"the elements' bound `{e.bound}` reads `{sorted(expression_names(bound) - known)[0]}`, "
+                      "no argument or #define")
+    scalars = spec_scalars(ctx)
+    spec_bound = spec_text(bound, scalars)
+    if e.form != "grid-stride":
+        _covers(ctx, [spec_text(model.inline(x), scalars) for x in e.extents] or [spec_bound], e.per)
+    return Histogram(e.var, e.var_type, bound, spec_bound, e.body, bins_name, target, bool(cuts), elem_type, extent,
+                     no_private, merge_add, e.form, dims)
 
 
 def _dialect_name(ctx) -> str:
@@ -454,14 +462,24 @@ def _extent(ctx, bins: str, elem_type: str) -> tuple[int | None, str]:
     return count, ""
 
 
-def _elements(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str, int]:
-    """The elements the counting takes and what it does for one: (the index, its type, the bound X,
-    the form, the body of the function of the index, the elements a thread of the original launch
-    takes where its grid must cover them)."""
+@dataclass(frozen=True)
+class _Elements:
+    """The elements the counting takes and what it does for one."""
+
+    var: str  # the element's index
+    var_type: str
+    bound: str  # kernel text X: the elements 0 .. X - 1
+    form: str  # "guard", "grid-stride" or "chunk"
+    body: str  # the element's function's body
+    per: int = 1  # elements a thread of the original launch takes, where its grid must cover them
+    extents: tuple[str, ...] = ()  # a two-dimensional guard's bounds (W, H): X is W * H
+
+
+def _elements(ctx, model: KernelModel, counting: list) -> _Elements:
     if counting[-1].type in ("for_statement", "while_statement", "do_statement") and \
             all(s.type == "declaration" for s in counting[:-1]):
-        return _looped(ctx, model, counting)
-    return (*_guarded(ctx, model, counting), 1)
+        return _Elements(*_looped(ctx, model, counting))
+    return _guarded(ctx, model, counting)
 
 
 def _global_index(model: KernelModel, form) -> bool:
@@ -471,43 +489,68 @@ def _global_index(model: KernelModel, form) -> bool:
         form.const.is_zero
 
 
-def _guarded(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str]:
-    """A thread per element: `T i = <global index>;` then `if (i < X) {...}` last, or `if (i >= X)
-    return;` followed by the counting."""
-    index = None
+def _index_of(model: KernelModel, counting: list, dim: int):
+    """The thread's global index along `dim` declared in the counting statements, never changed."""
+    x = "xyz"[dim]
     for t in model.thread_indices:
-        if any(s.start_byte <= t.span.start and t.span.end <= s.end_byte for s in counting) and \
-                _global_index(model, t.form) and t.name not in model.changing:
-            index = t
-            break
+        form = t.form
+        if t.name in model.changing or form is None or \
+                not any(s.start_byte <= t.span.start and t.span.end <= s.end_byte for s in counting):
+            continue
+        if form.symbols() == {f"threadIdx.{x}", f"blockIdx.{x}"} and form.coeff(f"threadIdx.{x}") == Poly.const(1) \
+                and form.coeff(f"blockIdx.{x}") == Poly.name(f"blockDim.{x}") and form.const.is_zero:
+            return t
+    return None
+
+
+def _guarded(ctx, model: KernelModel, counting: list) -> "_Elements":
+    """A thread per element: `T i = <global index>;` then `if (i < X) {...}` last, or `if (i >= X)
+    return;` followed by the counting; or a thread per (x, y) of a two-dimensional launch, guarded
+    by `x < W && y < H` (the elements then the W * H of a flat index: x = i % W, y = i / W)."""
+    index, row = _index_of(model, counting, 0), _index_of(model, counting, 1)
     if index is None:
         raise Decline("no element index `blockIdx.x * blockDim.x + threadIdx.x` (or `get_global_id(0)`) "
                       "nor a grid-stride loop over the elements")
+    coords = {index.name} | ({row.name} if row is not None else set())
     try:
-        found = top_guard(counting, {index.name})
+        found = top_guard(counting, coords)
     except Decline:
         found = None
-    bound = found[1][0][2] if found is not None and len(found[1]) == 1 else None
-    if bound is None:
-        raise Decline(f"no guard `if ({index.name} < n)` or `if ({index.name} >= n) return;` bounds the element")
-    if reads_thread_ids(model.inline(bound)) or index.name in expression_names(model.inline(bound)):
-        raise Decline(f"the guard's bound `{bound}` moves with the thread")
+    bounds = {v: b for _, v, b in found[1] if b is not None} if found is not None else {}
+    if found is None or len(found[1]) != len(coords) or set(bounds) != coords:
+        example = " && ".join(f"{c} < n" for c in sorted(coords))
+        raise Decline(f"no guard `if ({example})` or `if (!({example})) return;` bounds the element")
+    for bound in bounds.values():
+        if reads_thread_ids(model.inline(bound)) or coords & expression_names(model.inline(bound)):
+            raise Decline(f"the guard's bound `{bound}` moves with the thread")
     inside = (counting[found[0]].start_byte, counting[-1].end_byte)
     for a in model.atomics:
         if counting[0].start_byte <= a.span.start < inside[0]:
             raise Decline(f"it adds by `{a.name}` before its guard")
+    width = model.inline(bounds[index.name])
+    values = {index.name: "kt_i"} if row is None else {index.name: f"kt_i % ({width})", row.name: f"kt_i / ({width})"}
+    edits = []
+    for t in (index, row) if row is not None else (index,):
+        if t.span.start < counting[0].start_byte:
+            raise Decline(f"`{t.name}` is not declared where the counting starts")
+        decl = cut(ctx.source, t.span.start, t.span.end).encode("utf-8")
+        at = decl.rfind(t.expr.encode("utf-8"))
+        if at < 0:
+            raise Decline(f"the declaration of `{t.name}` cannot be rewritten")
+        edits.append((t.span.start + at, t.span.start + at + len(t.expr.encode("utf-8")), values[t.name]))
     text = cut(ctx.source, counting[0].start_byte, counting[-1].end_byte).encode("utf-8")
-    decl = cut(ctx.source, index.span.start, index.span.end).encode("utf-8")
-    at = decl.rfind(index.expr.encode("utf-8"))
-    if at < 0:
-        raise Decline(f"the declaration of `{index.name}` cannot be rewritten")
-    start = index.span.start - counting[0].start_byte + at
-    body = (text[:start] + b"kt_i" + text[start + len(index.expr.encode("utf-8")):]).decode("utf-8")
+    for first, last, value in sorted(edits, reverse=True):
+        a, b = first - counting[0].start_byte, last - counting[0].start_byte
+        text = text[:a] + value.encode("utf-8") + text[b:]
+    body = text.decode("utf-8")
     if reads_thread_ids(body):
         raise Decline("what a thread does for its element reads thread or block ids other than the element's index")
-    if index.span.start < counting[0].start_byte:
-        raise Decline(f"`{index.name}` is not declared where the counting starts")
-    return index.name, model.types.get(index.name, "int"), bound, "guard", "{\n    " + body + "\n}"
+    if row is None:
+        return _Elements(index.name, model.types.get(index.name, "int"), bounds[index.name], "guard",
+                         "{\n    " + body + "\n}")
+    extents = (bounds[index.name], bounds[row.name])
+    return _Elements(index.name, "long", f"({extents[0]}) * ({extents[1]})", "guard", "{\n    " + body + "\n}",
+                     extents=extents)
 
 
 def _looped(ctx, model: KernelModel, counting: list) -> tuple[str, str, str, str, str, int]:
@@ -642,22 +685,26 @@ def _while_loop(ctx, model: KernelModel, node, decls: list) -> tuple[str, str, l
     return var, parts[0][2], stmts[:-1]
 
 
-def _covers(ctx, spec_bound: str, per: int = 1) -> None:
-    """The original's grid of blocks, `per` elements a thread, covers the X elements at every size of
-    the spec (a thread past X does nothing)."""
+def _covers(ctx, extents: list[str], per: int = 1) -> None:
+    """The original's grid of blocks, `per` elements a thread along x, covers the elements along
+    each dimension at every size of the spec (a thread past them does nothing)."""
     device = ctx.limits.expression_names()
     try:
-        have = parse_expression(f"({ctx.grid[0]}) * ({ctx.block[0]}) * {per}")
-        want = parse_expression(spec_bound)
+        have = [parse_expression(f"({g}) * ({b}) * {per if k == 0 else 1}")
+                for k, (g, b) in enumerate(zip(ctx.grid, ctx.block))]
+        want = [parse_expression(x) for x in extents]
     except ExpressionError as e:
         raise Decline(f"the launch cannot be read ({e})") from None
+    if len(have) < len(want):
+        raise Decline(f"the launch has fewer dimensions than the elements' {len(want)}")
     for problem in (*ctx.original.problems, *ctx.original.verify_problems):
         env = {**device, **problem.values, **ctx.defaults}
-        try:
-            if have.evaluate(env) < want.evaluate(env):
-                raise Decline(f"the grid's threads are fewer than the {spec_bound} elements at {problem.label()}")
-        except (ExpressionError, KeyError, ZeroDivisionError) as e:
-            raise Decline(f"the launch cannot be evaluated at {problem.label()} ({e})") from None
+        for k, (h, w) in enumerate(zip(have, want)):
+            try:
+                if h.evaluate(env) < w.evaluate(env):
+                    raise Decline(f"the grid's threads are fewer than the {extents[k]} elements at {problem.label()}")
+            except (ExpressionError, KeyError, ZeroDivisionError) as e:
+                raise Decline(f"the launch cannot be evaluated at {problem.label()} ({e})") from None
 
 
 # writing ---------------------------------------------------------------------------------------------------
@@ -670,7 +717,8 @@ def _rewrite(ctx: RewriteContext, h: Histogram) -> Rewrite:
     privatised = h.private or offer_private
     # a block the lifts left a number (its value in a shape, a thread count) gets a parameter of
     # its own: the new kernel reads the block's size, never the number
-    fixed_block = ctx.block[0].strip().isdigit()
+    # a two-dimensional original's new launch is one-dimensional: THREADS threads a block
+    fixed_block = ctx.block[0].strip().isdigit() or h.dims > 1
     wanted = (("PRIVATE",) if offer_private else ()) + (("COPIES",) if privatised else ()) + \
         ("ITEMS", "STRIDED", "GRID") + (("THREADS",) if fixed_block else ())
     names = fresh_names(wanted, ctx.taken | set(ctx.defaults))
@@ -679,10 +727,13 @@ def _rewrite(ctx: RewriteContext, h: Histogram) -> Rewrite:
     helpers = with_names(helpers, names)
     params, constraints, first, block0 = _parameters_of(ctx, h, names, offer_private, fixed_block)
     switch = " || ".join(f"{p.name} != {p.default}" for p in params)
+    on = switch.replace("||", "or")
     items, grid_p = names["ITEMS"], names["GRID"]
     chunks = f"max(1, ceil_div({h.spec_bound}, ({block0}) * {items}))"
-    grid0 = (f"({chunks} if {grid_p} == 0 else min(sm_count * {grid_p}, {chunks})) if {switch.replace('||', 'or')} "
-             f"else ({ctx.grid[0]})")
+    grid0 = f"({chunks} if {grid_p} == 0 else min(sm_count * {grid_p}, {chunks})) if {on} else ({ctx.grid[0]})"
+    if h.dims > 1:
+        # the parameters made before (the lifted block) are the original's alone: held while the new one runs
+        constraints += pinned(ctx, " and ".join(f"{p.name} == {p.default}" for p in params))
     source = beside(ctx.source, spans, switch, params, helpers, kernel, NAME)
     E = h.extent
     kept = f"the {E} bins privatised in shared memory as the original has them" if h.private else \
@@ -695,8 +746,12 @@ def _rewrite(ctx: RewriteContext, h: Histogram) -> Rewrite:
     if h.elem_type in FLOATS:
         what += ("; the float bins are summed in another order, so they differ from the original's by rounding, "
                  "which the gate's tolerance (calibrated on the original's own error against the reference) judges")
-    grid = (grid0,) + tuple(ctx.grid[1:])
-    block = (block0,) + tuple(ctx.block[1:]) if fixed_block else None
+    grid = (grid0,) + tuple(f"1 if {on} else ({g})" if h.dims > 1 else g for g in ctx.grid[1:])
+    block = None
+    if fixed_block and h.dims > 1:
+        block = (f"{block0} if {on} else ({ctx.block[0]})",) + tuple(f"1 if {on} else ({b})" for b in ctx.block[1:])
+    elif fixed_block:
+        block = (block0,) + tuple(ctx.block[1:])
     return Rewrite(NAME, source, tuple(params), what, tuple(constraints), grid, block, first=first)
 
 
@@ -795,10 +850,12 @@ def _parameters_of(ctx, h: Histogram, names: dict, offer_private: bool, fixed_bl
     block0 = ctx.block[0]
     if fixed_block:
         block0 = names["THREADS"]
-        values = tuple(sorted({64, 128, 256, 512, 1024, int(ctx.block[0])}))
-        params.append(ParamProposal(block0, values, int(ctx.block[0]), "threads per block", "threads"))
+        threads = int(ctx.block[0]) if h.dims == 1 else 256
+        values = tuple(sorted({64, 128, 256, 512, 1024, threads}))
+        params.append(ParamProposal(block0, values, threads, "threads per block" + (
+            " (a one-dimensional block over the flat index of the elements)" if h.dims > 1 else ""), "threads"))
         constraints.append(f"{block0} <= max_threads_per_block")
-        first[block0] = tuple(sorted({int(ctx.block[0]), 1024}))
+        first[block0] = tuple(sorted({threads, 1024}))
     if "COPIES" in names:
         copies = names["COPIES"]
         fits = f"{copies} * {E * ELEMENT_BYTES.get(T, 4)} <= max_shared_per_block"

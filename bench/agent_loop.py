@@ -89,6 +89,7 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "conv_cols": ("conv_cols_tiled", "8k"),
     "stencil1d": (None, "64M"),
     "histogram": (None, "64M"),
+    "image_histogram": (None, "4k"),
     "embedding_gather": ("gather_rows", "llama-t8192"),
     "transpose": ("transpose_tiled", "big"),  # agents/rewrite_transpose.py
 }

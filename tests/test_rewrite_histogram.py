@@ -183,22 +183,22 @@ def test_a_privatised_histogram_merges_each_bin_as_read_or_is_declined(merge, wh
 
 
 @pytest.mark.gpu
-def test_on_cuda_the_naive_histogram_gates_and_its_switches_reproduce_the_original(tmp_path):
+@pytest.mark.parametrize("name", ["histogram", "image_histogram"])
+def test_on_cuda_the_naive_histogram_gates_and_its_switches_reproduce_the_original(name, tmp_path):
     """Shared atomics on the device, blocks of several warps merging their bins, a grid-stride
     block loop: each configuration counts what the original counts, and a short tune verifies."""
     from rewrite_support import gates_and_tunes_on_cuda
 
     from kerntune.engine.backends import open_backend
     from kerntune.engine.evaluate import Evaluator, TimingPolicy
+    from kerntune.engine.gate import check_proposal
     from kerntune.engine.tune import resolve_device
 
     _, limits = resolve_device("cuda", 0)
-    original = load_template(NAIVE / "histogram")
+    original = load_template(NAIVE / name)
     made = rules_template(original, "cuda", limits)
     assert [r.name for r in made.applied.rewrites] == ["histogram"], made.why_none()
     gates_and_tunes_on_cuda(original, made.proposal, tmp_path, limits)
-    from kerntune.engine.gate import check_proposal
-
     verdict = check_proposal(original, made.proposal, tmp_path / "again", backend="cuda", device=0,
                              problem=original.problem("small", {}), limits=limits, timeout=300)
     template = verdict.template
@@ -304,3 +304,30 @@ def test_the_elements_function_declares_the_kernels_parameters_without_their_com
     made = rewrite(context(source))
     line = next(x for x in made.source.splitlines() if "void kt_count(" in x)
     assert line.endswith("kt_count(const unsigned char *data, unsigned int *bins, int n, const int kt_i)")
+
+
+def test_a_thread_per_pixel_of_a_two_dimensional_launch_counts_a_flat_index_over_the_pixels():
+    """`x < width && y < height`: the elements are the width * height pixels, x = i % width and
+    y = i / width; the new launch is one-dimensional, the lifted 2-D block held while it runs."""
+    original = load_template(NAIVE / "image_histogram")
+    made = rules_template(original, "cuda", GPU)
+    assert [r.name for r in made.applied.rewrites] == ["histogram"], made.why_none()
+    source = made.proposal.sources["cuda"]
+    assert "int x = kt_i % (width);" in source and "int y = kt_i / (width);" in source
+    assert made.proposal.block[1].startswith("1 if ") and made.proposal.grid[1].startswith("1 if ")
+    assert any(c.endswith("or BLOCK_Y == 16") for c in made.proposal.constraints)
+    t = replace(original, entry="k")
+    one_axis = original.source_for("cuda").replace("image_histogram(", "k(").replace(" && y < height", "")
+    grid, block = original_launch(t, GPU)
+    ctx = RewriteContext(t, "cuda", one_axis, classify(one_axis, "k"), tuple(grid), tuple(block), {}, GPU)
+    with pytest.raises(Decline, match="no guard `if \\(x < n && y < n\\)`"):
+        read(ctx)
+
+
+def test_the_image_histogram_reproduces_the_original_on_pocl(tmp_path, opencl_backend):
+    original = load_template(NAIVE / "image_histogram")
+    made = rules_template(original, "opencl", CPU)
+    template, ev = gated_on_pocl(original, made.proposal, tmp_path, CPU, opencl_backend)
+    for config in ({"PRIVATE": 1, "COPIES": 2, "ITEMS": 4, "THREADS": 64}, {"ITEMS": 2, "STRIDED": 0, "GRID": 1}):
+        ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3,))
+        assert ok, (config, message)
