@@ -35,11 +35,18 @@ What the reading proves on the kernel model and its syntax (else it declines wit
   side T equal to the block's extent along that id;
 - the statements after the loop (and their guard) write at indices of r and c only.
 
-The contraction handed on: X and Y the composed elements over `kt_r`/`kt_c` and `kt_k`; the
-sum's range the step loop's condition at `n = kt_k / D` and the fills' bounds on the shared index
-(the zero a fill puts past the end is no product at all); the output's bounds the guard's, or
-the original launch's extent where no guard names a coordinate (the tiles stop where the
-original's threads stop).
+The contraction handed on: X and Y the composed elements over `kt_r`/`kt_c` and `kt_k` (through
+any conversion the sum applies to a tile's element, `__half2float(As[ty][k])`); the sum's range
+the step loop's condition at `n = kt_k / D` and the fills' bounds on the shared index (the zero a
+fill puts past the end is no product at all); the output's bounds the guard's, or the original
+launch's extent where no guard names a coordinate (the tiles stop where the original's threads
+stop), or, where only the launch knows that extent, the tiled kernel's own grid of the original's
+count of blocks.
+
+Read as the compiler reads them: the file's function-like macros expanded (the SDK's
+`AS(ty, tx)`), a variable in parentheses before a sign or a star as the variable (`(j) + (i)`,
+which the parser alone takes for a cast), the launch's words as the original launch makes them
+(`blockDim.x` its number, `get_global_id(1)` a block's id times it plus the local id).
 """
 
 from __future__ import annotations
@@ -189,7 +196,7 @@ class Reading:
         variables at iteration kt_n, thread ids as atoms (opaque names)."""
         rename = {v: v for v in self.loop_vars} | (keep or {})
         try:
-            p = affine.read(self.expand(inlined(self.a, self.uncast(self.expand(text)), rename)))
+            p = affine.read(self.launch_text(self.expand(inlined(self.a, self.uncast(self.expand(text)), rename))))
         except affine.NotAffine as e:
             raise Decline(str(e)) from None
         left = p.names() & (set(self.a.locals) | set(self.a.changing)) - set(rename.values())
@@ -204,6 +211,21 @@ class Reading:
         for name in p.names():
             self.atom(name)
         return p
+
+    def launch_text(self, text: str) -> str:
+        """An expression with the words that read the launch's shape (`blockDim.x`, `get_global_id(1)`,
+        inside a bound `(K + blockDim.x - 1) / blockDim.x` too) as the original launch makes them."""
+        if not reads_thread_ids(text):
+            return text
+        node, text_of = _wrapped(text)
+        exprs = {}
+        for n, t in syntax_nodes(f"auto kt_e = ({text});", ("field_expression", "call_expression")):
+            key = "".join(t(n).split())
+            if key not in exprs:
+                got = self._launch_word(f"({t(n)})")
+                if got is not None:
+                    exprs[key] = render(got)
+        return substituted(node, text_of, {}, exprs) if exprs else text
 
     def uncast(self, text: str) -> str:
         """An expression with a variable in parentheses before a sign or a star read as the
@@ -408,13 +430,26 @@ def _assignment(node, text_of, tiles) -> tuple[str, list[str], str] | None:
     return got[0], got[1], text_of(e.child_by_field_name("right"))
 
 
+CONVERSIONS = ("__float2", "__int2", "__uint2", "__double2", "__short2", "convert_")
+
+
 def _zero(text: str) -> bool:
-    t = "".join(text.split())
-    while t.startswith("(") and t.endswith(")"):
-        t = t[1:-1]
-    if ")" in t and t.startswith("("):  # a cast: (float)0
-        t = t[t.index(")") + 1:]
-    return t in ZEROS
+    """Whether an expression is zero: a literal, or one cast or converted (`(float)0`,
+    `__float2half(0.0f)`, OpenCL's `convert_half(0)`)."""
+    found = syntax_nodes(f"auto kt_e = ({text});", ("parenthesized_expression",))
+    if not found:
+        return False
+    node, text_of = found[0]
+    for _ in range(8):
+        node = strip_parens(node)
+        if node.type == "cast_expression":
+            node = node.child_by_field_name("value")
+        elif node.type == "call_expression" and len(_named(node.child_by_field_name("arguments"))) == 1 and \
+                text_of(node.child_by_field_name("function")).strip().startswith(CONVERSIONS):
+            node = _named(node.child_by_field_name("arguments"))[0]
+        else:
+            break
+    return "".join(text_of(node).split()) in ZEROS
 
 
 def _fill(node, text_of, tiles, position) -> Fill | None:
@@ -935,25 +970,56 @@ class Tiled(Reading):
         return " ".join(out.split())
 
     def _contraction(self, operands, after, body, at, acc, update) -> dict:
-        a, text_of = self.a, self.text_of
+        a = self.a
         x, y = operands
-        lr, br, t_r = self._coordinate(x, "row")
-        lc, bc, t_c = self._coordinate(y, "column")
-        if br == bc:
+        row, col = self._coordinate(x, "row"), self._coordinate(y, "column")
+        if row[1] == col[1]:
             raise Decline("both operands move with the same block id")
-        self._independent({lr, lc}, "the product")
-        # a local declared after the loop from what the threads share is read where it is used (its
-        # declaration dropped); one made from the sum is kept as written
-        declared = {s: {self.text_of(d.child_by_field_name("declarator") if d.type == "init_declarator" else d).strip()
+        self._independent({row[0], col[0]}, "the product")
+        after, writes = self._after(after, acc, operands)
+        # the output walks contiguously along the coordinate that is its `c` (the tiles' columns)
+        (lr, br, t_r), (lc, bc, t_c) = row, col
+        probe = {lr: Poly.name("kt_p") - Poly.name(br) * t_r, lc: Poly.name("kt_q") - Poly.name(bc) * t_c}
+        w_index = self.settle(self.poly(writes[0].index) + self._offset(writes[0].array, None), probe)
+        if self.number(w_index.coefficient("kt_p")) == 1 and self.number(w_index.coefficient("kt_q")) != 1:
+            x, y, row, col = y, x, col, row
+        coords = {"kt_r": row, "kt_c": col}
+        cmap = {lr: Poly.name(name) - Poly.name(br) * t for name, (lr, br, t) in coords.items()}
+        bounds, limits = self._guards(body, at, cmap)
+        specs, conds, more = self._extents(bounds, limits, coords)
+        values, k_parts = self._values(x, y, cmap, {(d, op) for coord in bounds for d, op, _ in bounds[coord]})
+        epilogue = tuple(self._text(s, self.text_of, cmap, None, {acc.var: "kt_v"}, f"the statement at line {_line(s)}")
+                         for s in after)
+        init = "0"
+        if acc.init:
+            init = inlined(a, acc.init, {})
+            if reads_thread_ids(init):
+                raise Decline(f"the sum starts at `{acc.init}`, which differs between threads")
+        names = {coord: next((n for n in sorted(a.locals) if self._named_as(n, cmap) == Poly.name(coord)), coord[-1])
+                 for coord in ("kt_r", "kt_c")}
+        tiles = " and ".join(f"`{op_['tile']}`" for op_ in (x, y))
+        return dict(r=names["kt_r"], c=names["kt_c"], r_type="int", c_type="int", k=self.k, k_type="int", start="0",
+                    k_cond=self._k_cond("kt_k", k_parts), r_conds=tuple(conds["kt_r"]), c_conds=tuple(conds["kt_c"]),
+                    m_spec=specs["kt_r"], n_spec=specs["kt_c"], acc_type=a.types.get(acc.var) or "float",
+                    acc_init=init, x=values[0], y=values[1], update=update, epilogue=epilogue,
+                    kb_cond=self._k_cond("kt_kb", k_parts), **more,
+                    tiled=f"the hand-written tiles {tiles} composed with their fills")
+
+    def _after(self, after, acc, operands) -> tuple[list, list]:
+        """The statements after the loop the tiles' epilogue runs (a local made from what the
+        threads share is read where it is used, its declaration dropped; one made from the sum
+        is kept), and the writes of the arguments, all among them and none into an operand."""
+        a, text_of = self.a, self.text_of
+        declared = {s: {text_of(d.child_by_field_name("declarator") if d.type == "init_declarator" else d).strip()
                         for d in s.children_by_field_name("declarator")} for s in after if s.type == "declaration"}
-        after = [s for s in after if not (s in declared and declared[s] <= set(a.locals)
-                                          and acc.var not in expression_names(" ".join(a.locals[n] for n in declared[s])))]
+        after = [s for s in after if not (s in declared and declared[s] <= set(a.locals) and acc.var not in
+                                          expression_names(" ".join(a.locals[n] for n in declared[s])))]
         self.declared = set().union(set(), *(declared[s] for s in after if s in declared))
         for s in after:
             if s.type not in ("declaration", "expression_statement") or _advance(s, text_of, self.pointers):
                 raise Decline(f"a statement after the tiles' loop that is neither a declaration nor an expression "
                               f"(line {_line(s)})")
-        writes = [x_ for x_ in a.accesses if x_.write and x_.space == "global"]
+        writes = [w for w in a.accesses if w.write and w.space == "global"]
         spans = [span_of(self.ctx.source, s) for s in after]
         read = {arr for op in operands for _, arr, _ in op["elements"]}
         for w in writes:
@@ -963,16 +1029,12 @@ class Tiled(Reading):
                 raise Decline(f"`{w.array}` is both an operand and the output")
         if not writes:
             raise Decline("nothing is written after the tiles' loop")
-        # the output walks contiguously along the coordinate that is its `c` (the tiles' columns)
-        first = next(w for w in writes)
-        probe = {lr: Poly.name("kt_p") - Poly.name(br) * t_r, lc: Poly.name("kt_q") - Poly.name(bc) * t_c}
-        w_index = self.settle(self.poly(first.index) + self._offset(first.array, None), probe)
-        if self.number(w_index.coefficient("kt_p")) == 1 and self.number(w_index.coefficient("kt_q")) != 1:
-            x, y = y, x
-            lr, br, t_r, lc, bc, t_c = lc, bc, t_c, lr, br, t_r
-        cmap = {lr: Poly.name("kt_r") - Poly.name(br) * t_r, lc: Poly.name("kt_c") - Poly.name(bc) * t_c}
-        # the guard after the loop: each part bounds one coordinate
-        bounds = {"kt_r": [], "kt_c": []}
+        return after, writes
+
+    def _guards(self, body, at: int, cmap: dict[str, Poly]):
+        """Each part of the guard after the loop as (difference, operator, condition) on the one
+        coordinate it bounds, and each coordinate's first upper bound."""
+        bounds: dict[str, list] = {"kt_r": [], "kt_c": []}
         limits: dict[str, Poly] = {}
         for g, g_at in zip(body.guards, body.guard_at):
             if any(s.type != "declaration" for s in body.statements[at + 1:g_at]):
@@ -990,63 +1052,69 @@ class Tiled(Reading):
                 bounds[coord[0]].append((d, op, f"{coord[0]} {op} {render(bound)}"))
                 if op in ("<", "<=") and coord[0] not in limits:
                     limits[coord[0]] = bound + (Poly.const(1) if op == "<=" else Poly())
+        return bounds, limits
+
+    def _extents(self, bounds, limits, coords):
+        """Each coordinate's extent over the spec's names and its conditions in the tiles: the
+        guard's; else the original launch's extent; else, where only the launch knows it (the
+        samples' hA, no argument), the tiles' grid keeps the original's count of blocks along it,
+        the tiled kernel reads the extent from its own launch and its blocks past it return first."""
         scalars = spec_scalars(self.ctx)
-        specs, conds, whole, blocks, exits = {}, {}, [], {}, []
-        for coord, (local, block) in (("kt_r", (lr, br)), ("kt_c", (lc, bc))):
+        specs, conds, more = {}, {}, {"whole": [], "m_blocks": "", "n_blocks": "", "exits": []}
+        for coord, (local, block, _) in coords.items():
             conds[coord] = [c for _, _, c in bounds[coord]]
             if coord in limits:
                 specs[coord] = spec_text(render(limits[coord]), scalars)
                 continue
-            dim = self.atom(block).dim
+            dim, extent = self.atom(block).dim, self.atom(local).extent
             try:
-                specs[coord], c_text = launch_extent(self.ctx, dim, str(self.atom(local).extent), scalars,
-                                                     "r" if coord == "kt_r" else "c")
+                specs[coord], c_text = launch_extent(self.ctx, dim, str(extent), scalars, coord[-1])
+                conds[coord].append(f"{coord} < {c_text}")
+                continue
             except Decline:
-                # a size only the launch knows (the samples' hA: the grid's rows, no argument): the
-                # tiles' grid keeps the original's count of blocks along it, the tiled kernel reads
-                # the extent from its own launch (that count times the original's tile) and its
-                # blocks past it return at once
                 if dim >= len(self.ctx.grid):
                     raise
-                side, tile = (1, "BM") if coord == "kt_r" else (0, "BN")
-                cuda = self.ctx.backend == "cuda"
-                count = f"gridDim.{'xy'[side]}" if cuda else f"get_num_groups({side})"
-                group = f"blockIdx.{'xy'[side]}" if cuda else f"get_group_id({side})"
-                bound = f"((int){count} * {self.atom(local).extent})"
-                specs[coord] = f"({self.ctx.grid[dim]}) * ({self.atom(local).extent})"
-                blocks[coord] = self.ctx.grid[dim]
-                conds[coord].append(f"{coord} < {bound}")
-                exits.append(f"(int){group} * {tile} >= {bound}")
-                whole.append(f"{tile} >= {self.atom(local).extent}")
-                continue
-            conds[coord].append(f"{coord} < {c_text}")
-        guarded = {(d, op) for coord in bounds for d, op, _ in bounds[coord]}
-        # each operand's fill conditions: the shared index's bound (in both: the sum's range), the
-        # guard's own (the tiles load zero outside it already), or kept in the element's value
-        kept, k_parts = [], []
+            side, tile = (1, "BM") if coord == "kt_r" else (0, "BN")
+            cuda = self.ctx.backend == "cuda"
+            count = f"gridDim.{'xy'[side]}" if cuda else f"get_num_groups({side})"
+            group = f"blockIdx.{'xy'[side]}" if cuda else f"get_group_id({side})"
+            bound = f"((int){count} * {extent})"
+            specs[coord] = f"({self.ctx.grid[dim]}) * ({extent})"
+            more["m_blocks" if coord == "kt_r" else "n_blocks"] = self.ctx.grid[dim]
+            conds[coord].append(f"{coord} < {bound}")
+            more["exits"].append(f"(int){group} * {tile} >= {bound}")
+            more["whole"].append(f"{tile} >= {extent}")
+        return specs, conds, {k: tuple(v) if isinstance(v, list) else v for k, v in more.items()}
+
+    def _values(self, x, y, cmap, guarded) -> tuple[list[str], list]:
+        """Each operand's element over kt_r or kt_c and kt_k, and the fills' bounds on the shared
+        index that end the sum: a bound both fills carry (past it the original adds zeros); one
+        the guard repeats is the tiles' own zero; any other stays in the operand's value."""
+        kept = []
         for op_ in (x, y):
             mine = []
             for d, op in op_["conds"]:
                 d = self.settle(d, cmap)
                 if self.atoms_of(d):
                     raise Decline(f"the fill's condition of `{op_['tile']}` reads ids other than the output's")
-                if (d, op) in guarded:
-                    continue
-                mine.append((d, op))
+                if (d, op) not in guarded:
+                    mine.append((d, op))
             kept.append(mine)
+        k_parts = []
         for d, op in kept[0]:
             slope = self.number(d.coefficient("kt_k")) if d.degree_in("kt_k") == 1 else None
-            if (d, op) in kept[1] and op in ("<", "<=") and slope and slope > 0 and \
-                    not {"kt_r", "kt_c"} & d.names():
+            if (d, op) in kept[1] and op in ("<", "<=") and slope and slope > 0 and not {"kt_r", "kt_c"} & d.names():
                 k_parts.append((d, op))
-        kept = [[c for c in mine if c not in k_parts] for mine in kept]
         values = []
-        for op_, mine, coord in ((x, kept[0], "kt_r"), (y, kept[1], "kt_c")):
+        for op_, coord in ((x, "kt_r"), (y, "kt_c")):
+            mine = [c for c in kept[0 if coord == "kt_r" else 1] if c not in k_parts]
             node, t_of = _wrapped(op_["value"])
-            exprs = {key: f"{arr}[{render(self.settle(p, cmap))}]" for key, arr, p in op_["elements"]}
+            exprs = {}
             for key, arr, p in op_["elements"]:
-                if self.atoms_of(self.settle(p, cmap)):
+                p = self.settle(p, cmap)
+                if self.atoms_of(p):
                     raise Decline(f"the operand `{op_['tile']}` holds reads ids other than the output's")
+                exprs[key] = f"{arr}[{render(p)}]"
             text = substituted(node, t_of, {}, exprs)
             if reads_thread_ids(text) or expression_names(text) & (set(self.a.locals) | set(self.a.changing)):
                 raise Decline(f"the value filled into `{op_['tile']}` reads more than elements of the arguments")
@@ -1054,36 +1122,19 @@ class Tiled(Reading):
                 text = f"(({' && '.join(f'{render(d)} {o} 0' for d, o in mine)}) ? {text} : 0)"
             if any(op_["around"]):
                 text = f"({op_['around'][0]}{text}{op_['around'][1]})"
-            other = "kt_c" if coord == "kt_r" else "kt_r"
-            if other in expression_names(text):
+            if ("kt_c" if coord == "kt_r" else "kt_r") in expression_names(text):
                 raise Decline(f"the operand `{op_['tile']}` holds reads both coordinates of the output")
             values.append(" ".join(text.split()))
+        return values, k_parts
 
-        def k_cond(name: str) -> str:
-            d, op = self.loop_cond
-            d = d.substitute(N, Poly.name(f"({name} / {render(self.depth)})"))
-            parts = [f"{render(d)} {op} 0"] + [f"{render(p.substitute('kt_k', Poly.name(name)))} {o} 0"
-                                              for p, o in k_parts]
-            return " && ".join(f"({p})" for p in parts)
-        epilogue = tuple(self._text(s, text_of, cmap, None, {acc.var: "kt_v"}, f"the statement at line {_line(s)}")
-                         for s in after)
-        init = "0"
-        if acc.init:
-            init = inlined(a, acc.init, {})
-            if reads_thread_ids(init):
-                raise Decline(f"the sum starts at `{acc.init}`, which differs between threads")
-        names = {}
-        for coord in ("kt_r", "kt_c"):
-            names[coord] = next((n for n in sorted(a.locals) if self._named_as(n, cmap) == Poly.name(coord)),
-                                "r" if coord == "kt_r" else "c")
-        tiles = " and ".join(f"`{op_['tile']}`" for op_ in (x, y))
-        return dict(r=names["kt_r"], c=names["kt_c"], r_type="int", c_type="int", k=self.k, k_type="int", start="0",
-                    k_cond=k_cond("kt_k"), r_conds=tuple(conds["kt_r"]), c_conds=tuple(conds["kt_c"]),
-                    m_spec=specs["kt_r"], n_spec=specs["kt_c"], acc_type=a.types.get(acc.var) or "float",
-                    acc_init=init, x=values[0], y=values[1], update=update, epilogue=epilogue,
-                    kb_cond=k_cond("kt_kb"), whole=tuple(whole), m_blocks=blocks.get("kt_r", ""),
-                    n_blocks=blocks.get("kt_c", ""), exits=tuple(exits),
-                    tiled=f"the hand-written tiles {tiles} composed with their fills")
+    def _k_cond(self, name: str, k_parts) -> str:
+        """The shared index's range over `name`: the step loop's condition at step `name / D`, and
+        the fills' bounds on the shared index."""
+        d, op = self.loop_cond
+        d = d.substitute(N, Poly.name(f"({name} / {render(self.depth)})"))
+        parts = [f"{render(d)} {op} 0"] + [f"{render(p.substitute('kt_k', Poly.name(name)))} {o} 0"
+                                          for p, o in k_parts]
+        return " && ".join(f"({p})" for p in parts)
 
     def _named_as(self, name: str, cmap: dict[str, Poly]) -> Poly | None:
         """A local of the kernel over the output's coordinates, where it is one."""

@@ -216,7 +216,7 @@ def test_a_products_tiles_through_macros_and_a_row_only_its_launch_knows():
     c = read_contraction(RewriteContext(original, "opencl", source, classify(source, "matrixMul"), tuple(grid),
                                         tuple(block), {}, CPU))
     assert (c.x, c.y) == ("(A[(kt_k + kt_r * wA)])", "(B[(kt_c + kt_k * wB)])")
-    assert c.epilogue == ("C[(((((wB) / 16) * 16)) * kt_r + kt_c)] = kt_v;",)
+    assert c.epilogue == ("C[(16 * ((wB) / 16) * kt_r + kt_c)] = kt_v;",)
     assert c.r_conds == ("kt_r < ((int)get_num_groups(1) * 16)",) and c.m_blocks == "hA // 16"
     assert c.exits == ("(int)get_group_id(1) * BM >= ((int)get_num_groups(1) * 16)",) and c.whole == ("BM >= 16",)
     # a variable in parentheses before a star or a sign is the variable, not a cast
@@ -644,6 +644,80 @@ def test_on_cuda_the_tensor_core_tiles_reproduce_the_half_product(sizes, tmp_pat
         ev = Evaluator(backend, template, template.problem("small", sizes), seed=1, timing=FAST)
         for config in MMA_CONFIGS:
             ok, _, message = ev.reproduces_original({**template.default_config(), **config, "MMA": 1}, (3, 4))
+            assert ok, (config, message)
+    finally:
+        backend.close()
+
+
+# the half product B transposed, tiled by hand: half tiles filled under bounds (zero converted to
+# half past them), summed in float through conversions
+HALF_TILED = """#include <cuda_fp16.h>
+#define TILE 16
+
+__global__ void matmul_half(const __half *A, const __half *Bt, __half *C, int M, int N, int K) {
+    __shared__ __half As[TILE][TILE];
+    __shared__ __half Bs[TILE][TILE];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int col = blockIdx.x * TILE + tx;
+    int row = blockIdx.y * TILE + ty;
+    float acc = 0.0f;
+    for (int t = 0; t < (K + TILE - 1) / TILE; t++) {
+        As[ty][tx] = (row < M && t * TILE + tx < K) ? A[row * K + t * TILE + tx] : __float2half(0.0f);
+        Bs[ty][tx] = (blockIdx.x * TILE + ty < N && t * TILE + tx < K)
+                         ? Bt[(blockIdx.x * TILE + ty) * K + t * TILE + tx] : __float2half(0.0f);
+        __syncthreads();
+        for (int k = 0; k < TILE; k++)
+            acc += __half2float(As[ty][k]) * __half2float(Bs[tx][k]);
+        __syncthreads();
+    }
+    if (row < M && col < N) C[row * N + col] = __float2half(acc);
+}
+"""
+
+
+def half_tiled_spec(folder: Path) -> Path:
+    """matmul_half's spec over HALF_TILED (CUDA only)."""
+    shutil.copytree(NAIVE / "matmul_half", folder)
+    (folder / "kernel.cu").write_text(HALF_TILED)
+    toml = (folder / "kernel.toml").read_text()
+    (folder / "kernel.toml").write_text(toml.replace('sources = { cuda = "kernel.cu", opencl = "kernel.cl" }',
+                                                     'sources = { cuda = "kernel.cu" }'))
+    return folder
+
+
+def test_a_half_product_tiled_by_hand_is_offered_the_tensor_cores():
+    """The fills' bounds on the shared index end the sum, the one on B's rows is the guard's on the
+    output's columns (Bs[tx][k]: the slot thread (k, tx) filled, B's row blockIdx.x * TILE + tx);
+    the operands are half elements converted to float, so MMA is offered."""
+    from kerntune.agents.contraction_mma import declines
+    from kerntune.agents.rewrite_contraction import vector_operands
+
+    ctx = context(HALF_TILED, "matmul_half", "cuda", GPU, "matmul_half")
+    c = read_contraction(ctx)
+    assert (c.x, c.y) == ("(__half2float((A[(K * kt_r + kt_k)])))", "(__half2float((Bt[(K * kt_c + kt_k)])))")
+    assert c.k_cond.endswith("&& ((-K + kt_k) < 0)") and (c.r_conds, c.c_conds) == (("kt_r < (M)",), ("kt_c < (N)",))
+    assert c.epilogue == ("C[(N * kt_r + kt_c)] = __float2half(kt_v);",)
+    assert declines("cuda", "9.0", c, vector_operands(ctx, c)) == ""
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_half_product_tiled_by_hand_gates_and_its_tensor_core_tiles_reproduce_it(tmp_path):
+    from kerntune.engine.backends import open_backend
+    from kerntune.engine.tune import resolve_device
+
+    _, limits = resolve_device("cuda", 0)
+    original = load_template(half_tiled_spec(tmp_path / "spec"))
+    made = rules_template(original, "cuda", limits)
+    assert [r.name for r in made.applied.rewrites] == ["contraction"], made.why_none()
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=300)
+    assert verdict.ok, verdict.reason
+    backend = open_backend("cuda", 0)
+    try:
+        ev = Evaluator(backend, verdict.template, verdict.template.problem("small", {"M": 37, "N": 45, "K": 29}),
+                       seed=1, timing=FAST)
+        for config in MMA_CONFIGS[:2] + ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4, "MMA": 0},):
+            ok, _, message = ev.reproduces_original({**verdict.template.default_config(), "MMA": 1, **config}, (3, 4))
             assert ok, (config, message)
     finally:
         backend.close()
