@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from kerntune.engine.proposal import ParamProposal
 
 from . import affine
-from .kernel_tree import KernelAnalysis, Span, inline, span_of, syntax_nodes
+from .kernel_tree import KernelAnalysis, Span, inline, source_tokens, span_of, syntax_nodes
 from .lift import fresh_name
 from .model import ModelError, function_declarator
 from .passes import Declined, Pass, Rewrite
@@ -332,6 +332,30 @@ def beside(source: str, a: KernelAnalysis, switch: str, params, helpers: str, ke
 def header(source: str, a: KernelAnalysis) -> str:
     """The kernel's declaration as written, up to its body's brace."""
     return cut(source, a.span.start, a.body.start).rstrip()
+
+
+def unbounded_header(source: str, a: KernelAnalysis) -> str:
+    """The kernel's declaration as written without its launch attributes (`__launch_bounds__(...)`,
+    an `__attribute__((...))` holding `reqd_work_group_size`): for a new kernel launched with a
+    block of its own, which the original's attributes would refuse."""
+    text = header(source, a)
+    tokens = source_tokens(text)
+    cuts = []
+    for i, (word, span) in enumerate(tokens):
+        if word not in ("__launch_bounds__", "__attribute__") or i + 1 >= len(tokens) or tokens[i + 1][0] != "(":
+            continue
+        depth, j = 0, i + 1
+        while j < len(tokens):
+            depth += {"(": 1, ")": -1}.get(tokens[j][0], 0)
+            if depth == 0:
+                break
+            j += 1
+        inside = {w for w, _ in tokens[i + 1:j]}
+        if j < len(tokens) and (word == "__launch_bounds__" or "reqd_work_group_size" in inside):
+            cuts.append((span.start, tokens[j][1].end))
+    for start, end in reversed(cuts):
+        text = cut(text, 0, start) + cut(text, end)
+    return text
 
 
 def pinned(ctx, switch_off: str) -> list[str]:

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 from kerntune.engine.proposal import ParamProposal
 
-from .cooperate import Decline, Dialect, ReadingPass, bare_return, beside, expression_names, fresh_names, header, \
-    if_condition, kernel_spans, lone_model, named_children, pinned, substituted, with_names
+from .cooperate import Decline, Dialect, ReadingPass, bare_return, beside, expression_names, fresh_names, \
+    if_condition, kernel_spans, lone_model, named_children, pinned, substituted, unbounded_header, with_names
 from .kernel_tree import span_of, syntax_nodes
-from .model import DIALECT, ELEMENT_BYTES, Access, KernelModel, Poly, define_value
+from .model import DIALECT, ELEMENT_BYTES, Access, KernelModel, Poly, declarator_name, define_value
 from .passes import Rewrite, RewriteContext
 from .syntax import cut
 
@@ -194,8 +194,7 @@ class _Shape:
             top = False
         elif t == "declaration":
             for decl in node.children_by_field_name("declarator"):
-                target = decl.child_by_field_name("declarator") if decl.type == "init_declarator" else decl
-                name = self.text_of(target) if target is not None else ""
+                name, _ = declarator_name(decl)
                 if name not in self.model.locals:
                     raise Decline(f"`{name}` (line {line}) is not a local assigned once")
         elif t == "expression_statement":
@@ -451,7 +450,7 @@ def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
     read = _at_point(t.read_text, ids, loops)
     store = _at_point(t.store, ids, loops, {t.staged_key: f"kt_tile[{lx}][kt_r]"})
     grid_word = DIALECT[ctx.backend].id
-    kernel = f"""{header(ctx.source, a)}
+    kernel = f"""{unbounded_header(ctx.source, a)}
 {{
     {d.shared} {t.ctype} kt_tile[$TILE][$TILE + $PAD];
     // the original's blocks along each axis: the grid holds E / TILE tiles of each where TILE divides E

@@ -148,3 +148,43 @@ def test_the_defaults_keep_the_original_and_the_grid_follows_the_tile():
     assert "((int)(((kt_v / 8 % 4) * 8)))" in out and "((unsigned int)((kt_v % 8)))" in out
     assert transpose.name == "transpose"
 
+
+
+def test_the_tiled_kernel_drops_the_originals_launch_attributes(tmp_path):
+    """The original's work-group is fixed by its attribute; the tile's is TILE x ROWS, so the new
+    kernel is declared without it (else every tiled configuration would fail to launch)."""
+    head = HEAD.replace("__kernel void", "__kernel __attribute__((reqd_work_group_size(16, 16, 1))) void")
+    source = head + BODY.replace("STORE", "out[b * rows * cols + c * rows + r] = scale * in[b * rows * cols + r * cols + c];")
+    made = rules_template(load_template(spec(tmp_path, source)), "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["transpose"], made.applied.declined
+    out = made.proposal.sources["opencl"]
+    tiled = out[out.index("#if TILE > 0\n"):out.index("#else\n")]
+    assert "reqd_work_group_size" not in tiled and "__kernel  void transpose_scale(" in tiled
+    assert out.count("reqd_work_group_size(BLOCK, BLOCK_Y, 1)") == 1  # the original's, lifted
+
+
+# more ways people write it, each taken (their tiles reproduce the original on PoCL as the cases above do)
+TAKEN = {
+    # each matrix of the batch through local pointers into the arrays, the guard a return
+    "local pointers": HEAD + "    int c = get_global_id(0);\n    int r = get_global_id(1);\n"
+    "    __global const float *src = in + get_group_id(2) * rows * cols;\n"
+    "    __global float *dst = out + get_group_id(2) * rows * cols;\n    if (c >= cols || r >= rows) return;\n"
+    "    dst[c * rows + r] = scale * src[r * cols + c];\n}\n",
+    # the CUDA samples' naive transpose: indices in locals, the loop's step added to the output's
+    "index locals and a loop": HEAD + "    int x = get_group_id(0) * 16 + get_local_id(0);\n"
+    "    int y = get_group_id(1) * 16 + get_local_id(1);\n    int index_in = x + cols * y;\n"
+    "    int index_out = y + rows * x;\n    for (int i = 0; i < 16; i += 4)\n"
+    "        if (x < cols && y + i < rows) out[index_out + i] = scale * in[index_in + i * cols];\n}\n",
+    # unsigned locals declared inside the guard, an offset into the row
+    "unsigned locals in the guard": HEAD + "    unsigned int x = get_global_id(0);\n    unsigned int y = get_global_id(1);\n"
+    "    if (x + 1 < cols && y < rows) {\n        unsigned int index_in = x + 1 + cols * y;\n"
+    "        unsigned int index_out = y + rows * x;\n        out[index_out] = scale * in[index_in];\n    }\n}\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAKEN))
+def test_more_ways_people_write_a_transpose_are_taken(case, tmp_path):
+    launch = ('grid = ["ceil_div(cols, 16)", "ceil_div(rows, 16)", "batch"]', "block = [16, 4]") \
+        if "loop" in case else None
+    made = rules_template(load_template(spec(tmp_path, TAKEN[case], launch)), "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["transpose"], made.applied.declined
