@@ -43,17 +43,17 @@ from .cooperate import (Decline, Dialect, ReadingPass, beside, expression_names,
                         kernel_parameters, kernel_spans, pinned, reads_thread_ids, spec_scalars, spec_text,
                         template_parameters, top_guard, with_names)
 from .kernel_tree import span_of, syntax_nodes
-from .model import ELEMENT_BYTES, KernelModel, Poly
+from .model import KernelModel, Poly
 from .passes import Rewrite, RewriteContext
 from .syntax import call_args, cut, strip, target, walk
 
 NAME = "histogram"
 # the atomic adds of each dialect (an increment adds one)
 ADDS = {"cuda": ("atomicAdd",), "opencl": ("atomic_add", "atom_add", "atomic_inc", "atom_inc")}
-# bins' element types each dialect adds to atomically in shared memory
-BIN_TYPES = {"cuda": ("int", "unsigned int", "unsigned", "unsigned long long", "unsigned long long int", "float",
-                      "double"),
-             "opencl": ("int", "unsigned int", "unsigned", "uint")}
+# bins' element types each dialect adds to atomically in shared memory, and their bytes
+BIN_TYPES = {"cuda": {"int": 4, "unsigned int": 4, "unsigned": 4, "unsigned long long": 8, "unsigned long long int": 8,
+                      "float": 4, "double": 8},
+             "opencl": {"int": 4, "unsigned int": 4, "unsigned": 4, "uint": 4}}
 FLOATS = ("float", "double")
 
 
@@ -134,7 +134,7 @@ def read(ctx: RewriteContext) -> Histogram:
             raise Decline(f"it counts into `{bins_name}`, which is no array argument, without a barrier")
         target, merge_add = bins_name, "atomicAdd" if ctx.backend == "cuda" else "atomic_add"
         elem_type = model.arg_types.get(bins_name, "")
-        extent, no_private = _extent(ctx, bins_name, elem_type)
+        extent, no_private = _extent(ctx, bins_name, BIN_TYPES[ctx.backend].get(elem_type, 0))
     if elem_type not in BIN_TYPES[ctx.backend]:
         raise Decline(f"its bins are of type `{elem_type or '?'}`, which {_dialect_name(ctx)} adds to atomically "
                       f"in {'shared' if ctx.backend == 'cuda' else 'local'} memory only as "
@@ -443,7 +443,7 @@ def _declared(stmts: list) -> set[str]:
     return out
 
 
-def _extent(ctx, bins: str, elem_type: str) -> tuple[int | None, str]:
+def _extent(ctx, bins: str, size: int) -> tuple[int | None, str]:
     """The global bins' count, known when the kernel compiles (the spec's shape of them is a number),
     and why PRIVATE is not offered ("" where it is)."""
     arg = next((a for a in ctx.original.arguments if a.name == bins), None)
@@ -456,7 +456,6 @@ def _extent(ctx, bins: str, elem_type: str) -> tuple[int | None, str]:
             return None, (f"the bins' count `{text}` is a problem size, not known when the kernel compiles: "
                           "no shared copy of them can be sized")
         count *= int(text)
-    size = ELEMENT_BYTES.get(elem_type, 0)
     if size and count * size > ctx.limits.max_shared_per_block:
         return None, f"the {count} bins' {count * size} bytes exceed the device's shared memory per block"
     return count, ""
@@ -858,7 +857,7 @@ def _parameters_of(ctx, h: Histogram, names: dict, offer_private: bool, fixed_bl
         first[block0] = tuple(sorted({threads, 1024}))
     if "COPIES" in names:
         copies = names["COPIES"]
-        fits = f"{copies} * {E * ELEMENT_BYTES.get(T, 4)} <= max_shared_per_block"
+        fits = f"{copies} * {E * BIN_TYPES[ctx.backend][T]} <= max_shared_per_block"
         constraints.append(f"{names['PRIVATE']} == 0 or {fits}" if offer_private else fits)
         if offer_private:
             constraints.append(f"{names['PRIVATE']} == 1 or {copies} == 1")

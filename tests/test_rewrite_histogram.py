@@ -331,3 +331,13 @@ def test_the_image_histogram_reproduces_the_original_on_pocl(tmp_path, opencl_ba
     for config in ({"PRIVATE": 1, "COPIES": 2, "ITEMS": 4, "THREADS": 64}, {"ITEMS": 2, "STRIDED": 0, "GRID": 1}):
         ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3,))
         assert ok, (config, message)
+
+
+def test_the_shared_bins_are_counted_in_their_own_bytes():
+    """256 bins of unsigned long long: 2 KiB a copy of them, the constraint says so."""
+    from kerntune.agents.rewrite_histogram import rewrite
+
+    wide = ONE.replace("unsigned int *bins", "unsigned long long *bins").replace(
+        "BODY", "atomicAdd(&bins[data[i]], 1ull);")
+    made = rewrite(context(wide))
+    assert "PRIVATE == 0 or COPIES * 2048 <= max_shared_per_block" in made.constraints
