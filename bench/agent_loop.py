@@ -132,6 +132,8 @@ PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
     "textbook/histo_private": ("textbook/histo_interleaved", "64m"),  # the chapter's coarsened threads
     "textbook/histo_contiguous": (None, "64m"),
     "textbook/histo_interleaved": (None, "64m"),
+    "byexample/histo_global": ("byexample/histo_shared", "100m"),  # the book's shared bins
+    "byexample/histo_shared": (None, "100m"),
     "textbook/reduce_segmented": ("textbook/reduce_coarsened", "64m"),  # the chapter's coarsened threads
     "textbook/reduce_coarsened": (None, "64m"),
     "textbook/scan": (None, "16m"),

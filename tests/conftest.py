@@ -79,7 +79,8 @@ SLOW_CASES = {
         "llm/matmul1", "samples/vectoradd", "textbook/reduce_segmented", "textbook/reduce_coarsened",
         "sgemm/sgemm_coalesce", "textbook/histo", "textbook/histo_private", "sgemm/sgemm_shared",
         "textbook/matmul_tiled_bounds", "samples/matrixmul",
-        "transpose/transpose_naive", "textbook/histo_contiguous", "textbook/histo_interleaved"),
+        "transpose/transpose_naive", "textbook/histo_contiguous", "textbook/histo_interleaved",
+        "byexample/histo_global", "byexample/histo_shared"),
     "test_a_constant_that_lays_out_the_grid_or_an_output_stays_and_the_original_path_verifies": (
         "reduce_nodivergence",),
     "test_a_grid_stride_original_is_rewritten_and_reproduces_itself": ("16",),

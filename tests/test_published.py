@@ -177,6 +177,9 @@ CUDA = {
     "textbook/histo_private": (["histogram"], ({"ITEMS": 16, "GRID": 8, "COPIES": 4},)),
     "textbook/histo_contiguous": (["histogram"], ({"ITEMS": 4, "STRIDED": 0, "GRID": 2},)),
     "textbook/histo_interleaved": (["histogram"], ({"ITEMS": 8, "GRID": 16},)),
+    # a book's byte histogram: a while loop over the grid's stride, its shared bins a bin a thread
+    "byexample/histo_global": (["histogram"], ({"PRIVATE": 1, "COPIES": 2, "ITEMS": 4, "THREADS": 512},)),
+    "byexample/histo_shared": (["histogram"], ({"COPIES": 4, "ITEMS": 8, "GRID": 4, "THREADS": 1024},)),
     "transpose/transpose_nobank": ([], ({"TILE_DIM_VALUE": 16, "BLOCK_ROWS_VALUE": 4},)),
     "transpose/transpose_naive": (["transpose"], ({"TILE": 32}, {"TILE": 64, "ROWS": 16, "PAD": 0})),
 }
@@ -302,7 +305,8 @@ GPU_KERNELS = ("sgemm/sgemm_naive", "sgemm/sgemm_coalesce", "reduction/reduce0",
                "llm/softmax1", "llm/gelu", "llm/residual", "llm/matmul1", "llm/crossentropy1", "llm/softmax3", "llm/softmax4",
                "textbook/matmul", "textbook/matmul_tiled", "textbook/matmul_tiled_bounds", "textbook/conv2d",
                "textbook/conv2d_tiled", "textbook/stencil1d", "textbook/stencil1d_global", "textbook/histo",
-               "textbook/histo_private", "textbook/histo_contiguous", "textbook/histo_interleaved", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
+               "textbook/histo_private", "textbook/histo_contiguous", "textbook/histo_interleaved",
+               "byexample/histo_global", "byexample/histo_shared", "transpose/copy", "transpose/transpose_naive", "transpose/transpose_coalesced",
                "transpose/transpose_nobank", "transpose/transpose_bounds", "samples/vectoradd",
                "textbook/reduce_segmented", "textbook/reduce_coarsened", "sgemm/sgemm_shared", "samples/matrixmul")
 

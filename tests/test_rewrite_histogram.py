@@ -215,66 +215,63 @@ def test_on_cuda_the_naive_histogram_gates_and_its_switches_reproduce_the_origin
         backend.close()
 
 
-# the classic privatised histogram of a book's chapter on atomics: a bin a thread (256 threads, 256
-# bins), a while loop over the grid's stride
-BY_EXAMPLE = {
-    "cuda": """__global__ void k(const unsigned char *data, unsigned int *bins, int n) {
-    __shared__ unsigned int temp[256];
-    temp[threadIdx.x] = 0;
-    __syncthreads();
-    int i = threadIdx.x + blockIdx.x * blockDim.x;
-    int offset = blockDim.x * gridDim.x;
-    while (i < n) {
-        atomicAdd(&temp[data[i]], 1);
-        i += offset;
-    }
-    __syncthreads();
-    atomicAdd(&(bins[threadIdx.x]), temp[threadIdx.x]);
-}
-""",
-    "opencl": """__kernel void k(__global const uchar *data, __global uint *bins, int n) {
+BOOK = Path(__file__).resolve().parent / "data" / "published" / "byexample"
+# the book's shared bins (byexample/histo.cu's histo_shared_kernel: a bin a thread, 256 threads and
+# 256 bins, a while loop over the grid's stride), and the same in OpenCL
+BY_EXAMPLE_CL = """__kernel void k(__global const uchar *buffer, long size, __global uint *histo) {
     __local uint temp[256];
     temp[get_local_id(0)] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     int i = get_global_id(0);
     int offset = get_global_size(0);
-    while (i < n) {
-        atomic_inc(&temp[data[i]]);
+    while (i < size) {
+        atomic_inc(&temp[buffer[i]]);
         i += offset;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    atomic_add(&bins[get_local_id(0)], temp[get_local_id(0)]);
+    atomic_add(&histo[get_local_id(0)], temp[get_local_id(0)]);
 }
-"""}
+"""
+
+
+def book(backend: str = "cuda", change: tuple[str, str] = ("", ""), **spec) -> RewriteContext:
+    """The book's shared-bins kernel (its spec: buffer, size, histo), `change` made to its source."""
+    t = replace(load_template(BOOK / "histo_shared.toml"), **spec)
+    source = t.source_for("cuda") if backend == "cuda" else BY_EXAMPLE_CL.replace("void k(", f"void {t.entry}(")
+    source = source.replace(*change) if change[0] else source
+    limits = GPU if backend == "cuda" else CPU
+    grid, block = original_launch(t, limits)
+    return RewriteContext(t, backend, source, classify(source, t.entry), tuple(grid), tuple(block), {}, limits)
 
 
 @pytest.mark.parametrize("backend", ["cuda", "opencl"])
 def test_a_bin_a_thread_and_a_while_loop_over_the_grids_stride_are_read(backend):
     """The thread's own bin zeroed and merged (its block of 256 threads is the 256 bins), the loop's
     stride a local made from the launch: the element's function keeps neither."""
-    h = read(context(BY_EXAMPLE[backend], backend))
+    h = read(book(backend))
     assert (h.form, h.var, h.bound, h.bins, h.target, h.private, h.extent) == \
-        ("grid-stride", "i", "n", "temp", "bins", True, 256)
+        ("grid-stride", "i", "size", "temp", "histo", True, 256)
     assert "offset" not in h.counting and "int i = kt_i;" in h.counting
 
 
 @pytest.mark.parametrize("change, why", [
     (("i += offset;", "i += blockDim.x;"), "not the grid's threads"),
-    (("atomicAdd(&temp[data[i]], 1);", "if (data[i] == 0) { i += offset; continue; } atomicAdd(&temp[data[i]], 1);"),
+    (("atomicAdd(&temp[buffer[i]], 1);", "if (buffer[i] == 0) { i += offset; continue; } atomicAdd(&temp[buffer[i]], 1);"),
      "changes `i`"),
-    (("atomicAdd(&temp[data[i]], 1);", "atomicAdd(&temp[(data[i] + offset) % 256], 1);"), "made from thread ids"),
-    (("while (i < n)", "while (i < n && data[i] != 0)"), "not `i < n`"),
+    (("atomicAdd(&temp[buffer[i]], 1);", "atomicAdd(&temp[(buffer[i] + offset) % 256], 1);"), "made from thread ids"),
+    (("while (i < size) {\n        atomicAdd(&temp", "while (i < size && buffer[i] != 0) {\n        atomicAdd(&temp"),
+     "not `i < n`"),
     (("temp[threadIdx.x] = 0;", "temp[threadIdx.x] = 1;"), "does not set each bin"),
 ])
 def test_a_while_loop_that_is_no_grid_stride_over_the_elements_is_declined(change, why):
     with pytest.raises(Decline, match=why):
-        read(context(BY_EXAMPLE["cuda"].replace(*change)))
+        read(book(change=change))
 
 
 def test_a_bin_a_thread_needs_as_many_threads_as_bins():
     """128 threads zero and merge 128 of the 256 bins: the original leaves the rest to chance."""
     with pytest.raises(Decline, match="block's 128 threads are not its 256 bins"):
-        read(context(BY_EXAMPLE["cuda"], block=(parse_expression("128"),)))
+        read(book(block=(parse_expression("128"),)))
 
 
 CHUNK = """__global__ void k(const unsigned char *data, unsigned int *bins, int n) {
