@@ -315,6 +315,25 @@ def _typed_locals(model: KernelModel) -> dict[str, str]:
     return out
 
 
+def _occurrences(value: str, key: str) -> set[str]:
+    """How the element whose text (spaces left out) is `key` is read in the expression `value`:
+    "always" where every evaluation of `value` reads it, "conditional" where a `?:`, `&&` or `||`
+    may skip it (the tile's copy of it would be loaded where the original reads nothing)."""
+    found = syntax_nodes(f"auto kt_e = ({value});", ("subscript_expression", "call_expression"))
+    out = set()
+    for node, text_of in found:
+        if "".join(text_of(node).split()) != key:
+            continue
+        kind, up = "always", node.parent
+        while up is not None and up.type != "declaration":
+            if up.type == "conditional_expression" or (
+                    up.type == "binary_expression" and text_of(up.child_by_field_name("operator")) in ("&&", "||")):
+                kind = "conditional"
+            up = up.parent
+        out.add(kind)
+    return out
+
+
 def _read(ctx: RewriteContext) -> Transpose:
     model = lone_model(ctx)
     writes = [a for a in model.accesses if a.write]
@@ -354,7 +373,11 @@ def _read(ctx: RewriteContext) -> Transpose:
             continue
         text = model.inline(cut(ctx.source, a.span.start, a.span.end), typed)
         key = "".join(text.split())
-        if key not in "".join(value.split()):
+        where = _occurrences(value, key)
+        if not where:
+            continue
+        if "conditional" in where:
+            why = f"the stored value reads `{a.array}` only on one side of a condition (`?:`, `&&`, `||`)"
             continue
         try:
             u, v, batch = _axes(a, write, extents, known, model.types)

@@ -90,6 +90,8 @@ DECLINED = {
     "out[c * rows + r] = in[r * cols + c]; out[c * rows + r] = 2.0f;": "not one store",
     # the read moves two elements a column: no fast axis on the read's side
     "out[c * rows + r] = in[r * cols + 2 * c];": "the read moves along no axis element by element",
+    # the element read only where a condition in the value holds: the tile would load the others
+    "out[c * rows + r] = r > 0 ? in[r * cols + c] : 0.0f;": "only on one side of a condition",
 }
 
 
@@ -175,6 +177,9 @@ TAKEN = {
     "    int y = get_group_id(1) * 16 + get_local_id(1);\n    int index_in = x + cols * y;\n"
     "    int index_out = y + rows * x;\n    for (int i = 0; i < 16; i += 4)\n"
     "        if (x < cols && y + i < rows) out[index_out + i] = scale * in[index_in + i * cols];\n}\n",
+    # another element of the input beside the transposed one (the first row's, read where it is)
+    "another read beside": HEAD + BODY.replace("STORE", "out[b * rows * cols + c * rows + r] = scale * in[c] + "
+                                                        "in[b * rows * cols + r * cols + c];"),
     # unsigned locals declared inside the guard, an offset into the row
     "unsigned locals in the guard": HEAD + "    unsigned int x = get_global_id(0);\n    unsigned int y = get_global_id(1);\n"
     "    if (x + 1 < cols && y < rows) {\n        unsigned int index_in = x + 1 + cols * y;\n"
