@@ -1,24 +1,29 @@
 """The histogram rewrite: threads that each read elements and add to bins by atomics get the bins
-privatised per block in shared (OpenCL local) memory, several elements per thread and a grid of a
-chosen number of blocks per multiprocessor striding over the elements.
+privatised per block in shared (OpenCL local) memory, in copies, several elements per thread and a
+grid of a chosen number of blocks per multiprocessor striding over the elements.
 
 What the kernel model must show (else it declines with the reason):
 
 - the counting: each thread takes the element `i` of a one-dimensional launch (`i = blockIdx.x *
   blockDim.x + threadIdx.x` or `get_global_id(0)`, under `if (i < X) {...}` or after `if (i >= X)
-  return;`, the launch's grid covering the X elements), or a grid-stride loop over the elements
-  (`for (i = <that index>; i < X; i += blockDim.x * gridDim.x)`, any grid): what the thread does
-  for one element is a function of the element's index alone (it reads no other thread or block id,
-  nothing its loop carries, and stops at no `break` or `return` of the loop);
-- the bins: the counting writes memory only by atomic adds (`atomicAdd`; OpenCL `atomic_add`,
-  `atomic_inc`, their `atom_` forms), all into one array, their results unused; every other array
-  the kernel reads it never writes (the input). Integer bins count exactly in any order; float bins
-  (CUDA) are summed in another order, which the gate's calibrated tolerance judges;
+  return;`, the launch's grid covering the X elements), the pixel (x, y) of a two-dimensional one
+  (guarded by `x < W && y < H`: the elements a flat index over the W * H pixels), a grid-stride loop
+  over the elements (`for (i = <that index>; i < X; i += blockDim.x * gridDim.x)`, or a `while`
+  whose last statement steps `i` so, any grid), or a thread's chunk of C consecutive elements
+  (`for (i = tid * C; i < min((tid + 1) * C, X); ++i)`, the grid covering them): what the thread
+  does for one element is a function of the element's index alone (it reads no other thread or
+  block id, nothing its loop carries, and stops at no `break` or `return` of the loop);
+- the bins: the counting writes memory only by atomic adds (`atomicAdd` and its `_block` and
+  `_system` forms; OpenCL `atomic_add`, `atomic_inc`, their `atom_` forms), all into one array,
+  their results unused, no bin read besides; every other array the kernel reads it never writes
+  (the input). Integer bins count exactly in any order; float bins (CUDA) are summed in another
+  order, which the gate's calibrated tolerance judges;
 - bins already privatised (the textbook's `histo_private_kernel`): two barriers at the top of the
-  body split it into zeroing a shared array of a known size (a block-strided loop setting each bin
-  to 0), the counting into it, and the merge (a block-strided loop adding each bin, as read, to
-  the global bins at the same index by an atomic, where the bin is not zero); neither the zeroing
-  nor the merge reads the block's index (per-block histograms stay the original);
+  body split it into zeroing a shared array of a known size, the counting into it, and the merge
+  (each bin, as read, added to the global bins at its own index by an atomic, where it is not zero);
+  the zeroing and the merge a loop of the block's threads over the bins or a bin a thread (the
+  original's block as many threads as bins, or more under `if (tid < bins)`), neither reading the
+  block's index (per-block histograms stay the original);
 - for privatising global bins (`PRIVATE`): their count is known when the kernel compiles (the
   spec's shape of the bins is a number) and fits the device's shared memory.
 
@@ -26,9 +31,10 @@ The new kernel (beside the original; its switches at their defaults are the orig
 token): what a thread does for one element becomes a function of the element's index, called for
 `ITEMS` elements per thread (`STRIDED` 1: a block's width apart, coalesced; 0: consecutive) over
 a grid of one block per `BLOCK * ITEMS` elements (`GRID` 0) or `GRID` blocks per multiprocessor
-striding over them; with `PRIVATE` 1 (or bins already privatised) each block zeroes its bins in
-shared memory, meets at a barrier, counts into them by shared atomics, meets again and adds each
-non-zero bin to the global bins by one atomic.
+striding over them; with `PRIVATE` 1 (or bins already privatised) each block zeroes `COPIES`
+copies of its bins in shared memory, meets at a barrier, counts into copy `thread % COPIES` by
+shared atomics, meets again and adds each non-zero bin, summed over the copies, to the global bins
+by one atomic. A block the lifts leave a number, and a two-dimensional original's, is `THREADS`.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ from .syntax import call_args, cut, strip, target, walk
 
 NAME = "histogram"
 # the atomic adds of each dialect (an increment adds one)
-ADDS = {"cuda": ("atomicAdd",), "opencl": ("atomic_add", "atom_add", "atomic_inc", "atom_inc")}
+ADDS = {"cuda": ("atomicAdd", "atomicAdd_block", "atomicAdd_system"),
+        "opencl": ("atomic_add", "atom_add", "atomic_inc", "atom_inc")}
 # bins' element types each dialect adds to atomically in shared memory, and their bytes
 BIN_TYPES = {"cuda": {"int": 4, "unsigned int": 4, "unsigned": 4, "unsigned long long": 8, "unsigned long long int": 8,
                       "float": 4, "double": 8},

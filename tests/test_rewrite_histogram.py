@@ -162,6 +162,13 @@ PRIVATISED = """__global__ void k(const unsigned char *data, unsigned int *bins,
 """
 
 
+def test_shared_bins_counted_by_the_blocks_own_atomics_are_read():
+    """`atomicAdd_block` on the block's shared bins: an add, scoped to the block that owns them."""
+    h = read(context(PRIVATISED.replace("atomicAdd(&s[data[i]], 1u)", "atomicAdd_block(&s[data[i]], 1u)")
+                     .replace("MERGE", "atomicAdd(&bins[b], v)")))
+    assert h.private and h.bins == "s"
+
+
 @pytest.mark.parametrize("merge, why", [
     ("atomicAdd(&bins[b], v)", None),
     ("atomicAdd(&bins[blockIdx.x * 256 + b], v)", "reads the block's index"),
