@@ -82,6 +82,10 @@ class Histogram:
     merge_add: str  # the atomic the merge adds a bin with
     form: str  # "guard", "grid-stride" or "chunk"
     dims: int = 1  # of the original's launch (2: a thread per (x, y), the elements a flat index over them)
+    # the bins' count as the kernel reads it where a scalar argument gives it ("" where it is a number):
+    # `extent` is then its largest value over the spec's sizes, the shared copy's size, and a block
+    # whose bins outgrow it counts on the global bins
+    count: str = ""
 
 
 class HistogramPass(ReadingPass):
@@ -135,13 +139,13 @@ def read(ctx: RewriteContext) -> Histogram:
     if cuts:
         target, merge_add, extent, elem_type = _privatised(ctx, model, bins_name, zero, merge, adds, span)
         _read_only_by_adds(model, adds, target, (0, len(ctx.source.encode("utf-8"))))
-        no_private = ""
+        no_private, count = "", ""
     else:
         if bins_name not in model.pointers:
             raise Decline(f"it counts into `{bins_name}`, which is no array argument, without a barrier")
         target, merge_add = bins_name, "atomicAdd" if ctx.backend == "cuda" else "atomic_add"
         elem_type = model.arg_types.get(bins_name, "")
-        extent, no_private = _extent(ctx, bins_name, BIN_TYPES[ctx.backend].get(elem_type, 0))
+        extent, count, no_private = _extent(ctx, model, bins_name, BIN_TYPES[ctx.backend].get(elem_type, 0))
     if elem_type not in BIN_TYPES[ctx.backend]:
         raise Decline(f"its bins are of type `{elem_type or '?'}`, which {_dialect_name(ctx)} adds to atomically "
                       f"in {'shared' if ctx.backend == 'cuda' else 'local'} memory only as "
@@ -168,7 +172,7 @@ def read(ctx: RewriteContext) -> Histogram:
     if e.form != "grid-stride":
         _covers(ctx, [spec_text(model.inline(x), scalars) for x in e.extents] or [spec_bound], e.per)
     return Histogram(e.var, e.var_type, bound, spec_bound, e.body, bins_name, target, bool(cuts), elem_type, extent,
-                     no_private, merge_add, e.form, dims)
+                     no_private, merge_add, e.form, dims, count)
 
 
 def _dialect_name(ctx) -> str:
@@ -450,22 +454,35 @@ def _declared(stmts: list) -> set[str]:
     return out
 
 
-def _extent(ctx, bins: str, size: int) -> tuple[int | None, str]:
-    """The global bins' count, known when the kernel compiles (the spec's shape of them is a number),
-    and why PRIVATE is not offered ("" where it is)."""
+def _extent(ctx, model: KernelModel, bins: str, size: int) -> tuple[int | None, str, str]:
+    """The global bins' count where a shared copy of them can be sized: a number (the spec's shape
+    of them), or a scalar argument's value (the spec's shape of them the value of an argument the
+    kernel takes) sized at its largest over the spec's sizes; (that size, the argument or "", why
+    PRIVATE is not offered or "")."""
     arg = next((a for a in ctx.original.arguments if a.name == bins), None)
     if arg is None or not arg.shape:
-        return None, f"the spec gives `{bins}` no shape: the bins' count is not known"
-    count = 1
-    for dim in arg.shape:
-        text = dim.source.strip()
-        if not text.isdigit():
-            return None, (f"the bins' count `{text}` is a problem size, not known when the kernel compiles: "
-                          "no shared copy of them can be sized")
-        count *= int(text)
+        return None, "", f"the spec gives `{bins}` no shape: the bins' count is not known"
+    texts = [" ".join(dim.source.split()) for dim in arg.shape]
+    count, scalar = 1, ""
+    if all(t.isdigit() for t in texts):
+        for t in texts:
+            count *= int(t)
+    else:
+        given = next((a.name for a in ctx.original.arguments if len(texts) == 1 and a.role == "scalar"
+                      and a.value is not None and " ".join(a.value.source.split()) == texts[0]
+                      and a.name in {x.name for x in model.signature.args}), "")
+        if not given:
+            return None, "", (f"the bins' count `{' * '.join(texts)}` is a problem size no scalar argument gives "
+                              "the kernel: no shared copy of them can be sized")
+        try:
+            count = max(int(arg.shape[0].evaluate(p.values))
+                        for p in (*ctx.original.problems, *ctx.original.verify_problems))
+        except (ExpressionError, KeyError, ValueError) as e:
+            return None, "", f"the bins' count `{texts[0]}` cannot be evaluated ({e})"
+        scalar = given
     if size and count * size > ctx.limits.max_shared_per_block:
-        return None, f"the {count} bins' {count * size} bytes exceed the device's shared memory per block"
-    return count, ""
+        return None, "", f"the {count} bins' {count * size} bytes exceed the device's shared memory per block"
+    return count, scalar, ""
 
 
 @dataclass(frozen=True)
@@ -743,7 +760,9 @@ def _rewrite(ctx: RewriteContext, h: Histogram) -> Rewrite:
     source = beside(ctx.source, spans, switch, params, helpers, kernel, NAME)
     E = h.extent
     kept = f"the {E} bins privatised in shared memory as the original has them" if h.private else \
-        (f"PRIVATE 1 privatising the {E} bins in shared memory" if offer_private else
+        (f"PRIVATE 1 privatising the {E} bins in shared memory" if offer_private and not h.count else
+         f"PRIVATE 1 privatising the `{h.count}` bins in shared memory (room for {E}, the most the spec's sizes "
+         f"ask; a block whose bins outgrow it counts on the global bins)" if offer_private else
          f"the bins left global ({h.no_private})")
     what = (f"histogram: what a thread does for one element as a function of its index, ITEMS elements per thread "
             f"(STRIDED: a block's width apart or consecutive), GRID blocks per multiprocessor striding over the "
@@ -777,44 +796,52 @@ def _function_text(ctx, model: KernelModel, d: Dialect, h: Histogram, offer_priv
         fn_params = params_text + [index]
         args = list(arg_names)
     helpers = f"{qualifier} kt_count({', '.join(fn_params)})\n{h.counting}\n"
+    shared = "kt_count"
     if offer_private and not cuda:
-        # OpenCL names the address space: the bins' parameter in local memory when privatised
+        # OpenCL names the address space: a function of its own counts into the bins in local memory
         at = arg_names.index(h.bins)
         mine = [w if w not in ("__global", "global") else "__local" for w in params_text[at].split()]
         local_params = params_text[:at] + [" ".join(mine)] + params_text[at + 1:] + [index]
-        helpers = (f"#if $PRIVATE\n{qualifier} kt_count({', '.join(local_params)})\n{h.counting}\n#else\n"
-                   f"{helpers}#endif\n")
-    name = "kt_count"
+        shared = "kt_count_shared"
+        helpers += f"#if $PRIVATE\n{qualifier} {shared}({', '.join(local_params)})\n{h.counting}\n#endif\n"
+    name, shared_name = "kt_count", shared
     tparams = template_parameters(ctx.source, model)
     if tparams:
-        helpers = helpers.replace(f"{qualifier} kt_count(", f"template {tparams}\n{qualifier} kt_count(")
+        helpers = helpers.replace(f"{qualifier} kt_count", f"template {tparams}\n{qualifier} kt_count")
         name = f"kt_count<{', '.join(model.signature.template_params)}>"
+        shared_name = f"{shared}<{', '.join(model.signature.template_params)}>"
     call = f"{name}({', '.join(args)}, ({h.var_type})kt_i)"
-    private = f"{name}({', '.join(a if a != h.bins else '$BINS' for a in args)}, ({h.var_type})kt_i)"
+    private = f"{shared_name}({', '.join(a if a != h.bins else '$BINS' for a in args)}, ({h.var_type})kt_i)"
     return helpers, call, private
 
 
 def _kernel_text(ctx, d: Dialect, h: Histogram, offer_private: bool, call: str, call_private: str) -> str:
     """The new kernel: the bins' copies zeroed, ITEMS elements a thread over the grid's stride, the
-    copies summed and merged by an atomic per non-zero bin."""
+    copies summed and merged by an atomic per non-zero bin. Bins a scalar argument counts get a
+    shared copy of their largest count over the spec's sizes; a block whose bins outgrow it counts
+    on the global bins (every thread of a block takes the same way)."""
     cuda = d.name == "cuda"
-    T, E = h.elem_type, h.extent
+    T, cap = h.elem_type, h.extent
+    bins = f"(long)({h.count})" if h.count else str(cap)
     lid, size = ("threadIdx.x", "blockDim.x") if cuda else ("(int)get_local_id(0)", "(int)get_local_size(0)")
     group, groups = (d.group_id[0], d.num_groups) if cuda else ("(int)get_group_id(0)", "(int)get_num_groups(0)")
-    mine = call_private.replace("$BINS", f"kt_bins + ({lid} % $COPIES) * {E}")
+    mine = call_private.replace("$BINS", f"kt_bins + ({lid} % $COPIES) * {cap}")
+    if h.count:
+        mine = f"if (kt_fits) {mine}; else {call}"
     if offer_private:
         count_call = f"\n#if $PRIVATE\n                {mine};\n#else\n                {call};\n#endif\n"
     else:
         count_call = f"\n                {mine if h.private else call};\n"
     zero = merge = ""
     if h.private or offer_private:
-        zero = (f"    {d.shared} {T} kt_bins[$COPIES * {E}];\n"
-                f"    for (int kt_b = {lid}; kt_b < $COPIES * {E}; kt_b += {size}) kt_bins[kt_b] = ({T})0;\n"
+        fits = f"    const bool kt_fits = {bins} <= {cap};\n" if h.count else ""
+        zero = (f"    {d.shared} {T} kt_bins[$COPIES * {cap}];\n{fits}"
+                f"    for (int kt_b = {lid}; kt_b < $COPIES * {cap}; kt_b += {size}) kt_bins[kt_b] = ({T})0;\n"
                 f"    {d.barrier};\n")
         merge = (f"    {d.barrier};\n"
-                 f"    for (int kt_b = {lid}; kt_b < {E}; kt_b += {size}) {{\n"
+                 f"    for (long kt_b = {lid}; kt_b < {bins}{' && kt_fits' if h.count else ''}; kt_b += {size}) {{\n"
                  f"        {T} kt_v = kt_bins[kt_b];\n"
-                 f"        for (int kt_c = 1; kt_c < $COPIES; ++kt_c) kt_v += kt_bins[kt_c * {E} + kt_b];\n"
+                 f"        for (int kt_c = 1; kt_c < $COPIES; ++kt_c) kt_v += kt_bins[kt_c * {cap} + kt_b];\n"
                  f"        if (kt_v != ({T})0) {h.merge_add}(&{h.target}[kt_b], kt_v);\n"
                  f"    }}\n")
         if offer_private:

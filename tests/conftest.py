@@ -97,8 +97,10 @@ SLOW_CASES = {
 # on a cluster, through the agent loop), 10-40 s of CPU each on 2 cores, whose parts the default
 # suite covers in smaller tests: `slow` too.
 SLOW_TESTS = {
-    # the byte histogram's PoCL run holds the histogram's kernel; the image's adds its flat index
-    "test_rewrite_histogram.py": ("test_the_image_histogram_reproduces_the_original_on_pocl",),
+    # the byte histogram's PoCL run holds the histogram's kernel; the image's adds its flat index, the
+    # bins a scalar argument counts their shared copy's size (test_rewrite_histogram.py reads both)
+    "test_rewrite_histogram.py": ("test_the_image_histogram_reproduces_the_original_on_pocl",
+                                  "test_bins_a_scalar_argument_counts_are_privatised_up_to_the_specs_largest_count"),
     # the column's loop marched through the tile: the 3-D march's machinery is the default suite's
     "test_rewrite_stencil.py": ("test_a_column_looping_over_z_marches_its_loops_planes_through_the_tile",),
     "test_session_writers.py": ("test_a_second_run_on_a_session_being_written_is_refused_and_a_killed_run_leaves_no_lock",

@@ -114,18 +114,21 @@ def test_a_grid_that_covers_fewer_threads_than_elements_is_declined():
 
 
 def test_bins_counted_by_a_problem_size_are_not_privatised_and_say_why():
-    """A shape the spec sizes by a problem name is not known when the kernel compiles: no shared
-    copy of the bins can be sized, so PRIVATE is not offered; the elements per thread still are."""
-    t = load_template(NAIVE / "histogram")
-    args = tuple(replace(a, shape=(parse_expression("n"),)) if a.name == "bins" else a for a in t.arguments)
-    source = t.source_for("cuda").replace("histogram(", "k(")
-    ctx = context(source, arguments=args)
-    h = read(ctx)
-    assert h.extent is None and "is a problem size" in h.no_private
+    """A shape the spec sizes by a problem size no scalar argument gives the kernel cannot size a
+    shared copy of the bins, nor one whose largest count outgrows the shared memory: PRIVATE is not
+    offered; the elements per thread still are."""
     from kerntune.agents.rewrite_histogram import rewrite
-    r = rewrite(ctx)
-    assert "PRIVATE" not in {p.name for p in r.parameters} and "ITEMS" in {p.name for p in r.parameters}
-    assert "bins left global" in r.description
+
+    t = load_template(NAIVE / "histogram")
+    source = t.source_for("cuda").replace("histogram(", "k(")
+    for shape, why in (("2 * n", "no scalar argument gives the kernel"), ("n", "exceed the device's shared memory")):
+        args = tuple(replace(a, shape=(parse_expression(shape),)) if a.name == "bins" else a for a in t.arguments)
+        ctx = context(source, arguments=args)
+        h = read(ctx)
+        assert h.extent is None and why in h.no_private
+        r = rewrite(ctx)
+        assert "PRIVATE" not in {p.name for p in r.parameters} and "ITEMS" in {p.name for p in r.parameters}
+        assert "bins left global" in r.description
 
 
 FLOAT = """KERNEL void k(GLOBAL const unsigned char *data, GLOBAL float *bins, int n) {
@@ -345,3 +348,62 @@ def test_the_shared_bins_are_counted_in_their_own_bytes():
         "BODY", "atomicAdd(&bins[data[i]], 1ull);")
     made = rewrite(context(wide))
     assert "PRIVATE == 0 or COPIES * 2048 <= max_shared_per_block" in made.constraints
+
+
+SCALAR_BINS = {"kernel.cl": """__kernel void histogram(__global const uchar *data, __global uint *bins, int n, int nbins) {
+    int i = get_global_id(0);
+    if (i < n) atomic_inc(&bins[data[i] % nbins]);
+}
+""", "reference.py": """import numpy as np
+
+
+def reference(inputs, sizes):
+    counts = np.bincount(inputs["data"].astype(np.int64) % sizes["nbins"], minlength=sizes["nbins"])
+    return {"bins": inputs["bins"].astype(np.int64) + counts}
+"""}
+
+
+def test_bins_a_scalar_argument_counts_are_privatised_up_to_the_specs_largest_count(tmp_path, opencl_backend):
+    """`nbins` bins, the spec's sizes asking 10 and 48: a shared copy of 48; a size asking more
+    (200, no size of the spec) counts on the global bins and stays right."""
+    spec = (NAIVE / "histogram" / "kernel.toml").read_text().replace('shape = [256]', 'shape = ["nbins"]')
+    spec = spec.replace('sources = { cuda = "kernel.cu", opencl = "kernel.cl" }', 'sources = { opencl = "kernel.cl" }')
+    spec = spec.replace('[[problem]]\nname = "small"\nn = 20011', '[[arg]]\nname = "nbins"\ndtype = "int32"\n'
+                        'role = "scalar"\nvalue = "nbins"\n\n[[problem]]\nname = "small"\nn = 20011\nnbins = 48')
+    spec = spec.replace('name = "64M"\nn = 67108864', 'name = "64M"\nn = 67108864\nnbins = 48')
+    spec = spec.replace('name = "odd"\nn = 5001', 'name = "odd"\nn = 5001\nnbins = 10')
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "spec" / "kernel.toml").write_text(spec)
+    for name, text in SCALAR_BINS.items():
+        (tmp_path / "spec" / name).write_text(text)
+    original = load_template(tmp_path / "spec")
+    made = rules_template(original, "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["histogram"], made.why_none()
+    assert "room for 48" in made.applied.rewrites[0].description
+    template, ev = gated_on_pocl(original, made.proposal, tmp_path, CPU, opencl_backend)
+    config = {**template.default_config(), "PRIVATE": 1, "COPIES": 2, "ITEMS": 2}
+    ok, _, message = ev.reproduces_original(config, (3,))
+    assert ok, message
+    from kerntune.engine.evaluate import Evaluator, TimingPolicy
+
+    more = Evaluator(opencl_backend, template, template.problem("small", {"nbins": 200}), seed=1,
+                     timing=TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002))
+    ok, _, message = more.reproduces_original(config, (3,))
+    assert ok, message
+
+
+def test_bins_a_scalar_argument_counts_get_a_shared_copy_of_their_largest_count():
+    """The spec's shape of the bins the value of the kernel's `n`: room for the largest n of the
+    spec's sizes where that fits (here a spec of small sizes), a block past it on the global bins."""
+    from kerntune.agents.rewrite_histogram import rewrite
+
+    t = load_template(NAIVE / "histogram")
+    source = t.source_for("cuda").replace("histogram(", "k(")
+    args = tuple(replace(a, shape=(parse_expression("n"),)) if a.name == "bins" else a for a in t.arguments)
+    ctx = context(source, arguments=args, problems=t.problems[:1])  # n = 20011: 80 KB
+    assert read(ctx).no_private.startswith("the 20011 bins' 80044 bytes exceed")
+    ctx = context(source, arguments=args, problems=(), verify_problems=t.verify_problems)  # n = 5001
+    h = read(ctx)
+    assert (h.extent, h.count) == (5001, "n")
+    made = rewrite(ctx)
+    assert "const bool kt_fits = (long)(n) <= 5001;" in made.source and "if (kt_fits) kt_count(" in made.source
