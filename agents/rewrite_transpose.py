@@ -34,6 +34,7 @@ original's bit for bit, for any size.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 from kerntune.engine.proposal import ParamProposal
@@ -447,6 +448,41 @@ def _ids(ctx: RewriteContext, t: Transpose) -> dict[str, str]:
     return out
 
 
+C_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
+
+
+def grid_count(expr: str, ctx: RewriteContext, known: dict[str, int]) -> str | None:
+    """The launch's count of blocks `expr` (the spec's expression over problem names and parameters)
+    as C over the kernel's own scalar arguments, where each problem name it reads is the value of
+    one (`ceil_div(cols, BLOCK)` with `int cols` given `cols`: `((cols + 16 - 1) / 16)`, the
+    parameters at their defaults); None where it reads anything else."""
+    args = {}
+    for arg in ctx.original.arguments:
+        if arg.role == "scalar" and arg.value is not None and arg.value.source.strip().isidentifier() \
+                and arg.dtype.startswith(("int", "uint")):
+            args.setdefault(arg.value.source.strip(), arg.name)
+    try:
+        return "(int)" + _c_count(ast.parse(expr, mode="eval").body, args, known)
+    except (SyntaxError, KeyError):
+        return None
+
+
+def _c_count(n, args: dict[str, str], known: dict[str, int]) -> str:
+    if isinstance(n, ast.Constant) and type(n.value) is int:
+        return str(n.value)
+    if isinstance(n, ast.Name) and (n.id in args or n.id in known):
+        return f"({args[n.id]})" if n.id in args else str(known[n.id])
+    if isinstance(n, ast.BinOp) and type(n.op) in C_OPS:
+        return f"({_c_count(n.left, args, known)} {C_OPS[type(n.op)]} {_c_count(n.right, args, known)})"
+    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and not n.keywords and len(n.args) == 2:
+        x, y = (_c_count(v, args, known) for v in n.args)
+        if n.func.id == "ceil_div":
+            return f"(({x} + {y} - 1) / {y})"
+        if n.func.id in ("min", "max"):
+            return f"({x} {'<' if n.func.id == 'min' else '>'} {y} ? {x} : {y})"
+    raise KeyError(ast.dump(n))
+
+
 def _at_point(text: str, ids: dict[str, str], loops: dict[str, str], staged: dict[str, str] | None = None) -> str:
     """An expression of the original with the point's ids and loop values put in (and the staged read
     replaced by the tile's element)."""
@@ -473,12 +509,18 @@ def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
     read = _at_point(t.read_text, ids, loops)
     store = _at_point(t.store, ids, loops, {t.staged_key: f"kt_tile[{lx}][kt_r]"})
     grid_word = DIALECT[ctx.backend].id
+    grid = list(ctx.grid) + ["1"] * (3 - len(ctx.grid))
+    known = constants(ctx, model)
+    # the original's blocks along each axis: counted from the kernel's own arguments as the spec's
+    # grid counts them, else from the grid, which holds E / TILE tiles of them where TILE divides E
+    counted = {ax.dim: grid_count(grid[ax.dim], ctx, known) for ax in (t.u, t.v)}
+    blocks = {ax.dim: counted[ax.dim] or f"(int){grid_word('gridDim', ax.dim)} / ({ax.extent} > $TILE ? "
+                                        f"{ax.extent} / $TILE : 1)" for ax in (t.u, t.v)}
     kernel = f"""{unbounded_header(ctx.source, a)}
 {{
     {d.shared} {t.ctype} kt_tile[$TILE][$TILE + $PAD];
-    // the original's blocks along each axis: the grid holds E / TILE tiles of each where TILE divides E
-    const int kt_gu = (int){grid_word('gridDim', t.u.dim)} / ({t.u.extent} > $TILE ? {t.u.extent} / $TILE : 1);
-    const int kt_gv = (int){grid_word('gridDim', t.v.dim)} / ({t.v.extent} > $TILE ? {t.v.extent} / $TILE : 1);
+    const int kt_gu = {blocks[t.u.dim]};
+    const int kt_gv = {blocks[t.v.dim]};
     const int kt_ue = kt_gu * {t.u.extent};
     const int kt_ve = kt_gv * {t.v.extent};
     const int kt_u0 = (int){grid_word('blockIdx', t.u.dim)} * $TILE;
@@ -504,7 +546,8 @@ def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
     if "$" in cut(ctx.source, a.span.start, a.span.end):
         raise Decline("a `$` in the kernel's code")
     kernel = with_names(kernel, names)
-    tiles = tuple(x for x in TILES if all(x % ax.extent == 0 or ax.extent % x == 0 for ax in (t.u, t.v)))
+    tiles = tuple(x for x in TILES if all(counted[ax.dim] or x % ax.extent == 0 or ax.extent % x == 0
+                                          for ax in (t.u, t.v)))
     if not tiles:
         raise Decline(f"no tile of {', '.join(map(str, TILES))} divides or is a multiple of the blocks' "
                       f"{t.u.extent} x {t.v.extent} points")
@@ -517,12 +560,12 @@ def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
                    f"{off} or {tile} % {rows} == 0",
                    f"{off} or {tile} * {rows} <= max_threads_per_block",
                    f"{off} or {tile} * ({tile} + {pad}) * {t.bytes} <= max_shared_per_block"] + pinned(ctx, off)
-    grid = list(ctx.grid) + ["1"] * (3 - len(ctx.grid))
     block = list(ctx.block) + ["1"] * (3 - len(ctx.block))
     new_grid = list(grid)
     for ax in (t.u, t.v):
         g = grid[ax.dim]
-        new_grid[ax.dim] = f"(({g}) * max(1, {ax.extent} // {tile})) if {tile} > 0 else ({g})"
+        tiled = f"ceil_div(({g}) * {ax.extent}, {tile})" if counted[ax.dim] else f"({g}) * max(1, {ax.extent} // {tile})"
+        new_grid[ax.dim] = f"({tiled}) if {tile} > 0 else ({g})"
     new_block = [f"{tile} if {tile} > 0 else ({block[0]})", f"{rows} if {tile} > 0 else ({block[1]})",
                  f"1 if {tile} > 0 else ({block[2]})"]
     n = max(len(ctx.grid), len(ctx.block), max(t.u.dim, t.v.dim) + 1, 2)

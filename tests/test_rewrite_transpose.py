@@ -55,7 +55,7 @@ def test_a_transpose_along_the_outputs_rows_with_a_loop_a_return_and_a_local_is_
     assert [r.name for r in made.applied.rewrites] == ["transpose"], made.applied.declined
     out = made.proposal.sources["opencl"]
     # the read's fast axis is the block's y and the loop's rows: the tile is read along it, 32 points a block
-    assert "const int kt_gu = (int)get_num_groups(1) / (32 > TILE ? 32 / TILE : 1);" in out
+    assert "const int kt_gu = (int)(((cols) + 32 - 1) / 32);" in out
     assert "kt_tile[kt_r][(int)get_local_id(0)] = (in[" in out
     # the local's element is the tile's, in the local's type; the return's guard holds at every point
     assert "((float)(kt_tile[(int)get_local_id(0)][kt_r])) * scale" in out
@@ -193,3 +193,14 @@ def test_more_ways_people_write_a_transpose_are_taken(case, tmp_path):
         if "loop" in case else None
     made = rules_template(load_template(spec(tmp_path, TAKEN[case], launch)), "opencl", CPU)
     assert [r.name for r in made.applied.rewrites] == ["transpose"], made.applied.declined
+
+
+def test_a_grid_the_kernels_arguments_count_is_counted_in_the_kernel_and_any_tile_fits_it():
+    """`ceil_div(cols, 16)` blocks of the original: `cols` is the kernel's argument, so the tiled
+    kernel counts the original's blocks itself and launches exactly the tiles the points need."""
+    made = rules_template(load_template(NAIVE / "transpose"), "cuda", CPU)
+    p = made.proposal
+    assert p.grid[0] == "(ceil_div((ceil_div(cols, BLOCK)) * 16, TILE)) if TILE > 0 else (ceil_div(cols, BLOCK))"
+    out = p.sources["cuda"]
+    assert "const int kt_gu = (int)(((cols) + 16 - 1) / 16);" in out  # BLOCK held at its 16 while the tile runs
+    assert "const int kt_gv = (int)(((rows) + 16 - 1) / 16);" in out
