@@ -15,7 +15,7 @@ a kernel with no bar shows its % of SOL alone. --published takes the specs of te
 against the bar named there: the authors' own faster kernel of the same file where there is one
 (a spec of that folder, measured as written), else a bench/bars/ or library template. On CUDA, where PyTorch is installed, the vendor
 library doing the same work is timed too (cuBLAS through torch.matmul with TF32 off, torch.sum,
-torch's embedding), the L2 flushed before each run, and a second short table gives kerntune's time
+torch's embedding, torch.bincount), the L2 flushed before each run, and a second short table gives kerntune's time
 over the hand-written one's and the library's, with medians and 95% intervals (bootstrap of the
 median over each one's raw times) and the % of speed-of-light.
 
@@ -156,11 +156,15 @@ LIBRARY = {"matmul_naive": "sgemm", "matmul_coalesced": "sgemm_epilogue", "matmu
            "reduce1": "block_sums", "reduce2": "block_sums",
            # the products tiled by hand (their files hold no faster kernel: the library is the bar)
            "sgemm_shared": "sgemm_epilogue", "matmul_tiled": "sgemm", "matmul_tiled_bounds": "sgemm",
-           "matrixmul": "sgemm"}
+           "matrixmul": "sgemm",
+           # byte histograms: the count of each of 256 values
+           "histogram": "bincount", "image_histogram": "bincount", "histo_global": "bincount",
+           "histo_shared": "bincount"}
 LIBRARY_WORDS = {"sgemm": "cuBLAS sgemm (torch.matmul, TF32 off)",
                  "sgemm_epilogue": "cuBLAS sgemm with alpha/beta (torch.addmm, TF32 off)",
                  "hgemm_nt": "cuBLAS half A @ B^T (torch.matmul)", "block_sums": "torch.sum over rows of 256",
-                 "sum": "torch.sum", "embedding": "torch embedding"}
+                 "sum": "torch.sum", "embedding": "torch embedding",
+                 "bincount": "torch.bincount of 256 byte values"}
 
 
 def original_spec(kernel: str, backend: str, into: Path) -> Path | None:
@@ -368,6 +372,17 @@ def library_us(what: str | None, sizes: dict, backend: str, reps: int = 100) -> 
                 torch.sum(view, dim=0, out=out)
             else:
                 torch.sum(view, dim=1, out=out)
+    elif what == "bincount":
+        n = next((sizes[k] for k in ("n", "size", "length") if k in sizes), None)
+        n = sizes["width"] * sizes["height"] if n is None else n
+        x = torch.randint(0, 256, (n,), device=dev, dtype=torch.uint8)
+        try:
+            torch.bincount(x[:16], minlength=256)
+        except RuntimeError:  # a build that counts only wider integers: the bytes widened once, untimed
+            x = x.to(torch.int32)
+
+        def fn():
+            torch.bincount(x, minlength=256)
     elif what == "embedding":
         table = torch.randn(sizes["vocab"], sizes["dim"], device=dev)
         ids = torch.randint(0, sizes["vocab"], (sizes["tokens"],), device=dev)
