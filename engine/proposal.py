@@ -117,7 +117,11 @@ def compose_spec(original: Template, proposal: TemplateProposal, limits: DeviceL
                            ("values", list(p.values)), ("default", p.default)) if v != ""}
         for p in proposal.parameters
     ]
-    data["constraints"] = list(proposal.constraints)
+    # the original kernel is the template's default configuration: the sizes its own spec requires
+    # (`K % 32 == 0` of a tiled product that checks no bound) stay required, or the engine's odd
+    # verification size (tune.odd_problem) would make one the original cannot run
+    kept = [c.text for c in original.constraints if not original.parameters and c.text not in proposal.constraints]
+    data["constraints"] = kept + list(proposal.constraints)
     launch = dict(data.get("launch", {}))
     grid, block = original_launch(original, limits)
     if proposal.grid is not None:

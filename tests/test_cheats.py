@@ -136,6 +136,21 @@ def test_no_odd_size_is_added_where_the_originals_own_launch_covers_whole_blocks
     assert odd_problem(dropped, q, build_space(dropped, q, limits).configs, limits).values == {"n": 4095}
 
 
+def test_a_template_keeps_the_sizes_its_originals_spec_requires(opencl_backend, tmp_path):
+    """The worklog's tiled product checks no bound: its spec says `K % 32 == 0`. Its template's
+    tiles take any K, but the original is the template's default, so the requirement stays and the
+    engine's odd verification size leaves K a multiple of 32 (K - 1 gave the original NaNs)."""
+    from kerntune.agents.rules import rules_template
+
+    t = load_template(DATA / "published" / "sgemm" / "sgemm_shared.toml")
+    limits = opencl_backend.limits
+    made = write_template(t, rules_template(t, "opencl", limits).proposal, tmp_path / "tpl", limits)
+    assert {"M % 32 == 0", "N % 32 == 0", "K % 32 == 0"} <= {c.text for c in made.constraints}
+    p = made.problem("small", {})
+    odd = odd_problem(made, p, build_space(made, p, limits).configs, limits)
+    assert odd is None or odd.values["K"] % 32 == 0
+
+
 def test_whole_blocks_are_told_from_a_ceiling():
     from kerntune.engine.expressions import parse
     from kerntune.engine.space import whole_blocks_only

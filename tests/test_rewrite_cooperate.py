@@ -5,6 +5,7 @@ the CUDA sources compiled with nvcc at several values, and the kernels they must
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
