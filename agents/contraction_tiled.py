@@ -596,6 +596,8 @@ class Tiled(Reading):
 
     def read(self) -> dict:
         a, ctx = self.a, self.ctx
+        if a.parse_error:  # what the parser could not read may hide a write or a barrier
+            raise Decline(a.parse_error)
         if a.atomics or a.shuffles:
             raise Decline("its threads also combine by atomics or shuffles, not only through shared tiles")
         if any(b.scope != "block" for b in a.barriers) or not a.barriers:
@@ -831,8 +833,15 @@ class Tiled(Reading):
         if len(dims) != len(fill.slot):
             raise Decline(f"`{fill.tile}` is read with {len(dims)} indices and filled with {len(fill.slot)}")
         writer: dict[str, Poly] = {}
-        for w, r in zip(fill.slot, dims):
+        array = next(x for x in self.a.shared_arrays() if x.name == fill.tile)
+        if len(array.dims) != len(dims):
+            raise Decline(f"`{fill.tile}` is declared with {len(array.dims)} dimensions and read with {len(dims)}")
+        for w, r, size, declared in zip(fill.slot, dims, array.sizes or (None,) * len(dims), array.dims):
             digits = self._digits(self.poly(w), fill.tile)
+            size = size if size is not None else self.number(self.poly(declared)) if declared else None
+            if size is None or sum(d[2] * (d[3] - 1) for d in digits) >= size:
+                raise Decline(f"the fill of `{fill.tile}` writes past its `[{declared}]`"
+                              if size is not None else f"`{fill.tile}`'s size `[{declared}]` is not known")
             read = self.poly(r, {self.k: self.k})
             parts = [Poly() for _ in digits]
             for m, c in read.terms:
@@ -986,6 +995,16 @@ class Tiled(Reading):
         coords = {"kt_r": row, "kt_c": col}
         cmap = {lr: Poly.name(name) - Poly.name(br) * t for name, (lr, br, t) in coords.items()}
         bounds, limits = self._guards(body, at, cmap)
+        for w in writes:  # each thread writes its own output: an index that moves with both coordinates
+            index = self.settle(self.poly(w.index) + self._offset(w.array, None), cmap)
+            if any(index.degree_in(n) != 1 or index.coefficient(n).is_zero for n in ("kt_r", "kt_c")):
+                raise Decline(f"`{w.array}` is written at `{' '.join(w.index.split())}`, not the thread's own output")
+            for fast, slow in (("kt_c", "kt_r"), ("kt_r", "kt_c")):
+                # a row of outputs longer than the step between rows: two threads write one element
+                gap = index.coefficient(slow) - limits[fast] if fast in limits else None
+                if self.number(index.coefficient(fast)) == 1 and gap is not None and (gap.number or 0) < 0:
+                    raise Decline(f"`{w.array}` is written at `{' '.join(w.index.split())}`, where the guard's rows "
+                                  f"overlap: two threads write one element")
         specs, conds, more = self._extents(bounds, limits, coords)
         values, k_parts = self._values(x, y, cmap, {(d, op) for coord in bounds for d, op, _ in bounds[coord]})
         epilogue = tuple(self._text(s, self.text_of, cmap, None, {acc.var: "kt_v"}, f"the statement at line {_line(s)}")

@@ -242,6 +242,13 @@ def test_a_products_tiles_through_macros_and_a_row_only_its_launch_knows():
     ("k0 + threadIdx.x]", "k0 + threadIdx.x + threadIdx.z]", "which its slot does not name"),
     # the block's threads could still read a tile the next step overwrites
     ("        __syncthreads();\n    }", "    }", "no barrier between the fills and the sum, or none between"),
+    # a tile declared narrower than its fill writes
+    ("__shared__ float Bs[32][32];", "__shared__ float Bs[32][16];", "writes past its `\\[16\\]`"),
+    # rows of the output overlapping under the guard
+    ("C[(long)row * N + col] = acc;", "if (row < M && col < N) C[(long)row * (N - 1) + col] = acc;",
+     "two threads write one element"),
+    # every thread of a row writing one element
+    ("C[(long)row * N + col] = acc;", "C[(long)row * N] = acc;", "not the thread's own output"),
     # a fill whose other branch is no zero
     ("As[threadIdx.y][threadIdx.x] = A[(long)row * K + k0 + threadIdx.x];",
      "if (row < M) As[threadIdx.y][threadIdx.x] = A[(long)row * K + k0 + threadIdx.x]; "
