@@ -35,12 +35,13 @@ original's bit for bit, for any size.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kerntune.engine.proposal import ParamProposal
 
 from .cooperate import Decline, Dialect, ReadingPass, bare_return, beside, expression_names, fresh_names, \
-    if_condition, kernel_spans, lone_model, named_children, pinned, substituted, unbounded_header, with_names
+    if_condition, kernel_spans, lone_model, named_children, pinned, spec_scalars, strip_parens, substituted, \
+    unbounded_header, with_names
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ELEMENT_BYTES, Access, KernelModel, Poly, declarator_name, define_value
 from .passes import Rewrite, RewriteContext
@@ -102,6 +103,20 @@ class Transpose:
     bytes: int
     block: tuple[int, int, int]  # the original block's size, in numbers
     loops: dict  # loop variable -> its Digit
+    flat: "Flat | None" = None  # a thread per element of a one-dimensional launch (u and v unused)
+
+
+@dataclass(frozen=True)
+class Flat:
+    """A thread per element of a one-dimensional launch whose row and column are its flat index
+    divided by and modulo a width (`r = i / W; c = i % W`): the points are (row, column)."""
+
+    width: str  # W as the kernel writes it
+    width_spec: str  # W over the spec's problem names
+    threads: int  # the original block's threads
+    count: str  # the original's blocks, counted in the kernel from its arguments
+    grid: str  # the same over the spec's problem names
+    col_is_u: bool  # the read runs along the column (else along the row)
 
 
 class TransposePass(ReadingPass):
@@ -335,6 +350,76 @@ def _occurrences(value: str, key: str) -> set[str]:
     return out
 
 
+def _split(text: str):
+    """(operator, left, right) of a division or modulo `left / right`, `left % right`; else None."""
+    found = syntax_nodes(f"auto kt_e = ({text});", ("parenthesized_expression",))
+    if not found:
+        return None
+    node, text_of = found[0]
+    node = strip_parens(node)
+    if node.type != "binary_expression" or text_of(node.child_by_field_name("operator")) not in ("/", "%"):
+        return None
+    return (text_of(node.child_by_field_name("operator")), text_of(node.child_by_field_name("left")).strip(),
+            text_of(node.child_by_field_name("right")).strip())
+
+
+def _flat(ctx: RewriteContext, model: KernelModel, known: dict[str, int], block: tuple, loops) -> tuple | None:
+    """(Flat without its axes' order, the row's local, the column's local) where the kernel is a
+    thread per element of a one-dimensional launch splitting its flat index by a width; else None."""
+    if model.launch_dims != frozenset({0}) or loops or block[1] != 1 or block[2] != 1:
+        return None
+    halves: dict[tuple[str, str], dict[str, str]] = {}  # (flat index, width) -> {"/": row, "%": column}
+    for name, init in model.locals.items():
+        got = _split(init)
+        if got is None or name not in model.scalars:
+            continue
+        op, left, width = got
+        form = model.index(model.inline(left)).affine
+        if form is None or form.symbols() != {"threadIdx.x", "blockIdx.x"} or not form.const.is_zero or \
+                _known(form.coeff("threadIdx.x"), known).number != 1 or \
+                _known(form.coeff("blockIdx.x"), known).number != block[0]:
+            continue
+        halves.setdefault((model.inline(left), width), {})[op] = name
+    scalars = spec_scalars(ctx)
+    for (_, width), both in halves.items():
+        if set(both) != {"/", "%"}:
+            continue
+        spec = f"({scalars[width]})" if width in scalars else str(known[width]) if width in known else None
+        count = grid_count(ctx.grid[0], ctx, known)
+        if spec is None or count is None:
+            return None
+        return Flat(width, spec, block[0], count, ctx.grid[0], True), both["/"], both["%"]
+    return None
+
+
+def _flat_axes(read: Access, write: Access, flat: Flat, row: str, col: str, model: KernelModel,
+               known: dict[str, int]) -> bool:
+    """Whether the read runs along the column (True) or the row (False), the store along the other;
+    Decline with the reason otherwise."""
+    rename = {row: "kt_R", col: "kt_C"}
+    width = Poly.of(known[flat.width]) if flat.width in known else Poly.of(flat.width)
+
+    def form(index: str) -> Poly:
+        f = model.index(model.inline(index, rename)).affine
+        if f is None or f.symbols() - {"threadIdx.x", "blockIdx.x"}:
+            raise Decline(f"`{index}` is not affine in the element's row and column")
+        k = _known(f.coeff("threadIdx.x"), known).number
+        if k is None or _known(f.coeff("blockIdx.x"), known) != Poly.of(k * flat.threads):
+            raise Decline(f"`{index}` reads the thread's index other than as the element's")
+        out = _known(f.const, known) + Poly.of(k) * (Poly.of("kt_R") * width + Poly.of("kt_C"))
+        if out.degree_in("kt_R") > 1 or out.degree_in("kt_C") > 1 or \
+                {"kt_R", "kt_C"} & (out.coefficient("kt_R").names() | out.coefficient("kt_C").names()):
+            raise Decline(f"`{index}` is not affine in the element's row and column")
+        return out
+    r, w = form(read.index), form(write.index)
+    rr, rc, wr, wc = (p.coefficient(n) for p in (r, w) for n in ("kt_R", "kt_C"))
+    if rc.number == 1 and wr.number == 1 and not rr.is_zero and not wc.is_zero:
+        return True
+    if rr.number == 1 and wc.number == 1 and not rc.is_zero and not wr.is_zero:
+        return False
+    raise Decline("the read and the store do not run along swapped axes of the element's row and column")
+
+
 def _read(ctx: RewriteContext) -> Transpose:
     model = lone_model(ctx)
     writes = [a for a in model.accesses if a.write]
@@ -367,6 +452,7 @@ def _read(ctx: RewriteContext) -> Transpose:
     typed = _typed_locals(model)
     value = model.inline(cut(ctx.source, shape.store.child_by_field_name("right").start_byte,
                              shape.store.child_by_field_name("right").end_byte), typed)
+    flat = _flat(ctx, model, known, block, loops)
     found, why = None, "no read in the stored value of an array the kernel never writes"
     for a in model.accesses:
         if not a.read or a.write or a.space not in ("global", "constant") or \
@@ -381,22 +467,28 @@ def _read(ctx: RewriteContext) -> Transpose:
             why = f"the stored value reads `{a.array}` only on one side of a condition (`?:`, `&&`, `||`)"
             continue
         try:
-            u, v, batch = _axes(a, write, extents, known, model.types)
+            if flat is not None:
+                flat = (replace(flat[0], col_is_u=_flat_axes(a, write, *flat, model, known)),) + flat[1:]
+                u, v = Axis((), 0, 0), Axis((), 1, 0)
+            else:
+                u, v, _ = _axes(a, write, extents, known, model.types)
         except Decline as e:
             why = str(e)
             continue
-        found = (a, key, text, u, v, batch)
+        found = (a, key, text, u, v)
         break
     if found is None:
         raise Decline(why)
-    a, key, text, u, v, batch = found
-    if u.dim == v.dim:
+    a, key, text, u, v = found
+    if flat is not None:
+        pass
+    elif u.dim == v.dim:
         raise Decline("both fast axes are spread over blocks of one launch dimension")
     for var in loops:
         if var not in u.symbols() | v.symbols():
             raise Decline(f"the loop over `{var}` moves neither index")
     moving = u.symbols() | v.symbols()
-    for word, dim in model.ids:
+    for word, dim in model.ids if flat is None else ():
         if word == "threadIdx" and f"threadIdx.{DIMS[dim]}" not in moving and block[dim] > 1:
             raise Decline(f"it reads threadIdx.{DIMS[dim]} other than in its indices")
         if word == "blockIdx" and dim in (u.dim, v.dim) and f"blockIdx.{DIMS[dim]}" not in moving:
@@ -415,7 +507,8 @@ def _read(ctx: RewriteContext) -> Transpose:
     if left:
         raise Decline(f"it reads {', '.join(sorted(left))}, assigned more than once")
     return Transpose(store, write.array, a, key, text, u, v, guards, generic.get(a.array, ctype), size, block,
-                     {var: next(dg for ax in (u, v) for dg in ax.digits if dg.symbol == var) for var in loops})
+                     {var: next(dg for ax in (u, v) for dg in ax.digits if dg.symbol == var) for var in loops},
+                     flat[0] if flat is not None else None)
 
 
 # writing ---------------------------------------------------------------------------------------------
@@ -426,6 +519,9 @@ def _ids(ctx: RewriteContext, t: Transpose) -> dict[str, str]:
     cuda = ctx.backend == "cuda"
     cast = "unsigned int" if cuda else "size_t"
     value: dict[tuple[str, int], str] = {}
+    if t.flat is not None:  # the element's flat index kt_f, of the original's one dimension
+        value = {("threadIdx", 0): f"(kt_f % {t.flat.threads})", ("blockIdx", 0): f"(kt_f / {t.flat.threads})",
+                 ("blockIdx", 1): "0", ("blockIdx", 2): "0"}
     for ax, var in ((t.u, "kt_u"), (t.v, "kt_v")):
         for dg in ax.digits:
             if "." in dg.symbol:
@@ -513,13 +609,11 @@ def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
     known = constants(ctx, model)
     # the original's blocks along each axis: counted from the kernel's own arguments as the spec's
     # grid counts them, else from the grid, which holds E / TILE tiles of them where TILE divides E
-    counted = {ax.dim: grid_count(grid[ax.dim], ctx, known) for ax in (t.u, t.v)}
-    blocks = {ax.dim: counted[ax.dim] or f"(int){grid_word('gridDim', ax.dim)} / ({ax.extent} > $TILE ? "
-                                        f"{ax.extent} / $TILE : 1)" for ax in (t.u, t.v)}
-    kernel = f"""{unbounded_header(ctx.source, a)}
-{{
-    {d.shared} {t.ctype} kt_tile[$TILE][$TILE + $PAD];
-    const int kt_gu = {blocks[t.u.dim]};
+    if t.flat is None:
+        counted = {ax.dim: grid_count(grid[ax.dim], ctx, known) for ax in (t.u, t.v)}
+        blocks = {ax.dim: counted[ax.dim] or f"(int){grid_word('gridDim', ax.dim)} / ({ax.extent} > $TILE ? "
+                                            f"{ax.extent} / $TILE : 1)" for ax in (t.u, t.v)}
+        head = f"""    const int kt_gu = {blocks[t.u.dim]};
     const int kt_gv = {blocks[t.v.dim]};
     const int kt_ue = kt_gu * {t.u.extent};
     const int kt_ve = kt_gv * {t.v.extent};
@@ -527,11 +621,29 @@ def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
     const int kt_v0 = (int){grid_word('blockIdx', t.v.dim)} * $TILE;
     if (kt_u0 >= kt_ue || kt_v0 >= kt_ve)
         return;
-    // read along the input's rows: consecutive threads, consecutive points along U
+"""
+        point, inside = "", "kt_u < kt_ue && kt_v < kt_ve"
+    else:  # (row, column) points; the element is the original's where its flat index is launched
+        wide = "long long" if d.name == "cuda" else "long"
+        col, row = ("kt_u", "kt_v") if t.flat.col_is_u else ("kt_v", "kt_u")
+        head = f"""    const int kt_gu = {t.flat.count};  // the original's blocks
+    const int kt_gv = 1;
+    const {wide} kt_n = ({wide})kt_gu * {t.flat.threads};
+    const int kt_w = (int)({t.flat.width});
+    const int kt_u0 = (int){grid_word('blockIdx', 0)} * $TILE;
+    const int kt_v0 = (int){grid_word('blockIdx', 1)} * $TILE;
+"""
+        point = f"        const {wide} kt_f = ({wide}){row} * kt_w + {col};\n"
+        inside = f"{col} < kt_w && kt_f < kt_n"
+        counted = {0: "", 1: ""}
+    kernel = f"""{unbounded_header(ctx.source, a)}
+{{
+    {d.shared} {t.ctype} kt_tile[$TILE][$TILE + $PAD];
+{head}    // read along the input's rows: consecutive threads, consecutive points along U
     for (int kt_r = {ly}; kt_r < $TILE; kt_r += $ROWS) {{
         const int kt_u = kt_u0 + {lx};
         const int kt_v = kt_v0 + kt_r;
-        if (kt_u < kt_ue && kt_v < kt_ve && {guard})
+{point}        if ({inside} && {guard})
             kt_tile[kt_r][{lx}] = {read};
     }}
     {d.barrier};
@@ -539,15 +651,15 @@ def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
     for (int kt_r = {ly}; kt_r < $TILE; kt_r += $ROWS) {{
         const int kt_u = kt_u0 + kt_r;
         const int kt_v = kt_v0 + {lx};
-        if (kt_u < kt_ue && kt_v < kt_ve && {guard})
+{point}        if ({inside} && {guard})
             {store};
     }}
 }}"""
     if "$" in cut(ctx.source, a.span.start, a.span.end):
         raise Decline("a `$` in the kernel's code")
     kernel = with_names(kernel, names)
-    tiles = tuple(x for x in TILES if all(counted[ax.dim] or x % ax.extent == 0 or ax.extent % x == 0
-                                          for ax in (t.u, t.v)))
+    tiles = tuple(x for x in TILES if t.flat is not None or all(counted[ax.dim] or x % ax.extent == 0 or
+                                                                ax.extent % x == 0 for ax in (t.u, t.v)))
     if not tiles:
         raise Decline(f"no tile of {', '.join(map(str, TILES))} divides or is a multiple of the blocks' "
                       f"{t.u.extent} x {t.v.extent} points")
@@ -562,10 +674,16 @@ def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
                    f"{off} or {tile} * ({tile} + {pad}) * {t.bytes} <= max_shared_per_block"] + pinned(ctx, off)
     block = list(ctx.block) + ["1"] * (3 - len(ctx.block))
     new_grid = list(grid)
-    for ax in (t.u, t.v):
+    for ax in (t.u, t.v) if t.flat is None else ():
         g = grid[ax.dim]
         tiled = f"ceil_div(({g}) * {ax.extent}, {tile})" if counted[ax.dim] else f"({g}) * max(1, {ax.extent} // {tile})"
         new_grid[ax.dim] = f"({tiled}) if {tile} > 0 else ({g})"
+    if t.flat is not None:  # the columns' tiles and the rows' (as many rows as the original's elements fill)
+        f = t.flat
+        cols, rows_ = f"ceil_div({f.width_spec}, {tile})", f"ceil_div(ceil_div(({f.grid}) * {f.threads}, {f.width_spec}), {tile})"
+        along_u, along_v = (cols, rows_) if f.col_is_u else (rows_, cols)
+        new_grid[0] = f"({along_u}) if {tile} > 0 else ({grid[0]})"
+        new_grid[1] = f"({along_v}) if {tile} > 0 else ({grid[1]})"
     new_block = [f"{tile} if {tile} > 0 else ({block[0]})", f"{rows} if {tile} > 0 else ({block[1]})",
                  f"1 if {tile} > 0 else ({block[2]})"]
     n = max(len(ctx.grid), len(ctx.block), max(t.u.dim, t.v.dim) + 1, 2)

@@ -52,7 +52,7 @@ CASES = {
     "conv_cols": ("stencil", ({"ITEMS": 8}, {"TILE": 1, "ITEMS": 4})),
     "stencil1d": ("stencil", ({"TILE": 1}, {"TILE": 1, "ITEMS": 4, "BLOCK": 64}, {"ITEMS": 2})),
     # a batch of non-square matrices, scaled on the way: tiles smaller, as large and larger than the block
-    "transpose": ("transpose", ({"TILE": 32}, {"TILE": 8, "ROWS": 2, "PAD": 0})),
+    "transpose": ("transpose", ({"TILE": 32, "ROWS": 4, "PAD": 0},)),
 }
 
 

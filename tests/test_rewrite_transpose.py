@@ -204,3 +204,52 @@ def test_a_grid_the_kernels_arguments_count_is_counted_in_the_kernel_and_any_til
     out = p.sources["cuda"]
     assert "const int kt_gu = (int)(((cols) + 16 - 1) / 16);" in out  # BLOCK held at its 16 while the tile runs
     assert "const int kt_gv = (int)(((rows) + 16 - 1) / 16);" in out
+
+
+# a thread per element of a one-dimensional launch, its row and column the flat index divided by and
+# modulo the width: a matrix (no batch) of `rows` x `cols`
+FLAT = (HEAD + "    int i = get_global_id(0);\n    if (i < rows * cols) {\n        int r = i / cols;\n"
+        "        int c = i % cols;\n        out[c * rows + r] = scale * in[i];\n    }\n}\n")
+FLAT_REFERENCE = """import numpy as np
+
+
+def reference(inputs, sizes):
+    return {"out": np.ascontiguousarray(inputs["in"].astype(np.float64).T) * 1.5}
+"""
+
+
+def flat_spec(tmp_path: Path, source: str) -> Path:
+    folder = spec(tmp_path, source, ('grid = ["ceil_div(rows * cols, 256)"]', "block = [256]"))
+    toml = (folder / "kernel.toml").read_text()
+    for old, new in (('["batch", "rows", "cols"]', '["rows", "cols"]'), ('["batch", "cols", "rows"]', '["cols", "rows"]'),
+                     ("batch = 3\n", ""), ("batch = 8\n", ""), ("batch = 2\n", ""), ("batch * ", "")):
+        toml = toml.replace(old, new)
+    (folder / "kernel.toml").write_text(toml)
+    (folder / "reference.py").write_text(FLAT_REFERENCE)
+    return folder
+
+
+def test_a_flat_index_split_into_row_and_column_is_tiled_and_reproduces_the_original(tmp_path, opencl_backend):
+    original = load_template(flat_spec(tmp_path, FLAT))
+    made = rules_template(original, "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["transpose"], made.applied.declined
+    p = made.proposal
+    # the columns' tiles along x, the rows' as many as the original's elements fill, along y
+    assert p.grid[:2] == ("(ceil_div((cols), TILE)) if TILE > 0 else (ceil_div(rows * cols, BLOCK))",
+                          "(ceil_div(ceil_div((ceil_div(rows * cols, BLOCK)) * 256, (cols)), TILE)) if TILE > 0 else (1)")
+    out = p.sources["opencl"]
+    assert "const long kt_f = (long)kt_v * kt_w + kt_u;" in out and "if (kt_u < kt_w && kt_f < kt_n && " in out
+    verdict = check_proposal(original, p, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=original.problem("small", {}), limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
+    ok, _, message = ev.reproduces_original({**template.default_config(), "TILE": 16, "ROWS": 4}, (3, 4))
+    assert ok, message
+
+
+def test_a_flat_index_whose_row_and_column_do_not_swap_is_declined(tmp_path):
+    copy = FLAT.replace("in[i]", "in[c * rows + r]")  # both along the row: a permuted copy
+    made = rules_template(load_template(flat_spec(tmp_path, copy)), "opencl", CPU)
+    reasons = {d.name: d.reason for d in made.applied.declined}
+    assert "do not run along swapped axes of the element's row and column" in reasons["transpose"], reasons
