@@ -19,7 +19,8 @@ What the reading proves on the kernel model and its syntax (else it declines wit
 
 - two static shared tiles, block barriers only (no atomics, shuffles or warp barriers), one loop
   over the steps at the top of the body and no guard before it;
-- the step's body is the tiles' fills (`S[i][j] = G;`, or under an `if` with zero in its `else`),
+- the step's body is the tiles' fills (`S[i][j] = G;`, or under an `if` with zero in its `else`;
+  or a loop of them, each thread copying several elements, its variable a multiple of a copy's id),
   a barrier, the inner loop (`for (k = 0; k < D; ++k)` updating one sum by the product of one
   element of each tile), a barrier; pointers moved only by `p += e` before the loop or in the
   step's body (`A += BLOCKSIZE`), none of them an output;
@@ -52,7 +53,7 @@ which the parser alone takes for a cast), the launch's words as the original lau
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
@@ -88,6 +89,9 @@ class Fill:
     cond: str | None  # the fill's condition (the value where it holds, zero elsewhere)
     node: object
     position: int  # in the step's body
+    # a loop around the fill (each thread copying several elements): its variable as a multiple of
+    # a copy's own id (`i` = 16 * kt_fill0 for `for (i = 0; i < 32; i += 16)`)
+    loops: dict = field(default_factory=dict)
 
 
 def _named(node) -> list:
@@ -722,6 +726,13 @@ class Tiled(Reading):
             if s.type == "declaration":
                 continue
             if s.type == "for_statement":
+                copies = self._fill_loop(s, i)
+                if copies:
+                    for f in copies:
+                        if f.tile in fills:
+                            raise Decline(f"the tile `{f.tile}` is filled by more than one statement")
+                        fills[f.tile] = f
+                    continue
                 if inner is not None:
                     raise Decline(f"more than one loop in the tiles' loop (line {line})")
                 inner, inner_at = s, i
@@ -744,6 +755,38 @@ class Tiled(Reading):
             raise Decline("the tiles' loop has no barrier between the fills and the sum, or none between the sum "
                           "and the next step's fills")
         return fills, inner
+
+    def _fill_loop(self, loop, position: int) -> list[Fill]:
+        """The fills of a loop in the step whose body is only fills (each thread copying several
+        elements: `for (i = 0; i < 32; i += 16) As[ty][tx + i] = ...`), its variable a multiple of a
+        copy's own id; [] for any other loop."""
+        body = [self._expanded(x) for x in _flat(loop.child_by_field_name("body"))]
+        fills = [_fill(x, t, self.tiles, position) for x, t in body]
+        if not fills or None in fills:
+            return []
+        starts, cond, updates = _for_parts(loop, self.text_of)
+        if len(starts) != 1 or len(updates) != 1 or cond is None:
+            raise Decline(f"the loop of fills at line {_line(loop)} does not run one variable from 0 by a step")
+        var, start = starts[0]
+        left, op, right = _comparison(cond, self.text_of)
+        stepped, step = _step(updates[0], self.text_of)
+        numbers = [self.number(self.poly(x)) for x in (start, right, step)]
+        if left.strip() != var or op != "<" or stepped != var or None in numbers or numbers[0] != 0 or numbers[2] <= 0:
+            raise Decline(f"the loop of fills at line {_line(loop)} does not run `{var}` from 0 by a fixed step to a "
+                          f"bound the file fixes")
+        name = f"kt_fill{len([a for a in self.atoms if a.startswith('kt_fill')])}"
+        self.atoms[name] = Atom(LOCAL, 10 + len(self.atoms), extent=-(-numbers[1] // numbers[2]))
+        for f in fills:
+            f.loops = {var: Poly.const(numbers[2]) * Poly.name(name)}
+        return fills
+
+    def fill_poly(self, fill: Fill, text: str) -> Poly:
+        """An expression of a fill as a polynomial, the variable of a loop around it a multiple of
+        the copy's id."""
+        p = self.poly(text, {v: v for v in fill.loops})
+        for v, at in fill.loops.items():
+            p = p.substitute(v, at)
+        return p
 
     def _inner(self, inner):
         text_of = self.text_of
@@ -828,41 +871,63 @@ class Tiled(Reading):
             lo, hi = lo + min(0, rest * top), hi + max(0, rest * top)
         return lo, hi
 
-    def _solve(self, fill: Fill, dims: list[str]) -> dict[str, Poly]:
-        """The writer's local ids as functions of the read: which thread filled the slot read."""
+    def _solve(self, fill: Fill, dims: list[str]) -> tuple[dict[str, str], dict[str, Poly]]:
+        """Which copy filled the slot read: each of the writer's ids (renamed apart from the
+        reader's, `kt_w0`...) as a function of the read. The read is split along the slot's digits
+        where each part stays within its digit's range; else, where the slot's digits cover a
+        range without gaps, the lightest digit takes the rest of the read (the fill's value must
+        then move with the slot's digits as the slot does: the others cancel)."""
         if len(dims) != len(fill.slot):
             raise Decline(f"`{fill.tile}` is read with {len(dims)} indices and filled with {len(fill.slot)}")
-        writer: dict[str, Poly] = {}
         array = next(x for x in self.a.shared_arrays() if x.name == fill.tile)
         if len(array.dims) != len(dims):
             raise Decline(f"`{fill.tile}` is declared with {len(array.dims)} dimensions and read with {len(dims)}")
+        rename: dict[str, str] = {}
+        values: dict[str, Poly] = {}
         for w, r, size, declared in zip(fill.slot, dims, array.sizes or (None,) * len(dims), array.dims):
-            digits = self._digits(self.poly(w), fill.tile)
+            digits = self._digits(self.fill_poly(fill, w), fill.tile)
             size = size if size is not None else self.number(self.poly(declared)) if declared else None
             if size is None or sum(d[2] * (d[3] - 1) for d in digits) >= size:
                 raise Decline(f"the fill of `{fill.tile}` writes past its `[{declared}]`"
                               if size is not None else f"`{fill.tile}`'s size `[{declared}]` is not known")
-            read = self.poly(r, {self.k: self.k})
-            parts = [Poly() for _ in digits]
-            for m, c in read.terms:
-                term = Poly(((m, c),))
-                rest = self.number(Poly(((tuple(n for n in m if n != self.k and self.atom(n) is None), c),)))
-                heavy = [i for i, d in enumerate(digits) if rest is not None and rest % d[2] == 0]
-                got = divide(term, digits[heavy[-1]][1]) if heavy else None
-                if got is None:
-                    raise Decline(f"the read `{fill.tile}[{' '.join(r.split())}]` does not split along the fill's "
-                                  f"slot")
-                parts[heavy[-1]] = parts[heavy[-1]] + got
-            for (name, _, _, extent), part in zip(digits, parts):
-                lo, hi = self._range(part, f"the read `{fill.tile}[{' '.join(r.split())}]`")
-                if lo < 0 or hi >= extent:
-                    raise Decline(f"the read `{fill.tile}[{' '.join(r.split())}]` reaches slots no thread of the "
-                                  f"block fills")
-                if name in writer:
+            for name, *_ in digits:
+                if name in rename:
                     raise Decline(f"the fill of `{fill.tile}` names `{name.strip('()')}` in two of its indices")
-                writer[name] = part
-        self._independent(writer, f"the fill of `{fill.tile}`")
-        return writer
+                rename[name] = f"kt_w{len(rename)}"
+            read = self.poly(r, {self.k: self.k})
+            what = f"the read `{fill.tile}[{' '.join(r.split())}]`"
+            try:
+                parts = self._split(read, digits, what)
+            except Decline:
+                dense = digits[0][1].number == 1 and all(hi[2] == lo[2] * lo[3] for lo, hi in zip(digits, digits[1:]))
+                lo, hi = self._range(read, what)
+                if not dense or lo < 0 or hi >= digits[-1][2] * digits[-1][3]:
+                    raise
+                rest = Poly()
+                for name, weight, _, _ in digits[1:]:
+                    rest = rest + weight * Poly.name(rename[name])
+                parts = [read - rest] + [Poly.name(rename[name]) for name, *_ in digits[1:]]
+            for (name, *_), part in zip(digits, parts):
+                values[rename[name]] = part
+        self._independent(rename, f"the fill of `{fill.tile}`")
+        return rename, values
+
+    def _split(self, read: Poly, digits, what: str) -> list[Poly]:
+        """The read split along the slot's digits, each part within its digit's range."""
+        parts = [Poly() for _ in digits]
+        for m, c in read.terms:
+            term = Poly(((m, c),))
+            rest = self.number(Poly(((tuple(n for n in m if n != self.k and self.atom(n) is None), c),)))
+            heavy = [i for i, d in enumerate(digits) if rest is not None and rest % d[2] == 0]
+            got = divide(term, digits[heavy[-1]][1]) if heavy else None
+            if got is None:
+                raise Decline(f"{what} does not split along the fill's slot")
+            parts[heavy[-1]] = parts[heavy[-1]] + got
+        for (_, _, _, extent), part in zip(digits, parts):
+            lo, hi = self._range(part, what)
+            if lo < 0 or hi >= extent:
+                raise Decline(f"{what} reaches slots no thread of the block fills")
+        return parts
 
     def _offset(self, array: str, position: int | None) -> Poly:
         """How far `array` has moved where it is read: its moves before the loop, a step's moves
@@ -905,8 +970,13 @@ class Tiled(Reading):
             q = self.canon(substitute(self.canon(p), {k: self.canon(v) for k, v in values.items()}))
         return q
 
-    def _composed(self, p: Poly, writer: dict[str, Poly], what: str) -> Poly:
-        p = self.settle(p, writer)
+    def _composed(self, p: Poly, writer: tuple[dict[str, str], dict[str, Poly]], what: str) -> Poly:
+        rename, values = writer
+        for name, temp in rename.items():
+            p = p.substitute(name, Poly.name(temp))
+        p = self.settle(p, values)
+        if set(rename.values()) & p.names():
+            raise Decline(f"{what} moves with the copy that wrote it other than its slot does")
         p = self.settle(p, {self.k: Poly.name("kt_k") - Poly.name(N) * self.depth})
         if N in p.names():
             raise Decline(f"{what} moves with the tiles' steps other than the shared index does")
@@ -918,8 +988,8 @@ class Tiled(Reading):
         writer = self._solve(fill, dims)
         elements = []
         for key, array, index in self._globals(fill.value):
-            p = self.poly(index) + self._offset(array, fill.position)
-            extra = self.atoms_of(p, LOCAL) - set(writer)
+            p = self.fill_poly(fill, index) + self._offset(array, fill.position)
+            extra = self.atoms_of(p, LOCAL) - set(writer[0])
             if extra:
                 raise Decline(f"the fill of `{fill.tile}` reads `{sorted(extra)[0].strip('()')}`, which its slot does "
                               f"not name: threads writing one slot would write different values")
@@ -928,8 +998,8 @@ class Tiled(Reading):
             raise Decline(f"the fill of `{fill.tile}` reads no element of an argument")
         conds = []
         for left, op, right in conjuncts(fill.cond) if fill.cond else []:
-            d = self.poly(left) - self.poly(right)
-            if self.atoms_of(d, LOCAL) - set(writer):
+            d = self.fill_poly(fill, left) - self.fill_poly(fill, right)
+            if self.atoms_of(d, LOCAL) - set(writer[0]):
                 raise Decline(f"the fill of `{fill.tile}` tests an id its slot does not name")
             conds.append((self._composed(d, writer, f"the fill's condition of `{fill.tile}`"), op))
         return {"tile": fill.tile, "value": fill.value, "elements": elements, "conds": conds}

@@ -683,14 +683,93 @@ __global__ void matmul_half(const __half *A, const __half *Bt, __half *C, int M,
 """
 
 
+# 16 x 16 outputs a group, tiles 32 deep: each work-item copies two elements of each tile
+DEEP_TILED = """__kernel void matmul_naive(__global const float *A, __global const float *B, __global float *C, int M, int N,
+                           int K) {
+    __local float As[16][32];
+    __local float Bs[32][16];
+    const int tr = get_local_id(0), tc = get_local_id(1);
+    const int row = get_group_id(0) * 16 + tr, col = get_group_id(1) * 16 + tc;
+    float sum = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += 32) {
+        for (int i = 0; i < 32; i += 16) {
+            As[tr][tc + i] = (row < M && k0 + tc + i < K) ? A[row * K + k0 + tc + i] : 0.0f;
+            Bs[tr + i][tc] = (k0 + tr + i < K && col < N) ? B[(k0 + tr + i) * N + col] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k = 0; k < 32; ++k)
+            sum += As[tr][k] * Bs[k][tc];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (row < M && col < N)
+        C[row * N + col] = sum;
+}
+"""
+
+
+def tiled_spec(folder: Path, naive: str, source: str, backend: str, *launch: tuple[str, str]) -> Path:
+    """The naive spec `naive` over a hand-tiled `source` of one backend (its launch's lines
+    replaced as `launch` says)."""
+    shutil.copytree(NAIVE / naive, folder)
+    (folder / ("kernel.cu" if backend == "cuda" else "kernel.cl")).write_text(source)
+    toml = (folder / "kernel.toml").read_text().replace(
+        'sources = { cuda = "kernel.cu", opencl = "kernel.cl" }',
+        f'sources = {{ {backend} = "{"kernel.cu" if backend == "cuda" else "kernel.cl"}" }}')
+    for old, new in launch:
+        toml = toml.replace(old, new)
+    (folder / "kernel.toml").write_text(toml)
+    return folder
+
+
+def deep_tiled_spec(folder: Path) -> Path:
+    """matmul_naive's spec over DEEP_TILED (OpenCL only, groups of 16 x 16)."""
+    return tiled_spec(folder, "matmul_naive", DEEP_TILED, "opencl",
+                      ('grid = ["ceil_div(M, 32)", "ceil_div(N, 32)"]', 'grid = ["ceil_div(M, 16)", "ceil_div(N, 16)"]'),
+                      ("block = [32, 32]", "block = [16, 16]"))
+
+
+def tiled_reproduces(original, backend: str, device, limits, tmp_path, configs, fixed=None) -> None:
+    """The rules give a hand-tiled product the contraction, its template passes the gate, and each
+    configuration gives the original's outputs at odd sizes (M 37, N 45, K 29)."""
+    made = rules_template(original, backend, limits)
+    assert [r.name for r in made.applied.rewrites] == ["contraction"], made.why_none()
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend=backend, device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=300)
+    assert verdict.ok, verdict.reason
+    ev = Evaluator(device, verdict.template, verdict.template.problem("small", {"M": 37, "N": 45, "K": 29}),
+                   seed=1, timing=FAST)
+    for config in configs:
+        ok, _, message = ev.reproduces_original({**verdict.template.default_config(), **(fixed or {}), **config}, (3, 4))
+        assert ok, (config, message)
+
+
+def test_a_tile_each_thread_copies_several_elements_of_is_read_as_one_slot_a_copy(tmp_path):
+    """`for (i = 0; i < 32; i += 16) As[tr][tc + i] = A[row * K + k0 + tc + i]`: the copy (tc, i / 16)
+    fills slot tc + i, so the read `As[tr][k]` (k up to 31, past the 16 work-items along tc) is the
+    copy whose tc + i is k, and A's element moves with tc + i as the slot does."""
+    original = load_template(deep_tiled_spec(tmp_path / "spec"))
+    grid, block = original_launch(original, CPU)
+    c = read_contraction(RewriteContext(original, "opencl", DEEP_TILED, classify(DEEP_TILED, "matmul_naive"),
+                                        tuple(grid), tuple(block), {}, CPU))
+    assert (c.x, c.y) == ("(A[(K * kt_r + kt_k)])", "(B[(N * kt_k + kt_c)])")
+    assert c.k_cond == "((32 * (kt_k / (32)) - K) < 0) && ((-K + kt_k) < 0)"
+    # a copy whose element does not move as its slot does is refused
+    with pytest.raises(Decline, match="moves with the copy that wrote it"):
+        skew = DEEP_TILED.replace("A[row * K + k0 + tc + i]", "A[row * K + k0 + tc + 2 * i]")
+        read_contraction(RewriteContext(original, "opencl", skew, classify(skew, "matmul_naive"), tuple(grid),
+                                        tuple(block), {}, CPU))
+
+
+@pytest.mark.slow
+def test_on_pocl_a_tile_each_thread_copies_several_elements_of_gives_the_originals_outputs(tmp_path, opencl_backend):
+    tiled_reproduces(load_template(deep_tiled_spec(tmp_path / "spec")), "opencl", opencl_backend, CPU, tmp_path,
+                     ({"BK": 8, "BM": 16, "BN": 32, "TM": 2, "TN": 4},
+                      {"BK": 16, "BM": 32, "BN": 16, "TM": 4, "TN": 2, "STAGES": 2, "VEC": 4}))
+
+
 def half_tiled_spec(folder: Path) -> Path:
     """matmul_half's spec over HALF_TILED (CUDA only)."""
-    shutil.copytree(NAIVE / "matmul_half", folder)
-    (folder / "kernel.cu").write_text(HALF_TILED)
-    toml = (folder / "kernel.toml").read_text()
-    (folder / "kernel.toml").write_text(toml.replace('sources = { cuda = "kernel.cu", opencl = "kernel.cl" }',
-                                                     'sources = { cuda = "kernel.cu" }'))
-    return folder
+    return tiled_spec(folder, "matmul_half", HALF_TILED, "cuda")
 
 
 def test_a_half_product_tiled_by_hand_is_offered_the_tensor_cores():
@@ -714,19 +793,11 @@ def test_on_cuda_a_half_product_tiled_by_hand_gates_and_its_tensor_core_tiles_re
     from kerntune.engine.tune import resolve_device
 
     _, limits = resolve_device("cuda", 0)
-    original = load_template(half_tiled_spec(tmp_path / "spec"))
-    made = rules_template(original, "cuda", limits)
-    assert [r.name for r in made.applied.rewrites] == ["contraction"], made.why_none()
-    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
-                             problem=original.problem("small", {}), limits=limits, timeout=300)
-    assert verdict.ok, verdict.reason
     backend = open_backend("cuda", 0)
     try:
-        ev = Evaluator(backend, verdict.template, verdict.template.problem("small", {"M": 37, "N": 45, "K": 29}),
-                       seed=1, timing=FAST)
-        for config in MMA_CONFIGS[:2] + ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4, "MMA": 0},):
-            ok, _, message = ev.reproduces_original({**verdict.template.default_config(), "MMA": 1, **config}, (3, 4))
-            assert ok, (config, message)
+        tiled_reproduces(load_template(half_tiled_spec(tmp_path / "spec")), "cuda", backend, limits, tmp_path,
+                         MMA_CONFIGS[:2] + ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4, "MMA": 0},),
+                         {"MMA": 1})
     finally:
         backend.close()
 
