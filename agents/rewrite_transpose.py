@@ -43,7 +43,7 @@ from .cooperate import Decline, Dialect, ReadingPass, bare_return, beside, expre
     if_condition, kernel_spans, lone_model, named_children, pinned, spec_scalars, strip_parens, substituted, \
     unbounded_header, with_names
 from .kernel_tree import span_of, syntax_nodes
-from .model import DIALECT, ELEMENT_BYTES, Access, KernelModel, Poly, declarator_name, define_value
+from .model import DIALECT, ELEMENT_BYTES, Access, Affine, KernelModel, Poly, declarator_name, define_value
 from .passes import Rewrite, RewriteContext
 from .syntax import cut
 
@@ -104,6 +104,7 @@ class Transpose:
     block: tuple[int, int, int]  # the original block's size, in numbers
     loops: dict  # loop variable -> its Digit
     flat: "Flat | None" = None  # a thread per element of a one-dimensional launch (u and v unused)
+    starts: tuple = ()  # (loop variable, the thread id it starts at) of loops over the block's threads
 
 
 @dataclass(frozen=True)
@@ -248,27 +249,40 @@ class _Shape:
                           "and one store")
 
 
-def _loop_digit(model: KernelModel, i: int, known: dict[str, int]) -> tuple[int, int]:
-    """(step, trip count) of a counting loop from 0 by a whole step to a whole bound."""
+def _loop_digit(model: KernelModel, i: int, known: dict[str, int]) -> tuple[int, int, str]:
+    """(step, trip count, the thread id it starts at or "") of a counting loop from 0 by a whole step
+    to a whole bound, or of a loop over a block's threads (`for (j = threadIdx.y; j < 32; j +=
+    blockDim.y)`, the bound a whole number of steps, so every thread runs it as often)."""
     lp = model.loops[i]
     forms = (lp.start_form, lp.step_form, lp.bound_form)
-    if lp.kind != "for" or lp.role != "serial" or lp.compare not in ("<", "<=") or lp.update not in ("+=", "++") \
-            or any(f is None or f.coeffs for f in forms):
+    start_id = ""
+    if lp.role == "thread-stride" and lp.start_form is not None and len(lp.start_form.coeffs) == 1 and \
+            lp.start_form.coeffs[0][0].startswith("threadIdx.") and lp.start_form.coeffs[0][1].number == 1:
+        start_id = lp.start_form.coeffs[0][0]
+    if lp.kind != "for" or lp.role not in ("serial", "thread-stride") or lp.compare not in ("<", "<=") or \
+            lp.update not in ("+=", "++") or any(f is None or (f.coeffs and f is not lp.start_form) for f in forms) \
+            or (lp.role == "thread-stride") != bool(start_id):
         raise Decline(f"the loop over `{lp.var}` does not count up by a step to a bound")
     start, step, bound = (_number(f.const, known) for f in forms)
     if start != 0 or step is None or step < 1 or bound is None:
         raise Decline(f"the loop over `{lp.var}` does not run from 0 by a whole step to a whole bound")
-    trip = max(0, (bound + (1 if lp.inclusive or lp.compare == "<=" else 0) + step - 1) // step)
-    return step, trip
+    bound += 1 if lp.inclusive or lp.compare == "<=" else 0
+    if start_id and (bound % step or step != known.get("blockDim." + start_id[-1])):
+        raise Decline(f"the loop over `{lp.var}` steps by other than the block's threads or to no whole number of "
+                      "steps")
+    return step, max(0, (bound + step - 1) // step), start_id
 
 
 def _axes(read: Access, write: Access, extents: dict[str, tuple[int, int]], known: dict[str, int],
-          types: dict) -> tuple[Axis, Axis, set[str]]:
+          types: dict, starts: dict[str, str]) -> tuple[Axis, Axis, set[str]]:
     """U (the read's fast axis) and V (the write's) from the two indices, and the batch's block
     ids; Decline with the reason where they are not a transposition."""
     r, w = read.expr.affine if read.expr else None, write.expr.affine if write.expr else None
     if r is None or w is None:
         raise Decline(f"`{(read if r is None else write).index}` is not affine in the thread's ids and loops")
+    # a loop over the block's threads, j = threadIdx.y + step * count: its variable stands for the count
+    for var, tid in starts.items():
+        r, w = (f + Affine.of(tid, True).scale(f.coeff(var)) for f in (r, w))
     symbols = sorted(r.symbols() | w.symbols())
     pairs = {s: (_known(r.coeff(s), known), _known(w.coeff(s), known)) for s in symbols}
     unit_r = [s for s in symbols if pairs[s][0].number == 1]
@@ -445,10 +459,13 @@ def _read(ctx: RewriteContext) -> Transpose:
         raise Decline("its store is not the element it writes")
     extents: dict[str, tuple[int, int]] = {f"threadIdx.{DIMS[k]}": (1, block[k]) for k in range(3)}
     loops = {}
+    starts = {}  # a loop over the block's threads -> the thread id it starts at
     for i in shape.loops:
-        step, trip = _loop_digit(model, i, known)
+        step, trip, start_id = _loop_digit(model, i, known)
         extents[model.loops[i].var] = (step, trip)
         loops[model.loops[i].var] = i
+        if start_id:
+            starts[model.loops[i].var] = start_id
     typed = _typed_locals(model)
     value = model.inline(cut(ctx.source, shape.store.child_by_field_name("right").start_byte,
                              shape.store.child_by_field_name("right").end_byte), typed)
@@ -471,7 +488,7 @@ def _read(ctx: RewriteContext) -> Transpose:
                 flat = (replace(flat[0], col_is_u=_flat_axes(a, write, *flat, model, known)),) + flat[1:]
                 u, v = Axis((), 0, 0), Axis((), 1, 0)
             else:
-                u, v, _ = _axes(a, write, extents, known, model.types)
+                u, v, _ = _axes(a, write, extents, known, model.types, starts)
         except Decline as e:
             why = str(e)
             continue
@@ -508,7 +525,7 @@ def _read(ctx: RewriteContext) -> Transpose:
         raise Decline(f"it reads {', '.join(sorted(left))}, assigned more than once")
     return Transpose(store, write.array, a, key, text, u, v, guards, generic.get(a.array, ctype), size, block,
                      {var: next(dg for ax in (u, v) for dg in ax.digits if dg.symbol == var) for var in loops},
-                     flat[0] if flat is not None else None)
+                     flat[0] if flat is not None else None, tuple(starts.items()))
 
 
 # writing ---------------------------------------------------------------------------------------------
@@ -597,8 +614,14 @@ def _rewrite(ctx: RewriteContext, t: Transpose) -> Rewrite:
     tile, rows, pad = names["TILE"], names["ROWS"], names["PAD"]
     ids = _ids(ctx, t)
     loops = {}  # each loop variable -> its value at the point, in its type
+    starts = dict(t.starts)
     for var, dg in t.loops.items():
-        loops[var] = f"(({dg.ctype or 'int'})({dg.value('kt_u' if dg in t.u.digits else 'kt_v', 0)}))"
+        value = dg.value('kt_u' if dg in t.u.digits else 'kt_v', 0)
+        if var in starts:  # j = threadIdx.y + step * count
+            tid = next((x, ax) for ax in (t.u, t.v) for x in ax.digits if x.symbol == starts[var]) \
+                if any(x.symbol == starts[var] for ax in (t.u, t.v) for x in ax.digits) else None
+            value = f"({tid[0].value('kt_u' if tid[1] is t.u else 'kt_v', 0)} + {value})" if tid else value
+        loops[var] = f"(({dg.ctype or 'int'})({value}))"
     lx, ly = ("(int)threadIdx.x", "(int)threadIdx.y") if d.name == "cuda" else \
         ("(int)get_local_id(0)", "(int)get_local_id(1)")
     guard = " && ".join(f"({_at_point(g, ids, loops)})" for g in t.guards) or "1"
