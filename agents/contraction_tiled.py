@@ -620,15 +620,24 @@ class Tiled(Reading):
         if any(g <= at for g in body.guard_at):
             raise Decline("a guard before the tiles' loop (the threads it stops would miss the block's barriers)")
         self.pointers = set(a.pointers)
+        early = []  # tiles' slots written before the loop (a tutorial's zeroing)
         for s in stmts[:at]:
             moved = _advance(s, text_of, self.pointers)
+            written = _assignment(*self._expanded(s), self.tiles) if s.type == "expression_statement" else None
             if moved:
                 self.moves_before[moved[0]] = self.moves_before.get(moved[0], Poly()) + self._invariant(moved[1])
+            elif written:
+                early.append((written, _line(s)))
             elif s.type != "declaration":
                 raise Decline(f"a statement before the tiles' loop that declares nothing and moves no pointer "
                               f"(line {_line(s)})")
         self._steps(loops[0])
         fills, inner = self._step_body(loops[0])
+        for (tile, slot, _), line in early:
+            # the same thread writes the same slot again in the first step, before any read: dead
+            fill = fills[tile]
+            if fill.loops or ["".join(x.split()) for x in slot] != ["".join(x.split()) for x in fill.slot]:
+                raise Decline(f"`{tile}` is written before the tiles' loop (line {line}) at another slot than its fill")
         k, depth, acc, factors, update = self._inner(inner)
         self.k = k
         self.depth = depth

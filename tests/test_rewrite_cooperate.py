@@ -227,6 +227,12 @@ def test_a_products_tiles_through_macros_and_a_row_only_its_launch_knows():
     half = TILED.replace("acc += As[threadIdx.y][k] *", "acc += __half2float(As[threadIdx.y][k]) *")
     assert read_contraction(context(half, "matmul", "cuda", GPU, "matmul_naive")).x == \
         "(__half2float((A[(K * kt_r + kt_k)])))"
+    # a tile zeroed before the loop at its fill's slot (a tutorial's habit) is written again before any read
+    zeroed = TILED.replace("    float acc = 0.f;", "    As[threadIdx.y][threadIdx.x] = 0.0f;\n    float acc = 0.f;")
+    assert read_contraction(context(zeroed, "matmul", "cuda", GPU, "matmul_naive")).x == "(A[(K * kt_r + kt_k)])"
+    with pytest.raises(Decline, match="at another slot than its fill"):
+        read_contraction(context(zeroed.replace("As[threadIdx.y][threadIdx.x] = 0.0f;", "As[threadIdx.x][0] = 0.0f;"),
+                                 "matmul", "cuda", GPU, "matmul_naive"))
     # the barrier that ends a step's sum may open the next step, before its fills
     first = TILED.replace("        __syncthreads();\n    }", "    }").replace(
         "for (int k0 = 0; k0 < K; k0 += 32) {", "for (int k0 = 0; k0 < K; k0 += 32) {\n        __syncthreads();")
