@@ -152,13 +152,15 @@ def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: st
             f"{ind}}}\n")
 
 
-def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
+def body(s, vectors, r_ok: str, c_ok: str, epilogue: str, x_ok: str = "", y_ok: str = "") -> str:
     """The tensor-core kernel's body (between the braces), for `#if MMA`.
 
     STAGES tiles of each operand rotate through shared memory: while a step's fragments compute
     from one, the copies of the next STAGES - 1 steps are in flight (STAGES = 1: load, wait,
     compute). One barrier a step: the stage a step refills is the one every warp finished in the
-    step before. The epilogue's scratch reuses the tiles once the last step is done."""
+    step before. The epilogue's scratch reuses the tiles once the last step is done. An operand's
+    elements are loaded where `x_ok` (`y_ok`) holds, the guard's `r_ok` (`c_ok`) where none is
+    given; the epilogue runs where the guard admits the output."""
     x, y = vectors
     a_dims, a_at = _tile("BM", s.x_k_fast)
     b_dims, b_at = _tile("BN", s.y_k_fast)
@@ -169,8 +171,9 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str) -> str:
     b_ld = "BK + 8" if s.y_k_fast else "BN + 8"
     a_ptr = "&kt_ah[kt_sc]" + a_at.replace("kt_p", "kt_wm * 8 * TM + 16 * kt_m")
     b_ptr = "&kt_bh[kt_sc]" + b_at.replace("kt_p", "kt_wn * 8 * TN + 16 * kt_n")
-    stage = (_stage("kt_ah", "BM", "kt_r", "kt_r0", s.r_type, s.k_type, r_ok, s.k_cond, x.element, s.x_k_fast)
-             + _stage("kt_bh", "BN", "kt_c", "kt_c0", s.c_type, s.k_type, c_ok, s.k_cond, y.element, s.y_k_fast))
+    stage = (_stage("kt_ah", "BM", "kt_r", "kt_r0", s.r_type, s.k_type, x_ok or r_ok, s.k_cond, x.element, s.x_k_fast)
+             + _stage("kt_bh", "BN", "kt_c", "kt_c0", s.c_type, s.k_type, y_ok or c_ok, s.k_cond, y.element,
+                      s.y_k_fast))
     # the copies of the step at depth kt_kl into stage kt_sl (none past the loop's end), one group
     refill = (f"        if ({s.kb_cond.replace('kt_kb', 'kt_kl')}) {{\n"
               f"            const {s.k_type} kt_kb = kt_kl;\n"

@@ -52,7 +52,6 @@ which the parser alone takes for a cast), the launch's words as the original lau
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 
 from kerntune.engine.expressions import ExpressionError
@@ -1085,7 +1084,7 @@ class Tiled(Reading):
                     raise Decline(f"`{w.array}` is written at `{' '.join(w.index.split())}`, where the guard's rows "
                                   f"overlap: two threads write one element")
         specs, conds, more = self._extents(bounds, limits, coords)
-        values, k_parts = self._values(x, y, cmap, {(d, op) for coord in bounds for d, op, _ in bounds[coord]})
+        values, loads, k_parts = self._values(x, y, cmap, {(d, op) for coord in bounds for d, op, _ in bounds[coord]})
         epilogue = tuple(self._text(s, self.text_of, cmap, None, {acc.var: "kt_v"}, f"the statement at line {_line(s)}")
                          for s in after)
         init = "0"
@@ -1099,7 +1098,8 @@ class Tiled(Reading):
         return dict(r=names["kt_r"], c=names["kt_c"], r_type="int", c_type="int", k=self.k, k_type="int", start="0",
                     k_cond=self._k_cond("kt_k", k_parts), r_conds=tuple(conds["kt_r"]), c_conds=tuple(conds["kt_c"]),
                     m_spec=specs["kt_r"], n_spec=specs["kt_c"], acc_type=a.types.get(acc.var) or "float",
-                    acc_init=init, x=values[0], y=values[1], update=update, epilogue=epilogue,
+                    acc_init=init, x=values[0], y=values[1], x_load=loads[0], y_load=loads[1], update=update,
+                    epilogue=epilogue,
                     kb_cond=self._k_cond("kt_kb", k_parts), **more,
                     tiled=f"the hand-written tiles {tiles} composed with their fills")
 
@@ -1184,10 +1184,11 @@ class Tiled(Reading):
             more["whole"].append(f"{tile} >= {extent}")
         return specs, conds, {k: tuple(v) if isinstance(v, list) else v for k, v in more.items()}
 
-    def _values(self, x, y, cmap, guarded) -> tuple[list[str], list]:
-        """Each operand's element over kt_r or kt_c and kt_k, and the fills' bounds on the shared
-        index that end the sum: a bound both fills carry (past it the original adds zeros); one
-        the guard repeats is the tiles' own zero; any other stays in the operand's value."""
+    def _values(self, x, y, cmap, guarded) -> tuple[list[str], list[str], list]:
+        """Each operand's element over kt_r or kt_c and kt_k, where it is loaded, and the fills'
+        bounds on the shared index that end the sum: a bound both fills carry (past it the original
+        adds zeros); one the guard repeats is the tiles' own zero; any other says where the operand's
+        element is loaded (zero elsewhere, as the fill puts it)."""
         kept = []
         for op_ in (x, y):
             mine = []
@@ -1203,7 +1204,7 @@ class Tiled(Reading):
             slope = self.number(d.coefficient("kt_k")) if d.degree_in("kt_k") == 1 else None
             if (d, op) in kept[1] and op in ("<", "<=") and slope and slope > 0 and not {"kt_r", "kt_c"} & d.names():
                 k_parts.append((d, op))
-        values = []
+        values, loads = [], []
         for op_, coord in ((x, "kt_r"), (y, "kt_c")):
             mine = [c for c in kept[0 if coord == "kt_r" else 1] if c not in k_parts]
             node, t_of = _wrapped(op_["value"])
@@ -1216,14 +1217,15 @@ class Tiled(Reading):
             text = substituted(node, t_of, {}, exprs)
             if reads_thread_ids(text) or expression_names(text) & (set(self.a.locals) | set(self.a.changing)):
                 raise Decline(f"the value filled into `{op_['tile']}` reads more than elements of the arguments")
-            if mine:
-                text = f"(({' && '.join(f'{render(d)} {o} 0' for d, o in mine)}) ? {text} : 0)"
             if any(op_["around"]):
                 text = f"({op_['around'][0]}{text}{op_['around'][1]})"
-            if ("kt_c" if coord == "kt_r" else "kt_r") in expression_names(text):
+            # the fill's other bounds: where the element is loaded (zero elsewhere, as the fill's)
+            load = " && ".join(f"({render(d)} {o} 0)" for d, o in mine)
+            if ("kt_c" if coord == "kt_r" else "kt_r") in expression_names(f"{text} + ({load or 0})"):
                 raise Decline(f"the operand `{op_['tile']}` holds reads both coordinates of the output")
             values.append(" ".join(text.split()))
-        return values, k_parts
+            loads.append(load)
+        return values, loads, k_parts
 
     def _k_cond(self, name: str, k_parts) -> str:
         """The shared index's range over `name`: the step loop's condition at step `name / D`, and

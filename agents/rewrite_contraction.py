@@ -83,6 +83,10 @@ class Contraction:
     n_blocks: str = ""
     exits: tuple[str, ...] = ()
     tiled: str = ""  # where a product tiled by hand was read from ("" for a thread per output)
+    # where X's (Y's) element is loaded besides the guard, over kt_r (kt_c) and kt_k, zero elsewhere:
+    # a hand-tiled fill's own bounds ("" for none)
+    x_load: str = ""
+    y_load: str = ""
 
 
 class ContractionPass(ReadingPass):
@@ -593,8 +597,10 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None,
         return f"(VEC == 4 ? 4 * KT_CEIL({size} * {SWITCH} / 4, KT_THREADS) : {scalar})" if element else scalar
     next_cond = s.kb_cond.replace("kt_kb", "kt_next")
 
-    operands = (("kt_ra", "BM", (a_m, a_q), "kt_r", s.r_type, r_ok, s.x, s.x_k_fast, vectors[0], "kt_as"),
-                ("kt_rb", "BN", (b_n, b_q), "kt_c", s.c_type, c_ok, s.y, s.y_k_fast, vectors[1], "kt_bs"))
+    x_ok = f"{r_ok} && ({s.x_load})" if s.x_load else r_ok
+    y_ok = f"{c_ok} && ({s.y_load})" if s.y_load else c_ok
+    operands = (("kt_ra", "BM", (a_m, a_q), "kt_r", s.r_type, x_ok, s.x, s.x_k_fast, vectors[0], "kt_as"),
+                ("kt_rb", "BN", (b_n, b_q), "kt_c", s.c_type, y_ok, s.y, s.y_k_fast, vectors[1], "kt_bs"))
 
     def fetch(base: str, ind: str) -> str:
         """This thread's elements of both tiles at depth `base`, into registers (zero outside)."""
@@ -670,7 +676,7 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None,
                     f"{ind}}}\n{ind}#else\n{scalar}{ind}#endif\n")
         return out
 
-    tensor = f"#if MMA\n{contraction_mma.body(s, vectors, r_ok, c_ok, epilogue)}#else\n" if mma else ""
+    tensor = f"#if MMA\n{contraction_mma.body(s, vectors, r_ok, c_ok, epilogue, x_ok, y_ok)}#else\n" if mma else ""
     leave = f"    if ({' || '.join(s.exits)}) return;\n" if s.exits else ""
     return f"""{head}
 {{

@@ -198,6 +198,10 @@ def test_a_product_tiled_by_hand_is_read_as_the_contraction_its_tiles_compose_to
     c = read_contraction(context(TILED, "matmul", "cuda", GPU, "matmul_naive"))
     assert (c.x, c.y, c.epilogue) == ("(A[(K * kt_r + kt_k)])", "(B[(N * kt_k + kt_c)])", ("C[(N * kt_r + kt_c)] = kt_v;",))
     assert c.k_cond == "((32 * (kt_k / (32)) - K) < 0)" and c.x_k_fast and not c.y_k_fast
+    # a fill's bound the guard does not repeat says where the operand is loaded (zero elsewhere)
+    bounded = TILED.replace("= A[(long)row * K + k0 + threadIdx.x];", "= row < M - 1 ? A[(long)row * K + k0 + threadIdx.x] : 0.0f;")
+    got = read_contraction(context(bounded, "matmul", "cuda", GPU, "matmul_naive"))
+    assert (got.x, got.x_load, got.y_load) == (c.x, "((1 - M + kt_r) < 0)", "")
     # a tile filled transposed (`As[tx][ty]`, its read `As[k][ty]`) holds the same products
     flipped = TILED.replace("As[threadIdx.y][threadIdx.x] = A[(long)row * K + k0 + threadIdx.x]",
                             "As[threadIdx.x][threadIdx.y] = A[(long)row * K + k0 + threadIdx.x]")
@@ -730,7 +734,8 @@ def tiled_spec(folder: Path, naive: str, source: str, backend: str, *launch: tup
 def deep_tiled_spec(folder: Path) -> Path:
     """matmul_naive's spec over DEEP_TILED (OpenCL only, groups of 16 x 16)."""
     return tiled_spec(folder, "matmul_naive", DEEP_TILED, "opencl",
-                      ('grid = ["ceil_div(M, 32)", "ceil_div(N, 32)"]', 'grid = ["ceil_div(M, 16)", "ceil_div(N, 16)"]'),
+                      ('grid = ["ceil_div(M, 32)", "ceil_div(N, 32)"]',
+                       'grid = ["ceil_div(M, 16)", "ceil_div(N, 16)"]'),
                       ("block = [32, 32]", "block = [16, 16]"))
 
 
@@ -745,7 +750,8 @@ def tiled_reproduces(original, backend: str, device, limits, tmp_path, configs, 
     ev = Evaluator(device, verdict.template, verdict.template.problem("small", {"M": 37, "N": 45, "K": 29}),
                    seed=1, timing=FAST)
     for config in configs:
-        ok, _, message = ev.reproduces_original({**verdict.template.default_config(), **(fixed or {}), **config}, (3, 4))
+        full = {**verdict.template.default_config(), **(fixed or {}), **config}
+        ok, _, message = ev.reproduces_original(full, (3, 4))
         assert ok, (config, message)
 
 
