@@ -844,7 +844,14 @@ def build(source: str, entry: str | None = None, at: int | None = None) -> Kerne
 
 @functools.lru_cache(maxsize=32)
 def _build(source: str, entry: str | None, at: int | None = None) -> KernelModel:
-    return _Reader(source).model(entry, at)
+    return _reader(source).model(entry, at)
+
+
+@functools.lru_cache(maxsize=8)
+def _reader(source: str) -> _Reader:
+    """A source's reading, shared by the models of its kernels: a file of thirty kernels is parsed,
+    and its #defines, macros, functions and signatures read, once, not once a kernel."""
+    return _Reader(source)
 
 
 def parse_expression(expr: str):
@@ -1176,6 +1183,18 @@ class _Reader:
     def span(self, node) -> Span:
         return Span(node.start_byte, node.end_byte)
 
+    @functools.cached_property
+    def signatures(self) -> dict:
+        """The file's kernels' signatures by name; a SignatureError is raised again at each use."""
+        try:
+            return {s.name: s for s in parse_kernels(self.source)}
+        except SignatureError as e:
+            return {"": e}
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, list]:
+        return self.functions()
+
     def functions(self) -> dict[str, list]:
         out: dict[str, list] = {}
         for n in nodes(self.root):
@@ -1189,7 +1208,7 @@ class _Reader:
         return body is not None and any(start <= o < body.start_byte for o in self.marks.kernels)
 
     def model(self, entry: str | None, at: int | None = None) -> KernelModel:
-        by_name = self.functions()
+        by_name = self.by_name
         kernels = [fn for fns in by_name.values() for fn in fns if self.is_kernel(fn)]
         if not kernels:
             raise ModelError("no __global__ or __kernel function in the source")
@@ -1203,10 +1222,9 @@ class _Reader:
                 raise ModelError(f"no kernel named {entry} (the source has "
                                  f"{', '.join(function_name(k) for k in kernels)})")
         name = function_name(fn)
-        try:
-            sigs = {s.name: s for s in parse_kernels(self.source)}
-        except SignatureError as e:
-            raise ModelError(str(e)) from None
+        sigs = self.signatures
+        if isinstance(sigs.get(""), SignatureError):
+            raise ModelError(str(sigs[""])) from None
         if name not in sigs:
             raise ModelError(f"the kernel {name} could not be read")
         sig = sigs[name]
