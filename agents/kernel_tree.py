@@ -325,6 +325,12 @@ def _file(source: str) -> "_File":
 def syntax_nodes(source: str, types: tuple[str, ...]) -> list:
     """The nodes of the given types in the source's tree (CUDA and OpenCL words blanked), in
     order, each with a function giving a node's text."""
+    return list(_syntax_nodes(source, tuple(types)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _syntax_nodes(source: str, types: tuple[str, ...]) -> tuple:
+    # the passes read the same small expressions again and again (each a parse of its own)
     f = _file(source)
     out = []
     stack = [f.root]
@@ -333,7 +339,7 @@ def syntax_nodes(source: str, types: tuple[str, ...]) -> list:
         if n.type in types:
             out.append(n)
         stack.extend(reversed(n.children))
-    return [(n, cxx.text) for n in sorted(out, key=lambda n: n.start_byte)]
+    return tuple((n, cxx.text) for n in sorted(out, key=lambda n: n.start_byte))
 
 
 def span_of(source: str, node, f: "_File | None" = None) -> Span:

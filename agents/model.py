@@ -1192,6 +1192,12 @@ class _Reader:
             return {"": e}
 
     @functools.cached_property
+    def shared_marks(self) -> list[int]:
+        """Where the file's words for shared memory stand (before the blanking)."""
+        return sorted(leaf.start_byte for leaf in nodes(self.raw_root) if leaf.child_count == 0
+                      and text(leaf) in self.words.shared_words)
+
+    @functools.cached_property
     def by_name(self) -> dict[str, list]:
         return self.functions()
 
@@ -1280,8 +1286,9 @@ class _Walk:
         body = fn.child_by_field_name("body")
         self.inits, self.assigned, self.declared, self.types, self.scalars = _declarations(body)
         self.ptr_alias: dict[str, tuple[str, str]] = {}
+        pointer_locals = self._pointer_decls(body)
         for n, v in self.inits.items():
-            if v is not None and n not in self.assigned and self._pointer_decl(n, body):
+            if v is not None and n not in self.assigned and n in pointer_locals:
                 root = self._pointer_root(v)
                 if root is not None:
                     self.ptr_alias[n] = root
@@ -1290,7 +1297,7 @@ class _Walk:
         # elements they reach in a way no index tells
         self.cast_alias: dict[str, tuple[str, ...]] = {}
         for n, v in self.inits.items():
-            if v is not None and n not in self.ptr_alias and self._pointer_decl(n, body):
+            if v is not None and n not in self.ptr_alias and n in pointer_locals:
                 roots = [r for x in (text(i) for i in nodes(v) if i.type == "identifier")
                          for r in ((x,) if x in self.pointers else (self.ptr_alias[x][0],) if x in self.ptr_alias
                                    else self.cast_alias.get(x, ()))]
@@ -1298,26 +1305,28 @@ class _Walk:
                     self.cast_alias[n] = tuple(dict.fromkeys(roots))
         self.locals = {n: text(v) for n, v in self.inits.items() if v is not None and not self.assigned.get(n)}
         self.changing = frozenset(self.declared - set(self.locals))
-        self.shared_marks = sorted(leaf.start_byte for leaf in nodes(reader.raw_root) if leaf.child_count == 0
-                                   and text(leaf) in reader.words.shared_words)
+        self.shared_marks = reader.shared_marks
         self.shared = {declarator_name(d)[0] for f in [fn] + callees
                        for n in nodes(f.child_by_field_name("body")) if n.type == "declaration" and self._is_shared(n)
                        for d in n.children_by_field_name("declarator")}
         # a local pointer to the dynamic shared memory a helper of the file hands out (the samples'
         # `T *sdata = SharedMemory<T>();`, whose conversion returns its `extern __shared__` array)
         givers = self._shared_givers()
-        self.given_shared = {n for n, v in self.inits.items() if v is not None and self._pointer_decl(n, body)
+        self.given_shared = {n for n, v in self.inits.items() if v is not None and n in pointer_locals
                              and any(c.type == "call_expression" and callee(c.child_by_field_name("function"))
                                      in givers for c in nodes(v))}
         self.shared |= self.given_shared
 
-    def _pointer_decl(self, name: str, body) -> bool:
+    @staticmethod
+    def _pointer_decls(body) -> set[str]:
+        """The locals the body declares as pointers with a value (`float *o = out + i;`)."""
+        out = set()
         for n in nodes(body):
             if n.type == "init_declarator":
                 d = n.child_by_field_name("declarator")
-                if d is not None and d.type == "pointer_declarator" and declarator_name(d)[0] == name:
-                    return True
-        return False
+                if d is not None and d.type == "pointer_declarator":
+                    out.add(declarator_name(d)[0])
+        return out
 
     def _pointer_root(self, value) -> tuple[str, str] | None:
         v = unwrap(value)
