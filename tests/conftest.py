@@ -35,9 +35,13 @@ SLOW_CASES = {
     "test_builtin_cuda_templates_compile": ("softmax", "matmul", "merge_attn_states", "fused_add_rmsnorm_bf16",
                                             "silu_and_mul_bf16"),
     "test_library_configs_verify_on_the_cpu": ("matmul",),
-    # vector_add and softmax stay: one element-wise and one row kernel of the library, tuned
+    # softmax stays: a row kernel of the library, tuned (an element-wise one is tuned by the CLI's
+    # silu_and_mul test and the naive residual_add's)
     "test_library_kernels_tune_on_the_cpu_and_their_sessions_load": ("matmul", "fused_add_rmsnorm",
-                                                                     "merge_attn_states", "silu_and_mul"),
+                                                                     "merge_attn_states", "silu_and_mul",
+                                                                     "vector_add"),
+    # the softmax session's case stays: the model's search over a recorded space
+    "test_the_model_comes_within_3_percent_of_a_recorded_best_in_few_evaluations": ("matmul-2048",),
     "test_the_rules_make_the_same_template_as_before": ("naive_matmul_batched",),
     "test_every_pass_alone_at_its_defaults_is_the_original_token_for_token": ("rowwise_chains-opencl",
                                                                               "rowwise_chains-cuda"),
@@ -107,7 +111,10 @@ SLOW_TESTS = {
     "test_rewrite_stencil.py": ("test_a_column_looping_over_z_marches_its_loops_planes_through_the_tile",),
     "test_session_writers.py": ("test_a_second_run_on_a_session_being_written_is_refused_and_a_killed_run_leaves_no_lock",
                                 "test_tune_resume_on_a_session_cut_mid_event_repairs_it_and_says_so"),
-    "test_standby.py": ("test_a_run_takes_the_spare_and_says_it_was_started_ahead",),
+    # a worker taken down by a kernel and replaced: the hostile kernels' tests (test_cheats.py,
+    # test_selftest.py) take workers down; the spares' hand-over is the other standby tests'
+    "test_standby.py": ("test_a_run_takes_the_spare_and_says_it_was_started_ahead",
+                        "test_after_a_kernel_takes_a_worker_down_the_next_replacement_stands_ready"),
     "test_verify.py": ("test_verify_passes_a_correct_winner_and_fails_a_wrong_one_and_a_slower_one",),
     "test_loop.py": ("test_the_loop_measures_each_configuration_of_a_template_once",
                      "test_the_loop_stops_when_the_best_is_within_the_sol_target_and_the_planner_sees_sol"),
