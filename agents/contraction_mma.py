@@ -45,10 +45,9 @@ def declines(backend: str, compute_capability: str, s, vectors) -> str:
     return ""
 
 
-HELPERS = ("#if MMA\n"
+_HELPERS = ("#if MMA\n"
            "#include <mma.h>\n"
-           "#define KT_WARPS ((BM / (8 * TM)) * (BN / (8 * TN)))\n"
-           "#define KT_THREADS (32 * KT_WARPS)\n"
+           "KT_THREADS_MMA"
            # sixteen bytes global -> shared: asynchronous (cp.async) from compute capability 8.0,
            # a plain copy through registers before it; commit/wait order the asynchronous groups
            "__device__ __forceinline__ void kt_copy16(void *kt_dst, const void *kt_src) {\n"
@@ -75,6 +74,15 @@ HELPERS = ("#if MMA\n"
            "#define KT_THREADS ((BM / TM) * (BN / TN))\n"
            "#endif\n")
 
+
+def helpers(warpgroups: bool = False) -> str:
+    """The helpers' text: the threads a block (with `warpgroups`, MMA = 2's too), the copies."""
+    threads = ("#define KT_WARPS ((BM / (8 * TM)) * (BN / (8 * TN)))\n"
+               "#define KT_THREADS (32 * KT_WARPS)\n")
+    if warpgroups:
+        threads = f"#if MMA == 2\n#define KT_THREADS (128 * (BM / 64))\n#else\n{threads}#endif\n"
+    return _HELPERS.replace("KT_THREADS_MMA", threads)
+
 THREADS = "32 * (BM // (8 * TM)) * (BN // (8 * TN))"
 STAGES = (1, 2, 3)  # four would not fit the space's enumeration beside the lifted launch
 
@@ -88,14 +96,16 @@ def shared(s) -> str:
     return f"max(STAGES * ({a} + {b}) * 2, (BM // (8 * TM)) * (BN // (8 * TN)) * 1024)"
 
 
-def constraints(s) -> tuple[str, ...]:
+def constraints(s, warpgroups: bool = False) -> tuple[str, ...]:
+    """With `warpgroups`, MMA = 2's tiles take three stages too, and their own shapes."""
     return (
-        "MMA == 0 or (BK > 0 and BK % 16 == 0 and TM % 2 == 0 and TN % 2 == 0 and BM % (8 * TM) == 0 "
+        "MMA == 0 or " + ("MMA == 2 or " if warpgroups else "")
+        + "(BK > 0 and BK % 16 == 0 and TM % 2 == 0 and TN % 2 == 0 and BM % (8 * TM) == 0 "
         "and BN % (8 * TN) == 0 and VEC == 1)",
-        "MMA == 1 or STAGES <= 2",
-        f"MMA == 0 or {THREADS} <= max_threads_per_block",
+        "MMA > 0 or STAGES <= 2" if warpgroups else "MMA == 1 or STAGES <= 2",
+        f"MMA {'!= 1' if warpgroups else '== 0'} or {THREADS} <= max_threads_per_block",
         # dynamic shared memory: past the 48 KiB of static arrays, up to the device's opt-in limit
-        f"MMA == 0 or {shared(s)} <= max_shared_per_block_optin",
+        f"MMA {'!= 1' if warpgroups else '== 0'} or {shared(s)} <= max_shared_per_block_optin",
     )
 
 
@@ -152,6 +162,18 @@ def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: st
             f"{ind}}}\n")
 
 
+def rotation(s, refill: str) -> str:
+    """The start of STAGES shared tiles in rotation: the copies of the first STAGES - 1 steps
+    (`refill` each), then the steps' loop, whose first act (STAGES > 1) waits for its own."""
+    return (f"    {s.k_type} kt_kl = {s.start};  // the depth the next copies read\n"
+            "    int kt_sl = 0, kt_sc = 0;  // the stage the next copies fill, the stage this step computes\n"
+            "    for (int kt_p0 = 0; kt_p0 < STAGES - 1; ++kt_p0) {\n"
+            f"{refill}    }}\n"
+            f"    for ({s.k_type} kt_kb0 = {s.start}; {s.kb_cond.replace('kt_kb', 'kt_kb0')}; kt_kb0 += BK) {{\n"
+            "#if STAGES > 1\n"
+            "        kt_wait<STAGES - 2>();\n")
+
+
 def body(s, vectors, r_ok: str, c_ok: str, epilogue: str, x_ok: str = "", y_ok: str = "") -> str:
     """The tensor-core kernel's body (between the braces), for `#if MMA`.
 
@@ -200,14 +222,7 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str, x_ok: str = "", y_ok: 
     for (int kt_m = 0; kt_m < TM / 2; ++kt_m)
 #pragma unroll
         for (int kt_n = 0; kt_n < TN / 2; ++kt_n) {w}::fill_fragment(kt_f[kt_m][kt_n], 0.0f);
-    {s.k_type} kt_kl = {s.start};  // the depth the next copies read
-    int kt_sl = 0, kt_sc = 0;  // the stage the next copies fill, the stage this step computes
-    for (int kt_p0 = 0; kt_p0 < STAGES - 1; ++kt_p0) {{
-{refill}    }}
-    for ({s.k_type} kt_kb0 = {s.start}; {s.kb_cond.replace("kt_kb", "kt_kb0")}; kt_kb0 += BK) {{
-#if STAGES > 1
-        kt_wait<STAGES - 2>();
-        __syncthreads();
+{rotation(s, refill)}        __syncthreads();
 #endif
 {refill}#if STAGES == 1
         kt_wait<0>();

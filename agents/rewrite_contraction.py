@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 from kerntune.engine.proposal import ParamProposal
 
-from . import affine, contraction_mma, contraction_tiled
+from . import affine, contraction_mma, contraction_tiled, contraction_wgmma
 from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, expression_names, guard_parts, header, inlined,
                         kernel_spans, launch_extent, pinned, product_update, reads_thread_ids, spec_scalars, spec_text,
-                        strip_parens, substituted, within)
+                        strip_parens, substituted, unbounded_header, within)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ModelError
 from .passes import Rewrite, RewriteContext
@@ -488,15 +488,24 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     a = kernel_spans(ctx.source, ctx.model)
     vectors = vector_operands(ctx, s)
     mma = not contraction_mma.declines(ctx.backend, ctx.limits.compute_capability, s, vectors)
-    kernel = _kernel(header(ctx.source, a), s, d, vectors, mma)
+    # Hopper's warpgroup instructions beside the warp fragments, where the device has them
+    wg = mma and not contraction_wgmma.declines(ctx.limits.compute_capability)
+    head = header(ctx.source, a)
+    if wg:  # the block's threads told to the compiler: four warpgroups' registers must fit the block's
+        head = unbounded_header(ctx.source, a).replace("__global__", "__global__ __launch_bounds__(KT_THREADS)", 1)
+    kernel = _kernel(head, s, d, vectors, mma, wg)
     acc_bytes = ELEMENT_BYTES.get(s.acc_type.split()[-1], 4)
     params = [
         ParamProposal("BM", (16, 32, 64, 128, 256), 64, "rows of outputs per block (a tile)", "tile"),
         ParamProposal("BN", (16, 32, 64, 128, 256), 64, "columns of outputs per block (a tile)", "tile"),
-        ParamProposal(SWITCH, (0, 4, 8, 16, 32), 0, "depth of each shared-memory step (0: the original kernel, "
-                                                     "no tiles)", "tile"),
-        ParamProposal("TM", (1, 2, 4, 8), 4, "rows of outputs per thread, in registers", "tile"),
-        ParamProposal("TN", (1, 2, 4, 8), 4, "columns of outputs per thread, in registers", "tile"),
+        # with the warpgroup instructions, steps 64 deep (their widest swizzle) and no single rows or
+        # columns a thread, which no tile on such a device picks beside the tensor cores (the space's
+        # product stays within what the engine enumerates)
+        ParamProposal(SWITCH, (0, 8, 16, 32, 64) if wg else (0, 4, 8, 16, 32), 0,
+                      "depth of each shared-memory step (0: the original kernel, no tiles)", "tile"),
+        ParamProposal("TM", (2, 4, 8) if wg else (1, 2, 4, 8), 4, "rows of outputs per thread, in registers", "tile"),
+        ParamProposal("TN", (2, 4, 8) if wg else (1, 2, 4, 8), 4, "columns of outputs per thread, in registers",
+                      "tile"),
         ParamProposal("STAGES", contraction_mma.STAGES if mma else (1, 2), 1,
                       "2: the next step's tiles are loaded into registers while this step computes"
                       + ("; with MMA, the shared tiles in flight (asynchronous copies)" if mma else ""), "tile"),
@@ -506,11 +515,14 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
                                                       "one vector where they are aligned and in range (a switch: tried on the leaders "
                                                       "once the tiles are chosen)", "flag"))
     if mma:  # last: the coarse grid trims the earlier of equally long lists first
-        params.append(ParamProposal("MMA", (0, 1), 0, "1: tensor cores (warp fragments of 16 x 16 x 16 half "
-                                                      "products summed in float), 8 TM x 8 TN outputs a warp", "tile"))
+        params.append(ParamProposal("MMA", (0, 1, 2) if wg else (0, 1), 0,
+                                    "1: tensor cores (warp fragments of 16 x 16 x 16 half products summed in float), "
+                                    "8 TM x 8 TN outputs a warp"
+                                    + ("; 2: warpgroup tensor-core instructions (wgmma), 64 x BN outputs a warpgroup"
+                                       if wg else ""), "tile"))
     vec_off = " and VEC == 1" if any(vectors) else ""
     off = f"{SWITCH} == 0"
-    simt = f"MMA == 1 or {off}" if mma else off
+    simt = (f"MMA > 0 or {off}" if wg else f"MMA == 1 or {off}") if mma else off
     constraints = [
         f"{SWITCH} > 0 or (BM == 64 and BN == 64 and TM == 4 and TN == 4 and STAGES == 1{vec_off}"
         + (" and MMA == 0" if mma else "") + ")",  # unread by the original
@@ -520,17 +532,20 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
         f"{simt} or {SWITCH} * (BM + BN + 8) * {acc_bytes} <= max_shared_per_block",
         "TM * TN <= 64",
     ] + ([f"VEC == 1 or ({SWITCH} % 4 == 0 and BM % 4 == 0 and BN % 4 == 0)"] if any(vectors) else []) \
-        + (list(contraction_mma.constraints(s)) if mma else []) + [f"{off} or {w}" for w in s.whole] + pinned(ctx, off)
+        + (list(contraction_mma.constraints(s, wg)) if mma else []) + (list(contraction_wgmma.constraints(s)) if wg else []) \
+        + [f"{off} or {w}" for w in s.whole] + pinned(ctx, off)
     grid = list(ctx.grid)
     block = list(ctx.block)
     tiled_grid = [s.n_blocks or f"ceil_div({s.n_spec}, BN)", s.m_blocks or f"ceil_div({s.m_spec}, BM)"] + list(grid[2:])
     threads = f"({contraction_mma.THREADS}) if MMA == 1 else ((BM // TM) * (BN // TN))" if mma else "(BM // TM) * (BN // TN)"
+    if wg:
+        threads = f"({contraction_wgmma.THREADS}) if MMA == 2 else ({threads})"
     tiled_block = [threads] + ["1"] * max(0, len(block) - 1)
     if len(grid) < 2:
         grid.append("1")
     new_grid = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_grid + ["1"] * 3, grid))
     new_block = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_block, block))
-    source = beside(ctx.source, a, f"{SWITCH} > 0", params, _helpers(d, mma), kernel, NAME)
+    source = beside(ctx.source, a, f"{SWITCH} > 0", params, _helpers(d, mma, s if wg else None), kernel, NAME)
     first = {"BM": (64, 128), "BN": (64, 128), SWITCH: (0, 8, 16), "TM": (4, 8), "TN": (4, 8), "STAGES": (1,)}
     if mma:
         # tensor-core steps are 16 deep (32 halves the barriers) and wait on their copies unless the
@@ -540,6 +555,10 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
         # float tiles of the same shape beside it
         first.update({"MMA": (0, 1), SWITCH: (0, 16, 32), "BM": (64, 128), "BN": (128,), "TM": (4, 8), "TN": (8,),
                       "STAGES": (2,)})
+    if wg:
+        # warpgroups: on an H100 two warpgroups of 64 x 256 (a 128 x 256 tile) 64 deep in three stages
+        # came first, 74% of cuBLAS, 128 x 128 and 256 x 128 within 15% (bench/results/agent-loop-wgmma-h100.md)
+        first.update({"MMA": (0, 1, 2), SWITCH: (0, 16, 32, 64), "BN": (128, 256), "STAGES": (2, 3)})
     for name, value in ctx.defaults.items():
         first[name] = (value,)
     what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "
@@ -549,16 +568,21 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
                " four elements at a time"
                if any(vectors) else "")
             + (", MMA 1 on tensor cores (8 TM x 8 TN outputs a warp in fragments of half products, float sums)" if mma else "")
+            + (", MMA 2 on Hopper's warpgroup tensor-core instructions (64 x BN outputs a warpgroup)" if wg else "")
             + ", any size" + (f" (read from {s.tiled})" if s.tiled else ""))
     shared = ctx.original.shared_bytes
+    shared_bytes = contraction_mma.shared_bytes(s, SWITCH, shared.source if shared is not None else "0") if mma else None
+    if wg:
+        shared_bytes = f"({contraction_wgmma.shared(s)}) if {SWITCH} > 0 and MMA == 2 else ({shared_bytes})"
     return Rewrite(NAME, source, tuple(params), what, tuple(constraints), new_grid, new_block,
-                   shared_bytes=contraction_mma.shared_bytes(s, SWITCH, shared.source if shared is not None else "0")
-                   if mma else None, first=first, helps="compute")
+                   shared_bytes=shared_bytes, first=first, helps="compute")
 
 
-def _helpers(d: Dialect, mma: bool = False) -> str:
-    threads = contraction_mma.HELPERS if mma else "#define KT_THREADS ((BM / TM) * (BN / TN))\n"
-    return threads + "#define KT_CEIL(a, b) (((a) + (b) - 1) / (b))\n"
+def _helpers(d: Dialect, mma: bool = False, wg=None) -> str:
+    """The kernel's helpers; with `wg` (the contraction read), MMA = 2's too."""
+    threads = contraction_mma.helpers(wg is not None) if mma else "#define KT_THREADS ((BM / TM) * (BN / TN))\n"
+    return threads + (contraction_wgmma.helpers(wg) if wg is not None else "") \
+        + "#define KT_CEIL(a, b) (((a) + (b) - 1) / (b))\n"
 
 
 def _groups(size: str, k_fast: bool) -> tuple[str, str, str]:
@@ -571,7 +595,7 @@ def _groups(size: str, k_fast: bool) -> tuple[str, str, str]:
 
 
 def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None, Vector | None] = (None, None),
-            mma: bool = False) -> str:
+            mma: bool = False, wg: bool = False) -> str:
     cuda = d.name == "cuda"
     T = s.acc_type
     vec = cuda and T == "float"
@@ -677,6 +701,9 @@ def _kernel(head: str, s: Contraction, d: Dialect, vectors: tuple[Vector | None,
         return out
 
     tensor = f"#if MMA\n{contraction_mma.body(s, vectors, r_ok, c_ok, epilogue, x_ok, y_ok)}#else\n" if mma else ""
+    if wg:
+        tensor = (f"#if MMA == 2\n{contraction_wgmma.body(s, vectors, r_ok, c_ok, epilogue, x_ok, y_ok)}#el"
+                  + tensor[1:])
     leave = f"    if ({' || '.join(s.exits)}) return;\n" if s.exits else ""
     return f"""{head}
 {{

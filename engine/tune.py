@@ -719,8 +719,9 @@ class TuneRun(Controlled):
         jobs = self.options.compile_jobs or max(1, default_jobs() - (workers - 1))
         if backend != "cuda" or jobs <= 1:
             return None
-        cc = limits.compute_capability.replace(".", "")
-        return CompilePool(template, f"sm_{cc}" if cc else "sm_90", jobs)
+        from .backends.cuda_toolchain import device_arch
+
+        return CompilePool(template, device_arch(limits.compute_capability), jobs)
 
 
 # How many of the fastest configurations are checked in turn when the winner fails its re-check.

@@ -30,7 +30,7 @@ except OSError as e:  # pragma: no cover - pycuda is there but libcuda is not
 # Building cubins lives in cuda_toolchain (NVRTC, then nvcc); these names stay importable here.
 from .cuda_toolchain import (  # noqa: E402,F401
     DEFAULT_SHARED_LIMIT, NVCC_FLAGS, cache_dir, cache_key, compile_cubin, compiler_summary, find_nvcc,  # noqa: F401
-    first_errors, normalize_arch, nvcc_version, nvrtc_version, parse_ptxas,  # noqa: F401
+    device_arch, first_errors, normalize_arch, nvcc_version, nvrtc_version, parse_ptxas,  # noqa: F401
 )
 
 
@@ -247,7 +247,7 @@ class CUDABackend:
         self.device = dev
         self.limits = _limits(dev)
         major, minor = dev.compute_capability()
-        self.arch = f"sm_{major}{minor}"
+        self.arch = device_arch(f"{major}.{minor}")
         try:
             self.ctx = dev.retain_primary_context()
             self.ctx.push()

@@ -255,6 +255,17 @@ def normalize_arch(arch: str) -> str:
     raise CompileError(f"not a CUDA architecture: {arch!r} (expected e.g. sm_90 or 9.0)")
 
 
+def device_arch(compute_capability: str) -> str:
+    """The architecture a device's kernels are built for: its own, with the architecture-specific
+    features where one has them that kernels use (9.0 builds as sm_90a: Hopper's warpgroup
+    tensor-core instructions, `wgmma`, exist only there; such a cubin runs on 9.0 devices alone,
+    as every cubin built for the device does). "sm_90" when the capability is unknown."""
+    cc = compute_capability.replace(".", "").strip()
+    if not re.fullmatch(r"\d+", cc):
+        return "sm_90"
+    return f"sm_{cc}" + ("a" if cc == "90" else "")
+
+
 def cache_key(source: str, defines: Mapping[str, str], options: Sequence[str], arch: str,
               version: str) -> str:
     """sha256 over everything that changes the cubin."""
