@@ -38,6 +38,10 @@ def declines(backend: str, compute_capability: str, s, vectors) -> str:
         return f"compute capability {compute_capability} has no tensor cores"
     if not all(v is not None and v.half for v in vectors):
         return "an operand is not one half element"
+    if vectors[0].bf16 != vectors[1].bf16:
+        return "one operand is a half, the other a bfloat16"
+    if vectors[0].bf16 and major.isdigit() and int(major) < 8:
+        return f"compute capability {compute_capability} has no bfloat16 tensor cores"
     if s.acc_type != "float":
         return f"the sum is a {s.acc_type}, not a float"
     if s.update != "+=" and s.update not in FMA:
@@ -123,10 +127,11 @@ def _tile(size: str, k_fast: bool) -> tuple[str, str]:
 
 
 def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: str, conds: str, k_cond: str,
-           element: str, k_fast: bool) -> str:
+           operand, k_fast: bool) -> str:
     """One operand's tile at depth kt_kb into stage kt_sb of shared memory: groups of eight
     neighbours along the contiguous index, one 16-byte copy (asynchronous where the device has
     cp.async) where all eight are in range and aligned, else one by one (zero outside)."""
+    element = operand.element
     if k_fast:
         o, q, at = "kt_g / (BK / 8)", "8 * (kt_g % (BK / 8))", f"&{tile}[kt_sb][kt_o][kt_q]"
         step = ("", " + kt_v")
@@ -136,7 +141,7 @@ def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: st
     ind = "            "
     return (f"{ind}for (int kt_g = kt_t; kt_g < {size} * BK / 8; kt_g += KT_THREADS) {{\n"
             f"{ind}    const int kt_o = {o}, kt_q = {q};\n"
-            f"{ind}    __half *kt_d = {at};\n"
+            f"{ind}    {operand.storage} *kt_d = {at};\n"
             f"{ind}    bool kt_in[8], kt_all = true;\n"
             f"{ind}#pragma unroll\n"
             f"{ind}    for (int kt_v = 0; kt_v < 8; ++kt_v) {{\n"
@@ -157,7 +162,7 @@ def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: st
             f"{ind}    for (int kt_v = 0; kt_v < 8; ++kt_v) {{\n"
             f"{ind}        const {ctype} {coord} = {origin} + kt_o{step[0]};\n"
             f"{ind}        const {k_type} kt_k = kt_kb + kt_q{step[1]};\n"
-            f"{ind}        kt_d[kt_v] = kt_in[kt_v] ? {element} : __float2half(0.0f);\n"
+            f"{ind}        kt_d[kt_v] = kt_in[kt_v] ? {element} : {operand.zero};\n"
             f"{ind}    }}\n"
             f"{ind}}}\n")
 
@@ -193,8 +198,8 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str, x_ok: str = "", y_ok: 
     b_ld = "BK + 8" if s.y_k_fast else "BN + 8"
     a_ptr = "&kt_ah[kt_sc]" + a_at.replace("kt_p", "kt_wm * 8 * TM + 16 * kt_m")
     b_ptr = "&kt_bh[kt_sc]" + b_at.replace("kt_p", "kt_wn * 8 * TN + 16 * kt_n")
-    stage = (_stage("kt_ah", "BM", "kt_r", "kt_r0", s.r_type, s.k_type, x_ok or r_ok, s.k_cond, x.element, s.x_k_fast)
-             + _stage("kt_bh", "BN", "kt_c", "kt_c0", s.c_type, s.k_type, y_ok or c_ok, s.k_cond, y.element,
+    stage = (_stage("kt_ah", "BM", "kt_r", "kt_r0", s.r_type, s.k_type, x_ok or r_ok, s.k_cond, x, s.x_k_fast)
+             + _stage("kt_bh", "BN", "kt_c", "kt_c0", s.c_type, s.k_type, y_ok or c_ok, s.k_cond, y,
                       s.y_k_fast))
     # the copies of the step at depth kt_kl into stage kt_sl (none past the loop's end), one group
     refill = (f"        if ({s.kb_cond.replace('kt_kb', 'kt_kl')}) {{\n"
@@ -207,8 +212,8 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str, x_ok: str = "", y_ok: 
     w = "nvcuda::wmma"
     # a sum that starts elsewhere than at zero (a bias at the output) takes its start last
     start = "" if s.acc_init.replace(" ", "") in ZEROS else f"({s.acc_init}) + "
-    return f"""    typedef __half kt_at{a_dims};
-    typedef __half kt_bt{b_dims};
+    return f"""    typedef {x.storage} kt_at{a_dims};
+    typedef {x.storage} kt_bt{b_dims};
     extern __shared__ __align__(128) unsigned char kt_sm[];  // the launch's: SHARED bytes, see above
     kt_at *kt_ah = reinterpret_cast<kt_at *>(kt_sm);
     kt_bt *kt_bh = reinterpret_cast<kt_bt *>(kt_sm + STAGES * sizeof(kt_at));
@@ -230,8 +235,8 @@ def body(s, vectors, r_ok: str, c_ok: str, epilogue: str, x_ok: str = "", y_ok: 
 #endif
 #pragma unroll
         for (int kt_q = 0; kt_q < BK; kt_q += 16) {{
-            {FRAGMENT}<{w}::matrix_a, 16, 16, 16, __half, {w}::{a_layout}> kt_fa[TM / 2];
-            {FRAGMENT}<{w}::matrix_b, 16, 16, 16, __half, {w}::{b_layout}> kt_fb[TN / 2];
+            {FRAGMENT}<{w}::matrix_a, 16, 16, 16, {x.storage}, {w}::{a_layout}> kt_fa[TM / 2];
+            {FRAGMENT}<{w}::matrix_b, 16, 16, 16, {x.storage}, {w}::{b_layout}> kt_fb[TN / 2];
 #pragma unroll
             for (int kt_m = 0; kt_m < TM / 2; ++kt_m) {w}::load_matrix_sync(kt_fa[kt_m], {a_ptr}, {a_ld});
 #pragma unroll

@@ -91,21 +91,22 @@ def _descriptor(k_fast: bool, tile: str, origin: str) -> str:
     return f"kt_desc({tile} + ({origin} / 64) * (BK * 128) + kt_kk * 2048, BK * 128, 1024, 1ull)"
 
 
-def _asm(n: int, ta: int, tb: int) -> str:
+def _asm(n: int, ta: int, tb: int, kind: str) -> str:
     """One m64nNk16 instruction: N / 2 float sums a thread, both operands from descriptors."""
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     binds = ", ".join(f'"+f"(kt_f[{i}])' for i in range(regs))
-    return (f"    asm volatile(\"{{ wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{outs}}}, %{regs}, %{regs + 1}, "
+    return (f"    asm volatile(\"{{ wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{outs}}}, %{regs}, %{regs + 1}, "
             f"1, 1, 1, {ta}, {tb}; }}\\n\"\n"
             f"                 : {binds}\n"
             f"                 : \"l\"(kt_a), \"l\"(kt_b));\n")
 
 
-def helpers(s) -> str:
+def helpers(s, vectors) -> str:
     """Descriptors, the instruction for each width, the fences and waits, under `#if MMA == 2`."""
     ta, tb = (0 if s.x_k_fast else 1), (0 if s.y_k_fast else 1)
-    widths = "".join(f"#{'if' if i == 0 else 'elif'} BN == {n}\n{_asm(n, ta, tb)}" for i, n in enumerate(WIDTHS))
+    kind = "bf16" if vectors[0].bf16 else "f16"
+    widths = "".join(f"#{'if' if i == 0 else 'elif'} BN == {n}\n{_asm(n, ta, tb, kind)}" for i, n in enumerate(WIDTHS))
     return ("#if MMA == 2\n"
             "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
             "#error \"MMA 2 (warpgroup tensor cores) needs a build for sm_90a\"\n"
@@ -266,11 +267,11 @@ def _stage(tile: str, size: str, coord: str, origin: str, ctype: str, k_type: st
                   f"{ind}        kt_copy16s(kt_ds, &{element});\n"
                   f"{ind}        continue;\n"
                   f"{ind}    }}\n"
-                  f"{ind}    __half *kt_d = reinterpret_cast<__half *>(kt_bp + (kt_ds - kt_s0));\n"
+                  f"{ind}    {operand.storage} *kt_d = reinterpret_cast<{operand.storage} *>(kt_bp + (kt_ds - kt_s0));\n"
                   f"{ind}#pragma unroll\n"
                   f"{ind}    for (int kt_v = 0; kt_v < 8; ++kt_v) {{\n"
                   f"{ind}        {at('kt_v')}\n"
-                  f"{ind}        kt_d[kt_v] = ({conds} && ({k_cond})) ? {element} : __float2half(0.0f);\n"
+                  f"{ind}        kt_d[kt_v] = ({conds} && ({k_cond})) ? {element} : {operand.zero};\n"
                   f"{ind}    }}\n"
                   f"{ind}}}\n") + (f"{ind}}}\n" if whole else "")
 

@@ -401,19 +401,33 @@ def _subscripts(text: str) -> list[str]:
     return out
 
 
-# CUDA's conversion of one half element to float (OpenCL's is the dialect table's vload_half)
+# CUDA's conversion of one half element to float (OpenCL's is the dialect table's vload_half), and
+# of one bfloat16
 HALF_TO_FLOAT = frozenset({"__half2float"})
+BF16_TO_FLOAT = frozenset({"__bfloat162float"})
+BF16_TYPES = ("__nv_bfloat16", "nv_bfloat16")
 
 
 @dataclass(frozen=True)
 class Vector:
     """An operand VEC = 4 may load four neighbours of at once: the element `array[index]` (its
     index moving by one along the axis the operand walks contiguously), of the accumulator's type,
-    or a half converted to float (`__half2float(A[i])`, `vload_half(i, A)`)."""
+    or a half converted to float (`__half2float(A[i])`, `vload_half(i, A)`), or a bfloat16
+    (`__bfloat162float(A[i])`: `half` and `bf16` both hold, a 16-bit element)."""
 
     array: str
     index: str
     half: bool
+    bf16: bool = False
+
+    @property
+    def storage(self) -> str:
+        """The CUDA type of a 16-bit element, as tiles of it are declared."""
+        return "__nv_bfloat16" if self.bf16 else "__half"
+
+    @property
+    def zero(self) -> str:
+        return "__float2bfloat16(0.0f)" if self.bf16 else "__float2half(0.0f)"
 
     @property
     def element(self) -> str:
@@ -431,29 +445,31 @@ class Vector:
                                                      else f"vload4(0, &{self.element});\n"))
         if not cuda:
             return f"{ind}const float4 kt_w = vload_half4(0, {self.array} + ({self.index}));\n"
+        pair, convert = ("__nv_bfloat162", "__bfloat1622float2") if self.bf16 else ("__half2", "__half22float2")
         return (f"{ind}const float2 kt_h = *reinterpret_cast<const float2 *>(&{self.element});\n"
-                f"{ind}const float2 kt_lo = __half22float2(*reinterpret_cast<const __half2 *>(&kt_h.x));\n"
-                f"{ind}const float2 kt_hi = __half22float2(*reinterpret_cast<const __half2 *>(&kt_h.y));\n"
+                f"{ind}const float2 kt_lo = {convert}(*reinterpret_cast<const {pair} *>(&kt_h.x));\n"
+                f"{ind}const float2 kt_hi = {convert}(*reinterpret_cast<const {pair} *>(&kt_h.y));\n"
                 f"{ind}const float4 kt_w = make_float4(kt_lo.x, kt_lo.y, kt_hi.x, kt_hi.y);\n")
 
 
-def _one_element(text: str, dialect: str) -> tuple[str, str, bool] | None:
-    """(array, index, whether a half converted to float) of an operand that is one array element,
-    as itself or through the dialect's conversion of a half to float; None for anything else."""
+def _one_element(text: str, dialect: str) -> tuple[str, str, bool, bool] | None:
+    """(array, index, whether a half converted to float, whether a bfloat16 converted) of an operand
+    that is one array element, as itself or through the dialect's conversion of a half (CUDA: or a
+    bfloat16) to float; None for anything else."""
     found = syntax_nodes(f"auto kt_e = {text};", ("parenthesized_expression", "subscript_expression", "call_expression"))
     if not found:
         return None
     node, text_of = found[0]
     node = strip_parens(node)
-    half = False
+    half = bf16 = False
     if node is not None and node.type == "call_expression":
         fn = text_of(node.child_by_field_name("function")).strip()
         args = [x for x in node.child_by_field_name("arguments").named_children if x.type != "comment"]
         if fn in DIALECT[dialect].half_loads and len(args) == 2 and args[1].type == "identifier":
-            return text_of(args[1]).strip(), text_of(args[0]), True
-        if fn not in HALF_TO_FLOAT or dialect != "cuda" or len(args) != 1:
+            return text_of(args[1]).strip(), text_of(args[0]), True, False
+        if fn not in HALF_TO_FLOAT | BF16_TO_FLOAT or dialect != "cuda" or len(args) != 1:
             return None
-        node, half = strip_parens(args[0]), True
+        node, half, bf16 = strip_parens(args[0]), True, fn in BF16_TO_FLOAT
     if node is None or node.type != "subscript_expression":
         return None
     array = text_of(node.child_by_field_name("argument")).strip()
@@ -461,7 +477,7 @@ def _one_element(text: str, dialect: str) -> tuple[str, str, bool] | None:
     inner = [c for c in idx.named_children if c.type != "comment"] if idx is not None else []
     index = text_of(inner[0]) if idx is not None and idx.type == "subscript_argument_list" and len(inner) == 1 \
         else (text_of(idx) if idx is not None else "")
-    return (array, index, half) if array.isidentifier() and index else None
+    return (array, index, half, bf16) if array.isidentifier() and index else None
 
 
 def vector_operands(ctx: RewriteContext, s: Contraction) -> tuple[Vector | None, Vector | None]:
@@ -476,7 +492,7 @@ def vector_operands(ctx: RewriteContext, s: Contraction) -> tuple[Vector | None,
         walk = "kt_k" if fast else coord
         still = {coord, "kt_k"} - {walk}
         if got is None or s.acc_type != "float" or affine.slope(got[1], walk, still) != 1 or \
-                types.get(got[0]) not in (("half", "__half") if got[2] else ("float",)):
+                types.get(got[0]) not in (BF16_TYPES if got[3] else ("half", "__half") if got[2] else ("float",)):
             out.append(None)
             continue
         out.append(Vector(*got))
@@ -545,7 +561,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
         grid.append("1")
     new_grid = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_grid + ["1"] * 3, grid))
     new_block = tuple(f"({t}) if {SWITCH} > 0 else ({o})" for t, o in zip(tiled_block, block))
-    source = beside(ctx.source, a, f"{SWITCH} > 0", params, _helpers(d, mma, s if wg else None), kernel, NAME)
+    source = beside(ctx.source, a, f"{SWITCH} > 0", params, _helpers(d, mma, (s, vectors) if wg else None), kernel, NAME)
     first = {"BM": (64, 128), "BN": (64, 128), SWITCH: (0, 8, 16), "TM": (4, 8), "TN": (4, 8), "STAGES": (1,)}
     if mma:
         # tensor-core steps are 16 deep (32 halves the barriers) and wait on their copies unless the
@@ -564,7 +580,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
     what = (f"contraction over `{s.k}` of {'k' if s.x_k_fast else s.r}-contiguous X and "
             f"{'k' if s.y_k_fast else s.c}-contiguous Y: BM x BN tiles through shared memory in BK steps, TM x TN "
             f"outputs per thread in registers, STAGES 2 loading the next step while this one computes"
-            + (f", VEC 4 loading {' and '.join(n + (' (halves)' if v.half else '') for n, v in zip('XY', vectors) if v)}"
+            + (f", VEC 4 loading {' and '.join(n + (' (bfloat16)' if v.bf16 else ' (halves)' if v.half else '') for n, v in zip('XY', vectors) if v)}"
                " four elements at a time"
                if any(vectors) else "")
             + (", MMA 1 on tensor cores (8 TM x 8 TN outputs a warp in fragments of half products, float sums)" if mma else "")
@@ -581,7 +597,7 @@ def _rewrite(ctx: RewriteContext, s: Contraction) -> Rewrite:
 def _helpers(d: Dialect, mma: bool = False, wg=None) -> str:
     """The kernel's helpers; with `wg` (the contraction read), MMA = 2's too."""
     threads = contraction_mma.helpers(wg is not None) if mma else "#define KT_THREADS ((BM / TM) * (BN / TN))\n"
-    return threads + (contraction_wgmma.helpers(wg) if wg is not None else "") \
+    return threads + (contraction_wgmma.helpers(*wg) if wg is not None else "") \
         + "#define KT_CEIL(a, b) (((a) + (b) - 1) / (b))\n"
 
 

@@ -77,6 +77,7 @@ NAIVE_BARS: dict[str, tuple[str | None, str]] = {
     "matmul_naive": ("matmul", "4096"),
     "matmul_coalesced": ("matmul", "4096"),  # the bar computes A @ B without the epilogue
     "matmul_half": (None, "4096"),
+    "matmul_bf16": (None, "4096"),
     "matmul_batched": (None, "1024"),
     "reduce_interleaved": ("block_sums", "64M"),
     "reduce_nodivergence": ("block_sums", "64M"),
@@ -150,6 +151,7 @@ PUBLISHED_BARS: dict[str, tuple[str | None, str]] = {
 }
 # naive kernel -> the vendor library's way of doing the same work (timed through PyTorch on CUDA)
 LIBRARY = {"matmul_naive": "sgemm", "matmul_coalesced": "sgemm_epilogue", "matmul_half": "hgemm_nt",
+           "matmul_bf16": "bgemm",
            "reduce_interleaved": "block_sums", "reduce_nodivergence": "block_sums",
            "reduce_sequential": "block_sums", "reduce_atomic": "sum", "embedding_gather": "embedding",
            "sgemm_naive": "sgemm_epilogue", "sgemm_coalesce": "sgemm_epilogue", "reduce0": "block_sums",
@@ -162,7 +164,7 @@ LIBRARY = {"matmul_naive": "sgemm", "matmul_coalesced": "sgemm_epilogue", "matmu
            "histo_shared": "bincount"}
 LIBRARY_WORDS = {"sgemm": "cuBLAS sgemm (torch.matmul, TF32 off)",
                  "sgemm_epilogue": "cuBLAS sgemm with alpha/beta (torch.addmm, TF32 off)",
-                 "hgemm_nt": "cuBLAS half A @ B^T (torch.matmul)", "block_sums": "torch.sum over rows of 256",
+                 "hgemm_nt": "cuBLAS half A @ B^T (torch.matmul)", "bgemm": "cuBLAS bfloat16 A @ B (torch.matmul)", "block_sums": "torch.sum over rows of 256",
                  "sum": "torch.sum", "embedding": "torch embedding",
                  "bincount": "torch.bincount of 256 byte values"}
 
@@ -349,11 +351,12 @@ def library_us(what: str | None, sizes: dict, backend: str, reps: int = 100) -> 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
-    if what in ("sgemm", "sgemm_epilogue", "hgemm_nt"):
+    if what in ("sgemm", "sgemm_epilogue", "hgemm_nt", "bgemm"):
         M, N, K = product_sizes(sizes)
-        dt = torch.float16 if what == "hgemm_nt" else torch.float32
+        dt = {"hgemm_nt": torch.float16, "bgemm": torch.bfloat16}.get(what, torch.float32)
+        # the specs' inputs: uniform in [-1, 1] (the tensor cores' power, so their clocks, follow the data)
         a = torch.rand(M, K, device=dev, dtype=dt) * 2 - 1
-        b = torch.rand(N, K, device=dev, dtype=dt).t() if what == "hgemm_nt" else \
+        b = (torch.rand(N, K, device=dev, dtype=dt) * 2 - 1).t() if what == "hgemm_nt" else \
             torch.rand(K, N, device=dev, dtype=dt) * 2 - 1
         c = torch.rand(M, N, device=dev, dtype=dt)
         if what == "sgemm_epilogue":

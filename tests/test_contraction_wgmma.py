@@ -105,6 +105,24 @@ def test_the_warpgroup_tiles_build_for_sm_90a_only(layout, tmp_path):
         cuda.compile_cubin(source, "matmul_half", {k: str(v) for k, v in config.items()}, (), "sm_90")
 
 
+def test_a_bfloat16_product_takes_the_tensor_cores_where_the_device_has_them_for_it():
+    t = load_template(NAIVE / "matmul_bf16")
+    made = rules_template(t, "cuda", HOPPER).proposal
+    assert {p.name: p.values for p in made.parameters}["MMA"] == (0, 1, 2)
+    source = made.sources["cuda"]
+    assert "m64n256k16.f32.bf16.bf16" in source and "__nv_bfloat16, nvcuda::wmma::row_major" in source
+    assert "__bfloat1622float2" in source  # VEC 4 loads four as two pairs
+    from types import SimpleNamespace as NS
+
+    from kerntune.agents.contraction_mma import declines
+
+    bf16, half = NS(half=True, bf16=True), NS(half=True, bf16=False)
+    s = NS(acc_type="float", update="+=", acc_init="0.0f")
+    assert declines("cuda", "8.0", s, (bf16, bf16)) == ""
+    assert "no bfloat16 tensor cores" in declines("cuda", "7.5", s, (bf16, bf16))
+    assert "the other a bfloat16" in declines("cuda", "9.0", s, (half, bf16))
+
+
 def test_a_hopper_device_builds_for_sm_90a():
     assert cuda.device_arch("9.0") == "sm_90a"
     assert cuda.device_arch("8.9") == "sm_89"
@@ -120,17 +138,18 @@ WG_CONFIGS = ({"BM": 128, "BN": 256, "BK": 64, "STAGES": 3},
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("layout", sorted(LAYOUTS) + ["bf16"])
 def test_on_hopper_the_warpgroup_tiles_reproduce_the_half_product(layout, tmp_path):
     """Aligned rows (16-byte copies) and odd ones (element by element), tails in every dimension,
-    several steps and blocks: each tile gives the original's outputs within the tolerance."""
+    several steps and blocks: each tile gives the original's outputs within the tolerance; and
+    the bfloat16 product (A as M x K, B as K x N) on both kinds of tensor-core tiles."""
     from kerntune.engine.backends import open_backend
     from kerntune.engine.tune import resolve_device
 
     _, limits = resolve_device("cuda", 0)
     if limits.compute_capability != "9.0":
         pytest.skip(f"compute capability {limits.compute_capability}: no warpgroup instructions")
-    original = load_template(layout_spec(tmp_path / "spec", layout))
+    original = load_template(NAIVE / "matmul_bf16" if layout == "bf16" else layout_spec(tmp_path / "spec", layout))
     made = rules_template(original, "cuda", limits)
     verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
                              problem=original.problem("small", {}), limits=limits, timeout=300)
@@ -140,8 +159,9 @@ def test_on_hopper_the_warpgroup_tiles_reproduce_the_half_product(layout, tmp_pa
     try:
         for sizes in ({}, {"M": 37, "N": 45, "K": 29}, {"M": 328, "N": 392, "K": 264}):
             ev = Evaluator(backend, template, template.problem("small", sizes), seed=1, timing=FAST)
-            for config in WG_CONFIGS:
-                full = {**template.default_config(), **config, "MMA": 2, "TM": 4, "TN": 8}
+            fragments = (({"BM": 64, "BN": 128, "BK": 32, "STAGES": 2, "MMA": 1},) if layout == "bf16" else ())
+            for config in WG_CONFIGS + fragments:
+                full = {**template.default_config(), "MMA": 2, "TM": 4, "TN": 8, **config}
                 ok, _, message = ev.reproduces_original(full, (3, 4))
                 assert ok, (sizes, config, message)
     finally:

@@ -596,7 +596,7 @@ def test_the_stencil_runs_the_body_as_written_for_several_rows_and_refuses_other
     assert "other than through its coordinates" in declined.reason
 
 
-GPU_KERNELS = ("matmul_naive", "matmul_coalesced", "matmul_half", "matmul_batched", "reduce_interleaved", "reduce_nodivergence",
+GPU_KERNELS = ("matmul_naive", "matmul_coalesced", "matmul_half", "matmul_bf16", "matmul_batched", "reduce_interleaved", "reduce_nodivergence",
                "reduce_sequential", "reduce_firstadd", "reduce_atomic", "stencil5", "stencil9", "conv_rows",
                "conv_cols", "stencil1d", "embedding_gather", "transpose")
 
@@ -631,13 +631,13 @@ def test_the_half_product_offers_tensor_core_tiles_on_cuda_only():
 
     from kerntune.agents.contraction_mma import declines
 
-    half = NS(half=True)
+    half = NS(half=True, bf16=False)
     s = NS(acc_type="float", update="+=", acc_init="0.0f")
     assert declines("cuda", "9.0", s, (half, half)) == ""
     assert "no tensor cores" in declines("cuda", "6.1", s, (half, half))
     assert "CUDA's" in declines("opencl", "", s, (half, half))
     # a float product has no half operands to give the tensor cores; a sum updated otherwise
-    assert "not one half element" in declines("cuda", "9.0", s, (half, NS(half=False)))
+    assert "not one half element" in declines("cuda", "9.0", s, (half, NS(half=False, bf16=False)))
     assert declines("cuda", "9.0", NS(acc_type="float", update="+=", acc_init="bias[kt_c]"), (half, half)) == ""
     assert "updated by `-=`" in declines("cuda", "", NS(acc_type="float", update="-=", acc_init="0"), (half, half))
 
