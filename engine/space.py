@@ -14,9 +14,10 @@ from typing import Any, Iterator, Mapping, Sequence
 from .device import DeviceLimits
 from .expressions import ExpressionError, NonFiniteError
 from .result import config_key, config_text, value_text
-from .template import ParamValue, Problem, Template
+from .template import Constraint, ParamValue, Problem, Template
 
-MAX_SPACE = 2_000_000  # configurations enumerated before we refuse
+MAX_SPACE = 2_000_000  # configurations, partial and whole, checked one by one before we refuse
+MAX_PRODUCT = 10**9  # configurations in the full product before we refuse
 
 
 class SpaceError(ValueError):
@@ -92,7 +93,11 @@ def environment(template: Template, config: Mapping[str, ParamValue], problem: P
 def geometry(template: Template, config: Mapping[str, ParamValue], problem: Problem,
              limits: DeviceLimits | None = None) -> Geometry:
     """Evaluate the template's launch expressions for one configuration."""
-    env = environment(template, config, problem, limits)
+    return geometry_in(template, environment(template, config, problem, limits))
+
+
+def geometry_in(template: Template, env: Mapping[str, ParamValue]) -> Geometry:
+    """The launch expressions evaluated over the names in `env`."""
 
     def dims(exprs) -> tuple[int, int, int]:
         out = []
@@ -161,13 +166,37 @@ def iter_product(template: Template) -> Iterator[dict[str, ParamValue]]:
 
 
 def build_space(template: Template, problem: Problem, limits: DeviceLimits) -> Space:
-    """Enumerate feasible configurations, naming the rule that pruned each infeasible one."""
+    """Enumerate feasible configurations, naming the rule that pruned each infeasible one.
+
+    The walk goes depth-first over the parameters in their declared order and checks each
+    constraint as soon as every parameter it names is bound, so a constraint that fails for a
+    partial assignment removes every configuration below it at once: the work follows the
+    feasible configurations, not the product. The result is the flat enumeration's exactly (the
+    same configurations in product order, and each infeasible configuration counted under the
+    first constraint in list order it fails, then the launch geometry or device limit)."""
     total = math.prod(len(p.values) for p in template.parameters)
-    if total > MAX_SPACE:
-        raise SpaceError(
-            f"{template.name}: {total:,} configurations in the full product; at most {MAX_SPACE:,} "
-            "are enumerated (narrow the value lists)"
-        )
+    if total > MAX_PRODUCT:
+        raise SpaceError(f"{template.name}: {total:,} configurations in the full product; at most "
+                         f"{MAX_PRODUCT:,} are considered (narrow the value lists)")
+    walk = _Walk(template, problem, limits, [p.values for p in template.parameters])
+    walk.run()
+    return Space(template.name, problem, tuple(Config(tuple(zip(walk.names, v))) for v in walk.feasible),
+                 total, walk.pruned)
+
+
+def feasible_combinations(template: Template, problem: Problem, limits: DeviceLimits,
+                          lists: Sequence[Sequence[ParamValue]]) -> list[tuple[ParamValue, ...]]:
+    """The feasible value tuples (in the template's parameter order) of a grid of value lists,
+    one list per parameter, in product order: the same walk as build_space's."""
+    walk = _Walk(template, problem, limits, [tuple(v) for v in lists])
+    walk.run()
+    return walk.feasible
+
+
+def _build_space_flat(template: Template, problem: Problem, limits: DeviceLimits) -> Space:
+    """build_space by checking every configuration of the product one at a time: the reference
+    the depth-first walk must match (the tests compare the two)."""
+    total = math.prod(len(p.values) for p in template.parameters)
     pruned: dict[str, int] = {}
     configs: list[Config] = []
     for values in iter_product(template):
@@ -179,25 +208,185 @@ def build_space(template: Template, problem: Problem, limits: DeviceLimits) -> S
     return Space(template.name, problem, tuple(configs), total, pruned)
 
 
+class _Unbound(Exception):
+    """An expression read a parameter the walk has not bound yet: its value is not decided here."""
+
+
+class _PartialEnv(dict):
+    """Sizes, device limits and the parameters bound so far; reading an unbound parameter raises
+    _Unbound (which no expression catches), any other missing name is unknown as usual."""
+
+    def __init__(self, base: Mapping[str, ParamValue], parameters: Sequence[str]):
+        self.parameters = frozenset(parameters)
+        super().__init__((k, v) for k, v in base.items() if k not in self.parameters)
+
+    def __missing__(self, name: str) -> ParamValue:
+        if name in self.parameters:
+            raise _Unbound(name)
+        raise KeyError(name)
+
+
+class _Walk:
+    """The depth-first walk of build_space over value lists, one per parameter.
+
+    A constraint is evaluated at each depth that binds a parameter it names (at the root, all of
+    them) until its value is decided: all its names bound, or fewer where the rest is never read
+    (`BK > 0 or BM == 64` holds for BK = 32 whatever BM is). A node carries the first constraint
+    in list order that has failed on its way down, and the constraints listed before it that are
+    not decided yet; once none is left, the whole subtree counts under that constraint in one
+    multiplication. Where every constraint holds, the launch geometry is decided the same way,
+    and the subtree is feasible or pruned as a whole."""
+
+    def __init__(self, template: Template, problem: Problem, limits: DeviceLimits,
+                 lists: Sequence[Sequence[ParamValue]]):
+        self.template, self.problem, self.limits = template, problem, limits
+        self.names = [p.name for p in template.parameters]
+        self.lists = [tuple(v) for v in lists]
+        n = len(self.names)
+        self.constraints = template.constraints
+        # the constraints to evaluate again at each depth: those naming the parameter just bound
+        self.touched: list[list[int]] = [list(range(len(self.constraints)))] + [
+            [i for i, c in enumerate(self.constraints) if name in c.expr.names] for name in self.names]
+        launch = set().union(*(e.names for e in (*template.grid, *template.block)),
+                             template.shared_bytes.names if template.shared_bytes is not None else ())
+        self.launch_touched = [True] + [name in launch for name in self.names]
+        # configurations below a node at each depth
+        self.below = [math.prod(len(v) for v in self.lists[d:]) for d in range(n + 1)]
+        self.env = _PartialEnv(environment(template, {}, problem, limits), self.names)
+        self.bound: list[ParamValue] = []
+        self.feasible: list[tuple[ParamValue, ...]] = []
+        self.pruned: dict[str, int] = {}
+        self.work = 0
+        # below a failed constraint: the counts of subtrees already walked, and the bound
+        # parameters that the constraints still pending read
+        self.memo: dict[tuple, dict[str, int]] = {}
+        self.relevant: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def run(self) -> None:
+        if self.below[0]:  # an empty value list leaves nothing to check
+            self._visit(0, (1 << len(self.constraints)) - 1, None, "", False)
+
+    def _spend(self, checks: int) -> None:
+        """Count configurations (partial or whole) checked or listed; refuse past MAX_SPACE."""
+        self.work += checks
+        if self.work > MAX_SPACE:
+            raise SpaceError(f"{self.template.name}: {self.below[0]:,} configurations in the full product, and "
+                             f"more than {MAX_SPACE:,} of them checked one by one before the constraints could "
+                             "decide (narrow the value lists, or add constraints that prune them)")
+
+    def _count(self, reason: str, d: int) -> None:
+        self.pruned[reason] = self.pruned.get(reason, 0) + self.below[d]
+
+    def _visit(self, d: int, pending: int, failed: int | None, reason: str, launch_open: bool) -> None:
+        """`pending`: a bit for each constraint not decided yet (only those listed before `failed`,
+        the first that failed); `launch_open`: the launch was evaluated above and not decided."""
+        self._spend(1)
+        env = self.env
+        for i in self.touched[d]:
+            if failed is not None and i > failed:
+                break
+            if not pending >> i & 1:
+                continue
+            try:
+                why = constraint_reason(self.constraints[i], env)
+            except _Unbound:
+                continue
+            if why is None:
+                pending &= ~(1 << i)
+            else:
+                failed, reason, pending = i, why, pending & ((1 << i) - 1)
+                break
+        if failed is not None:
+            if not pending:
+                self._count(reason, d)
+            else:
+                self._failed_below(d, pending, failed, reason)
+            return
+        if not pending and (not launch_open or self.launch_touched[d]):
+            if self._launch(d):
+                return
+            launch_open = True
+        self._descend(d, pending, failed, reason, launch_open)
+
+    def _descend(self, d: int, pending: int, failed: int | None, reason: str, launch_open: bool) -> None:
+        name, env = self.names[d], self.env
+        for v in self.lists[d]:
+            env[name] = v
+            self.bound.append(v)
+            self._visit(d + 1, pending, failed, reason, launch_open)
+            self.bound.pop()
+        del env[name]
+
+    def _failed_below(self, d: int, pending: int, failed: int, reason: str) -> None:
+        """Count the subtree of a node where a constraint failed but some listed before it are
+        not decided. What it counts depends only on the bound values those constraints read: a
+        subtree counted once counts again for every node that agrees on them."""
+        relevant = self.relevant.get((pending, d))
+        if relevant is None:
+            named = set().union(*(self.constraints[i].expr.names for i in range(failed) if pending >> i & 1))
+            relevant = self.relevant[(pending, d)] = tuple(k for k in range(d) if self.names[k] in named)
+        # a value's type with it: 1, 1.0 and True are equal keys but not equal to every function
+        key = (d, pending, failed, reason, tuple((type(self.bound[k]), self.bound[k]) for k in relevant))
+        counts = self.memo.get(key)
+        if counts is None:
+            outer, self.pruned = self.pruned, {}
+            try:
+                self._descend(d, pending, failed, reason, False)
+            finally:
+                counts, self.pruned = self.pruned, outer
+            self.memo[key] = counts
+        for why, n in counts.items():
+            self.pruned[why] = self.pruned.get(why, 0) + n
+
+    def _launch(self, d: int) -> bool:
+        """Every constraint holds below this node: whether the launch decides its subtree (and if
+        so, count it pruned or list it feasible)."""
+        first = dict(zip(self.names, self.bound + [v[0] for v in self.lists[d:]]))
+        try:
+            why = launch_reason(self.template, self.env, self.problem, self.limits, first)
+        except _Unbound:
+            return False
+        if why is not None:
+            self._count(why, d)
+            return True
+        self._spend(self.below[d])
+        prefix = tuple(self.bound)
+        self.feasible.extend(prefix + tail for tail in itertools.product(*self.lists[d:]))
+        return True
+
+
+def constraint_reason(c: Constraint, env: Mapping[str, ParamValue]) -> str | None:
+    """Why a constraint prunes a configuration (its text, or why it cannot be evaluated), or None."""
+    try:
+        ok = c.expr.evaluate(env)
+    except ExpressionError as e:
+        return f"{c.text} (cannot evaluate: {e})"
+    return None if ok else c.text
+
+
+def launch_reason(template: Template, env: Mapping[str, ParamValue], problem: Problem, limits: DeviceLimits,
+                  config: Mapping[str, ParamValue]) -> str | None:
+    """The launch geometry's or device limit's reason to prune a configuration, or None: the
+    launch evaluated over `env` (limits, sizes and parameters), for `config`."""
+    try:
+        geo = geometry_in(template, env)
+    except NonFiniteError as e:  # no configuration is at fault: the spec is
+        raise SpaceError(f"{template.spec_path}: [launch] is not finite for {Config.of(config)} at "
+                         f"{problem.label()}: {e}") from None
+    except ExpressionError as e:
+        return f"launch geometry ({e})"
+    return device_violation(geo, limits)
+
+
 def infeasible_reason(template: Template, values: Mapping[str, ParamValue], problem: Problem,
                       limits: DeviceLimits) -> str | None:
     """The first rule a configuration breaks (a constraint's text or a device limit), or None."""
     env = environment(template, values, problem, limits)
     for c in template.constraints:
-        try:
-            ok = c.expr.evaluate(env)
-        except ExpressionError as e:
-            return f"{c.text} (cannot evaluate: {e})"
-        if not ok:
-            return c.text
-    try:
-        geo = geometry(template, values, problem, limits)
-    except NonFiniteError as e:  # no configuration is at fault: the spec is
-        raise SpaceError(f"{template.spec_path}: [launch] is not finite for {Config.of(values)} at "
-                         f"{problem.label()}: {e}") from None
-    except ExpressionError as e:
-        return f"launch geometry ({e})"
-    return device_violation(geo, limits)
+        why = constraint_reason(c, env)
+        if why is not None:
+            return why
+    return launch_reason(template, env, problem, limits, values)
 
 
 def whole_blocks_only(grid: Any, values: Mapping[str, Any], name: str) -> bool:
