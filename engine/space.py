@@ -214,28 +214,29 @@ class _Unbound(Exception):
 
 class _PartialEnv(dict):
     """Sizes, device limits and the parameters bound so far; reading an unbound parameter raises
-    _Unbound (which no expression catches), any other missing name is unknown as usual."""
+    _Unbound with its depth (no expression catches it), any other missing name is unknown as usual."""
 
     def __init__(self, base: Mapping[str, ParamValue], parameters: Sequence[str]):
-        self.parameters = frozenset(parameters)
-        super().__init__((k, v) for k, v in base.items() if k not in self.parameters)
+        self.depth = {name: i for i, name in enumerate(parameters)}
+        super().__init__((k, v) for k, v in base.items() if k not in self.depth)
 
     def __missing__(self, name: str) -> ParamValue:
-        if name in self.parameters:
-            raise _Unbound(name)
+        if name in self.depth:
+            raise _Unbound(self.depth[name])
         raise KeyError(name)
 
 
 class _Walk:
     """The depth-first walk of build_space over value lists, one per parameter.
 
-    A constraint is evaluated at each depth that binds a parameter it names (at the root, all of
-    them) until its value is decided: all its names bound, or fewer where the rest is never read
-    (`BK > 0 or BM == 64` holds for BK = 32 whatever BM is). A node carries the first constraint
-    in list order that has failed on its way down, and the constraints listed before it that are
-    not decided yet; once none is left, the whole subtree counts under that constraint in one
-    multiplication. Where every constraint holds, the launch geometry is decided the same way,
-    and the subtree is feasible or pruned as a whole."""
+    A constraint is evaluated as soon as its value is decided: where the parameters it reads are
+    bound, which may be fewer than those it names (`BK > 0 or BM == 64` holds for BK = 32 whatever
+    BM is). An evaluation that reads an unbound parameter stops there, and the constraint waits
+    for that parameter: until it is bound, the same evaluation would stop at the same place. A
+    node carries the first constraint in list order that has failed on its way down and the
+    constraints listed before it that are not decided yet; once none is left, the whole subtree
+    counts under that constraint in one multiplication. Where every constraint holds, the launch
+    geometry is decided the same way, and the subtree is feasible or pruned as a whole."""
 
     def __init__(self, template: Template, problem: Problem, limits: DeviceLimits,
                  lists: Sequence[Sequence[ParamValue]]):
@@ -244,12 +245,6 @@ class _Walk:
         self.lists = [tuple(v) for v in lists]
         n = len(self.names)
         self.constraints = template.constraints
-        # the constraints to evaluate again at each depth: those naming the parameter just bound
-        self.touched: list[list[int]] = [list(range(len(self.constraints)))] + [
-            [i for i, c in enumerate(self.constraints) if name in c.expr.names] for name in self.names]
-        launch = set().union(*(e.names for e in (*template.grid, *template.block)),
-                             template.shared_bytes.names if template.shared_bytes is not None else ())
-        self.launch_touched = [True] + [name in launch for name in self.names]
         # configurations below a node at each depth
         self.below = [math.prod(len(v) for v in self.lists[d:]) for d in range(n + 1)]
         self.env = _PartialEnv(environment(template, {}, problem, limits), self.names)
@@ -264,7 +259,8 @@ class _Walk:
 
     def run(self) -> None:
         if self.below[0]:  # an empty value list leaves nothing to check
-            self._visit(0, (1 << len(self.constraints)) - 1, None, "", False)
+            every = (1 << len(self.constraints)) - 1
+            self._visit(0, every, None, "", (0,) * (len(self.names) + 1), every, None)
 
     def _spend(self, checks: int) -> None:
         """Count configurations (partial or whole) checked or listed; refuse past MAX_SPACE."""
@@ -277,47 +273,53 @@ class _Walk:
     def _count(self, reason: str, d: int) -> None:
         self.pruned[reason] = self.pruned.get(reason, 0) + self.below[d]
 
-    def _visit(self, d: int, pending: int, failed: int | None, reason: str, launch_open: bool) -> None:
+    def _visit(self, d: int, pending: int, failed: int | None, reason: str, waiting: tuple[int, ...],
+               ready: int, launch_waits: int | None) -> None:
         """`pending`: a bit for each constraint not decided yet (only those listed before `failed`,
-        the first that failed); `launch_open`: the launch was evaluated above and not decided."""
+        the first that failed); `waiting[k]`: those that read parameter k unbound; `ready`: those
+        to evaluate here; `launch_waits`: the parameter the launch read unbound (None: not tried)."""
         self._spend(1)
-        env = self.env
-        for i in self.touched[d]:
-            if failed is not None and i > failed:
-                break
-            if not pending >> i & 1:
-                continue
-            try:
-                why = constraint_reason(self.constraints[i], env)
-            except _Unbound:
-                continue
-            if why is None:
-                pending &= ~(1 << i)
-            else:
-                failed, reason, pending = i, why, pending & ((1 << i) - 1)
-                break
+        todo = ready & pending
+        if todo:
+            env, waiting = self.env, list(waiting)
+            while todo:
+                bit = todo & -todo
+                todo ^= bit
+                i = bit.bit_length() - 1
+                try:
+                    why = constraint_reason(self.constraints[i], env)
+                except _Unbound as e:
+                    waiting[e.args[0]] |= bit
+                    continue
+                if why is None:
+                    pending ^= bit
+                else:
+                    failed, reason, pending = i, why, pending & (bit - 1)
+                    break
+            waiting = tuple(waiting)
         if failed is not None:
             if not pending:
                 self._count(reason, d)
             else:
-                self._failed_below(d, pending, failed, reason)
+                self._failed_below(d, pending, failed, reason, waiting)
             return
-        if not pending and (not launch_open or self.launch_touched[d]):
-            if self._launch(d):
+        if not pending and (launch_waits is None or launch_waits == d - 1):
+            launch_waits = self._launch(d)
+            if launch_waits is None:
                 return
-            launch_open = True
-        self._descend(d, pending, failed, reason, launch_open)
+        self._descend(d, pending, failed, reason, waiting, launch_waits)
 
-    def _descend(self, d: int, pending: int, failed: int | None, reason: str, launch_open: bool) -> None:
-        name, env = self.names[d], self.env
+    def _descend(self, d: int, pending: int, failed: int | None, reason: str, waiting: tuple[int, ...],
+                 launch_waits: int | None) -> None:
+        name, env, ready = self.names[d], self.env, waiting[d]
         for v in self.lists[d]:
             env[name] = v
             self.bound.append(v)
-            self._visit(d + 1, pending, failed, reason, launch_open)
+            self._visit(d + 1, pending, failed, reason, waiting, ready, launch_waits)
             self.bound.pop()
         del env[name]
 
-    def _failed_below(self, d: int, pending: int, failed: int, reason: str) -> None:
+    def _failed_below(self, d: int, pending: int, failed: int, reason: str, waiting: tuple[int, ...]) -> None:
         """Count the subtree of a node where a constraint failed but some listed before it are
         not decided. What it counts depends only on the bound values those constraints read: a
         subtree counted once counts again for every node that agrees on them."""
@@ -331,28 +333,28 @@ class _Walk:
         if counts is None:
             outer, self.pruned = self.pruned, {}
             try:
-                self._descend(d, pending, failed, reason, False)
+                self._descend(d, pending, failed, reason, waiting, None)
             finally:
                 counts, self.pruned = self.pruned, outer
             self.memo[key] = counts
         for why, n in counts.items():
             self.pruned[why] = self.pruned.get(why, 0) + n
 
-    def _launch(self, d: int) -> bool:
-        """Every constraint holds below this node: whether the launch decides its subtree (and if
-        so, count it pruned or list it feasible)."""
+    def _launch(self, d: int) -> int | None:
+        """Every constraint holds below this node: None where the launch decides its subtree
+        (counted pruned or listed feasible), else the parameter it waits for."""
         first = dict(zip(self.names, self.bound + [v[0] for v in self.lists[d:]]))
         try:
             why = launch_reason(self.template, self.env, self.problem, self.limits, first)
-        except _Unbound:
-            return False
+        except _Unbound as e:
+            return e.args[0]
         if why is not None:
             self._count(why, d)
-            return True
+            return None
         self._spend(self.below[d])
         prefix = tuple(self.bound)
         self.feasible.extend(prefix + tail for tail in itertools.product(*self.lists[d:]))
-        return True
+        return None
 
 
 def constraint_reason(c: Constraint, env: Mapping[str, ParamValue]) -> str | None:
