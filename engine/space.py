@@ -179,18 +179,16 @@ def build_space(template: Template, problem: Problem, limits: DeviceLimits) -> S
         raise SpaceError(f"{template.name}: {total:,} configurations in the full product; at most "
                          f"{MAX_PRODUCT:,} are considered (narrow the value lists)")
     walk = _Walk(template, problem, limits, [p.values for p in template.parameters])
-    walk.run()
-    return Space(template.name, problem, tuple(Config(tuple(zip(walk.names, v))) for v in walk.feasible),
-                 total, walk.pruned)
+    names = [p.name for p in template.parameters]
+    configs = tuple(Config(tuple(zip(names, v))) for v in walk.run())
+    return Space(template.name, problem, configs, total, walk.pruned)
 
 
 def feasible_combinations(template: Template, problem: Problem, limits: DeviceLimits,
                           lists: Sequence[Sequence[ParamValue]]) -> list[tuple[ParamValue, ...]]:
     """The feasible value tuples (in the template's parameter order) of a grid of value lists,
     one list per parameter, in product order: the same walk as build_space's."""
-    walk = _Walk(template, problem, limits, [tuple(v) for v in lists])
-    walk.run()
-    return walk.feasible
+    return _Walk(template, problem, limits, [tuple(v) for v in lists]).run()
 
 
 def _build_space_flat(template: Template, problem: Problem, limits: DeviceLimits) -> Space:
@@ -241,31 +239,67 @@ class _Walk:
     def __init__(self, template: Template, problem: Problem, limits: DeviceLimits,
                  lists: Sequence[Sequence[ParamValue]]):
         self.template, self.problem, self.limits = template, problem, limits
-        self.names = [p.name for p in template.parameters]
-        self.lists = [tuple(v) for v in lists]
-        n = len(self.names)
         self.constraints = template.constraints
+        declared = [p.name for p in template.parameters]
+        self.declared = [tuple(v) for v in lists]
+        self.order = self._order(declared, environment(template, {}, problem, limits))
+        self.names = [declared[k] for k in self.order]
+        self.lists = [self.declared[k] for k in self.order]
+        n = len(self.names)
         # configurations below a node at each depth
         self.below = [math.prod(len(v) for v in self.lists[d:]) for d in range(n + 1)]
         self.env = _PartialEnv(environment(template, {}, problem, limits), self.names)
         self.bound: list[ParamValue] = []
-        self.feasible: list[tuple[ParamValue, ...]] = []
+        self.at: list[int] = []  # the bound values' places in their lists
+        self.found: list[tuple[int, ...]] = []  # feasible configurations, as places in walk order
         self.pruned: dict[str, int] = {}
         self.work = 0
         # below a failed constraint: the counts of subtrees already walked, and the bound
         # parameters that the constraints still pending read
         self.memo: dict[tuple, dict[str, int]] = {}
         self.relevant: dict[tuple[int, int], tuple[int, ...]] = {}
+        # a launch that is not finite: the first configuration (in product order) it holds for
+        self.error: tuple[tuple[int, ...], SpaceError] | None = None
 
-    def run(self) -> None:
+    def _order(self, declared: list[str], base: Mapping[str, ParamValue]) -> list[int]:
+        """The order the walk binds the parameters in: first the modes, parameters that two
+        constraints or more read before any other (`MMA` in `MMA != 2 or ...`, whose value
+        decides the rest), most first, then the others in the declared order (measured on the
+        rules' templates, promoting a parameter that one constraint reads first often costs more
+        than it saves). The configurations come out in product order whatever it is."""
+        env = _PartialEnv(base, declared)
+        first = [0] * len(declared)
+        for c in self.constraints:
+            try:
+                constraint_reason(c, env)
+            except _Unbound as e:
+                first[e.args[0]] += 1
+        modes = [f if f >= 2 else 0 for f in first]  # read first by one constraint: not a mode
+        return sorted(range(len(declared)), key=lambda k: (-modes[k], k))
+
+    def run(self) -> list[tuple[ParamValue, ...]]:
+        """The feasible configurations (values in the declared order), in product order."""
         if self.below[0]:  # an empty value list leaves nothing to check
             every = (1 << len(self.constraints)) - 1
             self._visit(0, every, None, "", (0,) * (len(self.names) + 1), every, None)
+        if self.error is not None:
+            raise self.error[1]
+        places = sorted(self._declared(at) for at in self.found)
+        return [tuple(v[i] for v, i in zip(self.declared, at)) for at in places]
+
+    def _declared(self, at: Sequence[int]) -> tuple[int, ...]:
+        """Places in walk order, as places in the declared order."""
+        out = [0] * len(at)
+        for k, i in zip(self.order, at):
+            out[k] = i
+        return tuple(out)
 
     def _spend(self, checks: int) -> None:
         """Count configurations (partial or whole) checked or listed; refuse past MAX_SPACE."""
         self.work += checks
         if self.work > MAX_SPACE:
+            if self.error is not None:
+                raise self.error[1]
             raise SpaceError(f"{self.template.name}: {self.below[0]:,} configurations in the full product, and "
                              f"more than {MAX_SPACE:,} of them checked one by one before the constraints could "
                              "decide (narrow the value lists, or add constraints that prune them)")
@@ -312,11 +346,13 @@ class _Walk:
     def _descend(self, d: int, pending: int, failed: int | None, reason: str, waiting: tuple[int, ...],
                  launch_waits: int | None) -> None:
         name, env, ready = self.names[d], self.env, waiting[d]
-        for v in self.lists[d]:
+        for i, v in enumerate(self.lists[d]):
             env[name] = v
             self.bound.append(v)
+            self.at.append(i)
             self._visit(d + 1, pending, failed, reason, waiting, ready, launch_waits)
             self.bound.pop()
+            self.at.pop()
         del env[name]
 
     def _failed_below(self, d: int, pending: int, failed: int, reason: str, waiting: tuple[int, ...]) -> None:
@@ -343,17 +379,22 @@ class _Walk:
     def _launch(self, d: int) -> int | None:
         """Every constraint holds below this node: None where the launch decides its subtree
         (counted pruned or listed feasible), else the parameter it waits for."""
-        first = dict(zip(self.names, self.bound + [v[0] for v in self.lists[d:]]))
+        at = self._declared(self.at + [0] * (len(self.names) - d))  # the subtree's first in product order
         try:
-            why = launch_reason(self.template, self.env, self.problem, self.limits, first)
+            why = launch_reason(self.template, self.env, self.problem, self.limits,
+                                {p.name: v[i] for p, v, i in zip(self.template.parameters, self.declared, at)})
         except _Unbound as e:
             return e.args[0]
+        except SpaceError as e:  # not finite: the spec is at fault; named for the first configuration
+            if self.error is None or at < self.error[0]:
+                self.error = (at, e)
+            return None
         if why is not None:
             self._count(why, d)
             return None
         self._spend(self.below[d])
-        prefix = tuple(self.bound)
-        self.feasible.extend(prefix + tail for tail in itertools.product(*self.lists[d:]))
+        prefix = tuple(self.at)
+        self.found.extend(prefix + tail for tail in itertools.product(*(range(len(v)) for v in self.lists[d:])))
         return None
 
 

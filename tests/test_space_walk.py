@@ -103,6 +103,29 @@ def test_a_launch_that_is_not_finite_is_one_error_like_the_flat_walk():
     assert "not finite for A=2 B=1 at p" in str(walked.value)  # the first that reaches the launch
 
 
+MODE = {"A": (1, 2, 3), "B": (1, 2, 3, 4), "C": (8, 16), "M": (0, 1, 2)}
+MODE_RULES = ["M != 2 or A > 1", "M == 0 or B < 4", "A * B <= 8", "M != 1 or C == 16"]
+
+
+def test_a_mode_declared_last_is_walked_first_and_the_configurations_stay_in_product_order():
+    t = template(MODE, MODE_RULES, block=("C * A",))
+    assert space_module._Walk(t, Problem("p", {"n": 64}), GPU, list(MODE.values())).order[0] == 3  # M
+    s = same(t, Problem("p", {"n": 64}), GPU)
+    assert list(s.configs) != sorted(s.configs, key=lambda c: c["M"])  # not in the order walked
+    assert len(s.pruned) == 4
+
+
+def test_a_launch_not_finite_names_the_first_configuration_in_product_order_whatever_the_walk():
+    # M is walked first: the walk meets M = 0, A = 3 before M = 1, A = 2, the first in product order
+    t = template(MODE, MODE_RULES[:3], grid=("(1e308 * 1e308) if (M == 0 and A == 3) or (M == 1 and A == 2) else 1",))
+    with pytest.raises(SpaceError) as walked:
+        build_space(t, Problem("p", {"n": 64}), GPU)
+    with pytest.raises(SpaceError) as flat:
+        _build_space_flat(t, Problem("p", {"n": 64}), GPU)
+    assert str(walked.value) == str(flat.value)
+    assert "not finite for A=2 B=1 C=8 M=1 at p" in str(walked.value)
+
+
 def test_real_templates_match():
     for name in ("silu_and_mul", "softmax"):
         t = load_template(templates.path(name))
