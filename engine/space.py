@@ -168,12 +168,12 @@ def iter_product(template: Template) -> Iterator[dict[str, ParamValue]]:
 def build_space(template: Template, problem: Problem, limits: DeviceLimits) -> Space:
     """Enumerate feasible configurations, naming the rule that pruned each infeasible one.
 
-    The walk goes depth-first over the parameters in their declared order and checks each
-    constraint as soon as every parameter it names is bound, so a constraint that fails for a
-    partial assignment removes every configuration below it at once: the work follows the
-    feasible configurations, not the product. The result is the flat enumeration's exactly (the
-    same configurations in product order, and each infeasible configuration counted under the
-    first constraint in list order it fails, then the launch geometry or device limit)."""
+    The walk goes depth-first over the parameters and decides each constraint as soon as the
+    parameters it reads are bound, so a constraint that fails for a partial configuration removes
+    every configuration below it at once: the work follows the feasible configurations, not the
+    product (MAX_SPACE bounds it; MAX_PRODUCT the product). The result is the flat enumeration's
+    exactly: the same configurations in product order, and each infeasible configuration counted
+    under the first constraint in list order it fails, then the launch geometry or device limit."""
     total = math.prod(len(p.values) for p in template.parameters)
     if total > MAX_PRODUCT:
         raise SpaceError(f"{template.name}: {total:,} configurations in the full product; at most "
@@ -182,13 +182,6 @@ def build_space(template: Template, problem: Problem, limits: DeviceLimits) -> S
     names = [p.name for p in template.parameters]
     configs = tuple(Config(tuple(zip(names, v))) for v in walk.run())
     return Space(template.name, problem, configs, total, walk.pruned)
-
-
-def feasible_combinations(template: Template, problem: Problem, limits: DeviceLimits,
-                          lists: Sequence[Sequence[ParamValue]]) -> list[tuple[ParamValue, ...]]:
-    """The feasible value tuples (in the template's parameter order) of a grid of value lists,
-    one list per parameter, in product order: the same walk as build_space's."""
-    return _Walk(template, problem, limits, [tuple(v) for v in lists]).run()
 
 
 def _build_space_flat(template: Template, problem: Problem, limits: DeviceLimits) -> Space:
@@ -379,15 +372,15 @@ class _Walk:
     def _launch(self, d: int) -> int | None:
         """Every constraint holds below this node: None where the launch decides its subtree
         (counted pruned or listed feasible), else the parameter it waits for."""
-        at = self._declared(self.at + [0] * (len(self.names) - d))  # the subtree's first in product order
         try:
-            why = launch_reason(self.template, self.env, self.problem, self.limits,
-                                {p.name: v[i] for p, v, i in zip(self.template.parameters, self.declared, at)})
+            why = launch_reason(self.template, self.env, self.limits)
         except _Unbound as e:
             return e.args[0]
-        except SpaceError as e:  # not finite: the spec is at fault; named for the first configuration
+        except NonFiniteError as e:  # named for the subtree's first configuration in product order
+            at = self._declared(self.at + [0] * (len(self.names) - d))
             if self.error is None or at < self.error[0]:
-                self.error = (at, e)
+                first = {p.name: v[i] for p, v, i in zip(self.template.parameters, self.declared, at)}
+                self.error = (at, not_finite(self.template, first, self.problem, e))
             return None
         if why is not None:
             self._count(why, d)
@@ -407,18 +400,24 @@ def constraint_reason(c: Constraint, env: Mapping[str, ParamValue]) -> str | Non
     return None if ok else c.text
 
 
-def launch_reason(template: Template, env: Mapping[str, ParamValue], problem: Problem, limits: DeviceLimits,
-                  config: Mapping[str, ParamValue]) -> str | None:
+def launch_reason(template: Template, env: Mapping[str, ParamValue], limits: DeviceLimits) -> str | None:
     """The launch geometry's or device limit's reason to prune a configuration, or None: the
-    launch evaluated over `env` (limits, sizes and parameters), for `config`."""
+    launch evaluated over `env` (limits, sizes and parameters). A launch that is not finite
+    raises NonFiniteError (see not_finite)."""
     try:
         geo = geometry_in(template, env)
-    except NonFiniteError as e:  # no configuration is at fault: the spec is
-        raise SpaceError(f"{template.spec_path}: [launch] is not finite for {Config.of(config)} at "
-                         f"{problem.label()}: {e}") from None
+    except NonFiniteError:  # an ExpressionError too, but the spec's fault, not a configuration's
+        raise
     except ExpressionError as e:
         return f"launch geometry ({e})"
     return device_violation(geo, limits)
+
+
+def not_finite(template: Template, config: Mapping[str, ParamValue], problem: Problem,
+               error: NonFiniteError) -> SpaceError:
+    """A launch that is not finite for a configuration: no configuration is at fault, the spec is."""
+    return SpaceError(f"{template.spec_path}: [launch] is not finite for {Config.of(config)} at "
+                      f"{problem.label()}: {error}")
 
 
 def infeasible_reason(template: Template, values: Mapping[str, ParamValue], problem: Problem,
@@ -429,7 +428,10 @@ def infeasible_reason(template: Template, values: Mapping[str, ParamValue], prob
         why = constraint_reason(c, env)
         if why is not None:
             return why
-    return launch_reason(template, env, problem, limits, values)
+    try:
+        return launch_reason(template, env, limits)
+    except NonFiniteError as e:
+        raise not_finite(template, values, problem, e) from None
 
 
 def whole_blocks_only(grid: Any, values: Mapping[str, Any], name: str) -> bool:
