@@ -58,7 +58,8 @@ from kerntune.engine.expressions import ExpressionError
 from kerntune.engine.expressions import parse as parse_expression
 
 from . import affine
-from .cooperate import (Decline, body_of, entry_constants, expression_names, inlined, kernel_spans, launch_extent,
+from .cooperate import (Decline, body_of, entry_constants, expression_names, inlined, is_pragma, kernel_spans,
+                        launch_extent,
                         product_update, reads_thread_ids, spec_scalars, spec_text, strip_parens, substituted)
 from .kernel_tree import span_of, syntax_nodes
 from .model import Poly
@@ -627,7 +628,7 @@ class Tiled(Reading):
                 self.moves_before[moved[0]] = self.moves_before.get(moved[0], Poly()) + self._invariant(moved[1])
             elif written:
                 early.append((written, _line(s)))
-            elif s.type != "declaration":
+            elif s.type != "declaration" and not is_pragma(s, text_of):
                 raise Decline(f"a statement before the tiles' loop that declares nothing and moves no pointer "
                               f"(line {_line(s)})")
         self._steps(loops[0])

@@ -483,6 +483,20 @@ def entry_constants(ctx) -> dict[str, int]:
     return out
 
 
+def is_pragma(node, text_of) -> bool:
+    """Whether a statement of a body is a `#pragma` line (`#pragma unroll` before a loop), or an
+    `#if` choosing between such lines (the lifts' `#if UNROLL > 0 ... #pragma unroll UNROLL`): a hint
+    to the compiler, which a rewrite that writes its own loops may leave out."""
+    if node.type in ("preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif"):
+        condition = node.child_by_field_name("condition")
+        inner = [c for c in node.named_children if c != condition and c.type not in ("comment", "identifier")]
+        return all(is_pragma(c, text_of) for c in inner)
+    if node.type != "preproc_call":
+        return False
+    directive = node.child_by_field_name("directive")
+    return directive is not None and text_of(directive).strip() == "#pragma"
+
+
 def strip_parens(node):
     """The expression inside any parentheses around it."""
     while node.type == "parenthesized_expression":

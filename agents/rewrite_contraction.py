@@ -38,7 +38,7 @@ from kerntune.engine.proposal import ParamProposal
 
 from . import affine, contraction_mma, contraction_tiled, contraction_wgmma
 from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, expression_names, guard_parts, header, inlined,
-                        kernel_spans, launch_extent, pinned, product_update, reads_thread_ids, spec_scalars, spec_text,
+                        is_pragma, kernel_spans, launch_extent, pinned, product_update, reads_thread_ids, spec_scalars, spec_text,
                         strip_parens, substituted, unbounded_header, within)
 from .kernel_tree import span_of, syntax_nodes
 from .model import DIALECT, ModelError
@@ -139,10 +139,10 @@ def read(ctx: RewriteContext) -> Contraction:
     at = body.statements.index(loops[0])
     before, after = body.statements[:at], body.statements[at + 1:]
     for s in before:
-        if s.type != "declaration":
+        if s.type != "declaration" and not is_pragma(s, text_of):
             raise Decline(f"a statement before the loop that declares nothing (line {s.start_point[0] + 1})")
     for s in after:
-        if s.type not in ("declaration", "expression_statement"):
+        if s.type not in ("declaration", "expression_statement") and not is_pragma(s, text_of):
             raise Decline(f"a statement after the loop that is neither a declaration nor an expression (line "
                           f"{s.start_point[0] + 1})")
     # a batch: locals made from the grid's z index alone (the tiles keep the original's z dimension)

@@ -65,6 +65,45 @@ def layout_spec(folder: Path, layout: str) -> Path:
     return folder
 
 
+# the half product as often published: 64-bit sizes and indices, B column-major (N x K), the loop
+# under `#pragma unroll` (which the lifts make a parameter, UNROLL), the sum started from a double
+SIMT = """#include <cuda_fp16.h>
+
+__global__ void simtNaiveKernel(const half *__restrict__ A, const half *__restrict__ B, half *__restrict__ C, size_t M,
+                                size_t N, size_t K) {
+    size_t row = threadIdx.y + blockDim.y * blockIdx.y;
+    size_t col = threadIdx.x + blockDim.x * blockIdx.x;
+
+    if (row < M && col < N) {
+        float tmp = 0.0;
+#pragma unroll
+        for (size_t i = 0; i < K; ++i) {
+            tmp += __half2float(A[row * K + i]) * __half2float(B[i + col * K]);
+        }
+
+        C[row * N + col] = __float2half(tmp);
+    }
+}
+"""
+
+
+def simt_spec(folder: Path) -> Path:
+    """SIMT over matmul_half's spec (CUDA), its sizes 64-bit."""
+    layout_spec(folder, "nt")
+    (folder / "kernel.cu").write_text(SIMT)
+    toml = (folder / "kernel.toml").read_text().replace('entry = "matmul_half"', 'entry = "simtNaiveKernel"')
+    (folder / "kernel.toml").write_text(toml.replace('dtype = "int32"', 'dtype = "uint64"'))
+    return folder
+
+
+def test_a_product_under_a_pragma_with_64_bit_indices_takes_the_warpgroup_tiles(tmp_path):
+    made = rules_template(load_template(simt_spec(tmp_path / "spec")), "cuda", HOPPER)
+    assert [r.name for r in made.applied.rewrites] == ["contraction"], made.why_none()
+    values = {p.name: p.values for p in made.proposal.parameters}
+    assert values["MMA"] == (0, 1, 2) and "UNROLL" in values
+    assert "const size_t kt_r = kt_r0 + BM - 1;" in made.proposal.sources["cuda"]  # the whole-tile test
+
+
 def test_on_a_hopper_device_the_half_product_offers_warpgroup_tiles(tmp_path):
     t = load_template(NAIVE / "matmul_half")
     made = rules_template(t, "cuda", HOPPER).proposal
@@ -136,7 +175,7 @@ WG_CONFIGS = ({"BM": 128, "BN": 256, "BK": 64, "STAGES": 3},
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", sorted(LAYOUTS) + ["bf16"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS) + ["bf16", "simt"])
 def test_on_hopper_the_warpgroup_tiles_reproduce_the_half_product(layout, tmp_path):
     """Aligned rows (16-byte copies) and odd ones (element by element), tails in every dimension,
     several steps and blocks: each tile gives the original's outputs within the tolerance; and
@@ -147,7 +186,8 @@ def test_on_hopper_the_warpgroup_tiles_reproduce_the_half_product(layout, tmp_pa
     _, limits = resolve_device("cuda", 0)
     if limits.compute_capability != "9.0":
         pytest.skip(f"compute capability {limits.compute_capability}: no warpgroup instructions")
-    original = load_template(NAIVE / "matmul_bf16" if layout == "bf16" else layout_spec(tmp_path / "spec", layout))
+    original = load_template(NAIVE / "matmul_bf16" if layout == "bf16" else simt_spec(tmp_path / "spec")
+                             if layout == "simt" else layout_spec(tmp_path / "spec", layout))
     made = rules_template(original, "cuda", limits)
     verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
                              problem=original.problem("small", {}), limits=limits, timeout=300)
