@@ -807,8 +807,12 @@ def test_on_cuda_a_half_product_tiled_by_hand_gates_and_its_tensor_core_tiles_re
     _, limits = resolve_device("cuda", 0)
     backend = open_backend("cuda", 0)
     try:
+        # on a Hopper card the warpgroup tiles too (MMA 2)
+        hopper = ({"BK": 64, "BM": 128, "BN": 256, "TM": 4, "TN": 8, "STAGES": 3, "MMA": 2},
+                  {"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 8, "STAGES": 1, "MMA": 2}) \
+            if limits.compute_capability == "9.0" else ()
         tiled_reproduces(load_template(half_tiled_spec(tmp_path / "spec")), "cuda", backend, limits, tmp_path,
-                         MMA_CONFIGS[:2] + ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4, "MMA": 0},),
+                         MMA_CONFIGS[:2] + ({"BK": 16, "BM": 64, "BN": 64, "TM": 4, "TN": 4, "VEC": 4, "MMA": 0},) + hopper,
                          {"MMA": 1})
     finally:
         backend.close()
