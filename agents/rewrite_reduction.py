@@ -50,7 +50,7 @@ from kerntune.engine.proposal import ParamProposal
 
 from . import affine
 from .cooperate import (Decline, Dialect, ReadingPass, beside, body_of, entry_constants, expression_names,
-                        fresh_names, header, kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
+                        fresh_names, header, is_pragma, kernel_spans, pinned, python_text, raw_text, reads_thread_ids, spec_scalars, spec_text,
                         substituted, with_names, within)
 from .kernel_tree import span_of, syntax_nodes
 from .model import ModelError, function_declarator, nodes, unwrap
@@ -158,7 +158,7 @@ def read(ctx: RewriteContext) -> Reduction:
     loops = ("for_statement", "while_statement")
     if stores_end is None or sum(s.type in loops for s in stmts[:stores_end]) > 1 or any(
             s.type == "while_statement" for s in stmts[stores_end:]) or tree_at >= final_at or any(
-            s.type not in ("for_statement", "if_statement") and not _is_barrier(ctx, s)
+            s.type not in ("for_statement", "if_statement") and not _is_barrier(ctx, s) and not is_pragma(s, text_of)
             for s in stmts[tree_at:final_at]):
         raise Decline("not: stores, one barrier, one loop, then the last statements under a guard")
     ids = {**{t: "kt_t" for t in T_IDS}, **{j: "kt_j" for j in J_IDS}, **{b: str(B) for b in B_IDS},
@@ -741,7 +741,7 @@ class _Tree:
 
     def read(self, nodes, text_of, rename, conds, bind, locals_, depth=0) -> None:
         for n in nodes:
-            if n.type == "comment":
+            if n.type == "comment" or is_pragma(n, text_of):  # a hint (`#pragma unroll`): the steps are read out
                 continue
             if n.type == "compound_statement":
                 self.read([c for c in n.named_children], text_of, rename, conds, bind, locals_, depth)

@@ -1,0 +1,55 @@
+"""A loop under `#pragma unroll`, as published code often writes its tree or its sum: the pragma is a
+hint to the compiler, and the passes read the kernel through it. On PoCL: the rewritten kernel
+passes the gate and a tuned configuration gives the original's outputs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kerntune.agents.rules import rules_template
+from kerntune.engine.device import DeviceLimits
+from kerntune.engine.evaluate import Evaluator, TimingPolicy
+from kerntune.engine.gate import check_proposal
+from kerntune.engine.template import load_template
+
+NAIVE = Path(__file__).resolve().parent / "data" / "naive"
+CPU = DeviceLimits("opencl", "cpu", max_threads_per_block=4096, warp_size=1, sm_count=2, max_shared_per_block=65536)
+FAST = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, target_s=0.002)
+
+# kernel -> (the pass, a configuration of its template)
+CASES = {"reduce_sequential": ("reduction", {"LANES": 16}),
+         "matmul_naive": ("contraction", {"BK": 8, "BM": 16, "BN": 16, "TM": 2, "TN": 2})}
+
+
+def unrolled(folder: Path, name: str) -> Path:
+    """The naive kernel `name` with `#pragma unroll` before its first loop, in both dialects."""
+    shutil.copytree(NAIVE / name, folder)
+    for f in (folder / "kernel.cu", folder / "kernel.cl"):
+        src = f.read_text()
+        new = re.sub(r"(\n[ \t]*)(for \()", r"\1#pragma unroll\1\2", src, count=1)
+        assert new != src
+        f.write_text(new)
+    return folder
+
+
+# the contraction's reading through the pragma is also tests/test_contraction_wgmma.py's (no PoCL)
+@pytest.mark.parametrize("name", ["reduce_sequential", pytest.param("matmul_naive", marks=pytest.mark.slow)])
+def test_a_loop_under_a_pragma_is_rewritten_gated_and_reproduced_on_pocl(name, tmp_path, opencl_backend):
+    rewrite, config = CASES[name]
+    original = load_template(unrolled(tmp_path / "spec", name))
+    for backend in ("cuda", "opencl"):
+        made = rules_template(original, backend, CPU if backend == "opencl" else
+                              DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32, sm_count=132))
+        assert [r.name for r in made.applied.rewrites] == [rewrite], made.why_none()
+    made = rules_template(original, "opencl", CPU)
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=original.problem("small", {}), limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    template = verdict.template
+    ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
+    ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
+    assert ok, message
