@@ -53,3 +53,26 @@ def test_a_loop_under_a_pragma_is_rewritten_gated_and_reproduced_on_pocl(name, t
     ev = Evaluator(opencl_backend, template, template.problem("small", {}), seed=1, timing=FAST)
     ok, _, message = ev.reproduces_original({**template.default_config(), **config}, (3, 4))
     assert ok, message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_on_cuda_a_loop_under_a_pragma_is_rewritten_gated_and_reproduced(name, tmp_path):
+    from kerntune.engine.backends import open_backend
+    from kerntune.engine.tune import resolve_device
+
+    rewrite, config = CASES[name]
+    _, limits = resolve_device("cuda", 0)
+    original = load_template(unrolled(tmp_path / "spec", name))
+    made = rules_template(original, "cuda", limits)
+    assert [r.name for r in made.applied.rewrites] == [rewrite], made.why_none()
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
+                             problem=original.problem("small", {}), limits=limits, timeout=300)
+    assert verdict.ok, verdict.reason
+    backend = open_backend("cuda", 0)
+    try:
+        ev = Evaluator(backend, verdict.template, verdict.template.problem("small", {}), seed=1, timing=FAST)
+        ok, _, message = ev.reproduces_original({**verdict.template.default_config(), **config}, (3, 4))
+        assert ok, message
+    finally:
+        backend.close()
