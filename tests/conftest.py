@@ -54,10 +54,11 @@ SLOW_CASES = {
         "rmsnorm", "softmax_2pass", "softmax_3pass", "rmsnorm_half", "cross_entropy", "softmax_online", "layernorm"),
     # the tile through loops over the neighbourhood: conv_cols and stencil1d hold its every form (the
     # 2-D stencils with halos on both axes: tests/test_rewrite_stencil.py reproduces them on PoCL);
-    # one matrix product (naive) and one tree reduction (atomic) stay for the others
+    # one matrix product (naive) and one tree reduction (atomic) stay for the others; the transposes
+    # are tests/test_rewrite_transpose.py's, reproduced on PoCL there
     "test_a_naive_cooperating_kernel_is_rewritten_gated_and_reproduced_on_pocl": (
         "stencil9", "conv_rows", "stencil5", "matmul_coalesced", "matmul_batched", "matmul_half", "reduce_nodivergence",
-        "reduce_firstadd"),
+        "reduce_firstadd", "transpose"),
     # one matrix product, one tree and one stencil as published stay, and the textbook's tiled
     # convolution (a mask in constant memory, a tile the lifts take, its grid through a #define)
     "test_a_published_kernel_is_rewritten_gated_and_reproduced_on_pocl": (
@@ -90,7 +91,9 @@ SLOW_CASES = {
     "test_a_constant_that_lays_out_the_grid_or_an_output_stays_and_the_original_path_verifies": (
         "reduce_nodivergence",),
     "test_a_grid_stride_original_is_rewritten_and_reproduces_itself": ("16",),
-    "test_the_cuda_rewrites_compile_at_several_values": ("conv_rows",),
+    # the half product's tensor-core tiles build and verify in the GPU tests, its warpgroup tiles build
+    # here in tests/test_contraction_wgmma.py
+    "test_the_cuda_rewrites_compile_at_several_values": ("conv_rows", "matmul_half"),
     # the largest recorded sessions: the reader's every form is in the others
     "test_the_fast_reader_reads_every_recorded_session_as_tomllib_does": (
         "matmul-2048", "silu_and_mul-llama7b-t2048", "softmax-llama-t2048", "silu_and_mul_bf16-llama7b-t2048"),
