@@ -203,3 +203,15 @@ def test_on_hopper_the_warpgroup_tiles_reproduce_the_half_product(layout, tmp_pa
                 assert ok, (sizes, config, message)
     finally:
         backend.close()
+
+
+def test_a_compiler_without_an_architecture_specific_target_builds_for_the_plain_one(tmp_path, monkeypatch):
+    """No toolkit knows `sm_75a`: as with a toolkit older than `sm_90a`, the build falls back to the
+    plain architecture (kernels that need the specific features stop at their own `#error`)."""
+    if cuda.find_nvcc() is None and not cuda.nvrtc_version():
+        pytest.skip("no CUDA compiler")
+    monkeypatch.setenv("KERNTUNE_CACHE_DIR", str(tmp_path))
+    cubin, _, _ = cuda.compile_cubin("__global__ void k(float *x) { x[0] = 1.0f; }", "k", {}, (), "sm_75a")
+    assert cubin
+    with pytest.raises(cuda.CompileError, match="not a preprocessor name"):
+        cuda.compile_cubin("__global__ void k() {}", "k", {"-o": "1"}, (), "sm_75a")

@@ -501,15 +501,31 @@ _NVCC_ONLY_LOCK = threading.Lock()
 
 # the one entry point ---------------------------------------------------------------------------
 
+# a compiler's words for an architecture it does not know (nvcc's, NVRTC's)
+_UNKNOWN_ARCH = re.compile(r"Unsupported gpu architecture|invalid value for --gpu-architecture", re.IGNORECASE)
+
+
 def compile_cubin(source: str, entry: str, defines: Mapping[str, str],
                   options: Sequence[str] = (), arch: str = "sm_90") -> tuple[bytes, dict, bool]:
     """Build a cubin with NVRTC or nvcc (see the module's notes), or take it from the cache.
 
     Returns (cubin bytes, ptxas figures for `entry`, whether it came from the cache). The figures
     are registers, spill_stores, spill_loads, stack_frame, smem (bytes), barriers and cmem where
-    ptxas printed them. Raises CompileError with the compiler's first error lines.
-    """
+    ptxas printed them. Raises CompileError with the compiler's first error lines. A compiler too
+    old for an architecture-specific target (`sm_90a`, CUDA 12 on) builds for the plain one: the
+    kernels that need the specific features then stop at their own `#error`, the others build."""
     arch = normalize_arch(arch)
+    try:
+        return _compile_cubin(source, entry, defines, options, arch)
+    except CompileError as e:
+        if arch[-1] in "af" and _UNKNOWN_ARCH.search(str(e)):
+            return _compile_cubin(source, entry, defines, options, arch[:-1])
+        raise
+
+
+def _compile_cubin(source: str, entry: str, defines: Mapping[str, str], options: Sequence[str],
+                   arch: str) -> tuple[bytes, dict, bool]:
+    """compile_cubin for one architecture, as normalize_arch names it."""
     for name in defines:
         # one -DNAME=VALUE argument each, but a name like "-o..." must not reach a compiler at all
         if not _DEFINE_NAME.match(str(name)):
