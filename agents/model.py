@@ -200,6 +200,10 @@ class Span:
 Monomial = tuple[str, ...]  # sorted invariant names multiplied together; () is the number 1
 
 
+# fused multiply-adds, CUDA's and OpenCL's: `fmaf(x, y, s)` is s + x * y
+FUSED_ADDS = frozenset({"fmaf", "fma", "__fmaf_rn", "__fma_rn", "mad"})
+
+
 @dataclass(frozen=True)
 class Poly:
     """An integer polynomial over invariant names: {monomial: coefficient}, zero terms left out."""
@@ -1975,6 +1979,11 @@ class _Walk:
                         if p is not None and q is not None and text(p) == v and q.type == "call_expression" \
                                 and callee(q.child_by_field_name("function")) in w.exp and v not in names(q):
                             return "rescale"
+        if rhs.type == "call_expression" and callee(rhs.child_by_field_name("function")) in FUSED_ADDS \
+                and len(_args(rhs)) == 3:  # s = fmaf(x, y, s): a product added to the sum
+            *factors, last = (unwrap(x) for x in _args(rhs))
+            if last is not None and text(last) == v and all(f is not None and v not in names(f) for f in factors):
+                return "sum"
         if rhs.type == "identifier" and text(rhs) in own:  # m = m_new, with float m_new = fmaxf(m, x)
             for d in nodes(body):
                 value = unwrap(d.child_by_field_name("value")) if d.type == "init_declarator" and \

@@ -1,5 +1,6 @@
-"""A loop under `#pragma unroll`, as published code often writes its tree or its sum: the pragma is a
-hint to the compiler, and the passes read the kernel through it. On PoCL: the rewritten kernel
+"""Forms published code often takes, read by the passes as the plain ones are: a loop under
+`#pragma unroll` (a hint to the compiler) as a tree or a sum writes it, and a sum updated by a fused
+multiply-add (`acc = fmaf(a, b, acc)`). On PoCL (and on CUDA where a GPU is): the rewritten kernel
 passes the gate and a tuned configuration gives the original's outputs."""
 
 from __future__ import annotations
@@ -56,14 +57,14 @@ def test_a_loop_under_a_pragma_is_rewritten_gated_and_reproduced_on_pocl(name, t
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(CASES) + ["fused"])
 def test_on_cuda_a_loop_under_a_pragma_is_rewritten_gated_and_reproduced(name, tmp_path):
     from kerntune.engine.backends import open_backend
     from kerntune.engine.tune import resolve_device
 
-    rewrite, config = CASES[name]
+    rewrite, config = CASES["matmul_naive" if name == "fused" else name]
     _, limits = resolve_device("cuda", 0)
-    original = load_template(unrolled(tmp_path / "spec", name))
+    original = load_template(fused(tmp_path / "spec") if name == "fused" else unrolled(tmp_path / "spec", name))
     made = rules_template(original, "cuda", limits)
     assert [r.name for r in made.applied.rewrites] == [rewrite], made.why_none()
     verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="cuda", device=0,
@@ -76,3 +77,29 @@ def test_on_cuda_a_loop_under_a_pragma_is_rewritten_gated_and_reproduced(name, t
         assert ok, message
     finally:
         backend.close()
+
+
+def fused(folder: Path) -> Path:
+    """matmul_naive with its sum updated by a fused multiply-add, in both dialects."""
+    shutil.copytree(NAIVE / "matmul_naive", folder)
+    for f, fn in ((folder / "kernel.cu", "fmaf"), (folder / "kernel.cl", "fma")):
+        src = f.read_text()
+        new = re.sub(r"(\w+) \+= (\w+\[[^\]]*\]) \* (\w+\[[^\]]*\]);", rf"\1 = {fn}(\2, \3, \1);", src, count=1)
+        assert new != src and f"= {fn}(" in new
+        f.write_text(new)
+    return folder
+
+
+def test_a_sum_updated_by_a_fused_multiply_add_is_a_contraction_gated_and_reproduced_on_pocl(tmp_path, opencl_backend):
+    original = load_template(fused(tmp_path / "spec"))
+    cuda = rules_template(original, "cuda", DeviceLimits("cuda", "gpu", max_threads_per_block=1024, warp_size=32,
+                                                          sm_count=132))
+    assert [r.name for r in cuda.applied.rewrites] == ["contraction"], cuda.why_none()
+    made = rules_template(original, "opencl", CPU)
+    assert [r.name for r in made.applied.rewrites] == ["contraction"], made.why_none()
+    verdict = check_proposal(original, made.proposal, tmp_path / "tpl", backend="opencl", device=0,
+                             problem=original.problem("small", {}), limits=CPU, timeout=120)
+    assert verdict.ok, verdict.reason
+    ev = Evaluator(opencl_backend, verdict.template, verdict.template.problem("small", {}), seed=1, timing=FAST)
+    ok, _, message = ev.reproduces_original({**verdict.template.default_config(), **CASES["matmul_naive"][1]}, (3, 4))
+    assert ok, message
